@@ -1,0 +1,74 @@
+"""GET /v2.0/events?since=N&timeout=S: the revision log, long-polled.
+
+Commits made by this process wake waiting requests at once; commits of other server processes
+(several `cloudnet serve` on one PostgreSQL) are seen by polling the log while waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cloudnet.api import neutron
+from cloudnet.api.deps import call, context, state
+from cloudnet.errors import BadRequest
+from cloudnet.services import events
+
+router = APIRouter()
+POLL_INTERVAL = 0.5
+
+
+class Notifier:
+    """Bridges commits (made on worker threads) to waiting requests on the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.revision = 0
+        self._changed = asyncio.Event()
+
+    def committed(self, revision: int) -> None:
+        self.loop.call_soon_threadsafe(self._bump, revision)
+
+    def _bump(self, revision: int) -> None:
+        self.revision = max(self.revision, revision)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+
+def _number(request: Request, name: str, default: float) -> float:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadRequest(f"Invalid input for {name}. Reason: '{raw}' is not a number.") from None
+    if value < 0:
+        raise BadRequest(f"Invalid input for {name}. Reason: must be 0 or greater.")
+    return value
+
+
+@router.get("/v2.0/events")
+async def list_events(request: Request) -> Response:
+    st = state(request)
+    ctx = context(request)
+    since = int(_number(request, "since", 0))
+    timeout = min(_number(request, "timeout", 0), st.config.max_event_wait)
+    limit = int(_number(request, "limit", events.MAX_BATCH)) or events.MAX_BATCH
+    notifier: Notifier = request.app.state.notifier
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        items, latest = await call(events.events_since, st.store, ctx, since, limit)
+        remaining = deadline - loop.time()
+        if items or remaining <= 0 or await request.is_disconnected():
+            return neutron.JSON({"events": items, "revision": latest})
+        await notifier.wait(min(POLL_INTERVAL, remaining))

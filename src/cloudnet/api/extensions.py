@@ -1,0 +1,73 @@
+"""/v2.0/extensions: what this server implements, in Neutron's extension format."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cloudnet.api.neutron import JSON
+from cloudnet.errors import NotFound
+
+UPDATED = "2026-11-21T00:00:00-00:00"
+EXTENSIONS = [
+    ("binding", "Port Binding", "Expose port bindings of a virtual port to external application"),
+    ("external-net", "Neutron external network", "Adds external network attribute to network resource."),
+    ("provider", "Provider Network", "Expose mapping of virtual networks to physical networks"),
+    ("router", "Neutron L3 Router", "Router abstraction for basic L3 forwarding between L2 networks"),
+    (
+        "ext-gw-mode",
+        "Neutron L3 Configurable external gateway mode",
+        "Extension of the router's external gateway info to enable SNAT",
+    ),
+    ("security-group", "security-group", "The security groups extension."),
+    ("port-security", "Port Security", "Provides port security"),
+    ("standard-attr-description", "standard-attr-description", "Extension to add descriptions to standard attributes"),
+    (
+        "standard-attr-revisions",
+        "Resource revision numbers",
+        "This extension will display the revision number of neutron resources.",
+    ),
+    (
+        "standard-attr-timestamp",
+        "Resource timestamps",
+        "Adds created_at and updated_at fields to all Neutron resources.",
+    ),
+    (
+        "standard-attr-tag",
+        "Tag support for resources with standard attribute",
+        "Enables to set tag on resources with standard attribute.",
+    ),
+    ("tag-ports-during-bulk-creation", "Tag Ports During Bulk Creation", "Allow to tag ports during bulk creation"),
+    ("project-id", "project_id field enabled", "Extension that indicates that project_id field is enabled."),
+    ("net-mtu", "Network MTU", "Provides MTU attribute for a network resource."),
+    ("pagination", "Pagination support", "Extension that indicates that pagination is enabled."),
+    ("sorting", "Sorting support", "Extension that indicates that sorting is enabled."),
+    ("fields", "Field selection", "Extension that indicates that the fields parameter is supported."),
+    ("filter-validation", "Filter parameters validation", "Provides validation on filter parameters."),
+    (
+        "cloudnet-events",
+        "cloudnet revision log",
+        "GET /v2.0/events?since=N&timeout=S: changes after revision N, long-polled.",
+    ),
+]
+
+
+def _ext(alias: str, name: str, description: str) -> dict[str, object]:
+    return {"alias": alias, "name": name, "description": description, "updated": UPDATED, "links": []}
+
+
+router = APIRouter()
+
+
+@router.get("/v2.0/extensions")
+async def list_extensions() -> Response:
+    return JSON({"extensions": [_ext(*e) for e in EXTENSIONS]})
+
+
+@router.get("/v2.0/extensions/{alias}")
+async def show_extension(alias: str, request: Request) -> Response:
+    for e in EXTENSIONS:
+        if e[0] == alias:
+            return JSON({"extension": _ext(*e)})
+    raise NotFound(f"Extension with alias {alias} does not exist", type="ExtensionNotFound")

@@ -1,0 +1,132 @@
+"""Neutron's HTTP conventions: query parsing, envelopes, `fields`, pagination links, error bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cloudnet.errors import BadRequest, CloudnetError
+from cloudnet.services.query import ListQuery, Page
+
+CONTROL_PARAMS = {"fields", "sort_key", "sort_dir", "limit", "marker", "page_reverse"}
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error_response(exc: CloudnetError) -> JSON:
+    body = {"NeutronError": {"type": exc.type, "message": exc.message, "detail": exc.detail}}
+    headers = {}
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return JSON(body, status_code=exc.status, headers=headers)
+
+
+def list_query(request: Request) -> ListQuery:
+    q = ListQuery()
+    for key, value in request.query_params.multi_items():
+        if key == "fields":
+            q.fields.extend(f for f in value.split(",") if f)
+        elif key == "sort_key":
+            q.sort_keys.append(value)
+        elif key == "sort_dir":
+            q.sort_dirs.append(value)
+        elif key == "limit":
+            try:
+                limit = int(value)
+                if limit < 0:
+                    raise ValueError
+            except ValueError:
+                raise BadRequest(
+                    f"Bad limit request: Limit must be an integer 0 or greater and not '{value}'"
+                ) from None
+            q.limit = limit or None
+        elif key == "marker":
+            q.marker = value
+        elif key == "page_reverse":
+            q.page_reverse = value.lower() in ("true", "1")
+        else:
+            q.filters.setdefault(key, []).append(value)
+    return q
+
+
+def fields_of(request: Request) -> list[str]:
+    return [f for v in request.query_params.getlist("fields") for f in v.split(",") if f]
+
+
+def trim(item: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+    if not fields:
+        return item
+    return {k: item[k] for k in fields if k in item}
+
+
+async def body_of(request: Request) -> Any:
+    raw = await request.body()
+    if not raw:
+        raise BadRequest("Resource body required")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequest("Malformed request body") from None
+
+
+def unwrap(body: Any, member: str, collection: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """The resource bodies of a create request and whether it was a bulk one."""
+    if not isinstance(body, dict):
+        raise BadRequest("Body contains invalid data")
+    if collection and collection in body:
+        items = body[collection]
+        if not isinstance(items, list) or not items:
+            raise BadRequest(f"Invalid input for {collection}: expected a non-empty list")
+        return items, True
+    if member not in body:
+        raise BadRequest(f"Unable to find '{member}' in request body")
+    return [body[member]], False
+
+
+def unwrap_one(body: Any, member: str) -> dict[str, Any]:
+    if not isinstance(body, dict) or member not in body:
+        raise BadRequest(f"Unable to find '{member}' in request body")
+    item = body[member]
+    if not isinstance(item, dict):
+        raise BadRequest(f"Invalid input for {member}: expected an object")
+    return item
+
+
+def list_response(request: Request, collection: str, page: Page, q: ListQuery) -> JSON:
+    items = [trim(i, q.fields) for i in page.items] if q.fields else page.items
+    body: dict[str, Any] = {collection: items}
+    links = _links(request, page, q)
+    if links:
+        body[f"{collection}_links"] = links
+    return JSON(body)
+
+
+def _links(request: Request, page: Page, q: ListQuery) -> list[dict[str, str]]:
+    if q.limit is None or not page.items:
+        return []
+    first, last = page.items[0]["id"], page.items[-1]["id"]
+    base = [(k, v) for k, v in request.query_params.multi_items() if k not in ("marker", "page_reverse")]
+    url = str(request.url.replace(query=""))
+
+    def href(marker: str, reverse: bool) -> str:
+        params = [*base, ("marker", marker)] + ([("page_reverse", "True")] if reverse else [])
+        return f"{url}?{urlencode(params)}"
+
+    links = []
+    has_next = page.has_more if not q.page_reverse else q.marker is not None
+    has_previous = q.marker is not None if not q.page_reverse else page.has_more
+    if has_next:
+        links.append({"rel": "next", "href": href(last, False)})
+    if has_previous:
+        links.append({"rel": "previous", "href": href(first, True)})
+    return links

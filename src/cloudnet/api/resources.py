@@ -1,0 +1,117 @@
+"""CRUD routes for the Neutron core resources, generated from one table of service functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cloudnet.api import neutron
+from cloudnet.api.deps import AppState, call, context, state
+from cloudnet.services import networks, ports, routers, security_groups, subnets
+
+
+@dataclass(frozen=True)
+class Resource:
+    collection: str  # URL segment, e.g. "security-groups"
+    member: str  # body key of one, e.g. "security_group"
+    plural: str  # body key of many, e.g. "security_groups"
+    list: Callable[..., Any]
+    get: Callable[..., Any]
+    create: Callable[..., Any]
+    update: Callable[..., Any] | None
+    delete: Callable[..., Any]
+
+
+def _on_store(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Adapt a service function taking the store to one taking the app state."""
+    return lambda st, *args: fn(st.store, *args)
+
+
+def _create_networks(st: AppState, ctx: Any, bodies: Any) -> Any:
+    return networks.create_networks(st.store, ctx, bodies, st.config.default_mtu)
+
+
+def _resource(collection: str, member: str, plural: str, module: Any, list_: str, get: str, create: str,
+              update: str | None, delete: str) -> Resource:  # fmt: skip
+    fn = lambda name: _on_store(getattr(module, name))  # noqa: E731
+    return Resource(collection, member, plural, fn(list_), fn(get), fn(create), fn(update) if update else None,
+                    fn(delete))  # fmt: skip
+
+
+RESOURCES = [
+    Resource("networks", "network", "networks", _on_store(networks.list_networks), _on_store(networks.get_network),
+             _create_networks, _on_store(networks.update_network), _on_store(networks.delete_network)),
+    _resource("subnets", "subnet", "subnets", subnets, "list_subnets", "get_subnet", "create_subnets",
+              "update_subnet", "delete_subnet"),
+    _resource("ports", "port", "ports", ports, "list_ports", "get_port", "create_ports", "update_port",
+              "delete_port"),
+    _resource("routers", "router", "routers", routers, "list_routers", "get_router", "create_routers",
+              "update_router", "delete_router"),
+    _resource("security-groups", "security_group", "security_groups", security_groups, "list_groups",
+              "get_group", "create_groups", "update_group", "delete_group"),
+    _resource("security-group-rules", "security_group_rule", "security_group_rules", security_groups,
+              "list_rules", "get_rule", "create_rules", None, "delete_rule"),
+]  # fmt: skip
+
+
+def _routes(res: Resource) -> APIRouter:
+    router = APIRouter()
+    base = f"/v2.0/{res.collection}"
+
+    async def list_(request: Request) -> Response:
+        q = neutron.list_query(request)
+        page = await call(res.list, state(request), context(request), q)
+        return neutron.list_response(request, res.plural, page, q)
+
+    async def show(request: Request, item_id: str) -> Response:
+        item = await call(res.get, state(request), context(request), item_id)
+        return neutron.JSON({res.member: neutron.trim(item, neutron.fields_of(request))})
+
+    async def create(request: Request) -> Response:
+        bodies, bulk = neutron.unwrap(await neutron.body_of(request), res.member, res.plural)
+        items = await call(res.create, state(request), context(request), bodies)
+        return neutron.JSON({res.plural: items} if bulk else {res.member: items[0]}, status_code=201)
+
+    async def delete(request: Request, item_id: str) -> Response:
+        await call(res.delete, state(request), context(request), item_id)
+        return Response(status_code=204)
+
+    router.add_api_route(base, list_, methods=["GET"], name=f"list_{res.plural}")
+    router.add_api_route(base, create, methods=["POST"], name=f"create_{res.member}")
+    router.add_api_route(base + "/{item_id}", show, methods=["GET"], name=f"show_{res.member}")
+    router.add_api_route(base + "/{item_id}", delete, methods=["DELETE"], name=f"delete_{res.member}")
+    if res.update is not None:
+        update_fn = res.update
+
+        async def update(request: Request, item_id: str) -> Response:
+            body = neutron.unwrap_one(await neutron.body_of(request), res.member)
+            item = await call(update_fn, state(request), context(request), item_id, body)
+            return neutron.JSON({res.member: item})
+
+        router.add_api_route(base + "/{item_id}", update, methods=["PUT"], name=f"update_{res.member}")
+    return router
+
+
+def build() -> APIRouter:
+    router = APIRouter()
+    for res in RESOURCES:
+        router.include_router(_routes(res))
+
+    async def add_interface(request: Request, router_id: str) -> Response:
+        body = await neutron.body_of(request)
+        info = await call(routers.add_interface, state(request).store, context(request), router_id, body)
+        return neutron.JSON(info)
+
+    async def remove_interface(request: Request, router_id: str) -> Response:
+        body = await neutron.body_of(request)
+        info = await call(routers.remove_interface, state(request).store, context(request), router_id, body)
+        return neutron.JSON(info)
+
+    router.add_api_route("/v2.0/routers/{router_id}/add_router_interface", add_interface, methods=["PUT"])
+    router.add_api_route("/v2.0/routers/{router_id}/remove_router_interface", remove_interface, methods=["PUT"])
+    return router

@@ -1,0 +1,42 @@
+"""Server configuration: defaults, and where state lives."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_STATE_DIR = Path("/var/lib/cloudnet")
+DEFAULT_BIND = "127.0.0.1"
+DEFAULT_PORT = 9696
+
+
+@dataclass
+class ServerConfig:
+    state_dir: Path = DEFAULT_STATE_DIR
+    db_url: str | None = None
+    host: str = DEFAULT_BIND
+    port: int = DEFAULT_PORT
+    default_mtu: int = 1500
+    # Long-poll ceiling for /v2.0/events, so a client cannot hold a worker forever.
+    max_event_wait: float = 60.0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def database_url(self) -> str:
+        if self.db_url:
+            return self.db_url
+        return f"sqlite:///{self.state_dir / 'cloudnet.db'}"
+
+    @property
+    def tokens_file(self) -> Path:
+        return self.state_dir / "tokens.json"
+
+    @property
+    def loopback_bind(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False

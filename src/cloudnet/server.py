@@ -1,0 +1,54 @@
+"""`cloudnet serve`: open the store, migrate it, check the auth setup, run uvicorn until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from cloudnet.api.app import create_app
+from cloudnet.api.auth import Authenticator
+from cloudnet.config import ServerConfig
+from cloudnet.store.db import Store
+from cloudnet.store.migrate import upgrade
+
+log = logging.getLogger("cloudnet.server")
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+def prepare(config: ServerConfig) -> tuple[Store, Authenticator]:
+    """Everything before listening: state dir, schema, and the token policy."""
+    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    auth = Authenticator(config.tokens_file)
+    if auth.open_mode:
+        if not config.loopback_bind:
+            raise StartupError(
+                f"refusing to listen on {config.host} without {config.tokens_file}: "
+                "create a tokens file or bind to a loopback address"
+            )
+        log.warning(
+            "no tokens file at %s: accepting any token as admin (loopback bind %s only)",
+            config.tokens_file, config.host,
+        )  # fmt: skip
+    store = Store(config.database_url)
+    upgrade(store)
+    return store, auth
+
+
+def serve(config: ServerConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store, auth = prepare(config)
+    app = create_app(config, store, auth)
+    log.info("cloudnet API on http://%s:%d/v2.0 (state %s, db %s)", config.host, config.port, config.state_dir,
+             store.dialect)  # fmt: skip
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
+                       http="httptools", loop="uvloop", timeout_graceful_shutdown=5)
+    )  # fmt: skip
+    try:
+        server.run()
+    finally:
+        store.dispose()

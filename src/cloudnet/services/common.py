@@ -1,0 +1,159 @@
+"""Helpers shared by the resource services: ids, standard attributes, visibility, tags, updates."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, Table, delete, insert, select, update
+from sqlalchemy.sql import ColumnElement
+
+from cloudnet.errors import Forbidden, not_found
+from cloudnet.services.context import Context
+from cloudnet.services.query import Attr, to_int
+from cloudnet.store import tables as t
+from cloudnet.store.db import Tx
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def fmt_time(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def standard_attrs(table: Table) -> dict[str, Attr]:
+    c = table.c
+    attrs = {
+        "id": Attr(c.id),
+        "project_id": Attr(c.project_id),
+        "tenant_id": Attr(c.project_id),
+        "description": Attr(c.description),
+        "revision_number": Attr(c.revision_number, to_int),
+        "created_at": Attr(c.created_at, sortable=True, filter=None, convert=str),
+        "updated_at": Attr(c.updated_at, sortable=True, filter=None, convert=str),
+    }
+    if "name" in c:
+        attrs["name"] = Attr(c.name)
+    attrs.update(tag_attrs(c.id))
+    return attrs
+
+
+def standard_fields(row: Row[Any], tags: list[str] | None) -> dict[str, Any]:
+    m = row._mapping
+    out: dict[str, Any] = {"id": m["id"]}
+    if "name" in m:
+        out["name"] = m["name"]
+    out.update(
+        {
+            "description": m["description"],
+            "project_id": m["project_id"],
+            "tenant_id": m["project_id"],
+            "created_at": fmt_time(m["created_at"]),
+            "updated_at": fmt_time(m["updated_at"]),
+            "revision_number": m["revision_number"],
+            "tags": tags if tags is not None else [],
+        }
+    )
+    return out
+
+
+def new_standard(
+    ctx: Context, body_project: str | None, now: datetime, name: str = "", description: str = ""
+) -> dict[str, Any]:
+    return {
+        "id": new_id(),
+        "project_id": owner_project(ctx, body_project),
+        "name": name,
+        "description": description,
+        "created_at": now,
+        "updated_at": now,
+        "revision_number": 0,
+    }
+
+
+def owner_project(ctx: Context, requested: str | None) -> str:
+    if requested is None or requested == ctx.project_id:
+        return ctx.project_id
+    if not ctx.is_admin:
+        raise Forbidden("Only admins may create resources in another project")
+    return requested
+
+
+def visible(table: Table, ctx: Context) -> ColumnElement[bool] | None:
+    """Condition limiting rows to the caller's project (None for admins)."""
+    if ctx.is_admin:
+        return None
+    return table.c.project_id == ctx.project_id
+
+
+def get_row(conn: Connection, table: Table, kind: str, ident: str, ctx: Context) -> Row[Any]:
+    row = conn.execute(select(table).where(table.c.id == ident)).first()
+    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id):
+        raise not_found(kind, ident)
+    return row
+
+
+def touch(
+    tx: Tx, table: Table, ident: str, resource: str, project_id: str, values: dict[str, Any] | None = None
+) -> None:
+    """Write changed values, bump updated_at and revision_number, record the update event."""
+    tx.conn.execute(
+        update(table)
+        .where(table.c.id == ident)
+        .values(**(values or {}), updated_at=tx.now, revision_number=table.c.revision_number + 1)
+    )
+    tx.record(resource, ident, "update", project_id)
+
+
+# -- tags ---------------------------------------------------------------------------------------
+
+
+def load_tags(conn: Connection, ids: Iterable[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    id_list = list(ids)
+    for chunk in chunks(id_list, 5000):
+        for rid, tag in conn.execute(
+            select(t.tags.c.resource_id, t.tags.c.tag).where(t.tags.c.resource_id.in_(chunk)).order_by(t.tags.c.tag)
+        ):
+            out[rid].append(tag)
+    return out
+
+
+def set_tags(conn: Connection, resource_id: str, values: Iterable[str]) -> None:
+    conn.execute(delete(t.tags).where(t.tags.c.resource_id == resource_id))
+    unique = sorted(set(values))
+    if unique:
+        conn.execute(insert(t.tags), [{"resource_id": resource_id, "tag": v} for v in unique])
+
+
+def tag_attrs(id_column: ColumnElement[Any]) -> dict[str, Attr]:
+    def split(values: list[str]) -> list[str]:
+        return [tag for v in values for tag in v.split(",") if tag]
+
+    def having(tag: str) -> ColumnElement[bool]:
+        return id_column.in_(select(t.tags.c.resource_id).where(t.tags.c.tag == tag))
+
+    def all_of(values: list[str]) -> ColumnElement[bool]:
+        from sqlalchemy import and_
+
+        return and_(*[having(tag) for tag in split(values)])
+
+    def any_of(values: list[str]) -> ColumnElement[bool]:
+        return id_column.in_(select(t.tags.c.resource_id).where(t.tags.c.tag.in_(split(values))))
+
+    return {
+        "tags": Attr(filter=all_of, sortable=False),
+        "tags-any": Attr(filter=any_of, sortable=False),
+        "not-tags": Attr(filter=lambda v: ~all_of(v), sortable=False),
+        "not-tags-any": Attr(filter=lambda v: ~any_of(v), sortable=False),
+    }
+
+
+def chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,127 @@
+"""IP address management: next-fit allocation from a subnet's pools, uniqueness kept by the database.
+
+The `ip_allocations` primary key (subnet_id, ip_address) is the source of truth: rows are inserted
+with ON CONFLICT DO NOTHING, and an address another server process took first is simply replaced
+by the next free one. A per-subnet cursor (a hint, process-local) makes the usual allocation O(1)
+instead of a scan over every address already taken.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from cloudnet.errors import Conflict
+from cloudnet.store import tables as t
+
+A = t.ip_allocations
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# Addresses examined per query while looking for free ones.
+WINDOW = 256
+# Give up on a pool after this many candidates: only reachable for huge, nearly full IPv6 pools.
+MAX_SCAN = 1 << 20
+
+_cursor: dict[str, int] = {}
+
+
+@dataclass(frozen=True)
+class SubnetInfo:
+    id: str
+    network_id: str
+    cidr: ipaddress.IPv4Network | ipaddress.IPv6Network
+    gateway_ip: str | None
+    pools: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def from_row(cls, row: Any) -> SubnetInfo:
+        pools = tuple(
+            (int(ipaddress.ip_address(p["start"])), int(ipaddress.ip_address(p["end"]))) for p in row.allocation_pools
+        )
+        return cls(row.id, row.network_id, ipaddress.ip_network(row.cidr), row.gateway_ip, pools)
+
+    @property
+    def version(self) -> int:
+        return self.cidr.version
+
+    def contains(self, ip: IPAddress) -> bool:
+        return ip.version == self.version and ip in self.cidr
+
+    def reserved(self, ip: IPAddress) -> bool:
+        """The network address, or the IPv4 broadcast address: never assignable."""
+        if ip == self.cidr.network_address:
+            return self.cidr.prefixlen < self.cidr.max_prefixlen - (1 if self.version == 4 else 0)
+        return self.version == 4 and ip == self.cidr.broadcast_address and self.cidr.prefixlen < 31
+
+
+def _candidates(subnet: SubnetInfo) -> Iterator[int]:
+    """Every pool address once: first those after the cursor, then wrapping round to the start."""
+    pools = sorted(subnet.pools)
+    cursor = _cursor.get(subnet.id, -1)
+    for lo, hi in pools:
+        if hi > cursor:
+            yield from range(max(lo, cursor + 1), hi + 1)
+    for lo, hi in pools:
+        if lo > cursor:
+            break
+        yield from range(lo, min(hi, cursor) + 1)
+
+
+def find_free(conn: Connection, subnet: SubnetInfo, count: int, exclude: set[str]) -> list[str]:
+    """Up to `count` addresses of the pools that are not allocated (nor in `exclude`)."""
+    found: list[str] = []
+    window: list[int] = []
+    make = ipaddress.IPv4Address if subnet.version == 4 else ipaddress.IPv6Address
+
+    def flush() -> None:
+        texts = [str(make(i)) for i in window]
+        taken = {
+            r[0]
+            for r in conn.execute(select(A.c.ip_address).where(A.c.subnet_id == subnet.id, A.c.ip_address.in_(texts)))
+        }
+        for value, text in zip(window, texts, strict=True):
+            if len(found) < count and text not in taken and text not in exclude and text != subnet.gateway_ip:
+                found.append(text)
+                _cursor[subnet.id] = value
+        window.clear()
+
+    size = max(WINDOW, min(count * 2, 4096))
+    for scanned, value in enumerate(_candidates(subnet), 1):
+        window.append(value)
+        if len(window) >= size:
+            flush()
+            if len(found) >= count:
+                break
+        if scanned >= MAX_SCAN:
+            break
+    if window and len(found) < count:
+        flush()
+    return found
+
+
+def insert_allocations(conn: Connection, dialect: str, rows: list[dict[str, str]]) -> set[tuple[str, str]]:
+    """Insert allocation rows; returns the (subnet_id, ip_address) pairs that were already taken."""
+    if not rows:
+        return set()
+    module = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(A).on_conflict_do_nothing().returning(A.c.subnet_id, A.c.ip_address)
+    inserted = {(r[0], r[1]) for r in conn.execute(stmt, rows)}
+    return {(r["subnet_id"], r["ip_address"]) for r in rows} - inserted
+
+
+def already_allocated(ip: str, network_id: str) -> Conflict:
+    return Conflict(
+        f"IP address {ip} already allocated in subnet on network {network_id}.",
+        type="IpAddressAlreadyAllocated",
+    )
+
+
+def generation_failed(network_id: str) -> Conflict:
+    return Conflict(
+        f"No more IP addresses available on network {network_id}.",
+        type="IpAddressGenerationFailure",
+    )

@@ -1,0 +1,255 @@
+"""Networks: Neutron semantics, including provider segments and `router:external`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from sqlalchemy import Connection, delete, insert, or_, select
+
+from cloudnet.errors import Conflict, Forbidden, InvalidInput, not_found
+from cloudnet.services import common
+from cloudnet.services.context import Context
+from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
+from cloudnet.services.validation import Body, parse
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store, Tx
+
+N = t.networks
+NETWORK_TYPES = ("flat", "vlan", "local")
+# Ports whose owner goes away with the network instead of blocking its deletion (Neutron: DHCP).
+AUTO_DELETE_OWNERS = ("network:dhcp",)
+
+ATTRS: dict[str, Attr] = {
+    **common.standard_attrs(N),
+    "admin_state_up": Attr(N.c.admin_state_up, to_bool),
+    "shared": Attr(N.c.shared, to_bool),
+    "mtu": Attr(N.c.mtu, to_int),
+    "status": Attr(N.c.status),
+    "router:external": Attr(N.c.router_external, to_bool),
+    "provider:network_type": Attr(N.c.network_type),
+    "provider:physical_network": Attr(N.c.physical_network),
+    "provider:segmentation_id": Attr(N.c.segmentation_id, to_int),
+    "subnets": Attr(
+        filter=lambda values: N.c.id.in_(select(t.subnets.c.network_id).where(t.subnets.c.id.in_(values))),
+        sortable=False,
+    ),
+}
+
+
+class NetworkCreate(Body):
+    name: str = Field("", max_length=255)
+    description: str = Field("", max_length=255)
+    project_id: str | None = Field(None, max_length=255)
+    tenant_id: str | None = Field(None, max_length=255)
+    admin_state_up: bool = True
+    shared: bool = False
+    mtu: int | None = Field(None, ge=68, le=9216)
+    router_external: bool = Field(False, alias="router:external")
+    network_type: Literal["flat", "vlan", "local"] | None = Field(None, alias="provider:network_type")
+    physical_network: str | None = Field(None, alias="provider:physical_network", max_length=64, min_length=1)
+    segmentation_id: int | None = Field(None, alias="provider:segmentation_id")
+    tags: list[str] = Field(default_factory=list)
+    port_security_enabled: bool = True
+    availability_zone_hints: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _segment(self) -> NetworkCreate:
+        if self.network_type in ("flat", "vlan") and not self.physical_network:
+            raise ValueError(f"physical_network required for {self.network_type} provider network")
+        if self.network_type in (None, "local") and self.physical_network:
+            raise ValueError("physical_network not allowed for local provider network")
+        if self.network_type == "vlan":
+            if self.segmentation_id is None:
+                raise ValueError("segmentation_id required for VLAN provider network")
+            if not 1 <= self.segmentation_id <= 4094:
+                raise ValueError("segmentation_id out of range (1 through 4094)")
+        elif self.segmentation_id is not None:
+            raise ValueError(f"segmentation_id specified for {self.network_type or 'local'} provider network")
+        return self
+
+
+class NetworkUpdate(Body):
+    name: str | None = Field(None, max_length=255)
+    description: str | None = Field(None, max_length=255)
+    admin_state_up: bool | None = None
+    shared: bool | None = None
+    mtu: int | None = Field(None, ge=68, le=9216)
+    router_external: bool | None = Field(None, alias="router:external")
+    port_security_enabled: bool | None = None
+
+
+def _segment_key(network_type: str, physnet: str | None, segid: int | None) -> str | None:
+    if network_type == "vlan":
+        return f"vlan:{physnet}:{segid}"
+    if network_type == "flat":
+        return f"flat:{physnet}"
+    return None
+
+
+def visibility(ctx: Context) -> Any:
+    if ctx.is_admin:
+        return None
+    return or_(N.c.project_id == ctx.project_id, N.c.shared.is_(True), N.c.router_external.is_(True))
+
+
+def get_visible(conn: Connection, ctx: Context, network_id: str) -> Any:
+    row = conn.execute(select(N).where(N.c.id == network_id)).first()
+    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id or row.shared or row.router_external):
+        raise not_found("network", network_id)
+    return row
+
+
+def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
+    ids = [r.id for r in rows]
+    subnet_ids: dict[str, list[str]] = defaultdict(list)
+    for chunk in common.chunks(ids, 5000):
+        for sid, nid in conn.execute(
+            select(t.subnets.c.id, t.subnets.c.network_id).where(t.subnets.c.network_id.in_(chunk))
+        ):
+            subnet_ids[nid].append(sid)
+    tags = common.load_tags(conn, ids)
+    out = []
+    for r in rows:
+        d = common.standard_fields(r, tags.get(r.id))
+        d.update(
+            {
+                "admin_state_up": r.admin_state_up,
+                "shared": r.shared,
+                "status": r.status,
+                "subnets": sorted(subnet_ids.get(r.id, [])),
+                "mtu": r.mtu,
+                "router:external": r.router_external,
+                "provider:network_type": r.network_type,
+                "provider:physical_network": r.physical_network,
+                "provider:segmentation_id": r.segmentation_id,
+                "port_security_enabled": True,
+                "availability_zone_hints": [],
+                "availability_zones": [],
+                "ipv4_address_scope": None,
+                "ipv6_address_scope": None,
+                "is_default": False,
+                "l2_adjacency": True,
+            }
+        )
+        out.append(d)
+    return out
+
+
+def list_networks(store: Store, ctx: Context, q: ListQuery) -> Page:
+    with store.read() as conn:
+        stmt = select(N)
+        cond = visibility(ctx)
+        if cond is not None:
+            stmt = stmt.where(cond)
+        rows, more = fetch_page(conn, N, ATTRS, stmt, q, "network")
+        return Page(to_dicts(conn, rows), more)
+
+
+def get_network(store: Store, ctx: Context, network_id: str) -> dict[str, Any]:
+    with store.read() as conn:
+        return to_dicts(conn, [get_visible(conn, ctx, network_id)])[0]
+
+
+def create_networks(store: Store, ctx: Context, bodies: list[dict[str, Any]], default_mtu: int) -> list[dict[str, Any]]:
+    specs = [parse(NetworkCreate, b) for b in bodies]
+    with store.write() as tx:
+        ids = [_insert(tx, ctx, spec, default_mtu) for spec in specs]
+        rows = tx.conn.execute(select(N).where(N.c.id.in_(ids))).all()
+        by_id = {r.id: r for r in rows}
+        return to_dicts(tx.conn, [by_id[i] for i in ids])
+
+
+def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
+    privileged = spec.shared or spec.router_external or spec.network_type is not None
+    if privileged and not ctx.is_admin:
+        raise Forbidden("Only admins may set shared, router:external or provider attributes")
+    network_type = spec.network_type or "local"
+    key = _segment_key(network_type, spec.physical_network, spec.segmentation_id)
+    if key is not None and tx.conn.execute(select(N.c.id).where(N.c.segment_key == key)).first():
+        if network_type == "vlan":
+            raise Conflict(
+                f"Unable to create the network. The VLAN {spec.segmentation_id} on physical network "
+                f"{spec.physical_network} is in use.",
+                type="VlanIdInUse",
+            )
+        raise Conflict(
+            f"Unable to create the flat network. Physical network {spec.physical_network} is in use.",
+            type="FlatNetworkInUse",
+        )
+    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+    row.update(
+        admin_state_up=spec.admin_state_up,
+        shared=spec.shared,
+        mtu=spec.mtu or default_mtu,
+        status="ACTIVE",
+        router_external=spec.router_external,
+        network_type=network_type,
+        physical_network=spec.physical_network,
+        segmentation_id=spec.segmentation_id,
+        segment_key=key,
+    )
+    tx.conn.execute(insert(N).values(**row))
+    if spec.tags:
+        common.set_tags(tx.conn, row["id"], spec.tags)
+    tx.record("network", row["id"], "create", row["project_id"])
+    return str(row["id"])
+
+
+def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    spec = parse(NetworkUpdate, body)
+    changes = spec.model_dump(exclude_unset=True, by_alias=False)
+    with store.write() as tx:
+        row = common.get_row(tx.conn, N, "network", network_id, ctx)
+        if ({"shared", "router_external"} & changes.keys()) and not ctx.is_admin:
+            raise Forbidden("Only admins may change shared or router:external")
+        changes.pop("port_security_enabled", None)
+        if changes.get("router_external") is False and row.router_external:
+            in_use = tx.conn.execute(
+                select(t.ports.c.id).where(
+                    t.ports.c.network_id == network_id, t.ports.c.device_owner == "network:router_gateway"
+                )
+            ).first()
+            if in_use:
+                raise Conflict(
+                    f"Network {network_id} cannot stop being external: a router uses it as gateway.",
+                    type="ExternalNetworkInUse",
+                )
+        if changes.get("mtu") is not None and changes["mtu"] < 1280:
+            has_v6 = tx.conn.execute(
+                select(t.subnets.c.id).where(t.subnets.c.network_id == network_id, t.subnets.c.ip_version == 6)
+            ).first()
+            if has_v6:
+                raise InvalidInput("IPv6 subnets need a network MTU of at least 1280")
+        changes = {k: v for k, v in changes.items() if v is not None}
+        common.touch(tx, N, network_id, "network", row.project_id, changes)
+        return to_dicts(tx.conn, [tx.conn.execute(select(N).where(N.c.id == network_id)).one()])[0]
+
+
+def delete_network(store: Store, ctx: Context, network_id: str) -> None:
+    with store.write() as tx:
+        row = common.get_row(tx.conn, N, "network", network_id, ctx)
+        P = t.ports
+        blocking = tx.conn.execute(
+            select(P.c.id).where(P.c.network_id == network_id, P.c.device_owner.not_in(AUTO_DELETE_OWNERS)).limit(1)
+        ).first()
+        if blocking:
+            raise Conflict(
+                f"Unable to complete operation on network {network_id}. "
+                "There are one or more ports still in use on the network.",
+                type="NetworkInUse",
+            )
+        for (port_id,) in tx.conn.execute(select(P.c.id).where(P.c.network_id == network_id)).all():
+            tx.conn.execute(delete(P).where(P.c.id == port_id))
+            tx.record("port", port_id, "delete", row.project_id)
+        subnet_rows = tx.conn.execute(
+            select(t.subnets.c.id, t.subnets.c.project_id).where(t.subnets.c.network_id == network_id)
+        ).all()
+        for sid, sproject in subnet_rows:
+            tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == sid))
+            tx.record("subnet", sid, "delete", sproject)
+        tx.conn.execute(delete(t.subnets).where(t.subnets.c.network_id == network_id))
+        tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == network_id))
+        tx.conn.execute(delete(N).where(N.c.id == network_id))
+        tx.record("network", network_id, "delete", row.project_id)

@@ -1,0 +1,589 @@
+"""Ports: addresses (IPAM), MACs, security groups and binding attributes; bulk create is atomic."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import secrets
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from sqlalchemy import Connection, and_, delete, insert, or_, select
+from sqlalchemy.exc import IntegrityError
+
+from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
+from cloudnet.services import common, ipam, networks, security_groups
+from cloudnet.services.context import Context
+from cloudnet.services.ipam import SubnetInfo
+from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
+from cloudnet.services.validation import Body, check_ip, parse
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store, Tx
+
+P = t.ports
+A = t.ip_allocations
+PSG = t.port_security_groups
+MAC_PREFIX = "fa:16:3e"
+MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
+ROUTER_INTERFACE = "network:router_interface"
+ROUTER_GATEWAY = "network:router_gateway"
+ROUTER_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
+VNIC_TYPES = ("normal", "direct")
+
+
+def _fixed_ips_filter(values: list[str]) -> Any:
+    """`fixed_ips=ip_address=10.0.0.5`, `fixed_ips=subnet_id=X`, `fixed_ips=ip_address_substr=10.0.`."""
+    by_key: dict[str, list[str]] = defaultdict(list)
+    for v in values:
+        key, sep, val = v.partition("=")
+        if not sep or key not in ("ip_address", "subnet_id", "ip_address_substr"):
+            raise InvalidInput(f"Invalid fixed_ips filter '{v}'")
+        by_key[key].append(val)
+    conds = []
+    if "ip_address" in by_key:
+        conds.append(A.c.ip_address.in_(by_key["ip_address"]))
+    if "subnet_id" in by_key:
+        conds.append(A.c.subnet_id.in_(by_key["subnet_id"]))
+    if "ip_address_substr" in by_key:
+        conds.append(or_(*[A.c.ip_address.contains(v, autoescape=True) for v in by_key["ip_address_substr"]]))
+    return P.c.id.in_(select(A.c.port_id).where(and_(*conds)))
+
+
+ATTRS: dict[str, Attr] = {
+    **common.standard_attrs(P),
+    "network_id": Attr(P.c.network_id),
+    "mac_address": Attr(P.c.mac_address, convert=lambda v: v.lower()),
+    "admin_state_up": Attr(P.c.admin_state_up, to_bool),
+    "status": Attr(P.c.status),
+    "device_id": Attr(P.c.device_id),
+    "device_owner": Attr(P.c.device_owner),
+    "port_security_enabled": Attr(P.c.port_security_enabled, to_bool),
+    "binding:vnic_type": Attr(P.c.vnic_type),
+    "binding:host_id": Attr(P.c.host_id),
+    "binding:vif_type": Attr(P.c.vif_type),
+    "fixed_ips": Attr(filter=_fixed_ips_filter, sortable=False),
+    "security_groups": Attr(
+        filter=lambda values: P.c.id.in_(select(PSG.c.port_id).where(PSG.c.security_group_id.in_(values))),
+        sortable=False,
+    ),
+}
+
+
+class FixedIp(Body):
+    subnet_id: str | None = None
+    ip_address: str | None = None
+
+    _ip = field_validator("ip_address")(lambda v: None if v is None else check_ip(v))
+
+    @model_validator(mode="after")
+    def _one(self) -> FixedIp:
+        if self.subnet_id is None and self.ip_address is None:
+            raise ValueError("a fixed IP needs a subnet_id, an ip_address or both")
+        return self
+
+
+def _mac(value: str | None) -> str | None:
+    if value is None:
+        return None
+    mac = value.strip().lower().replace("-", ":")
+    if not MAC_RE.match(mac):
+        raise ValueError(f"'{value}' is not a valid MAC address")
+    if int(mac[:2], 16) & 1 or mac == "00:00:00:00:00:00":
+        raise ValueError(f"'{value}' is not a valid unicast MAC address")
+    return mac
+
+
+class PortCreate(Body):
+    network_id: str
+    name: str = Field("", max_length=255)
+    description: str = Field("", max_length=255)
+    project_id: str | None = Field(None, max_length=255)
+    tenant_id: str | None = Field(None, max_length=255)
+    admin_state_up: bool = True
+    mac_address: str | None = None
+    fixed_ips: list[FixedIp] | None = None
+    device_id: str = Field("", max_length=255)
+    device_owner: str = Field("", max_length=255)
+    security_groups: list[str] | None = None
+    port_security_enabled: bool = True
+    vnic_type: Literal["normal", "direct"] = Field("normal", alias="binding:vnic_type")
+    host_id: str = Field("", alias="binding:host_id", max_length=255)
+    profile: dict[str, Any] | None = Field(None, alias="binding:profile")
+    tags: list[str] = Field(default_factory=list)
+
+    _mac = field_validator("mac_address")(_mac)
+
+
+class PortUpdate(Body):
+    name: str | None = Field(None, max_length=255)
+    description: str | None = Field(None, max_length=255)
+    admin_state_up: bool | None = None
+    mac_address: str | None = None
+    fixed_ips: list[FixedIp] | None = None
+    device_id: str | None = Field(None, max_length=255)
+    device_owner: str | None = Field(None, max_length=255)
+    security_groups: list[str] | None = None
+    port_security_enabled: bool | None = None
+    vnic_type: Literal["normal", "direct"] | None = Field(None, alias="binding:vnic_type")
+    host_id: str | None = Field(None, alias="binding:host_id", max_length=255)
+    profile: dict[str, Any] | None = Field(None, alias="binding:profile")
+
+    _mac = field_validator("mac_address")(_mac)
+
+
+READ_ONLY = ("id", "status", "binding:vif_type", "binding:vif_details", "created_at", "updated_at", "revision_number")
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def to_dicts(conn: Connection, rows: list[Any], fields: set[str] | None = None) -> list[dict[str, Any]]:
+    ids = [r.id for r in rows]
+    want = (lambda name: True) if not fields else (lambda name: name in fields)
+    ips: dict[str, list[dict[str, str]]] = defaultdict(list)
+    if want("fixed_ips"):
+        for chunk in common.chunks(ids, 5000):
+            for pid, sid, ip in conn.execute(
+                select(A.c.port_id, A.c.subnet_id, A.c.ip_address).where(A.c.port_id.in_(chunk))
+            ):
+                ips[pid].append({"subnet_id": sid, "ip_address": ip})
+    sgs: dict[str, list[str]] = defaultdict(list)
+    if want("security_groups"):
+        for chunk in common.chunks(ids, 5000):
+            for pid, sg in conn.execute(select(PSG.c.port_id, PSG.c.security_group_id).where(PSG.c.port_id.in_(chunk))):
+                sgs[pid].append(sg)
+    tags = common.load_tags(conn, ids) if want("tags") else {}
+    out = []
+    for r in rows:
+        d = common.standard_fields(r, tags.get(r.id))
+        fixed = ips.get(r.id, [])
+        fixed.sort(key=lambda f: (":" in f["ip_address"], f["ip_address"]))
+        d.update(
+            {
+                "network_id": r.network_id,
+                "mac_address": r.mac_address,
+                "admin_state_up": r.admin_state_up,
+                "status": r.status,
+                "device_id": r.device_id,
+                "device_owner": r.device_owner,
+                "fixed_ips": fixed,
+                "security_groups": sorted(sgs.get(r.id, [])),
+                "port_security_enabled": r.port_security_enabled,
+                "allowed_address_pairs": [],
+                "extra_dhcp_opts": [],
+                "binding:vnic_type": r.vnic_type,
+                "binding:host_id": r.host_id,
+                "binding:profile": r.profile,
+                "binding:vif_type": r.vif_type,
+                "binding:vif_details": r.vif_details,
+            }
+        )
+        out.append(d)
+    return out
+
+
+def _visible_stmt(ctx: Context) -> Any:
+    stmt = select(P)
+    cond = common.visible(P, ctx)
+    return stmt if cond is None else stmt.where(cond)
+
+
+def list_ports(store: Store, ctx: Context, q: ListQuery) -> Page:
+    with store.read() as conn:
+        rows, more = fetch_page(conn, P, ATTRS, _visible_stmt(ctx), q, "port")
+        return Page(to_dicts(conn, rows, set(q.fields) if q.fields else None), more)
+
+
+def get_port(store: Store, ctx: Context, port_id: str) -> dict[str, Any]:
+    with store.read() as conn:
+        return to_dicts(conn, [common.get_row(conn, P, "port", port_id, ctx)])[0]
+
+
+def load(conn: Connection, ids: list[str]) -> list[dict[str, Any]]:
+    rows = {r.id: r for chunk in common.chunks(ids, 5000) for r in conn.execute(select(P).where(P.c.id.in_(chunk)))}
+    return to_dicts(conn, [rows[i] for i in ids])
+
+
+# -- creating -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    row: dict[str, Any]
+    network: Any
+    # (subnet, requested address or None for "any free one")
+    ips: list[tuple[SubnetInfo, str | None]] = field(default_factory=list)
+    # IP versions for which to pick a subnet and address automatically.
+    auto_versions: list[int] = field(default_factory=list)
+    sgs: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+
+
+class _Creator:
+    """Plans, then writes, a batch of ports in one transaction with set-at-a-time queries."""
+
+    def __init__(self, tx: Tx, ctx: Context) -> None:
+        self.tx, self.ctx = tx, ctx
+        self._networks: dict[str, Any] = {}
+        self._subnets: dict[str, list[SubnetInfo]] = {}
+        self._default_sg: dict[str, str] = {}
+
+    def network(self, network_id: str) -> Any:
+        if network_id not in self._networks:
+            self._networks[network_id] = networks.get_visible(self.tx.conn, self.ctx, network_id)
+        return self._networks[network_id]
+
+    def subnets(self, network_id: str) -> list[SubnetInfo]:
+        if network_id not in self._subnets:
+            rows = self.tx.conn.execute(
+                select(t.subnets)
+                .where(t.subnets.c.network_id == network_id)
+                .order_by(t.subnets.c.created_at, t.subnets.c.id)
+            ).all()
+            self._subnets[network_id] = [SubnetInfo.from_row(r) for r in rows]
+        return self._subnets[network_id]
+
+    def plan(self, spec: PortCreate) -> _Plan:
+        network = self.network(spec.network_id)
+        project = common.owner_project(self.ctx, spec.project_id or spec.tenant_id)
+        if network.project_id != project and not (network.shared or network.router_external or self.ctx.is_admin):
+            raise not_found("network", spec.network_id)
+        if spec.mac_address is not None and not self.ctx.is_admin and network.project_id != project:
+            raise Forbidden("Only admins may set mac_address on another project's network")
+        row = common.new_standard(self.ctx, project, self.tx.now, spec.name, spec.description)
+        row.update(
+            network_id=network.id,
+            mac_address=spec.mac_address,
+            admin_state_up=spec.admin_state_up,
+            status="DOWN",
+            device_id=spec.device_id,
+            device_owner=spec.device_owner,
+            port_security_enabled=spec.port_security_enabled,
+            vnic_type=spec.vnic_type,
+            host_id=spec.host_id,
+            profile=spec.profile or {},
+            vif_type="unbound",
+            vif_details={},
+        )
+        plan = _Plan(row=row, network=network, tags=spec.tags)
+        if spec.fixed_ips is None:
+            versions = sorted({s.version for s in self.subnets(network.id)})
+            plan.auto_versions = versions
+        else:
+            plan.ips = self.requested_ips(network.id, spec.fixed_ips, spec.device_owner)
+        plan.sgs = self.security_groups(spec.security_groups, spec, project)
+        return plan
+
+    def requested_ips(self, network_id: str, fixed: list[FixedIp], owner: str) -> list[tuple[SubnetInfo, str | None]]:
+        subnets = {s.id: s for s in self.subnets(network_id)}
+        out: list[tuple[SubnetInfo, str | None]] = []
+        for item in fixed:
+            if item.subnet_id is not None:
+                subnet = subnets.get(item.subnet_id)
+                if subnet is None:
+                    raise InvalidInput(
+                        f"Failed to create port on network {network_id}, because fixed_ips included invalid "
+                        f"subnet {item.subnet_id}."
+                    )
+            else:
+                ip = ipaddress.ip_address(item.ip_address or "")
+                subnet = next((s for s in subnets.values() if s.contains(ip)), None)
+                if subnet is None:
+                    raise InvalidInput(
+                        f"Failed to create port on network {network_id}, because fixed_ips included invalid "
+                        f"IP address {item.ip_address}."
+                    )
+            if item.ip_address is not None:
+                ip = ipaddress.ip_address(item.ip_address)
+                if not subnet.contains(ip) or subnet.reserved(ip):
+                    raise BadRequest(
+                        f"IP address {item.ip_address} is not a valid IP for the specified subnet.",
+                        type="InvalidIpForSubnet",
+                    )
+                if item.ip_address == subnet.gateway_ip and owner not in (ROUTER_INTERFACE,):
+                    raise ipam.already_allocated(item.ip_address, network_id)
+            entry = (subnet, item.ip_address)
+            if item.ip_address is not None and entry in out:
+                raise InvalidInput(f"Duplicate IP address '{item.ip_address}' in fixed_ips")
+            out.append(entry)
+        return out
+
+    def security_groups(self, requested: list[str] | None, spec: Any, project: str) -> list[str]:
+        owner = spec.device_owner or ""
+        if owner.startswith("network:"):
+            return []
+        if not spec.port_security_enabled:
+            if requested:
+                raise Conflict(
+                    "Port has security group associated. Cannot disable port security or IP address until "
+                    "security group is removed",
+                    type="PortSecurityPortHasSecurityGroup",
+                )
+            return []
+        if requested is not None:
+            return security_groups.check_usable(self.tx.conn, self.ctx, requested, project)
+        if project not in self._default_sg:
+            self._default_sg[project] = security_groups.ensure_default(self.tx, project)
+        return [self._default_sg[project]]
+
+    # -- writing --
+
+    def write(self, plans: list[_Plan]) -> None:
+        self.assign_macs(plans)
+        self.check_requested_free(plans)
+        rows = [p.row for p in plans]
+        try:
+            self.tx.conn.execute(insert(P), rows)
+        except IntegrityError:
+            raise Conflict("A MAC address was taken concurrently; retry the request.", type="MacAddressInUse") from None
+        self.allocate(plans)
+        sg_rows = [{"port_id": p.row["id"], "security_group_id": sg} for p in plans for sg in p.sgs]
+        if sg_rows:
+            self.tx.conn.execute(insert(PSG), sg_rows)
+        tag_rows = [{"resource_id": p.row["id"], "tag": tag} for p in plans for tag in sorted(set(p.tags))]
+        if tag_rows:
+            self.tx.conn.execute(insert(t.tags), tag_rows)
+        for p in plans:
+            self.tx.record("port", p.row["id"], "create", p.row["project_id"])
+
+    def assign_macs(self, plans: list[_Plan]) -> None:
+        by_network: dict[str, list[_Plan]] = defaultdict(list)
+        for p in plans:
+            by_network[p.row["network_id"]].append(p)
+        for network_id, group in by_network.items():
+            chosen = [p.row["mac_address"] for p in group if p.row["mac_address"]]
+            taken = self._macs_in_use(network_id, chosen)
+            if taken or len(set(chosen)) != len(chosen):
+                mac = taken[0] if taken else next(m for m in chosen if chosen.count(m) > 1)
+                raise Conflict(
+                    f"Unable to complete operation for network {network_id}. The mac address {mac} is in use.",
+                    type="MacAddressInUse",
+                )
+            used = set(chosen)
+            missing = [p for p in group if not p.row["mac_address"]]
+            while missing:
+                fresh: list[str] = []
+                while len(fresh) < len(missing):
+                    b = secrets.token_bytes(3)
+                    mac = f"{MAC_PREFIX}:{b[0]:02x}:{b[1]:02x}:{b[2]:02x}"
+                    if mac not in used:
+                        used.add(mac)
+                        fresh.append(mac)
+                clash = set(self._macs_in_use(network_id, fresh))
+                still: list[_Plan] = []
+                for p, mac in zip(missing, fresh, strict=True):
+                    if mac in clash:
+                        still.append(p)
+                    else:
+                        p.row["mac_address"] = mac
+                missing = still
+
+    def _macs_in_use(self, network_id: str, macs: list[str]) -> list[str]:
+        out: list[str] = []
+        for chunk in common.chunks(macs, 5000):
+            out += [
+                r[0]
+                for r in self.tx.conn.execute(
+                    select(P.c.mac_address).where(P.c.network_id == network_id, P.c.mac_address.in_(chunk))
+                )
+            ]
+        return out
+
+    def check_requested_free(self, plans: list[_Plan]) -> None:
+        by_subnet: dict[str, list[str]] = defaultdict(list)
+        for p in plans:
+            for subnet, ip in p.ips:
+                if ip is not None:
+                    if ip in by_subnet[subnet.id]:
+                        raise ipam.already_allocated(ip, subnet.network_id)
+                    by_subnet[subnet.id].append(ip)
+        for subnet_id, ips in by_subnet.items():
+            for chunk in common.chunks(ips, 5000):
+                taken = self.tx.conn.execute(
+                    select(A.c.ip_address, A.c.network_id).where(A.c.subnet_id == subnet_id, A.c.ip_address.in_(chunk))
+                ).first()
+                if taken:
+                    raise ipam.already_allocated(taken[0], taken[1])
+
+    def allocate(self, plans: list[_Plan]) -> None:
+        """Fill in automatic addresses, then insert every allocation; retry any lost to a race."""
+        want: dict[str, list[tuple[_Plan, SubnetInfo | None, int | None]]] = defaultdict(list)
+        fixed_rows: list[dict[str, str]] = []
+        for p in plans:
+            for subnet, ip in p.ips:
+                if ip is None:
+                    want[subnet.id].append((p, subnet, None))
+                else:
+                    fixed_rows.append(self._alloc_row(p, subnet, ip))
+            for version in p.auto_versions:
+                want[f"{p.network.id}/v{version}"].append((p, None, version))
+        lost = ipam.insert_allocations(self.tx.conn, self.tx.conn.dialect.name, fixed_rows)
+        if lost:
+            _subnet_id, ip = next(iter(lost))
+            raise ipam.already_allocated(ip, next(r["network_id"] for r in fixed_rows if r["ip_address"] == ip))
+        for _key, requests in want.items():
+            pending = requests
+            for _attempt in range(5):
+                pending = self._allocate_group(pending)
+                if not pending:
+                    break
+            if pending:
+                raise ipam.generation_failed(pending[0][0].network.id)
+
+    def _allocate_group(self, requests: list[tuple[_Plan, SubnetInfo | None, int | None]]) -> list[Any]:
+        """Allocate for requests that share one subnet (or one network and IP version)."""
+        plan0, subnet0, version = requests[0]
+        candidates = [subnet0] if subnet0 is not None else [
+            s for s in self.subnets(plan0.network.id) if s.version == version
+        ]  # fmt: skip
+        remaining = list(requests)
+        rows: list[dict[str, str]] = []
+        for subnet in candidates:
+            if not remaining:
+                break
+            free = ipam.find_free(self.tx.conn, subnet, len(remaining), set())
+            for ip in free:
+                req = remaining.pop(0)
+                rows.append(self._alloc_row(req[0], subnet, ip))
+        if remaining:
+            raise ipam.generation_failed(plan0.network.id)
+        lost = ipam.insert_allocations(self.tx.conn, self.tx.conn.dialect.name, rows)
+        if not lost:
+            return []
+        by_port = {p.row["id"]: p for p, _s, _v in requests}
+        return [(by_port[r["port_id"]], subnet0, version) for r in rows if (r["subnet_id"], r["ip_address"]) in lost]
+
+    @staticmethod
+    def _alloc_row(plan: _Plan, subnet: SubnetInfo, ip: str) -> dict[str, str]:
+        return {"subnet_id": subnet.id, "ip_address": ip, "network_id": subnet.network_id, "port_id": plan.row["id"]}
+
+
+def create_in_tx(tx: Tx, ctx: Context, specs: list[PortCreate]) -> list[str]:
+    creator = _Creator(tx, ctx)
+    plans = [creator.plan(s) for s in specs]
+    creator.write(plans)
+    return [p.row["id"] for p in plans]
+
+
+def create_ports(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for b in bodies:
+        _reject_read_only(b, "POST")
+    specs = [parse(PortCreate, b) for b in bodies]
+    with store.write() as tx:
+        ids = create_in_tx(tx, ctx, specs)
+        return load(tx.conn, ids)
+
+
+def _reject_read_only(body: Any, method: str) -> None:
+    if isinstance(body, dict):
+        for key in READ_ONLY:
+            if key in body:
+                raise BadRequest(f"Attribute '{key}' not allowed in {method}")
+
+
+# -- updating and deleting ----------------------------------------------------------------------
+
+
+def update_port(store: Store, ctx: Context, port_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    _reject_read_only(body, "PUT")
+    if isinstance(body, dict) and "network_id" in body:
+        raise BadRequest("Attribute 'network_id' not allowed in PUT")
+    spec = parse(PortUpdate, body)
+    with store.write() as tx:
+        update_in_tx(tx, ctx, port_id, spec)
+        return load(tx.conn, [port_id])[0]
+
+
+def update_in_tx(tx: Tx, ctx: Context, port_id: str, spec: PortUpdate, extra: dict[str, Any] | None = None) -> None:
+    row = common.get_row(tx.conn, P, "port", port_id, ctx)
+    given = spec.model_fields_set
+    changes: dict[str, Any] = dict(extra or {})
+    for key in ("name", "description", "admin_state_up", "device_id", "device_owner", "vnic_type", "host_id"):
+        if key in given and getattr(spec, key) is not None:
+            changes[key] = getattr(spec, key)
+    if "profile" in given:
+        changes["profile"] = spec.profile or {}
+    if "mac_address" in given and spec.mac_address and spec.mac_address != row.mac_address:
+        if not ctx.is_admin:
+            raise Forbidden("Only admins may change a port's MAC address")
+        if row.vif_type not in ("unbound", "binding_failed"):
+            raise Conflict(f"Unable to complete operation on port {port_id}, port is already bound", type="PortBound")
+        clash = tx.conn.execute(
+            select(P.c.id).where(P.c.network_id == row.network_id, P.c.mac_address == spec.mac_address)
+        ).first()
+        if clash:
+            raise Conflict(
+                f"Unable to complete operation for network {row.network_id}. "
+                f"The mac address {spec.mac_address} is in use.",
+                type="MacAddressInUse",
+            )
+        changes["mac_address"] = spec.mac_address
+    port_security = spec.port_security_enabled if "port_security_enabled" in given else row.port_security_enabled
+    if port_security is not None:
+        changes["port_security_enabled"] = port_security
+    if "security_groups" in given or "port_security_enabled" in given:
+        _update_security_groups(
+            tx, ctx, row, spec.security_groups if "security_groups" in given else None, bool(port_security)
+        )
+    if "fixed_ips" in given:
+        _update_fixed_ips(tx, ctx, row, spec.fixed_ips or [], changes.get("device_owner", row.device_owner))
+    common.touch(tx, P, port_id, "port", row.project_id, changes)
+
+
+def _update_security_groups(tx: Tx, ctx: Context, row: Any, requested: list[str] | None, port_security: bool) -> None:
+    current = [r[0] for r in tx.conn.execute(select(PSG.c.security_group_id).where(PSG.c.port_id == row.id))]
+    target = current if requested is None else security_groups.check_usable(tx.conn, ctx, requested, row.project_id)
+    if not port_security and target:
+        raise Conflict(
+            "Port has security group associated. Cannot disable port security or IP address until security "
+            "group is removed",
+            type="PortSecurityPortHasSecurityGroup",
+        )
+    if set(target) != set(current):
+        tx.conn.execute(delete(PSG).where(PSG.c.port_id == row.id))
+        if target:
+            tx.conn.execute(insert(PSG), [{"port_id": row.id, "security_group_id": sg} for sg in target])
+
+
+def _update_fixed_ips(tx: Tx, ctx: Context, row: Any, fixed: list[FixedIp], owner: str) -> None:
+    creator = _Creator(tx, ctx)
+    requested = creator.requested_ips(row.network_id, fixed, owner)
+    current = {
+        (sid, ip) for sid, ip in tx.conn.execute(select(A.c.subnet_id, A.c.ip_address).where(A.c.port_id == row.id))
+    }
+    keep: set[tuple[str, str]] = set()
+    new: list[tuple[SubnetInfo, str | None]] = []
+    for subnet, ip in requested:
+        if ip is not None and (subnet.id, ip) in current:
+            keep.add((subnet.id, ip))
+        elif ip is None and (held := next((c for c in current if c[0] == subnet.id and c not in keep), None)):
+            keep.add(held)
+        else:
+            new.append((subnet, ip))
+    for sid, ip in current - keep:
+        tx.conn.execute(delete(A).where(A.c.subnet_id == sid, A.c.ip_address == ip))
+    if new:
+        plan = _Plan(row={"id": row.id}, network=creator.network(row.network_id), ips=new)
+        creator.check_requested_free([plan])
+        creator.allocate([plan])
+
+
+def delete_port(store: Store, ctx: Context, port_id: str) -> None:
+    with store.write() as tx:
+        row = common.get_row(tx.conn, P, "port", port_id, ctx)
+        if row.device_owner in ROUTER_OWNERS:
+            raise Conflict(
+                f"Port {port_id} cannot be deleted directly via the port API: has device owner {row.device_owner}.",
+                type="ServicePortInUse",
+            )
+        delete_in_tx(tx, row)
+
+
+def delete_in_tx(tx: Tx, row: Any) -> None:
+    tx.conn.execute(delete(A).where(A.c.port_id == row.id))
+    tx.conn.execute(delete(PSG).where(PSG.c.port_id == row.id))
+    tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == row.id))
+    tx.conn.execute(delete(P).where(P.c.id == row.id))
+    tx.record("port", row.id, "delete", row.project_id)

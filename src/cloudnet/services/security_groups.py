@@ -1,0 +1,355 @@
+"""Security groups and their rules (stored and served; enforcement is the dataplane's job)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from cloudnet.errors import BadRequest, Conflict, not_found
+from cloudnet.services import common
+from cloudnet.services.context import Context
+from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
+from cloudnet.services.validation import Body, parse
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store, Tx
+
+SG = t.security_groups
+R = t.security_group_rules
+PROTOCOL_NUMBERS = {
+    "ah": 51, "dccp": 33, "egp": 8, "esp": 50, "gre": 47, "icmp": 1, "icmpv6": 58, "igmp": 2,
+    "ipip": 4, "ipv6-encap": 41, "ipv6-frag": 44, "ipv6-icmp": 58, "ipv6-nonxt": 59, "ipv6-opts": 60,
+    "ipv6-route": 43, "ospf": 89, "pgm": 113, "rsvp": 46, "sctp": 132, "tcp": 6, "udp": 17,
+    "udplite": 136, "vrrp": 112,
+}  # fmt: skip
+PORT_PROTOCOLS = {"tcp", "udp", "sctp", "dccp", "udplite", "6", "17", "132", "33", "136"}
+ICMP_PROTOCOLS = {"icmp", "icmpv6", "ipv6-icmp", "1", "58"}
+
+ATTRS: dict[str, Attr] = {
+    **common.standard_attrs(SG),
+    "stateful": Attr(SG.c.stateful, to_bool),
+}
+RULE_ATTRS: dict[str, Attr] = {
+    "id": Attr(R.c.id),
+    "project_id": Attr(R.c.project_id),
+    "tenant_id": Attr(R.c.project_id),
+    "description": Attr(R.c.description),
+    "security_group_id": Attr(R.c.security_group_id),
+    "direction": Attr(R.c.direction),
+    "ethertype": Attr(R.c.ethertype),
+    "protocol": Attr(R.c.protocol),
+    "port_range_min": Attr(R.c.port_range_min, to_int),
+    "port_range_max": Attr(R.c.port_range_max, to_int),
+    "remote_ip_prefix": Attr(R.c.remote_ip_prefix),
+    "remote_group_id": Attr(R.c.remote_group_id),
+    "revision_number": Attr(R.c.revision_number, to_int),
+}
+
+
+class GroupCreate(Body):
+    name: str = Field("", max_length=255)
+    description: str = Field("", max_length=255)
+    project_id: str | None = Field(None, max_length=255)
+    tenant_id: str | None = Field(None, max_length=255)
+    stateful: bool = True
+    tags: list[str] = Field(default_factory=list)
+
+
+class GroupUpdate(Body):
+    name: str | None = Field(None, max_length=255)
+    description: str | None = Field(None, max_length=255)
+    stateful: bool | None = None
+
+
+class RuleCreate(Body):
+    security_group_id: str
+    direction: Literal["ingress", "egress"]
+    ethertype: Literal["IPv4", "IPv6"] = "IPv4"
+    protocol: str | int | None = None
+    port_range_min: int | None = Field(None, ge=0, le=65535)
+    port_range_max: int | None = Field(None, ge=0, le=65535)
+    remote_ip_prefix: str | None = None
+    remote_group_id: str | None = None
+    remote_address_group_id: None = None
+    description: str = Field("", max_length=255)
+    project_id: str | None = Field(None, max_length=255)
+    tenant_id: str | None = Field(None, max_length=255)
+
+    @model_validator(mode="after")
+    def _check(self) -> RuleCreate:
+        proto = self.protocol
+        if isinstance(proto, int) or (isinstance(proto, str) and proto.isdigit()):
+            number = int(proto)
+            if not 0 <= number <= 255:
+                raise ValueError(f"Security group rule protocol {proto} not supported; numbers must be 0..255")
+            self.protocol = str(number)
+        elif proto is not None:
+            if proto.lower() not in PROTOCOL_NUMBERS and proto.lower() != "any":
+                raise ValueError(f"Security group rule protocol {proto} not supported")
+            self.protocol = None if proto.lower() == "any" else proto.lower()
+        lo, hi = self.port_range_min, self.port_range_max
+        if (lo is not None or hi is not None) and self.protocol is None:
+            raise ValueError("Must also specify protocol if port range is given")
+        if self.protocol in PORT_PROTOCOLS and lo is not None and hi is not None and lo > hi:
+            raise ValueError("For TCP/UDP protocols, port_range_min must be <= port_range_max")
+        if self.protocol in PORT_PROTOCOLS and (lo == 0 or hi == 0):
+            raise ValueError("Invalid value for port 0")
+        if self.remote_ip_prefix is not None and self.remote_group_id is not None:
+            raise ValueError("Only remote_ip_prefix or remote_group_id may be provided")
+        if self.remote_ip_prefix is not None:
+            try:
+                net = ipaddress.ip_network(self.remote_ip_prefix, strict=False)
+            except ValueError:
+                raise ValueError(f"'{self.remote_ip_prefix}' is not a valid IP prefix") from None
+            if f"IPv{net.version}" != self.ethertype:
+                raise ValueError(f"Conflicting value ethertype {self.ethertype} for CIDR {self.remote_ip_prefix}")
+            self.remote_ip_prefix = str(net)
+        return self
+
+
+def _sg_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
+    ids = [r.id for r in rows]
+    rules: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for chunk in common.chunks(ids, 5000):
+        for rule in conn.execute(select(R).where(R.c.security_group_id.in_(chunk)).order_by(R.c.created_at, R.c.id)):
+            rules[rule.security_group_id].append(_rule_dict(rule))
+    tags = common.load_tags(conn, ids)
+    out = []
+    for r in rows:
+        d = common.standard_fields(r, tags.get(r.id))
+        d.update({"stateful": r.stateful, "shared": False, "security_group_rules": rules.get(r.id, [])})
+        out.append(d)
+    return out
+
+
+def _rule_dict(r: Any) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "project_id": r.project_id,
+        "tenant_id": r.project_id,
+        "security_group_id": r.security_group_id,
+        "direction": r.direction,
+        "ethertype": r.ethertype,
+        "protocol": r.protocol,
+        "port_range_min": r.port_range_min,
+        "port_range_max": r.port_range_max,
+        "remote_ip_prefix": r.remote_ip_prefix,
+        "remote_group_id": r.remote_group_id,
+        "remote_address_group_id": None,
+        "normalized_cidr": r.remote_ip_prefix,
+        "description": r.description,
+        "created_at": common.fmt_time(r.created_at),
+        "updated_at": common.fmt_time(r.updated_at),
+        "revision_number": r.revision_number,
+        "tags": [],
+        "belongs_to_default_sg": None,
+    }
+
+
+# -- default group ------------------------------------------------------------------------------
+
+
+def ensure_default(tx: Tx, project_id: str) -> str:
+    """Id of the project's `default` group, created with Neutron's default rules on first use."""
+    existing = tx.conn.execute(select(SG.c.id).where(SG.c.default_for_project == project_id)).scalar()
+    if existing:
+        return str(existing)
+    sg_id = common.new_id()
+    module = postgresql if tx.conn.dialect.name == "postgresql" else sqlite
+    stmt = module.insert(SG).on_conflict_do_nothing(index_elements=["default_for_project"])
+    inserted = tx.conn.execute(
+        stmt.values(
+            id=sg_id, project_id=project_id, name="default", description="Default security group",
+            created_at=tx.now, updated_at=tx.now, revision_number=0, stateful=True, default_for_project=project_id,
+        )
+    ).rowcount  # fmt: skip
+    if not inserted:  # another server created it concurrently
+        return str(tx.conn.execute(select(SG.c.id).where(SG.c.default_for_project == project_id)).scalar_one())
+    rules = []
+    for ethertype in ("IPv4", "IPv6"):
+        rules.append(("egress", ethertype, None))
+        rules.append(("ingress", ethertype, sg_id))
+    tx.conn.execute(
+        insert(R),
+        [
+            {
+                "id": common.new_id(), "project_id": project_id, "description": "", "created_at": tx.now,
+                "updated_at": tx.now, "revision_number": 0, "security_group_id": sg_id, "direction": d,
+                "ethertype": e, "protocol": None, "port_range_min": None, "port_range_max": None,
+                "remote_ip_prefix": None, "remote_group_id": remote,
+            }
+            for d, e, remote in rules
+        ],
+    )  # fmt: skip
+    tx.record("security_group", sg_id, "create", project_id)
+    return sg_id
+
+
+def check_usable(conn: Connection, ctx: Context, ids: list[str], port_project: str) -> list[str]:
+    """The given groups, deduplicated; 404 for any the caller may not use on that port."""
+    unique = list(dict.fromkeys(ids))
+    if not unique:
+        return []
+    rows = {r.id: r for r in conn.execute(select(SG.c.id, SG.c.project_id).where(SG.c.id.in_(unique)))}
+    for sg_id in unique:
+        row = rows.get(sg_id)
+        if row is None or (row.project_id != port_project and not ctx.is_admin):
+            raise not_found("security_group", sg_id)
+    return unique
+
+
+# -- groups -------------------------------------------------------------------------------------
+
+
+def _ensure_default_for(store: Store, ctx: Context) -> None:
+    # Neutron creates a project's default group the first time the project looks at its groups.
+    with store.read() as conn:
+        if conn.execute(select(SG.c.id).where(SG.c.default_for_project == ctx.project_id)).first():
+            return
+    with store.write() as tx:
+        ensure_default(tx, ctx.project_id)
+
+
+def list_groups(store: Store, ctx: Context, q: ListQuery) -> Page:
+    _ensure_default_for(store, ctx)
+    with store.read() as conn:
+        stmt = select(SG)
+        cond = common.visible(SG, ctx)
+        if cond is not None:
+            stmt = stmt.where(cond)
+        rows, more = fetch_page(conn, SG, ATTRS, stmt, q, "security_group")
+        return Page(_sg_dicts(conn, rows), more)
+
+
+def get_group(store: Store, ctx: Context, sg_id: str) -> dict[str, Any]:
+    with store.read() as conn:
+        return _sg_dicts(conn, [common.get_row(conn, SG, "security_group", sg_id, ctx)])[0]
+
+
+def create_groups(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    specs = [parse(GroupCreate, b) for b in bodies]
+    with store.write() as tx:
+        ids = []
+        for spec in specs:
+            if spec.name == "default":
+                raise Conflict("Default security group already exists.", type="SecurityGroupDefaultAlreadyExists")
+            row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+            row.update(stateful=spec.stateful, default_for_project=None)
+            ensure_default(tx, row["project_id"])
+            tx.conn.execute(insert(SG).values(**row))
+            tx.conn.execute(
+                insert(R),
+                [
+                    {
+                        "id": common.new_id(), "project_id": row["project_id"], "description": "",
+                        "created_at": tx.now, "updated_at": tx.now, "revision_number": 0,
+                        "security_group_id": row["id"], "direction": "egress", "ethertype": e, "protocol": None,
+                        "port_range_min": None, "port_range_max": None, "remote_ip_prefix": None,
+                        "remote_group_id": None,
+                    }
+                    for e in ("IPv4", "IPv6")
+                ],
+            )  # fmt: skip
+            if spec.tags:
+                common.set_tags(tx.conn, row["id"], spec.tags)
+            tx.record("security_group", row["id"], "create", row["project_id"])
+            ids.append(row["id"])
+        rows = {r.id: r for r in tx.conn.execute(select(SG).where(SG.c.id.in_(ids)))}
+        return _sg_dicts(tx.conn, [rows[i] for i in ids])
+
+
+def update_group(store: Store, ctx: Context, sg_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    spec = parse(GroupUpdate, body)
+    changes = {k: v for k, v in spec.model_dump(exclude_unset=True).items() if v is not None}
+    with store.write() as tx:
+        row = common.get_row(tx.conn, SG, "security_group", sg_id, ctx)
+        if row.default_for_project and changes.get("name", "default") != "default":
+            raise Conflict("Updating default security group not allowed.", type="SecurityGroupCannotUpdateDefault")
+        common.touch(tx, SG, sg_id, "security_group", row.project_id, changes)
+        return _sg_dicts(tx.conn, [tx.conn.execute(select(SG).where(SG.c.id == sg_id)).one()])[0]
+
+
+def delete_group(store: Store, ctx: Context, sg_id: str) -> None:
+    with store.write() as tx:
+        row = common.get_row(tx.conn, SG, "security_group", sg_id, ctx)
+        if row.default_for_project and not ctx.is_admin:
+            raise Conflict("Removing default security group not allowed.", type="SecurityGroupCannotRemoveDefault")
+        in_use = tx.conn.execute(
+            select(t.port_security_groups.c.port_id).where(t.port_security_groups.c.security_group_id == sg_id).limit(1)
+        ).first()
+        referenced = tx.conn.execute(
+            select(R.c.id).where(R.c.remote_group_id == sg_id, R.c.security_group_id != sg_id).limit(1)
+        ).first()
+        if in_use or referenced:
+            raise Conflict(f"Security Group {sg_id} in use.", type="SecurityGroupInUse")
+        rule_ids = [r[0] for r in tx.conn.execute(select(R.c.id).where(R.c.security_group_id == sg_id))]
+        tx.conn.execute(delete(R).where(R.c.security_group_id == sg_id))
+        for rule_id in rule_ids:
+            tx.record("security_group_rule", rule_id, "delete", row.project_id)
+        tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == sg_id))
+        tx.conn.execute(delete(SG).where(SG.c.id == sg_id))
+        tx.record("security_group", sg_id, "delete", row.project_id)
+
+
+# -- rules --------------------------------------------------------------------------------------
+
+
+def list_rules(store: Store, ctx: Context, q: ListQuery) -> Page:
+    with store.read() as conn:
+        stmt = select(R)
+        cond = common.visible(R, ctx)
+        if cond is not None:
+            stmt = stmt.where(cond)
+        rows, more = fetch_page(conn, R, RULE_ATTRS, stmt, q, "security_group_rule")
+        return Page([_rule_dict(r) for r in rows], more)
+
+
+def get_rule(store: Store, ctx: Context, rule_id: str) -> dict[str, Any]:
+    with store.read() as conn:
+        return _rule_dict(common.get_row(conn, R, "security_group_rule", rule_id, ctx))
+
+
+def create_rules(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    specs = [parse(RuleCreate, b) for b in bodies]
+    with store.write() as tx:
+        ids = []
+        for spec in specs:
+            group = common.get_row(tx.conn, SG, "security_group", spec.security_group_id, ctx)
+            if spec.remote_group_id is not None:
+                common.get_row(tx.conn, SG, "security_group", spec.remote_group_id, ctx)
+            if spec.protocol in ICMP_PROTOCOLS and spec.port_range_min is not None and spec.port_range_min > 255:
+                raise BadRequest(f"Invalid value for ICMP type {spec.port_range_min}: must be 0..255")
+            values = {
+                "security_group_id": group.id, "direction": spec.direction, "ethertype": spec.ethertype,
+                "protocol": spec.protocol, "port_range_min": spec.port_range_min,
+                "port_range_max": spec.port_range_max, "remote_ip_prefix": spec.remote_ip_prefix,
+                "remote_group_id": spec.remote_group_id,
+            }  # fmt: skip
+            dup = tx.conn.execute(select(R.c.id).where(*[R.c[k].is_(v) if v is None else R.c[k] == v
+                                                          for k, v in values.items()])).scalar()  # fmt: skip
+            if dup:
+                raise Conflict(f"Security group rule already exists. Rule id is {dup}.", type="SecurityGroupRuleExists")
+            rule_id = common.new_id()
+            tx.conn.execute(
+                insert(R).values(
+                    id=rule_id, project_id=group.project_id, description=spec.description, created_at=tx.now,
+                    updated_at=tx.now, revision_number=0, **values,
+                )
+            )  # fmt: skip
+            common.touch(tx, SG, group.id, "security_group", group.project_id)
+            tx.record("security_group_rule", rule_id, "create", group.project_id)
+            ids.append(rule_id)
+        rows = {r.id: r for r in tx.conn.execute(select(R).where(R.c.id.in_(ids)))}
+        return [_rule_dict(rows[i]) for i in ids]
+
+
+def delete_rule(store: Store, ctx: Context, rule_id: str) -> None:
+    with store.write() as tx:
+        rule = common.get_row(tx.conn, R, "security_group_rule", rule_id, ctx)
+        tx.conn.execute(delete(R).where(R.c.id == rule_id))
+        common.touch(tx, SG, rule.security_group_id, "security_group", rule.project_id)
+        tx.record("security_group_rule", rule_id, "delete", rule.project_id)

@@ -1,0 +1,379 @@
+"""Subnets: CIDR, gateway, allocation pools, DNS servers and host routes, validated as Neutron does."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from sqlalchemy import Connection, delete, insert, select
+
+from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
+from cloudnet.services import common, networks
+from cloudnet.services.context import Context
+from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
+from cloudnet.services.validation import Body, check_ip, parse
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store, Tx
+
+S = t.subnets
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+MAX_DNS_NAMESERVERS = 5
+MAX_HOST_ROUTES = 20
+ROUTER_OWNERS = ("network:router_interface", "network:router_gateway")
+
+ATTRS: dict[str, Attr] = {
+    **common.standard_attrs(S),
+    "network_id": Attr(S.c.network_id),
+    "ip_version": Attr(S.c.ip_version, to_int),
+    "cidr": Attr(S.c.cidr),
+    "gateway_ip": Attr(S.c.gateway_ip),
+    "enable_dhcp": Attr(S.c.enable_dhcp, to_bool),
+    "ipv6_ra_mode": Attr(S.c.ipv6_ra_mode),
+    "ipv6_address_mode": Attr(S.c.ipv6_address_mode),
+}
+
+
+class Pool(Body):
+    start: str
+    end: str
+
+    _ip = field_validator("start", "end")(check_ip)
+
+
+class HostRoute(Body):
+    destination: str
+    nexthop: str
+
+    @field_validator("destination")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        return str(_network(v))
+
+    _nexthop = field_validator("nexthop")(check_ip)
+
+
+Ipv6Mode = Literal["slaac", "dhcpv6-stateful", "dhcpv6-stateless"]
+
+# Sentinel so that an explicit `"gateway_ip": null` (no gateway) differs from an omitted one.
+AUTO = "auto"
+
+
+class SubnetCreate(Body):
+    network_id: str
+    cidr: str
+    ip_version: Literal[4, 6] | None = None
+    name: str = Field("", max_length=255)
+    description: str = Field("", max_length=255)
+    project_id: str | None = Field(None, max_length=255)
+    tenant_id: str | None = Field(None, max_length=255)
+    gateway_ip: str | None = AUTO
+    allocation_pools: list[Pool] | None = None
+    dns_nameservers: list[str] = Field(default_factory=list)
+    host_routes: list[HostRoute] = Field(default_factory=list)
+    enable_dhcp: bool = True
+    ipv6_ra_mode: Ipv6Mode | None = None
+    ipv6_address_mode: Ipv6Mode | None = None
+    subnetpool_id: None = None
+    tags: list[str] = Field(default_factory=list)
+
+    _dns = field_validator("dns_nameservers")(lambda v: _dns_list(v))
+
+
+class SubnetUpdate(Body):
+    name: str | None = Field(None, max_length=255)
+    description: str | None = Field(None, max_length=255)
+    gateway_ip: str | None = AUTO
+    allocation_pools: list[Pool] | None = None
+    dns_nameservers: list[str] | None = None
+    host_routes: list[HostRoute] | None = None
+    enable_dhcp: bool | None = None
+
+    _dns = field_validator("dns_nameservers")(lambda v: None if v is None else _dns_list(v))
+
+
+def _network(text: str) -> Net:
+    try:
+        net = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise ValueError(f"'{text}' is not a valid IP subnet") from None
+    if ipaddress.ip_address(text.split("/")[0]) != net.network_address:
+        raise ValueError(f"'{text}' isn't a recommended CIDR, use '{net}'")
+    return net
+
+
+def _dns_list(values: list[str]) -> list[str]:
+    out = [check_ip(v) for v in values]
+    seen: set[str] = set()
+    for v in out:
+        if v in seen:
+            raise ValueError(f"Duplicate nameserver '{v}'")
+        seen.add(v)
+    if len(out) > MAX_DNS_NAMESERVERS:
+        raise ValueError(f"Exceeded maximum amount of DNS nameservers ({MAX_DNS_NAMESERVERS})")
+    return out
+
+
+def _hosts(cidr: Net) -> tuple[int, int]:
+    """First and last assignable host address of a CIDR, as integers."""
+    first, last = int(cidr.network_address), int(cidr.broadcast_address)
+    if cidr.version == 4 and cidr.prefixlen < 31:
+        return first + 1, last - 1
+    if cidr.version == 6 and cidr.prefixlen < 128:
+        return first + 1, last
+    return first, last
+
+
+def _default_gateway(cidr: Net) -> str | None:
+    lo, hi = _hosts(cidr)
+    return str(ipaddress.ip_address(lo)) if lo <= hi else None
+
+
+def _check_gateway(cidr: Net, gateway: str | None) -> str | None:
+    if gateway is None:
+        return None
+    try:
+        ip = ipaddress.ip_address(gateway)
+    except ValueError:
+        raise BadRequest(f"Invalid input for gateway_ip. Reason: '{gateway}' is not a valid IP address.") from None
+    lo, hi = _hosts(cidr)
+    if ip.version != cidr.version or not lo <= int(ip) <= hi:
+        raise InvalidInput(f"Gateway is not valid on subnet: {ip} is not a host address of {cidr}")
+    return str(ip)
+
+
+def _check_pools(cidr: Net, pools: list[Pool] | None, gateway: str | None) -> list[dict[str, str]]:
+    lo, hi = _hosts(cidr)
+    if pools is None:
+        if lo > hi:
+            return []
+        gw = int(ipaddress.ip_address(gateway)) if gateway else None
+        ranges = [(lo, hi)]
+        if gw is not None and lo <= gw <= hi:
+            ranges = [(a, b) for a, b in ((lo, gw - 1), (gw + 1, hi)) if a <= b]
+        return [{"start": str(ipaddress.ip_address(a)), "end": str(ipaddress.ip_address(b))} for a, b in ranges]
+    spans: list[tuple[int, int]] = []
+    for pool in pools:
+        start, end = ipaddress.ip_address(pool.start), ipaddress.ip_address(pool.end)
+        if start.version != cidr.version or end.version != cidr.version:
+            raise InvalidInput(f"Allocation pool {pool.start}-{pool.end} is not of IP version {cidr.version}")
+        if not (lo <= int(start) <= hi and lo <= int(end) <= hi):
+            raise BadRequest(
+                f"The allocation pool {pool.start}-{pool.end} spans beyond the subnet cidr {cidr}.",
+                type="OutOfBoundsAllocationPool",
+            )
+        if int(start) > int(end):
+            raise InvalidInput(f"Allocation pool start {pool.start} is after its end {pool.end}")
+        spans.append((int(start), int(end)))
+    spans.sort()
+    for (a0, a1), (b0, b1) in itertools.pairwise(spans):
+        if b0 <= a1:
+            raise BadRequest(
+                "Found overlapping allocation pools: "
+                f"{ipaddress.ip_address(a0)}-{ipaddress.ip_address(a1)} and "
+                f"{ipaddress.ip_address(b0)}-{ipaddress.ip_address(b1)} for subnet {cidr}.",
+                type="OverlappingAllocationPools",
+            )
+    if gateway is not None:
+        gw = int(ipaddress.ip_address(gateway))
+        for a, b in spans:
+            if a <= gw <= b:
+                raise Conflict(
+                    f"Gateway ip {gateway} conflicts with allocation pool "
+                    f"{ipaddress.ip_address(a)}-{ipaddress.ip_address(b)}.",
+                    type="GatewayConflictWithAllocationPools",
+                )
+    return [{"start": str(ipaddress.ip_address(a)), "end": str(ipaddress.ip_address(b))} for a, b in spans]
+
+
+def _check_routes(cidr: Net, routes: list[HostRoute]) -> list[dict[str, str]]:
+    if len(routes) > MAX_HOST_ROUTES:
+        raise BadRequest(
+            f"Unable to complete operation for subnet: exceeded maximum of {MAX_HOST_ROUTES} host routes.",
+            type="HostRoutesExhausted",
+        )
+    out: list[dict[str, str]] = []
+    for r in routes:
+        if (
+            ipaddress.ip_network(r.destination).version != cidr.version
+            or ipaddress.ip_address(r.nexthop).version != cidr.version
+        ):
+            raise InvalidInput(f"Host route {r.destination} via {r.nexthop} is not of IP version {cidr.version}")
+        item = {"destination": r.destination, "nexthop": r.nexthop}
+        if item in out:
+            raise InvalidInput(f"Duplicate hostroute '{r.destination} {r.nexthop}'")
+        out.append(item)
+    return out
+
+
+def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
+    tags = common.load_tags(conn, [r.id for r in rows])
+    out = []
+    for r in rows:
+        d = common.standard_fields(r, tags.get(r.id))
+        d.update(
+            {
+                "network_id": r.network_id,
+                "ip_version": r.ip_version,
+                "cidr": r.cidr,
+                "gateway_ip": r.gateway_ip,
+                "allocation_pools": r.allocation_pools,
+                "dns_nameservers": r.dns_nameservers,
+                "host_routes": r.host_routes,
+                "enable_dhcp": r.enable_dhcp,
+                "ipv6_ra_mode": r.ipv6_ra_mode,
+                "ipv6_address_mode": r.ipv6_address_mode,
+                "subnetpool_id": None,
+                "service_types": [],
+            }
+        )
+        out.append(d)
+    return out
+
+
+def _visible_stmt(ctx: Context) -> Any:
+    stmt = select(S)
+    if not ctx.is_admin:
+        shared = select(t.networks.c.id).where(networks.visibility(ctx))
+        stmt = stmt.where((S.c.project_id == ctx.project_id) | S.c.network_id.in_(shared))
+    return stmt
+
+
+def get_visible(conn: Connection, ctx: Context, subnet_id: str) -> Any:
+    row = conn.execute(_visible_stmt(ctx).where(S.c.id == subnet_id)).first()
+    if row is None:
+        raise not_found("subnet", subnet_id)
+    return row
+
+
+def list_subnets(store: Store, ctx: Context, q: ListQuery) -> Page:
+    with store.read() as conn:
+        rows, more = fetch_page(conn, S, ATTRS, _visible_stmt(ctx), q, "subnet")
+        return Page(to_dicts(conn, rows), more)
+
+
+def get_subnet(store: Store, ctx: Context, subnet_id: str) -> dict[str, Any]:
+    with store.read() as conn:
+        return to_dicts(conn, [get_visible(conn, ctx, subnet_id)])[0]
+
+
+def create_subnets(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    specs = [parse(SubnetCreate, b) for b in bodies]
+    with store.write() as tx:
+        ids = [_insert(tx, ctx, spec) for spec in specs]
+        rows = {r.id: r for r in tx.conn.execute(select(S).where(S.c.id.in_(ids)))}
+        return to_dicts(tx.conn, [rows[i] for i in ids])
+
+
+def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
+    network = networks.get_visible(tx.conn, ctx, spec.network_id)
+    if network.project_id != ctx.project_id and not ctx.is_admin:
+        raise Forbidden(f"Only the owner of network {network.id} may add subnets to it")
+    try:
+        cidr = _network(spec.cidr)
+    except ValueError as exc:
+        raise BadRequest(f"Invalid input for cidr. Reason: {exc}.") from None
+    if spec.ip_version is not None and spec.ip_version != cidr.version:
+        raise InvalidInput(f"Cidr {spec.cidr} does not match ip_version {spec.ip_version}")
+    if cidr.version == 6 and network.mtu < 1280:
+        raise InvalidInput(f"IPv6 subnets need a network MTU of at least 1280; network {network.id} has {network.mtu}")
+    if cidr.version == 4 and (spec.ipv6_ra_mode or spec.ipv6_address_mode):
+        raise InvalidInput("ipv6_ra_mode and ipv6_address_mode are only valid for IPv6 subnets")
+    for other in tx.conn.execute(select(S.c.id, S.c.cidr).where(S.c.network_id == network.id)):
+        if cidr.overlaps(ipaddress.ip_network(other.cidr)):
+            raise InvalidInput(
+                f"Requested subnet with cidr: {cidr} for network: {network.id} overlaps with another subnet."
+            )
+    gateway = _default_gateway(cidr) if spec.gateway_ip == AUTO else _check_gateway(cidr, spec.gateway_ip)
+    pools = _check_pools(cidr, spec.allocation_pools, gateway)
+    for dns in spec.dns_nameservers:
+        if ipaddress.ip_address(dns).version != cidr.version:
+            raise InvalidInput(f"DNS nameserver {dns} is not of IP version {cidr.version}")
+    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+    row.update(
+        network_id=network.id,
+        ip_version=cidr.version,
+        cidr=str(cidr),
+        gateway_ip=gateway,
+        allocation_pools=pools,
+        dns_nameservers=spec.dns_nameservers,
+        host_routes=_check_routes(cidr, spec.host_routes),
+        enable_dhcp=spec.enable_dhcp,
+        ipv6_ra_mode=spec.ipv6_ra_mode,
+        ipv6_address_mode=spec.ipv6_address_mode,
+    )
+    tx.conn.execute(insert(S).values(**row))
+    if spec.tags:
+        common.set_tags(tx.conn, row["id"], spec.tags)
+    tx.record("subnet", row["id"], "create", row["project_id"])
+    return str(row["id"])
+
+
+def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    spec = parse(SubnetUpdate, body)
+    given = spec.model_fields_set
+    with store.write() as tx:
+        row = common.get_row(tx.conn, S, "subnet", subnet_id, ctx)
+        cidr = ipaddress.ip_network(row.cidr)
+        changes: dict[str, Any] = {}
+        for key in ("name", "description", "enable_dhcp"):
+            if key in given and getattr(spec, key) is not None:
+                changes[key] = getattr(spec, key)
+        gateway = row.gateway_ip
+        if "gateway_ip" in given:
+            gateway = _check_gateway(cidr, spec.gateway_ip)
+            if gateway != row.gateway_ip:
+                _check_gateway_change(tx.conn, row, gateway)
+            changes["gateway_ip"] = gateway
+        if "allocation_pools" in given or "gateway_ip" in given:
+            pools = spec.allocation_pools
+            if pools is None:
+                pools = [Pool(start=p["start"], end=p["end"]) for p in row.allocation_pools]
+            changes["allocation_pools"] = _check_pools(cidr, pools, gateway)
+        if "dns_nameservers" in given:
+            changes["dns_nameservers"] = spec.dns_nameservers or []
+        if "host_routes" in given:
+            changes["host_routes"] = _check_routes(cidr, spec.host_routes or [])
+        common.touch(tx, S, subnet_id, "subnet", row.project_id, changes)
+        return to_dicts(tx.conn, [tx.conn.execute(select(S).where(S.c.id == subnet_id)).one()])[0]
+
+
+def _check_gateway_change(conn: Connection, row: Any, new_gateway: str | None) -> None:
+    A, P = t.ip_allocations, t.ports
+    holders = conn.execute(
+        select(A.c.ip_address, P.c.device_owner)
+        .join(P, P.c.id == A.c.port_id)
+        .where(A.c.subnet_id == row.id, A.c.ip_address.in_([g for g in (row.gateway_ip, new_gateway) if g]))
+    ).all()
+    for ip, owner in holders:
+        if ip == row.gateway_ip and owner == "network:router_interface":
+            raise Conflict(
+                f"Gateway {row.gateway_ip} of subnet {row.id} is in use by a router interface; detach it first.",
+                type="GatewayIpInUse",
+            )
+        if ip == new_gateway:
+            raise Conflict(f"Gateway ip {new_gateway} is already allocated to a port.", type="IpAddressInUse")
+
+
+def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
+    A, P = t.ip_allocations, t.ports
+    with store.write() as tx:
+        row = common.get_row(tx.conn, S, "subnet", subnet_id, ctx)
+        users = tx.conn.execute(
+            select(P.c.id, P.c.device_owner, P.c.project_id)
+            .join(A, A.c.port_id == P.c.id)
+            .where(A.c.subnet_id == subnet_id)
+        ).all()
+        if any(owner not in networks.AUTO_DELETE_OWNERS for _pid, owner, _proj in users):
+            raise Conflict(
+                f"Unable to complete operation on subnet {subnet_id}: "
+                "One or more ports have an IP allocation from this subnet.",
+                type="SubnetInUse",
+            )
+        for port_id, _owner, project in users:
+            tx.conn.execute(delete(A).where(A.c.subnet_id == subnet_id, A.c.port_id == port_id))
+            common.touch(tx, P, port_id, "port", project)
+        tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == subnet_id))
+        tx.conn.execute(delete(S).where(S.c.id == subnet_id))
+        tx.record("subnet", subnet_id, "delete", row.project_id)

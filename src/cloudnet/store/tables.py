@@ -1,0 +1,213 @@
+"""Database schema (SQLAlchemy Core). Migrations in store/migrations mirror it.
+
+Invariants the database itself enforces, so that no code path or concurrent writer can break them:
+- one address per subnet (`ip_allocations` primary key);
+- one MAC per network (`uq_ports_network_mac`);
+- one VLAN/flat segment per physical network (`networks.segment_key`);
+- one default security group per project (`security_groups.default_for_project`);
+- a gap-free global revision (`revision_counter`, bumped inside every writing transaction).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    UniqueConstraint,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+ID = String(36)
+PROJECT = String(255)
+NAME = String(255)
+
+
+def _standard() -> list[Column]:
+    """Neutron's standard attributes, on every resource table."""
+    return [
+        Column("id", ID, primary_key=True),
+        Column("project_id", PROJECT, nullable=False, index=True),
+        Column("name", NAME, nullable=False, default=""),
+        Column("description", String(255), nullable=False, default=""),
+        Column("created_at", DateTime(timezone=True), nullable=False),
+        Column("updated_at", DateTime(timezone=True), nullable=False),
+        Column("revision_number", BigInteger, nullable=False, default=0),
+    ]
+
+
+revision_counter = Table(
+    "revision_counter",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("value", BigInteger, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("revision", BigInteger, primary_key=True, autoincrement=False),
+    Column("resource", String(64), nullable=False),
+    Column("resource_id", String(255), nullable=False),
+    Column("operation", String(16), nullable=False),
+    Column("project_id", PROJECT, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+networks = Table(
+    "networks",
+    metadata,
+    *_standard(),
+    Column("admin_state_up", Boolean, nullable=False, default=True),
+    Column("shared", Boolean, nullable=False, default=False),
+    Column("mtu", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("router_external", Boolean, nullable=False, default=False),
+    Column("network_type", String(16), nullable=False),
+    Column("physical_network", String(64), nullable=True),
+    Column("segmentation_id", Integer, nullable=True),
+    # "vlan:physnet1:100" / "flat:physnet1"; NULL for local networks. Unique: one owner per segment.
+    Column("segment_key", String(128), nullable=True, unique=True),
+)
+
+subnets = Table(
+    "subnets",
+    metadata,
+    *_standard(),
+    Column("network_id", ID, ForeignKey("networks.id"), nullable=False, index=True),
+    Column("ip_version", Integer, nullable=False),
+    Column("cidr", String(64), nullable=False),
+    Column("gateway_ip", String(64), nullable=True),
+    Column("allocation_pools", JSON, nullable=False),
+    Column("dns_nameservers", JSON, nullable=False),
+    Column("host_routes", JSON, nullable=False),
+    Column("enable_dhcp", Boolean, nullable=False, default=True),
+    Column("ipv6_ra_mode", String(32), nullable=True),
+    Column("ipv6_address_mode", String(32), nullable=True),
+)
+
+ports = Table(
+    "ports",
+    metadata,
+    *_standard(),
+    Column("network_id", ID, ForeignKey("networks.id"), nullable=False),
+    Column("mac_address", String(32), nullable=False),
+    Column("admin_state_up", Boolean, nullable=False, default=True),
+    Column("status", String(16), nullable=False),
+    Column("device_id", String(255), nullable=False, default="", index=True),
+    Column("device_owner", String(255), nullable=False, default=""),
+    Column("port_security_enabled", Boolean, nullable=False, default=True),
+    Column("vnic_type", String(32), nullable=False, default="normal"),
+    Column("host_id", String(255), nullable=False, default="", index=True),
+    Column("profile", JSON, nullable=False),
+    Column("vif_type", String(32), nullable=False, default="unbound"),
+    Column("vif_details", JSON, nullable=False),
+    UniqueConstraint("network_id", "mac_address", name="uq_ports_network_mac"),
+)
+
+ip_allocations = Table(
+    "ip_allocations",
+    metadata,
+    Column("subnet_id", ID, ForeignKey("subnets.id"), nullable=False),
+    Column("ip_address", String(64), nullable=False),
+    Column("network_id", ID, nullable=False),
+    Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False, index=True),
+    PrimaryKeyConstraint("subnet_id", "ip_address"),
+)
+
+security_groups = Table(
+    "security_groups",
+    metadata,
+    *_standard(),
+    Column("stateful", Boolean, nullable=False, default=True),
+    # The project id when this is the project's default group, else NULL; unique so that two
+    # concurrent first requests of a project cannot both create one.
+    Column("default_for_project", PROJECT, nullable=True, unique=True),
+)
+
+security_group_rules = Table(
+    "security_group_rules",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("project_id", PROJECT, nullable=False, index=True),
+    Column("description", String(255), nullable=False, default=""),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("revision_number", BigInteger, nullable=False, default=0),
+    Column(
+        "security_group_id",
+        ID,
+        ForeignKey("security_groups.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    Column("direction", String(16), nullable=False),
+    Column("ethertype", String(8), nullable=False),
+    Column("protocol", String(40), nullable=True),
+    Column("port_range_min", Integer, nullable=True),
+    Column("port_range_max", Integer, nullable=True),
+    Column("remote_ip_prefix", String(64), nullable=True),
+    Column("remote_group_id", ID, ForeignKey("security_groups.id"), nullable=True),
+)
+
+port_security_groups = Table(
+    "port_security_groups",
+    metadata,
+    Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False),
+    Column("security_group_id", ID, ForeignKey("security_groups.id"), nullable=False, index=True),
+    PrimaryKeyConstraint("port_id", "security_group_id"),
+)
+
+routers = Table(
+    "routers",
+    metadata,
+    *_standard(),
+    Column("admin_state_up", Boolean, nullable=False, default=True),
+    Column("status", String(16), nullable=False),
+    Column("gw_port_id", ID, ForeignKey("ports.id"), nullable=True),
+    Column("enable_snat", Boolean, nullable=False, default=True),
+)
+
+tags = Table(
+    "tags",
+    metadata,
+    Column("resource_id", ID, nullable=False),
+    Column("tag", String(255), nullable=False),
+    PrimaryKeyConstraint("resource_id", "tag"),
+)
+
+Index("ix_ports_network_id_device_owner", ports.c.network_id, ports.c.device_owner)
+Index("ix_ip_allocations_network_id_ip_address", ip_allocations.c.network_id, ip_allocations.c.ip_address)
+Index("ix_tags_tag", tags.c.tag)
+
+__all__ = [
+    "events",
+    "ip_allocations",
+    "metadata",
+    "networks",
+    "port_security_groups",
+    "ports",
+    "revision_counter",
+    "routers",
+    "security_group_rules",
+    "security_groups",
+    "subnets",
+    "tags",
+]
