@@ -1,0 +1,46 @@
+# cloudnet: `make run` and `make test` install what they need (Debian packages, a virtualenv from
+# requirements.lock) and then start cloudnet / run the whole test suite.
+
+PYTHON      ?= /usr/bin/python3
+VENV        := .venv
+BIN         := $(VENV)/bin
+STATE_DIR   ?= /var/lib/cloudnet
+DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
+                postgresql iproute2 nftables
+STAMP       := $(VENV)/.installed
+
+.PHONY: deps run test lint format lock bench clean
+
+deps: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml scripts/install-debian-packages.sh
+	./scripts/install-debian-packages.sh $(DEB_PACKAGES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+run: deps
+	$(BIN)/cloudnet serve --state-dir $(STATE_DIR)
+
+test: deps
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" && rc=0; exit $$rc
+
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: deps
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# Regenerate the lock file after changing dependencies in pyproject.toml (needs `uv`).
+lock:
+	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements.lock
+
+bench: deps
+	$(BIN)/python bench/api_ports.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
