@@ -1,0 +1,176 @@
+"""A thin HTTP client for cloudnet's Neutron v2.0 API, turning every failure into a `CliError`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from cloudnet.cli.errors import ApiError, CliError
+
+DEFAULT_URL = "http://127.0.0.1:9696"
+DEFAULT_TOKEN = "admin"
+DEFAULT_TIMEOUT = 30.0
+API_PREFIX = "/v2.0"
+
+Params = Sequence[tuple[str, str]]
+Resource = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One Neutron resource type: where it lives and how its envelope is keyed."""
+
+    collection: str  # URL segment, e.g. "security-groups"
+    key: str  # envelope key of one resource, e.g. "security_group"
+
+    @property
+    def plural_key(self) -> str:
+        return f"{self.key}s"
+
+    @property
+    def label(self) -> str:
+        return self.key.replace("_", " ")
+
+
+NETWORK = Kind("networks", "network")
+SUBNET = Kind("subnets", "subnet")
+PORT = Kind("ports", "port")
+ROUTER = Kind("routers", "router")
+SECURITY_GROUP = Kind("security-groups", "security_group")
+SECURITY_GROUP_RULE = Kind("security-group-rules", "security_group_rule")
+
+
+def api_root(url: str) -> str:
+    """The `/v2.0` root under `url`, accepting a URL that already ends with it."""
+    base = url.rstrip("/")
+    return base if base.endswith(API_PREFIX) else base + API_PREFIX
+
+
+class Client:
+    """Requests against `<url>/v2.0`, authenticated with `X-Auth-Token`.
+
+    `http` lets a caller (tests, an in-process server) supply its own `httpx.Client`; it is then
+    not closed here. Requests always use absolute URLs, so that client's base_url does not matter.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str = DEFAULT_TOKEN,
+        *,
+        http: httpx.Client | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self._http = http
+        self._owns_http = http is None
+
+    def close(self) -> None:
+        if self._owns_http and self._http is not None:
+            self._http.close()
+            self._http = None
+
+    # Raw verbs; `path` is relative to /v2.0, e.g. "networks/<id>".
+
+    def get(self, path: str, params: Params | None = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.request("POST", path, body=body)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.request("PUT", path, body=body)
+
+    def delete(self, path: str) -> None:
+        self.request("DELETE", path)
+
+    def request(self, method: str, path: str, *, params: Params | None = None, body: Any = None) -> Any:
+        url = f"{api_root(self.url)}/{path.lstrip('/')}"
+        try:
+            response = self._session().request(
+                method,
+                url,
+                params=list(params) if params else None,
+                json=body,
+                headers={"X-Auth-Token": self.token, "Accept": "application/json"},
+                timeout=self.timeout,
+            )
+        except httpx.ConnectError as exc:
+            raise CliError(f"cannot reach cloudnet at {self.url}: {_reason(exc)}") from None
+        except httpx.TimeoutException:
+            raise CliError(f"cloudnet at {self.url} did not answer within {self.timeout:g}s") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise CliError(f"request to cloudnet at {self.url} failed: {_reason(exc)}") from None
+        if response.is_error:
+            raise ApiError.from_payload(response.status_code, _json_or_none(response), response.reason_phrase)
+        if response.status_code == 204 or not response.content:
+            return None
+        payload = _json_or_none(response)
+        if payload is None:
+            raise CliError(f"cloudnet at {self.url} answered {method} {path} with a body that is not JSON")
+        return payload
+
+    # Resource operations, unwrapping Neutron's envelopes.
+
+    def list_all(self, kind: Kind, params: Params | None = None) -> list[Resource]:
+        return list(self.get(kind.collection, params)[kind.plural_key])
+
+    def show(self, kind: Kind, ident: str) -> Resource:
+        return dict(self.get(_member(kind, ident))[kind.key])
+
+    def create(self, kind: Kind, body: Resource) -> Resource:
+        return dict(self.post(kind.collection, {kind.key: body})[kind.key])
+
+    def update(self, kind: Kind, ident: str, body: Resource) -> Resource:
+        return dict(self.put(_member(kind, ident), {kind.key: body})[kind.key])
+
+    def remove(self, kind: Kind, ident: str) -> None:
+        self.delete(_member(kind, ident))
+
+    def find(self, kind: Kind, value: str, params: Params = ()) -> Resource:
+        """The resource whose id is `value`, else the only one named `value` (within `params`)."""
+        try:
+            return self.show(kind, value)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        matches = self.list_all(kind, [*params, ("name", value)])
+        if not matches:
+            raise CliError(f"No {kind.label} found for '{value}'")
+        if len(matches) > 1:
+            raise CliError(f"More than one {kind.label} named '{value}'; use its id")
+        return matches[0]
+
+    def find_id(self, kind: Kind, value: str, params: Params = ()) -> str:
+        return str(self.find(kind, value, params)["id"])
+
+    def _session(self) -> httpx.Client:
+        if self._http is None:
+            if not re.match(r"^https?://", self.url):
+                raise CliError(f"cloudnet URL must start with http:// or https://, got '{self.url}'")
+            self._http = httpx.Client()
+        return self._http
+
+
+def _member(kind: Kind, ident: str) -> str:
+    # Names and ids typed by users may hold '/', '?' or spaces; keep them one path segment.
+    return f"{kind.collection}/{quote(ident, safe='')}"
+
+
+def _reason(exc: Exception) -> str:
+    # "[Errno 111] Connection refused" -> "Connection refused"
+    return re.sub(r"^\[Errno -?\d+\]\s*", "", str(exc)) or type(exc).__name__
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None

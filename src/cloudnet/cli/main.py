@@ -1,0 +1,76 @@
+"""The `cloudnet` command: global options, the resource command groups, and `serve`.
+
+In-process use (tests): `CliRunner().invoke(app, ["--url", url, "network", "list", "-f", "json"])`,
+or with `env={"CLOUDNET_URL": url}`. To skip the network entirely, pass an `httpx.Client` as
+`obj=` (e.g. Starlette's `TestClient(api)`); requests then go through it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from typer.core import TyperGroup
+
+from cloudnet.cli import networks, ports, routers, security_groups, subnets
+from cloudnet.cli.client import DEFAULT_TOKEN, DEFAULT_URL, Client
+from cloudnet.cli.errors import CliError
+from cloudnet.config import DEFAULT_BIND, DEFAULT_PORT, DEFAULT_STATE_DIR, ServerConfig
+
+
+class CloudnetGroup(TyperGroup):
+    """Reports a `CliError` raised by any subcommand as one `Error: ...` line, exit status 1."""
+
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except CliError as exc:
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    name="cloudnet",
+    cls=CloudnetGroup,
+    help="cloudnet: Neutron-compatible networking control plane.",
+    no_args_is_help=True,
+    add_completion=False,
+    # The token is a local in the traceback frames; never print locals.
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(networks.app, name="network")
+app.add_typer(subnets.app, name="subnet")
+app.add_typer(ports.app, name="port")
+app.add_typer(routers.app, name="router")
+app.add_typer(security_groups.app, name="security-group")
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    url: Annotated[str, typer.Option(envvar="CLOUDNET_URL", help="cloudnet API endpoint.")] = DEFAULT_URL,
+    token: Annotated[str, typer.Option(envvar="CLOUDNET_TOKEN", help="Token sent as X-Auth-Token.")] = DEFAULT_TOKEN,
+) -> None:
+    http = ctx.obj if isinstance(ctx.obj, httpx.Client) else None
+    client = Client(url, token, http=http)
+    ctx.obj = client
+    ctx.call_on_close(client.close)
+
+
+@app.command("serve")
+def serve(
+    state_dir: Annotated[Path, typer.Option(help="Where the server keeps its state.")] = DEFAULT_STATE_DIR,
+    db: Annotated[
+        str | None, typer.Option(metavar="URL", help="Database URL (default: SQLite in the state dir).")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_BIND,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = DEFAULT_PORT,
+    default_mtu: Annotated[int, typer.Option(min=68, help="MTU of networks created without one.")] = 1500,
+) -> None:
+    """Run the cloudnet API server."""
+    # Imported here so that client commands don't pay for loading the server stack.
+    from cloudnet.server import serve as run_server
+
+    run_server(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu))
