@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -17,6 +21,23 @@ log = logging.getLogger("cloudnet.server")
 
 class StartupError(RuntimeError):
     pass
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, minus re-raising SIGTERM/SIGINT after its graceful shutdown: a requested stop that
+    completed cleanly exits with status 0, as service managers and scripts expect."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def prepare(config: ServerConfig) -> tuple[Store, Authenticator]:
@@ -44,7 +65,7 @@ def serve(config: ServerConfig) -> None:
     app = create_app(config, store, auth)
     log.info("cloudnet API on http://%s:%d/v2.0 (state %s, db %s)", config.host, config.port, config.state_dir,
              store.dialect)  # fmt: skip
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
                        http="httptools", loop="uvloop", timeout_graceful_shutdown=5)
     )  # fmt: skip

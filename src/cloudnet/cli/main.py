@@ -71,6 +71,10 @@ def serve(
 ) -> None:
     """Run the cloudnet API server."""
     # Imported here so that client commands don't pay for loading the server stack.
+    from cloudnet.server import StartupError
     from cloudnet.server import serve as run_server
 
-    run_server(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu))
+    try:
+        run_server(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu))
+    except StartupError as exc:
+        raise CliError(f"cannot start: {exc}") from None

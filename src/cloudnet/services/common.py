@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Row, Table, delete, insert, select, update
@@ -23,7 +23,10 @@ def new_id() -> str:
 
 
 def fmt_time(value: datetime) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Neutron's timestamp form, 2026-01-02T03:04:05Z (isoformat: several times cheaper than strftime)."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.isoformat(timespec="seconds") + "Z"
 
 
 def standard_attrs(table: Table) -> dict[str, Attr]:
@@ -43,8 +46,9 @@ def standard_attrs(table: Table) -> dict[str, Attr]:
     return attrs
 
 
-def standard_fields(row: Row[Any], tags: list[str] | None) -> dict[str, Any]:
-    m = row._mapping
+def standard_fields(row: Row[Any] | Mapping[str, Any], tags: list[str] | None) -> dict[str, Any]:
+    """The standard attributes of a database row (or of the column values about to be inserted)."""
+    m = row._mapping if isinstance(row, Row) else row
     out: dict[str, Any] = {"id": m["id"]}
     if "name" in m:
         out["name"] = m["name"]

@@ -21,8 +21,8 @@ from cloudnet.store import tables as t
 
 A = t.ip_allocations
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-# Addresses examined per query while looking for free ones.
-WINDOW = 256
+# Most addresses examined per query while looking for free ones.
+MAX_WINDOW = 4096
 # Give up on a pool after this many candidates: only reachable for huge, nearly full IPv6 pools.
 MAX_SCAN = 1 << 20
 
@@ -89,13 +89,15 @@ def find_free(conn: Connection, subnet: SubnetInfo, count: int, exclude: set[str
                 _cursor[subnet.id] = value
         window.clear()
 
-    size = max(WINDOW, min(count * 2, 4096))
+    # Next-fit usually finds the very next address free: start small, widen while scanning a taken stretch.
+    size = min(count + 4, MAX_WINDOW)
     for scanned, value in enumerate(_candidates(subnet), 1):
         window.append(value)
         if len(window) >= size:
             flush()
             if len(found) >= count:
                 break
+            size = min(size * 2, MAX_WINDOW)
         if scanned >= MAX_SCAN:
             break
     if window and len(found) < count:

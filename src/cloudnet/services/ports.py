@@ -6,6 +6,7 @@ import ipaddress
 import re
 import secrets
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -140,48 +141,42 @@ READ_ONLY = ("id", "status", "binding:vif_type", "binding:vif_details", "created
 
 
 def to_dicts(conn: Connection, rows: list[Any], fields: set[str] | None = None) -> list[dict[str, Any]]:
-    ids = [r.id for r in rows]
-    want = (lambda name: True) if not fields else (lambda name: name in fields)
-    ips: dict[str, list[dict[str, str]]] = defaultdict(list)
-    if want("fixed_ips"):
-        for chunk in common.chunks(ids, 5000):
-            for pid, sid, ip in conn.execute(
-                select(A.c.port_id, A.c.subnet_id, A.c.ip_address).where(A.c.port_id.in_(chunk))
-            ):
-                ips[pid].append({"subnet_id": sid, "ip_address": ip})
-    sgs: dict[str, list[str]] = defaultdict(list)
-    if want("security_groups"):
-        for chunk in common.chunks(ids, 5000):
-            for pid, sg in conn.execute(select(PSG.c.port_id, PSG.c.security_group_id).where(PSG.c.port_id.in_(chunk))):
-                sgs[pid].append(sg)
-    tags = common.load_tags(conn, ids) if want("tags") else {}
-    out = []
-    for r in rows:
-        d = common.standard_fields(r, tags.get(r.id))
-        fixed = ips.get(r.id, [])
-        fixed.sort(key=lambda f: (":" in f["ip_address"], f["ip_address"]))
-        d.update(
-            {
-                "network_id": r.network_id,
-                "mac_address": r.mac_address,
-                "admin_state_up": r.admin_state_up,
-                "status": r.status,
-                "device_id": r.device_id,
-                "device_owner": r.device_owner,
-                "fixed_ips": fixed,
-                "security_groups": sorted(sgs.get(r.id, [])),
-                "port_security_enabled": r.port_security_enabled,
-                "allowed_address_pairs": [],
-                "extra_dhcp_opts": [],
-                "binding:vnic_type": r.vnic_type,
-                "binding:host_id": r.host_id,
-                "binding:profile": r.profile,
-                "binding:vif_type": r.vif_type,
-                "binding:vif_details": r.vif_details,
-            }
-        )
-        out.append(d)
-    return out
+    which = RELATED_FIELDS if not fields else RELATED_FIELDS & fields
+    extra = _related(conn, [r.id for r in rows], which)
+    ips, sgs, tags = extra.get("fixed_ips", {}), extra.get("security_groups", {}), extra.get("tags", {})
+    keys = rows[0]._fields if rows else ()
+    return [
+        port_dict(dict(zip(keys, r, strict=True)), ips.get(r.id, []), sgs.get(r.id, []), tags.get(r.id)) for r in rows
+    ]
+
+
+def port_dict(
+    m: Mapping[str, Any], fixed: list[dict[str, str]], sgs: list[str], tags: list[str] | None
+) -> dict[str, Any]:
+    """The API shape of a port, from its column values and related rows."""
+    d = common.standard_fields(m, tags)
+    fixed.sort(key=lambda f: (":" in f["ip_address"], f["ip_address"]))
+    d.update(
+        {
+            "network_id": m["network_id"],
+            "mac_address": m["mac_address"],
+            "admin_state_up": m["admin_state_up"],
+            "status": m["status"],
+            "device_id": m["device_id"],
+            "device_owner": m["device_owner"],
+            "fixed_ips": fixed,
+            "security_groups": sorted(sgs),
+            "port_security_enabled": m["port_security_enabled"],
+            "allowed_address_pairs": [],
+            "extra_dhcp_opts": [],
+            "binding:vnic_type": m["vnic_type"],
+            "binding:host_id": m["host_id"],
+            "binding:profile": m["profile"],
+            "binding:vif_type": m["vif_type"],
+            "binding:vif_details": m["vif_details"],
+        }
+    )
+    return d
 
 
 def _visible_stmt(ctx: Context) -> Any:
@@ -190,10 +185,67 @@ def _visible_stmt(ctx: Context) -> Any:
     return stmt if cond is None else stmt.where(cond)
 
 
+# API attributes that are exactly one column: a list asking only for these (and the related lists
+# below) selects just those columns and builds just those keys, which is what keeps big lists fast.
+COLUMN_FIELDS = {
+    "id": P.c.id, "name": P.c.name, "description": P.c.description, "project_id": P.c.project_id,
+    "tenant_id": P.c.project_id, "network_id": P.c.network_id, "mac_address": P.c.mac_address,
+    "admin_state_up": P.c.admin_state_up, "status": P.c.status, "device_id": P.c.device_id,
+    "device_owner": P.c.device_owner, "port_security_enabled": P.c.port_security_enabled,
+    "binding:vnic_type": P.c.vnic_type, "binding:host_id": P.c.host_id, "binding:profile": P.c.profile,
+    "binding:vif_type": P.c.vif_type, "binding:vif_details": P.c.vif_details,
+    "revision_number": P.c.revision_number,
+}  # fmt: skip
+RELATED_FIELDS = {"fixed_ips", "security_groups", "tags"}
+
+
 def list_ports(store: Store, ctx: Context, q: ListQuery) -> Page:
+    fields = set(q.fields)
+    projected = bool(fields) and fields <= COLUMN_FIELDS.keys() | RELATED_FIELDS
     with store.read() as conn:
+        if projected:
+            names = [f for f in q.fields if f in COLUMN_FIELDS]
+            stmt = select(P.c.id, *[COLUMN_FIELDS[f].label(f"f{i}") for i, f in enumerate(names)])
+            cond = common.visible(P, ctx)
+            rows, more = fetch_page(conn, P, ATTRS, stmt if cond is None else stmt.where(cond), q, "port")
+            return Page(_project(conn, rows, names, fields & RELATED_FIELDS), more)
         rows, more = fetch_page(conn, P, ATTRS, _visible_stmt(ctx), q, "port")
-        return Page(to_dicts(conn, rows, set(q.fields) if q.fields else None), more)
+        return Page(to_dicts(conn, rows, fields or None), more)
+
+
+def _project(conn: Connection, rows: list[Any], names: list[str], related: set[str]) -> list[dict[str, Any]]:
+    extra = _related(conn, [r[0] for r in rows], related)
+    out = []
+    for r in rows:
+        item = {name: r[i + 1] for i, name in enumerate(names)}
+        for key, values in extra.items():
+            item[key] = values.get(r[0], [])
+        if "fixed_ips" in item:
+            item["fixed_ips"].sort(key=lambda f: (":" in f["ip_address"], f["ip_address"]))
+        out.append(item)
+    return out
+
+
+def _related(conn: Connection, ids: list[str], which: set[str]) -> dict[str, dict[str, list[Any]]]:
+    """fixed_ips, security_groups and tags of many ports, as {attribute: {port_id: [...]}}."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    if "fixed_ips" in which:
+        ips: dict[str, list[Any]] = defaultdict(list)
+        for chunk in common.chunks(ids, 5000):
+            stmt = select(A.c.port_id, A.c.subnet_id, A.c.ip_address).where(A.c.port_id.in_(chunk))
+            for pid, sid, ip in conn.execute(stmt):
+                ips[pid].append({"subnet_id": sid, "ip_address": ip})
+        out["fixed_ips"] = ips
+    if "security_groups" in which:
+        sgs: dict[str, list[Any]] = defaultdict(list)
+        for chunk in common.chunks(ids, 5000):
+            stmt = select(PSG.c.port_id, PSG.c.security_group_id).where(PSG.c.port_id.in_(chunk))
+            for pid, sg in conn.execute(stmt):
+                sgs[pid].append(sg)
+        out["security_groups"] = sgs
+    if "tags" in which:
+        out["tags"] = dict(common.load_tags(conn, ids))
+    return out
 
 
 def get_port(store: Store, ctx: Context, port_id: str) -> dict[str, Any]:
@@ -229,6 +281,8 @@ class _Creator:
         self._networks: dict[str, Any] = {}
         self._subnets: dict[str, list[SubnetInfo]] = {}
         self._default_sg: dict[str, str] = {}
+        # port id -> the fixed IPs actually inserted for it, so results need no read-back.
+        self.allocated: dict[str, list[dict[str, str]]] = defaultdict(list)
 
     def network(self, network_id: str) -> Any:
         if network_id not in self._networks:
@@ -419,7 +473,7 @@ class _Creator:
                     fixed_rows.append(self._alloc_row(p, subnet, ip))
             for version in p.auto_versions:
                 want[f"{p.network.id}/v{version}"].append((p, None, version))
-        lost = ipam.insert_allocations(self.tx.conn, self.tx.conn.dialect.name, fixed_rows)
+        lost = self._insert_allocations(fixed_rows)
         if lost:
             _subnet_id, ip = next(iter(lost))
             raise ipam.already_allocated(ip, next(r["network_id"] for r in fixed_rows if r["ip_address"] == ip))
@@ -449,11 +503,22 @@ class _Creator:
                 rows.append(self._alloc_row(req[0], subnet, ip))
         if remaining:
             raise ipam.generation_failed(plan0.network.id)
-        lost = ipam.insert_allocations(self.tx.conn, self.tx.conn.dialect.name, rows)
+        lost = self._insert_allocations(rows)
         if not lost:
             return []
         by_port = {p.row["id"]: p for p, _s, _v in requests}
         return [(by_port[r["port_id"]], subnet0, version) for r in rows if (r["subnet_id"], r["ip_address"]) in lost]
+
+    def _insert_allocations(self, rows: list[dict[str, str]]) -> set[tuple[str, str]]:
+        lost = ipam.insert_allocations(self.tx.conn, self.tx.conn.dialect.name, rows)
+        for r in rows:
+            if (r["subnet_id"], r["ip_address"]) not in lost:
+                self.allocated[r["port_id"]].append({"subnet_id": r["subnet_id"], "ip_address": r["ip_address"]})
+        return lost
+
+    def results(self, plans: list[_Plan]) -> list[dict[str, Any]]:
+        """The created ports in API shape, from what was written (no read-back queries)."""
+        return [port_dict(p.row, self.allocated[p.row["id"]], p.sgs, sorted(set(p.tags))) for p in plans]
 
     @staticmethod
     def _alloc_row(plan: _Plan, subnet: SubnetInfo, ip: str) -> dict[str, str]:
@@ -472,8 +537,10 @@ def create_ports(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
         _reject_read_only(b, "POST")
     specs = [parse(PortCreate, b) for b in bodies]
     with store.write() as tx:
-        ids = create_in_tx(tx, ctx, specs)
-        return load(tx.conn, ids)
+        creator = _Creator(tx, ctx)
+        plans = [creator.plan(s) for s in specs]
+        creator.write(plans)
+        return creator.results(plans)
 
 
 def _reject_read_only(body: Any, method: str) -> None:

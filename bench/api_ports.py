@@ -1,0 +1,89 @@
+"""Port API benchmark (issue: control plane core). Prints figures beside their targets; asserts nothing.
+
+  single port create, sequential: p50/p99 with 0 and with 10,000 ports already present
+  bulk create of 1,000 ports in one request
+  list of 10,000 ports with `fields`
+
+Usage: .venv/bin/python bench/api_ports.py [--backend sqlite|postgresql|both] [--singles N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import httpx
+from common import cloudnet_server, median, ms, percentile, pin_client, postgres_url, row
+
+PRELOAD = 10_000
+BULK = 1_000
+
+
+def _singles(client: httpx.Client, network_id: str, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        r = client.post("/ports", json={"port": {"network_id": network_id}})
+        times.append(time.perf_counter() - t0)
+        r.raise_for_status()
+    return times
+
+
+def _bulk(client: httpx.Client, network_id: str, n: int) -> float:
+    t0 = time.perf_counter()
+    r = client.post("/ports", json={"ports": [{"network_id": network_id} for _ in range(n)]})
+    elapsed = time.perf_counter() - t0
+    r.raise_for_status()
+    return elapsed
+
+
+def run(url: str, singles: int) -> None:
+    with httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as c:
+        net = c.post("/networks", json={"network": {"name": "bench"}}).json()["network"]["id"]
+        c.post("/subnets", json={"subnet": {"network_id": net, "cidr": "10.128.0.0/14"}}).raise_for_status()
+        _singles(c, net, 50)  # warm-up: connections, caches, the default security group
+        empty = _singles(c, net, singles)
+        bulk_times = []
+        while len(bulk_times) < PRELOAD // BULK:
+            bulk_times.append(_bulk(c, net, BULK))
+        loaded = _singles(c, net, singles)
+        list_times = []
+        count = 0
+        for _ in range(5):
+            t0 = time.perf_counter()
+            r = c.get("/ports", params=[("network_id", net), ("fields", "id"), ("fields", "mac_address"),
+                                        ("fields", "fixed_ips"), ("fields", "status")])  # fmt: skip
+            list_times.append(time.perf_counter() - t0)
+            count = len(r.json()["ports"])
+    p50_0, p99_0 = percentile(empty, 50), percentile(empty, 99)
+    p50_10k, p99_10k = percentile(loaded, 50), percentile(loaded, 99)
+    row(f"single create p50, 0 ports ({singles} creates)", ms(p50_0), "<= 3 ms", p50_0 <= 0.003)
+    row("single create p99, 0 ports", ms(p99_0), "<= 15 ms", p99_0 <= 0.015)
+    row(f"single create p50, {PRELOAD:,}+ ports", ms(p50_10k), "<= 3 ms", p50_10k <= 0.003)
+    row(f"single create p99, {PRELOAD:,}+ ports", ms(p99_10k), "<= 15 ms", p99_10k <= 0.015)
+    ratio = p50_10k / p50_0
+    row("p50 at 10,000 / p50 at 0", f"{ratio:.2f}x", "<= 1.2x", ratio <= 1.2)
+    b = median(bulk_times)
+    row(f"bulk create of {BULK:,} ports (median of {len(bulk_times)})", ms(b), "<= 150 ms", b <= 0.150)
+    lst = median(list_times)
+    row(f"list {count:,} ports with fields (median of 5)", ms(lst), "<= 300 ms", lst <= 0.300)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    parser.add_argument("--singles", type=int, default=500)
+    args = parser.parse_args()
+    pin_client(1)
+    if args.backend in ("sqlite", "both"):
+        print("SQLite (WAL, synchronous=NORMAL):")
+        with cloudnet_server() as url:
+            run(url, args.singles)
+    if args.backend in ("postgresql", "both"):
+        print("PostgreSQL (throwaway server, Unix socket):")
+        with postgres_url() as db, cloudnet_server(db) as url:
+            run(url, args.singles)
+
+
+if __name__ == "__main__":
+    main()

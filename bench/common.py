@@ -1,0 +1,91 @@
+"""Shared helpers for the benchmarks: start a real `cloudnet serve`, time things, print figures."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.postgres import PostgresServer  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def postgres_url() -> Iterator[str]:
+    pg = PostgresServer.start()
+    try:
+        pg.psql("CREATE DATABASE bench")
+        yield pg.url("bench")
+    finally:
+        pg.stop()
+
+
+@contextmanager
+def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0) -> Iterator[str]:
+    """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker)."""
+    state = Path(tempfile.mkdtemp(prefix="cloudnet-bench-"))
+    port = free_port()
+    cmd = [str(ROOT / ".venv/bin/cloudnet"), "serve", "--state-dir", str(state), "--port", str(port)]
+    if db_url:
+        cmd += ["--db", db_url]
+    if server_cpu is not None and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
+        cmd = ["taskset", "-c", str(server_cpu), *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(state / "server.log", "w"))  # noqa: SIM115
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url + "/", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((state / "server.log").read_text()) from None
+                time.sleep(0.05)  # waiting for the child to bind: polled, with a deadline
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def pin_client(cpu: int = 1) -> None:
+    if os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
+        os.sched_setaffinity(0, {cpu})
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def row(name: str, value: str, target: str, ok: bool | None = None) -> None:
+    mark = "" if ok is None else ("  ok" if ok else "  MISSED")
+    print(f"  {name:<44} {value:>14}   target {target}{mark}")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)

@@ -1,0 +1,87 @@
+"""`cloudnet serve` as a real process: start-up, migrations, persistence, SIGTERM, auth policy."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+CLOUDNET = str(Path(sys.executable).parent / "cloudnet")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(state: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [CLOUDNET, "serve", "--state-dir", str(state), "--port", str(port), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # readiness: the API answers
+            try:
+                httpx.get(url + "/", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None:
+                    pytest.fail(f"server exited early: {proc.communicate()[0]}")
+                if time.monotonic() > deadline:
+                    pytest.fail("server did not start within 30 s")
+                time.sleep(0.05)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_migrates_persists_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    with serve(tmp_path) as (proc, url):
+        r = httpx.post(url + "/v2.0/networks", json={"network": {"name": "persisted"}})
+        assert r.status_code == 201
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+        assert proc.returncode == 0, out
+        assert "accepting any token as admin" in out  # the open mode is announced
+    db = tmp_path / "cloudnet.db"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+    with serve(tmp_path) as (_proc, url):  # second start: schema already current, data still there
+        names = [n["name"] for n in httpx.get(url + "/v2.0/networks").json()["networks"]]
+        assert names == ["persisted"]
+
+
+def test_serve_on_postgresql(tmp_path: Path, postgres) -> None:  # type: ignore[no-untyped-def]
+    postgres.psql("CREATE DATABASE serve_test")
+    with serve(tmp_path, "--db", postgres.url("serve_test")) as (proc, url):
+        assert httpx.post(url + "/v2.0/networks", json={"network": {"name": "pg"}}).status_code == 201
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    assert not (tmp_path / "cloudnet.db").exists()
+
+
+def test_refuses_non_loopback_bind_without_tokens(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [CLOUDNET, "serve", "--state-dir", str(tmp_path), "--host", "0.0.0.0", "--port", str(_free_port())],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "tokens" in proc.stderr and "0.0.0.0" in proc.stderr
+    assert "Traceback" not in proc.stderr
