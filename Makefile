@@ -21,6 +21,9 @@ $(STAMP): requirements.lock pyproject.toml scripts/install-debian-packages.sh
 	touch $@
 
 run: deps
+	@# Put the CLI on PATH for the walk-through, unless another `cloudnet` is already there.
+	@if [ -w /usr/local/bin ] && { [ ! -e /usr/local/bin/cloudnet ] || [ -L /usr/local/bin/cloudnet ]; }; then \
+		ln -sfn $(CURDIR)/$(BIN)/cloudnet /usr/local/bin/cloudnet; fi
 	$(BIN)/cloudnet serve --state-dir $(STATE_DIR)
 
 test: deps
