@@ -5,8 +5,9 @@ PYTHON      ?= /usr/bin/python3
 VENV        := .venv
 BIN         := $(VENV)/bin
 STATE_DIR   ?= /var/lib/cloudnet
+# python3-nftables (libnftables bindings) is not on PyPI: the venv sees Debian's packages for it.
 DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
-                postgresql iproute2 nftables
+                postgresql iproute2 nftables python3-nftables iputils-ping procps
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean
@@ -15,7 +16,7 @@ deps: $(STAMP)
 
 $(STAMP): requirements.lock pyproject.toml scripts/install-debian-packages.sh
 	./scripts/install-debian-packages.sh $(DEB_PACKAGES)
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	grep -qs 'include-system-site-packages = true' $(VENV)/pyvenv.cfg || $(PYTHON) -m venv --clear --system-site-packages $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@

@@ -20,7 +20,8 @@ class ServerConfig:
     default_mtu: int = 1500
     # Long-poll ceiling for /v2.0/events, so a client cannot hold a worker forever.
     max_event_wait: float = 60.0
-    extra: dict[str, str] = field(default_factory=dict)
+    # A host whose agent has not reported for this long is dead: its ports are reported DOWN.
+    agent_down_time: float = 30.0
 
     @property
     def database_url(self) -> str:
@@ -40,3 +41,26 @@ class ServerConfig:
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
+
+
+@dataclass
+class AgentConfig:
+    host: str
+    server: str = f"http://{DEFAULT_BIND}:{DEFAULT_PORT}"
+    token: str = "agent"
+    state_dir: Path = DEFAULT_STATE_DIR
+    # physical network -> host interface bridged to external networks of that physical network
+    uplinks: dict[str, str] = field(default_factory=dict)
+    heartbeat_interval: float = 10.0
+
+
+def parse_mappings(values: list[str], what: str) -> dict[str, str]:
+    """`physnet1:eth1` options into {"physnet1": "eth1"}."""
+    out: dict[str, str] = {}
+    for value in values:
+        for item in value.split(","):
+            key, sep, iface = item.partition(":")
+            if not sep or not key or not iface:
+                raise ValueError(f"{what} must look like PHYSNET:INTERFACE, not {item!r}")
+            out[key] = iface
+    return out

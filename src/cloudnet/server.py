@@ -12,7 +12,7 @@ import uvicorn
 
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator
-from cloudnet.config import ServerConfig
+from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 
@@ -59,7 +59,8 @@ def prepare(config: ServerConfig) -> tuple[Store, Authenticator]:
     return store, auth
 
 
-def serve(config: ServerConfig) -> None:
+def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
+    """Run the API until SIGTERM; with `agent`, also this host's agent in the same process (`cloudnet up`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store, auth = prepare(config)
     app = create_app(config, store, auth)
@@ -69,7 +70,20 @@ def serve(config: ServerConfig) -> None:
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
                        http="httptools", loop="uvloop", timeout_graceful_shutdown=5)
     )  # fmt: skip
+    running = None
+    if agent is not None:
+        from cloudnet.agent.run import start_in_thread
+
+        running, _thread = start_in_thread(agent)
+        print(
+            f"cloudnet is up: API http://{config.host}:{config.port}/v2.0, agent for host {agent.host}\n"
+            f"  CLI:  cloudnet --url http://{config.host}:{config.port} network list   (or set CLOUDNET_URL)\n"
+            f"  SDK:  clouds.yaml with auth_type: none and endpoint http://{config.host}:{config.port}/v2.0",
+            flush=True,
+        )
     try:
         server.run()
     finally:
+        if running is not None:
+            running.stop()
         store.dispose()

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cloudnet import __version__
-from cloudnet.api import events, extensions, resources, tags
+from cloudnet.api import events, extensions, hosts, resources, tags
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState
 from cloudnet.api.neutron import JSON, error_response
@@ -32,7 +32,11 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         notifier = events.Notifier(asyncio.get_running_loop())
         app.state.notifier = notifier
         store.on_commit(notifier.committed)
-        yield
+        sweeper = asyncio.create_task(hosts.sweep_dead_hosts(app.state.cloudnet))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
 
     app = FastAPI(title="cloudnet", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.cloudnet = AppState(config=config, store=store, auth=auth or Authenticator(config.tokens_file))
@@ -73,5 +77,6 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     app.include_router(extensions.router)
     app.include_router(events.router)
     app.include_router(tags.router)
+    app.include_router(hosts.router)
     app.include_router(resources.build())
     return app

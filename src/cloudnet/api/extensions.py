@@ -50,6 +50,8 @@ EXTENSIONS = [
         "cloudnet revision log",
         "GET /v2.0/events?since=N&timeout=S: changes after revision N, long-polled.",
     ),
+    ("cloudnet-instances", "cloudnet instances", "/v2.0/instances: instances and the ports plugged into them."),
+    ("cloudnet-hosts", "cloudnet hosts", "/v2.0/hosts: registered agents, their health and desired state."),
 ]
 
 

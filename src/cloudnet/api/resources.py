@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
-from cloudnet.services import networks, ports, routers, security_groups, subnets
+from cloudnet.services import instances, networks, ports, routers, security_groups, subnets
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ RESOURCES = [
               "update_router", "delete_router"),
     _resource("security-groups", "security_group", "security_groups", security_groups, "list_groups",
               "get_group", "create_groups", "update_group", "delete_group"),
+    _resource("instances", "instance", "instances", instances, "list_instances", "get_instance",
+              "create_instances", "update_instance", "delete_instance"),
     _resource("security-group-rules", "security_group_rule", "security_group_rules", security_groups,
               "list_rules", "get_rule", "create_rules", None, "delete_rule"),
 ]  # fmt: skip

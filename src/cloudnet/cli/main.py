@@ -7,17 +7,15 @@ or with `env={"CLOUDNET_URL": url}`. To skip the network entirely, pass an `http
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 import typer
 from typer.core import TyperGroup
 
-from cloudnet.cli import networks, ports, routers, security_groups, subnets
+from cloudnet.cli import daemons, hosts, instances, networks, ports, routers, security_groups, subnets
 from cloudnet.cli.client import DEFAULT_TOKEN, DEFAULT_URL, Client
 from cloudnet.cli.errors import CliError
-from cloudnet.config import DEFAULT_BIND, DEFAULT_PORT, DEFAULT_STATE_DIR, ServerConfig
 
 
 class CloudnetGroup(TyperGroup):
@@ -45,6 +43,8 @@ app.add_typer(subnets.app, name="subnet")
 app.add_typer(ports.app, name="port")
 app.add_typer(routers.app, name="router")
 app.add_typer(security_groups.app, name="security-group")
+app.add_typer(instances.app, name="instance")
+app.add_typer(hosts.app, name="host")
 
 
 @app.callback()
@@ -59,22 +59,4 @@ def main(
     ctx.call_on_close(client.close)
 
 
-@app.command("serve")
-def serve(
-    state_dir: Annotated[Path, typer.Option(help="Where the server keeps its state.")] = DEFAULT_STATE_DIR,
-    db: Annotated[
-        str | None, typer.Option(metavar="URL", help="Database URL (default: SQLite in the state dir).")
-    ] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_BIND,
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = DEFAULT_PORT,
-    default_mtu: Annotated[int, typer.Option(min=68, help="MTU of networks created without one.")] = 1500,
-) -> None:
-    """Run the cloudnet API server."""
-    # Imported here so that client commands don't pay for loading the server stack.
-    from cloudnet.server import StartupError
-    from cloudnet.server import serve as run_server
-
-    try:
-        run_server(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu))
-    except StartupError as exc:
-        raise CliError(f"cannot start: {exc}") from None
+daemons.register(app)

@@ -85,9 +85,14 @@ class Store:
     # -- transactions -----------------------------------------------------------------------------
 
     @contextmanager
-    def read(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn, conn.begin():
-            yield conn
+    def read(self, snapshot: bool = False) -> Iterator[Connection]:
+        """A reading transaction. `snapshot`: every statement sees the same committed state (SQLite's
+        transactions always do; PostgreSQL needs REPEATABLE READ for it)."""
+        with self.engine.connect() as conn:
+            if snapshot and not self.is_sqlite:
+                conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def write(self) -> Iterator[Tx]:

@@ -23,6 +23,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    Text,
     UniqueConstraint,
 )
 
@@ -193,12 +194,54 @@ tags = Table(
     PrimaryKeyConstraint("resource_id", "tag"),
 )
 
+hosts = Table(
+    "hosts",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("agent_version", String(64), nullable=False, default=""),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False),
+    # Set when the heartbeat timeout has passed and the host's ports were reported DOWN.
+    Column("dead_since", DateTime(timezone=True), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("revision_number", BigInteger, nullable=False, default=0),
+    # What the agent reports about itself: uplinks, later SR-IOV inventory.
+    Column("report", JSON, nullable=False),
+)
+
+instances = Table(
+    "instances",
+    metadata,
+    *_standard(),
+    Column("hostname", String(255), nullable=False, default=""),
+    Column("host", String(255), nullable=False, default="", index=True),
+    Column("netns", String(4096), nullable=False, default=""),
+    Column("user_data", Text, nullable=True),
+    Column("meta", JSON, nullable=False),
+    Column("ssh_keys", JSON, nullable=False),
+)
+
+instance_ports = Table(
+    "instance_ports",
+    metadata,
+    Column("instance_id", ID, ForeignKey("instances.id", ondelete="CASCADE"), nullable=False),
+    Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False, unique=True),
+    # Order of the instance's interfaces: position 0 is eth0.
+    Column("position", Integer, nullable=False),
+    # Ports the instance created (from a `network` net) go away with it; given ones are only unbound.
+    Column("created_by_instance", Boolean, nullable=False),
+    PrimaryKeyConstraint("instance_id", "port_id"),
+)
+
 Index("ix_ports_network_id_device_owner", ports.c.network_id, ports.c.device_owner)
 Index("ix_ip_allocations_network_id_ip_address", ip_allocations.c.network_id, ip_allocations.c.ip_address)
 Index("ix_tags_tag", tags.c.tag)
 
 __all__ = [
     "events",
+    "hosts",
+    "instance_ports",
+    "instances",
     "ip_allocations",
     "metadata",
     "networks",

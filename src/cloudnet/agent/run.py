@@ -1,0 +1,43 @@
+"""Start the agent (alone, or beside the server in `cloudnet up`) and stop it on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from cloudnet.agent.agent import Agent
+from cloudnet.agent.client import ApiClient
+from cloudnet.config import AgentConfig
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+
+log = logging.getLogger("cloudnet.agent")
+
+
+def build(config: AgentConfig) -> Agent:
+    client = ApiClient(config.server, config.host, config.token)
+    dataplane = LinuxDataplane(config.host, config.uplinks)
+    return Agent(client, dataplane, report={"uplinks": config.uplinks}, heartbeat_interval=config.heartbeat_interval)
+
+
+def run(config: AgentConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
+    agent = build(config)
+    if threading.current_thread() is threading.main_thread():
+        # Stopping leaves the dataplane as it is: instances keep their traffic while the agent is away.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: agent.stop())
+    log.info("agent for host %s following %s", config.host, config.server)
+    try:
+        agent.run()
+    finally:
+        agent.client.close()
+
+
+def start_in_thread(config: AgentConfig) -> tuple[Agent, threading.Thread]:
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    agent = build(config)
+    thread = threading.Thread(target=agent.run, name="cloudnet-agent", daemon=True)
+    thread.start()
+    return agent, thread

@@ -1,0 +1,63 @@
+"""/v2.0/hosts: agents register and heartbeat, fetch their desired state, and report port status."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cloudnet.api import neutron
+from cloudnet.api.deps import AppState, call, context, state
+from cloudnet.services import hosts
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+
+@router.get("/v2.0/hosts")
+async def list_hosts(request: Request) -> Response:
+    st = state(request)
+    items = await call(hosts.list_hosts, st.store, context(request), st.config.agent_down_time)
+    return neutron.JSON({"hosts": items})
+
+
+@router.get("/v2.0/hosts/{name}")
+async def show_host(request: Request, name: str) -> Response:
+    st = state(request)
+    item = await call(hosts.get_host, st.store, context(request), name, st.config.agent_down_time)
+    return neutron.JSON({"host": item})
+
+
+@router.put("/v2.0/hosts/{name}")
+async def heartbeat(request: Request, name: str) -> Response:
+    st = state(request)
+    body = neutron.unwrap_one(await neutron.body_of(request), "host")
+    item = await call(hosts.heartbeat, st.store, context(request), name, body, st.config.agent_down_time)
+    return neutron.JSON({"host": item})
+
+
+@router.get("/v2.0/hosts/{name}/state")
+async def desired_state(request: Request, name: str) -> Response:
+    return neutron.JSON(await call(hosts.desired_state, state(request).store, context(request), name))
+
+
+@router.put("/v2.0/hosts/{name}/ports")
+async def report_ports(request: Request, name: str) -> Response:
+    body = await neutron.body_of(request)
+    return neutron.JSON(await call(hosts.report_ports, state(request).store, context(request), name, body))
+
+
+async def sweep_dead_hosts(st: AppState) -> None:
+    """Background task of every server: report the ports of hosts whose agent went silent DOWN."""
+    interval = max(0.5, min(5.0, st.config.agent_down_time / 3))
+    while True:
+        await asyncio.sleep(interval)
+        with contextlib.suppress(Exception):
+            dead = await call(hosts.sweep_dead, st.store, st.config.agent_down_time)
+            if dead:
+                log.warning("hosts without heartbeat for %.0f s, ports reported DOWN: %s",
+                            st.config.agent_down_time, ", ".join(dead))  # fmt: skip

@@ -1,0 +1,91 @@
+"""`cloudnet serve`, `cloudnet agent` and `cloudnet up` (both in one process, on embedded defaults)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cloudnet.cli.errors import CliError
+from cloudnet.config import (
+    DEFAULT_BIND,
+    DEFAULT_PORT,
+    DEFAULT_STATE_DIR,
+    AgentConfig,
+    ServerConfig,
+    parse_mappings,
+)
+
+StateDir = Annotated[Path, typer.Option(help="Where state lives (database, tokens.json, sockets).")]
+Db = Annotated[str | None, typer.Option(metavar="URL", help="Database URL (default: SQLite in the state dir).")]
+Host = Annotated[str, typer.Option(help="Address to listen on.")]
+Port = Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")]
+Mtu = Annotated[int, typer.Option(min=68, help="MTU of networks created without one.")]
+AgentHost = Annotated[str | None, typer.Option("--agent-host", help="This host's name (default: hostname).")]
+Uplink = Annotated[
+    list[str] | None,
+    typer.Option(metavar="PHYSNET:IFACE", help="Bridge external networks of PHYSNET to IFACE (repeatable)."),
+]
+
+
+def _uplinks(values: list[str] | None) -> dict[str, str]:
+    try:
+        return parse_mappings(values or [], "--uplink")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
+    # Imported here so that client commands don't pay for loading the server stack.
+    from cloudnet.server import StartupError, serve
+
+    try:
+        serve(config, agent)
+    except StartupError as exc:
+        raise CliError(f"cannot start: {exc}") from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve(
+        state_dir: StateDir = DEFAULT_STATE_DIR,
+        db: Db = None,
+        host: Host = DEFAULT_BIND,
+        port: Port = DEFAULT_PORT,
+        default_mtu: Mtu = 1500,
+    ) -> None:
+        """Run the cloudnet API server."""
+        _serve(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu))
+
+    @app.command("agent")
+    def agent(
+        host: Annotated[str | None, typer.Option(help="This host's name (default: hostname).")] = None,
+        server: Annotated[str, typer.Option(help="cloudnet API URL.")] = f"http://{DEFAULT_BIND}:{DEFAULT_PORT}",
+        token: Annotated[str, typer.Option(envvar="CLOUDNET_TOKEN", help="Admin token for the API.")] = "agent",
+        state_dir: StateDir = DEFAULT_STATE_DIR,
+        uplink: Uplink = None,
+    ) -> None:
+        """Run the host agent: converge this host's dataplane to the API's desired state."""
+        from cloudnet.agent.run import run
+
+        run(AgentConfig(host=host or socket.gethostname(), server=server, token=token, state_dir=state_dir,
+                        uplinks=_uplinks(uplink)))  # fmt: skip
+
+    @app.command("up")
+    def up(
+        state_dir: StateDir = DEFAULT_STATE_DIR,
+        db: Db = None,
+        host: Host = DEFAULT_BIND,
+        port: Port = DEFAULT_PORT,
+        default_mtu: Mtu = 1500,
+        agent_host: AgentHost = None,
+        uplink: Uplink = None,
+    ) -> None:
+        """Run the API server and this host's agent in one process (the one-machine setup)."""
+        config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu)
+        local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
+                                   state_dir=state_dir, uplinks=_uplinks(uplink))  # fmt: skip
+        _serve(config, agent_config)

@@ -1,0 +1,35 @@
+"""What every dataplane driver takes and gives: a host's whole desired state in, port reports out.
+
+The desired state is the document served at GET /v2.0/hosts/{host}/state (services/hosts.py):
+instances with their ordered ports, the ports, networks, subnets and routers this host needs.
+A driver converges the host to it and is safe to call again at any time, including after a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+DesiredState = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PortReport:
+    port_id: str
+    status: str  # ACTIVE | DOWN | ERROR
+    vif_type: str = "bridge"
+    vif_details: dict[str, Any] = field(default_factory=dict)
+
+    def as_api(self) -> dict[str, Any]:
+        return {
+            "id": self.port_id,
+            "status": self.status,
+            "binding:vif_type": self.vif_type,
+            "binding:vif_details": self.vif_details,
+        }
+
+
+class Dataplane(Protocol):
+    def apply(self, state: DesiredState) -> list[PortReport]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Linux dataplane: network namespaces, veth pairs, bridges (pyroute2) and nftables (libnftables)."""

@@ -1,0 +1,73 @@
+"""Kernel object names: derived from resource ids, at most 15 characters, recognisably cloudnet's.
+
+Every link cloudnet creates starts with one of PREFIXES, so the agent can find its own leftovers and
+never touches anybody else's devices. Namespaces carry the `cloudnet-` prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+IFNAMSIZ = 15
+BRIDGE = "cnb-"  # a network's bridge, in the host namespace
+TAP = "cnt-"  # host end of an instance port's veth
+TAP_PEER = "cni-"  # instance end, before it is moved and renamed ethN
+ROUTER_LEG = "cnq-"  # host end of a router interface's veth
+GATEWAY_LEG = "cng-"  # host end of a router gateway's veth
+ROUTER_IFACE = "qr-"  # router end of an interface leg (inside the router namespace)
+ROUTER_GW = "qg-"  # router end of the gateway leg
+PREFIXES = (BRIDGE, TAP, TAP_PEER, ROUTER_LEG, GATEWAY_LEG)
+HOST_NS_PREFIX = "cloudnet-host-"
+ROUTER_NS_PREFIX = "cloudnet-router-"
+
+
+def _short(resource_id: str, prefix: str) -> str:
+    return prefix + resource_id.replace("-", "")[: IFNAMSIZ - len(prefix)]
+
+
+def bridge(network_id: str) -> str:
+    return _short(network_id, BRIDGE)
+
+
+def tap(port_id: str) -> str:
+    return _short(port_id, TAP)
+
+
+def tap_peer(port_id: str) -> str:
+    return _short(port_id, TAP_PEER)
+
+
+def router_leg(port_id: str) -> str:
+    return _short(port_id, ROUTER_LEG)
+
+
+def gateway_leg(port_id: str) -> str:
+    return _short(port_id, GATEWAY_LEG)
+
+
+def router_iface(port_id: str) -> str:
+    return _short(port_id, ROUTER_IFACE)
+
+
+def router_gw(port_id: str) -> str:
+    return _short(port_id, ROUTER_GW)
+
+
+def host_ns(host: str) -> str:
+    # Host names may be long or contain characters a file name should not: keep it short and safe.
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in host)[:40]
+    digest = hashlib.sha1(host.encode()).hexdigest()[:6]
+    return f"{HOST_NS_PREFIX}{safe}-{digest}"
+
+
+def router_ns_prefix(host: str) -> str:
+    # Per host, so that two agents on one machine (tests, a lab) never collect each other's routers.
+    return f"{ROUTER_NS_PREFIX}{hashlib.sha1(host.encode()).hexdigest()[:6]}-"
+
+
+def router_ns(host: str, router_id: str) -> str:
+    return router_ns_prefix(host) + router_id
+
+
+def is_ours(ifname: str) -> bool:
+    return ifname.startswith(PREFIXES)

@@ -1,0 +1,267 @@
+"""Hosts (agents): registration, heartbeats, liveness, port status reports, and each host's desired state."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import Field
+from sqlalchemy import Connection, insert, select, update
+
+from cloudnet.errors import Forbidden, NotFound
+from cloudnet.services import common, ports
+from cloudnet.services.context import Context
+from cloudnet.services.validation import Body, parse
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store, utcnow
+
+H = t.hosts
+P = t.ports
+A = t.ip_allocations
+AGENT_PORT_STATUSES = ("ACTIVE", "DOWN", "BUILD", "ERROR")
+
+
+class HostReport(Body):
+    agent_version: str = Field("", max_length=64)
+    report: dict[str, Any] = Field(default_factory=dict)
+
+
+class PortStatus(Body):
+    id: str
+    status: Literal["ACTIVE", "DOWN", "BUILD", "ERROR"]
+    vif_type: str | None = Field(None, alias="binding:vif_type", max_length=32)
+    vif_details: dict[str, Any] | None = Field(None, alias="binding:vif_details")
+
+
+class PortStatusReport(Body):
+    ports: list[PortStatus]
+
+
+def _admin(ctx: Context) -> None:
+    if not ctx.is_admin:
+        raise Forbidden("Only admins (agents) may manage hosts")
+
+
+def _host_dict(row: Any, now: datetime, down_time: float) -> dict[str, Any]:
+    alive = row.heartbeat_at >= now - timedelta(seconds=down_time)
+    return {
+        "name": row.name,
+        "agent_version": row.agent_version,
+        "heartbeat_at": common.fmt_time(row.heartbeat_at),
+        "alive": alive,
+        "created_at": common.fmt_time(row.created_at),
+        "updated_at": common.fmt_time(row.updated_at),
+        "report": row.report,
+    }
+
+
+def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_time: float) -> dict[str, Any]:
+    """Register the host, or refresh its heartbeat and report; events only when the report changes."""
+    _admin(ctx)
+    spec = parse(HostReport, body)
+    with store.write() as tx:
+        row = tx.conn.execute(select(H).where(H.c.name == name)).first()
+        if row is None:
+            tx.conn.execute(
+                insert(H).values(
+                    name=name, agent_version=spec.agent_version, heartbeat_at=tx.now, dead_since=None,
+                    created_at=tx.now, updated_at=tx.now, revision_number=0, report=spec.report,
+                )
+            )  # fmt: skip
+            tx.record("host", name, "create")
+        else:
+            changed = row.agent_version != spec.agent_version or row.report != spec.report or row.dead_since
+            values: dict[str, Any] = {"heartbeat_at": tx.now, "dead_since": None}
+            if changed:
+                values.update(
+                    agent_version=spec.agent_version, report=spec.report, updated_at=tx.now,
+                    revision_number=H.c.revision_number + 1,
+                )  # fmt: skip
+                tx.record("host", name, "update")
+            tx.conn.execute(update(H).where(H.c.name == name).values(**values))
+        row = tx.conn.execute(select(H).where(H.c.name == name)).one()
+        return _host_dict(row, tx.now, down_time)
+
+
+def list_hosts(store: Store, ctx: Context, down_time: float) -> list[dict[str, Any]]:
+    _admin(ctx)
+    now = utcnow()
+    with store.read() as conn:
+        return [_host_dict(r, now, down_time) for r in conn.execute(select(H).order_by(H.c.name))]
+
+
+def get_host(store: Store, ctx: Context, name: str, down_time: float) -> dict[str, Any]:
+    _admin(ctx)
+    with store.read() as conn:
+        row = conn.execute(select(H).where(H.c.name == name)).first()
+    if row is None:
+        raise NotFound(f"Host {name} could not be found.", type="HostNotFound")
+    return _host_dict(row, utcnow(), down_time)
+
+
+def sweep_dead(store: Store, down_time: float) -> list[str]:
+    """Hosts whose heartbeat stopped: mark them dead once and report their ports DOWN."""
+    cutoff = utcnow() - timedelta(seconds=down_time)
+    with store.read() as conn:
+        due = conn.execute(select(H.c.name).where(H.c.heartbeat_at < cutoff, H.c.dead_since.is_(None))).all()
+    if not due:
+        return []
+    dead: list[str] = []
+    with store.write() as tx:
+        for (name,) in due:
+            marked = tx.conn.execute(
+                update(H)
+                .where(H.c.name == name, H.c.heartbeat_at < cutoff, H.c.dead_since.is_(None))
+                .values(dead_since=tx.now)
+            ).rowcount
+            if not marked:  # it came back, or another server swept it
+                continue
+            dead.append(name)
+            tx.record("host", name, "update")
+            active = tx.conn.execute(select(P.c.id, P.c.project_id).where(P.c.host_id == name, P.c.status != "DOWN"))
+            for port_id, project in active.all():
+                common.touch(tx, P, port_id, "port", project, {"status": "DOWN"})
+    return dead
+
+
+def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Statuses the host's agent observed; ports bound elsewhere are refused, unchanged ones are skipped."""
+    _admin(ctx)
+    spec = parse(PortStatusReport, body)
+    wanted = {p.id: p for p in spec.ports}
+    updated: list[str] = []
+    with store.write() as tx:
+        rows = tx.conn.execute(
+            select(P.c.id, P.c.project_id, P.c.status, P.c.vif_type, P.c.vif_details, P.c.host_id).where(
+                P.c.id.in_(list(wanted))
+            )
+        ).all()
+        found = {r.id: r for r in rows}
+        for port_id, item in wanted.items():
+            row = found.get(port_id)
+            if row is None or row.host_id != host:
+                continue
+            values: dict[str, Any] = {}
+            if row.status != item.status:
+                values["status"] = item.status
+            if item.vif_type is not None and row.vif_type != item.vif_type:
+                values["vif_type"] = item.vif_type
+            if item.vif_details is not None and row.vif_details != item.vif_details:
+                values["vif_details"] = item.vif_details
+            if values:
+                common.touch(tx, P, port_id, "port", row.project_id, values)
+                updated.append(port_id)
+    ignored = set(wanted) - set(found) | {i for i, r in found.items() if r.host_id != host}
+    return {"updated": updated, "ignored": sorted(ignored)}
+
+
+# -- desired state ------------------------------------------------------------------------------
+
+
+def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
+    """Everything the agent of `host` needs to converge its dataplane, from one consistent snapshot."""
+    _admin(ctx)
+    with store.read(snapshot=True) as conn:
+        revision = conn.execute(select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)).scalar() or 0
+        I, IP = t.instances, t.instance_ports  # noqa: E741
+        inst_rows = conn.execute(select(I).where(I.c.host == host).order_by(I.c.created_at, I.c.id)).all()
+        links = conn.execute(
+            select(IP.c.instance_id, IP.c.port_id, IP.c.position)
+            .where(IP.c.instance_id.in_([i.id for i in inst_rows]))
+            .order_by(IP.c.instance_id, IP.c.position)
+        ).all()
+        by_instance: dict[str, list[str]] = defaultdict(list)
+        for iid, pid, _pos in links:
+            by_instance[iid].append(pid)
+        instance_ports = [pid for _iid, pid, _pos in links]
+        network_ids = {r[0] for r in conn.execute(select(P.c.network_id).where(P.c.id.in_(instance_ports)))}
+        routers = _routers(conn, network_ids)
+        router_ports = [r["gateway"]["port_id"] for r in routers if r["gateway"]] + [
+            i["port_id"] for r in routers for i in r["interfaces"]
+        ]
+        network_ids |= {r[0] for r in conn.execute(select(P.c.network_id).where(P.c.id.in_(router_ports)))}
+        port_rows = conn.execute(select(P).where(P.c.id.in_(instance_ports + router_ports))).all()
+        port_dicts = {p["id"]: p for p in ports.to_dicts(conn, list(port_rows))}
+        nets = conn.execute(select(t.networks).where(t.networks.c.id.in_(network_ids))).all()
+        subs = conn.execute(select(t.subnets).where(t.subnets.c.network_id.in_(network_ids))).all()
+    subnets = {
+        s.id: {
+            "id": s.id, "network_id": s.network_id, "cidr": s.cidr, "ip_version": s.ip_version,
+            "gateway_ip": s.gateway_ip, "host_routes": s.host_routes, "dns_nameservers": s.dns_nameservers,
+        }
+        for s in subs
+    }  # fmt: skip
+    for p in port_dicts.values():
+        for f in p["fixed_ips"]:
+            f["prefixlen"] = ipaddress.ip_network(subnets[f["subnet_id"]]["cidr"]).prefixlen
+    for r in routers:
+        r["ports"] = {pid: port_dicts[pid] for pid in _router_port_ids(r) if pid in port_dicts}
+    return {
+        "revision": int(revision),
+        "host": host,
+        "instances": [
+            {
+                "id": i.id, "name": i.name, "hostname": i.hostname, "project_id": i.project_id, "netns": i.netns,
+                "ports": by_instance.get(i.id, []),
+            }
+            for i in inst_rows
+        ],
+        "ports": {pid: port_dicts[pid] for pid in instance_ports if pid in port_dicts},
+        "networks": {
+            n.id: {
+                "id": n.id, "name": n.name, "mtu": n.mtu, "admin_state_up": n.admin_state_up,
+                "router_external": n.router_external, "network_type": n.network_type,
+                "physical_network": n.physical_network, "segmentation_id": n.segmentation_id,
+            }
+            for n in nets
+        },
+        "subnets": subnets,
+        "routers": routers,
+    }  # fmt: skip
+
+
+def _router_port_ids(router: dict[str, Any]) -> list[str]:
+    ids = [i["port_id"] for i in router["interfaces"]]
+    if router["gateway"]:
+        ids.append(router["gateway"]["port_id"])
+    return ids
+
+
+def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
+    """Routers with an interface on one of these networks, with their interfaces and gateway."""
+    R = t.routers
+    router_ids = {
+        r[0]
+        for r in conn.execute(
+            select(P.c.device_id).where(P.c.device_owner == ports.ROUTER_INTERFACE, P.c.network_id.in_(network_ids))
+        )
+    }
+    if not router_ids:
+        return []
+    rows = conn.execute(select(R).where(R.c.id.in_(router_ids)).order_by(R.c.id)).all()
+    iface = conn.execute(
+        select(P.c.device_id, P.c.id, P.c.network_id).where(
+            P.c.device_owner == ports.ROUTER_INTERFACE, P.c.device_id.in_(router_ids)
+        )
+    ).all()
+    by_router: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for rid, pid, nid in iface:
+        by_router[rid].append({"port_id": pid, "network_id": nid})
+    gw_nets = dict(
+        conn.execute(select(P.c.id, P.c.network_id).where(P.c.id.in_([r.gw_port_id for r in rows if r.gw_port_id])))
+        .tuples()
+        .all()
+    )
+    return [
+        {
+            "id": r.id,
+            "name": r.name,
+            "admin_state_up": r.admin_state_up,
+            "enable_snat": r.enable_snat,
+            "gateway": {"port_id": r.gw_port_id, "network_id": gw_nets.get(r.gw_port_id)} if r.gw_port_id else None,
+            "interfaces": sorted(by_router.get(r.id, []), key=lambda i: i["port_id"]),
+        }
+        for r in rows
+    ]

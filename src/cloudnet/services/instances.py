@@ -1,0 +1,236 @@
+"""Instances: what the metadata service serves and what ports are plugged into (Zun-style `nets`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+from sqlalchemy import Connection, delete, insert, select
+
+from cloudnet.errors import BadRequest, Conflict, InvalidInput, not_found
+from cloudnet.services import common, ports
+from cloudnet.services.context import Context
+from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
+from cloudnet.services.validation import Body, check_ip, is_uuid, parse
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store, Tx
+
+I = t.instances  # noqa: E741
+IP = t.instance_ports
+P = t.ports
+DEVICE_OWNER = "compute:cloudnet"
+
+ATTRS: dict[str, Attr] = {
+    **common.standard_attrs(I),
+    "hostname": Attr(I.c.hostname),
+    "host": Attr(I.c.host),
+    "netns": Attr(I.c.netns),
+}
+
+
+class Net(Body):
+    port: str | None = None
+    network: str | None = None
+    v4_fixed_ip: str | None = Field(None, alias="v4-fixed-ip")
+    v6_fixed_ip: str | None = Field(None, alias="v6-fixed-ip")
+
+    _ip = field_validator("v4_fixed_ip", "v6_fixed_ip")(lambda v: None if v is None else check_ip(v))
+
+    @model_validator(mode="after")
+    def _one(self) -> Net:
+        if (self.port is None) == (self.network is None):
+            raise ValueError("each net needs exactly one of 'port' or 'network'")
+        if self.port is not None and (self.v4_fixed_ip or self.v6_fixed_ip):
+            raise ValueError("a fixed IP can only be requested with 'network'")
+        return self
+
+
+class SshKey(Body):
+    name: str = Field(..., min_length=1, max_length=255)
+    key: str = Field(..., min_length=1, max_length=16384)
+
+
+class InstanceCreate(Body):
+    name: str = Field(..., min_length=1, max_length=255)
+    hostname: str | None = Field(None, max_length=255)
+    description: str = Field("", max_length=255)
+    project_id: str | None = Field(None, max_length=255)
+    tenant_id: str | None = Field(None, max_length=255)
+    host: str | None = Field(None, min_length=1, max_length=255)
+    netns: str = Field(..., min_length=1, max_length=4096)
+    user_data: str | None = Field(None, max_length=65535)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    ssh_keys: list[SshKey] = Field(default_factory=list)
+    nets: list[Net] = Field(default_factory=list)
+
+
+class InstanceUpdate(Body):
+    name: str | None = Field(None, min_length=1, max_length=255)
+    description: str | None = Field(None, max_length=255)
+    user_data: str | None = Field(None, max_length=65535)
+    metadata: dict[str, str] | None = None
+
+
+def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
+    ids = [r.id for r in rows]
+    links = conn.execute(
+        select(IP.c.instance_id, IP.c.port_id).where(IP.c.instance_id.in_(ids)).order_by(IP.c.position)
+    ).all()
+    port_rows = conn.execute(select(P).where(P.c.id.in_([pid for _i, pid in links]))).all()
+    port_info = {p["id"]: p for p in ports.to_dicts(conn, list(port_rows))}
+    nets: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for iid, pid in links:
+        p = port_info.get(pid)
+        if p is not None:
+            nets[iid].append(
+                {
+                    "port_id": pid, "network_id": p["network_id"], "mac_address": p["mac_address"],
+                    "fixed_ips": p["fixed_ips"], "status": p["status"], "binding:vnic_type": p["binding:vnic_type"],
+                }
+            )  # fmt: skip
+    tags = common.load_tags(conn, ids)
+    out = []
+    for r in rows:
+        d = common.standard_fields(r, tags.get(r.id))
+        statuses = {n["status"] for n in nets.get(r.id, [])}
+        d.update(
+            {
+                "hostname": r.hostname,
+                "host": r.host,
+                "netns": r.netns,
+                "user_data": r.user_data,
+                "metadata": r.meta,
+                "ssh_keys": r.ssh_keys,
+                "nets": nets.get(r.id, []),
+                # ACTIVE once every port is plugged and reported by the host's agent.
+                "status": "ACTIVE" if statuses <= {"ACTIVE"} else "BUILD",
+            }
+        )
+        out.append(d)
+    return out
+
+
+def _visible(ctx: Context) -> Any:
+    cond = common.visible(I, ctx)
+    return select(I) if cond is None else select(I).where(cond)
+
+
+def list_instances(store: Store, ctx: Context, q: ListQuery) -> Page:
+    with store.read() as conn:
+        rows, more = fetch_page(conn, I, ATTRS, _visible(ctx), q, "instance")
+        return Page(_dicts(conn, rows), more)
+
+
+def get_instance(store: Store, ctx: Context, instance_id: str) -> dict[str, Any]:
+    with store.read() as conn:
+        return _dicts(conn, [common.get_row(conn, I, "instance", instance_id, ctx)])[0]
+
+
+def _reload(conn: Connection, instance_id: str) -> dict[str, Any]:
+    return _dicts(conn, [conn.execute(select(I).where(I.c.id == instance_id)).one()])[0]
+
+
+def _default_host(tx: Tx) -> str:
+    names = [r[0] for r in tx.conn.execute(select(t.hosts.c.name).limit(2))]
+    if len(names) != 1:
+        raise BadRequest("Invalid input for host. Reason: a host is required when not exactly one host is registered.")
+    return names[0]
+
+
+def create_instances(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    specs = [parse(InstanceCreate, b) for b in bodies]
+    with store.write() as tx:
+        ids = [_create(tx, ctx, spec) for spec in specs]
+        return [_reload(tx.conn, i) for i in ids]
+
+
+def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
+    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+    host = spec.host or _default_host(tx)
+    row.update(
+        hostname=spec.hostname or spec.name, host=host, netns=spec.netns, user_data=spec.user_data,
+        meta=spec.metadata, ssh_keys=[k.model_dump() for k in spec.ssh_keys],
+    )  # fmt: skip
+    tx.conn.execute(insert(I).values(**row))
+    instance_id = row["id"]
+    binding = {"device_id": instance_id, "device_owner": DEVICE_OWNER, "host_id": host}
+    links: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for position, net in enumerate(spec.nets):
+        if net.port is not None:
+            port_id = _bind_existing(tx, ctx, net.port, row["project_id"], host, seen)
+            created = False
+        else:
+            fixed = [ports.FixedIp(ip_address=ip) for ip in (net.v4_fixed_ip, net.v6_fixed_ip) if ip]
+            port_spec = ports.PortCreate(
+                network_id=net.network or "", project_id=row["project_id"] if ctx.is_admin else None,
+                name=f"{spec.name}-eth{position}", device_id=instance_id, device_owner=DEVICE_OWNER,
+                host_id=host, fixed_ips=fixed or None,
+            )  # fmt: skip
+            if not is_uuid(port_spec.network_id):
+                raise not_found("network", port_spec.network_id)
+            (port_id,) = ports.create_in_tx(tx, ctx, [port_spec])
+            created = True
+        links.append({"instance_id": instance_id, "port_id": port_id, "position": position,
+                      "created_by_instance": created})  # fmt: skip
+        if not created:
+            ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=binding)
+    if links:
+        tx.conn.execute(insert(IP), links)
+    tx.record("instance", instance_id, "create", row["project_id"])
+    return str(instance_id)
+
+
+def _bind_existing(tx: Tx, ctx: Context, port_id: str, project_id: str, host: str, seen: set[str]) -> str:
+    """Zun's checks for a pre-created port, in Zun's order and words."""
+    port = tx.conn.execute(select(P).where(P.c.id == port_id)).first()
+    if port is None or not (ctx.is_admin or port.project_id == ctx.project_id):
+        raise not_found("port", port_id)
+    if port.project_id != project_id:
+        raise Conflict(f"Port {port_id} not usable for the instance: it belongs to another project.",
+                       type="PortNotUsable")  # fmt: skip
+    if port.device_id or port_id in seen:
+        raise Conflict(f"Port {port_id} is still in use.", type="PortInUse")
+    if port.host_id and port.host_id != host:
+        raise Conflict(f"Port {port_id} not usable for the instance: it is bound to host {port.host_id}.",
+                       type="PortNotUsable")  # fmt: skip
+    if port.vnic_type != "normal":
+        raise InvalidInput(f"Port {port_id} has binding:vnic_type {port.vnic_type}, which this host cannot plug yet")
+    seen.add(port_id)
+    return port_id
+
+
+def update_instance(store: Store, ctx: Context, instance_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    spec = parse(InstanceUpdate, body)
+    given = spec.model_fields_set
+    with store.write() as tx:
+        row = common.get_row(tx.conn, I, "instance", instance_id, ctx)
+        changes: dict[str, Any] = {}
+        for key, column in (("name", "name"), ("description", "description"), ("metadata", "meta")):
+            if key in given and getattr(spec, key) is not None:
+                changes[column] = getattr(spec, key)
+        if "user_data" in given:
+            changes["user_data"] = spec.user_data
+        common.touch(tx, I, instance_id, "instance", row.project_id, changes)
+        return _reload(tx.conn, instance_id)
+
+
+def delete_instance(store: Store, ctx: Context, instance_id: str) -> None:
+    with store.write() as tx:
+        row = common.get_row(tx.conn, I, "instance", instance_id, ctx)
+        links = tx.conn.execute(select(IP.c.port_id, IP.c.created_by_instance).where(IP.c.instance_id == instance_id))
+        for port_id, created in links.all():
+            port = tx.conn.execute(select(P).where(P.c.id == port_id)).first()
+            if port is None:
+                continue
+            if created:
+                ports.delete_in_tx(tx, port)
+            else:
+                unbound = {"device_id": "", "device_owner": "", "host_id": "", "status": "DOWN", "vif_type": "unbound",
+                           "vif_details": {}}  # fmt: skip
+                ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=unbound)
+        tx.conn.execute(delete(IP).where(IP.c.instance_id == instance_id))
+        tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == instance_id))
+        tx.conn.execute(delete(I).where(I.c.id == instance_id))
+        tx.record("instance", instance_id, "delete", row.project_id)
