@@ -14,6 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from alembic.script import ScriptDirectory
+
+from cloudnet.store.migrate import MIGRATIONS
 
 CLOUDNET = str(Path(sys.executable).parent / "cloudnet")
 
@@ -62,7 +65,8 @@ def test_serve_migrates_persists_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
     db = tmp_path / "cloudnet.db"
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+        head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == head
     with serve(tmp_path) as (_proc, url):  # second start: schema already current, data still there
         names = [n["name"] for n in httpx.get(url + "/v2.0/networks").json()["networks"]]
         assert names == ["persisted"]
