@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import Field
@@ -44,8 +44,13 @@ def _admin(ctx: Context) -> None:
         raise Forbidden("Only admins (agents) may manage hosts")
 
 
+def _naive_utc(value: datetime) -> datetime:
+    """PostgreSQL returns timestamptz values timezone-aware, SQLite naive; `utcnow()` is naive UTC."""
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+
+
 def _host_dict(row: Any, now: datetime, down_time: float) -> dict[str, Any]:
-    alive = row.heartbeat_at >= now - timedelta(seconds=down_time)
+    alive = _naive_utc(row.heartbeat_at) >= now - timedelta(seconds=down_time)
     return {
         "name": row.name,
         "agent_version": row.agent_version,
@@ -249,11 +254,8 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
     by_router: dict[str, list[dict[str, str]]] = defaultdict(list)
     for rid, pid, nid in iface:
         by_router[rid].append({"port_id": pid, "network_id": nid})
-    gw_nets = dict(
-        conn.execute(select(P.c.id, P.c.network_id).where(P.c.id.in_([r.gw_port_id for r in rows if r.gw_port_id])))
-        .tuples()
-        .all()
-    )
+    gw_ids = [r.gw_port_id for r in rows if r.gw_port_id]
+    gw_nets = {pid: nid for pid, nid in conn.execute(select(P.c.id, P.c.network_id).where(P.c.id.in_(gw_ids)))}
     return [
         {
             "id": r.id,

@@ -1,0 +1,164 @@
+"""The agent and the Linux dataplane with real namespaces, veths, bridges and nftables (root)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from cloudnet.dataplane.linux import names, netns
+from tests.support.cloud import Cloud, ns_run, ping
+
+# A one-shot TCP server for the outside namespace: prints the address of the first client.
+PEER_SERVER = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080)); s.listen(1); print("listening", flush=True)
+c, addr = s.accept(); print(addr[0], flush=True); c.close()
+"""
+
+
+def _host_links(cloud: Cloud) -> set[str]:
+    out = ns_run(names.host_ns(cloud.host), "ip", "-o", "link", "show").stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+
+
+def test_two_instances_on_one_network_ping_each_other(cloud: Cloud) -> None:
+    cloud.start_agent()
+    net, sub = cloud.network("n1", "10.61.0.0/24")
+    a = cloud.instance("a", [{"network": net["id"]}])
+    b = cloud.instance("b", [{"network": net["id"], "v4-fixed-ip": "10.61.0.50"}])
+    a_ip = a["nets"][0]["fixed_ips"][0]["ip_address"]
+    assert b["nets"][0]["fixed_ips"][0]["ip_address"] == "10.61.0.50"
+    assert ping(a["netns"], "10.61.0.50") and ping(b["netns"], a_ip)
+    link = ns_run(a["netns"], "ip", "-o", "link", "show", "eth0").stdout
+    assert a["nets"][0]["mac_address"] in link and "mtu 1500" in link
+    port = cloud.api.get(f"/ports/{a['nets'][0]['port_id']}").json()["port"]
+    assert port["status"] == "ACTIVE" and port["binding:vif_type"] == "bridge"
+    assert port["device_owner"] == "compute:cloudnet" and port["device_id"] == a["id"]
+    assert sub["gateway_ip"] in ns_run(a["netns"], "ip", "route").stdout  # default route via the gateway
+
+
+def test_instance_with_two_nics_and_mtu(cloud: Cloud) -> None:
+    cloud.start_agent()
+    n1, _ = cloud.network("m1", "10.62.0.0/24", mtu=1400)
+    n2, _ = cloud.network("m2", "10.63.0.0/24")
+    inst = cloud.instance("two", [{"network": n1["id"]}, {"network": n2["id"]}])
+    links = ns_run(inst["netns"], "ip", "-o", "link").stdout
+    assert "eth0" in links and "eth1" in links
+    assert "mtu 1400" in ns_run(inst["netns"], "ip", "-o", "link", "show", "eth0").stdout
+    eth1 = ns_run(inst["netns"], "ip", "-o", "addr", "show", "eth1").stdout
+    assert inst["nets"][1]["fixed_ips"][0]["ip_address"] in eth1
+
+
+def test_router_connects_networks_and_snats_to_the_outside(cloud: Cloud) -> None:
+    outside = cloud.outside("physnet1", "192.0.2.1/24")
+    cloud.start_agent()
+    pub = cloud.create("networks", "network", {"name": "pub", "router:external": True,
+                                               "provider:network_type": "flat",
+                                               "provider:physical_network": "physnet1"})  # fmt: skip
+    cloud.create("subnets", "subnet", {"network_id": pub["id"], "cidr": "192.0.2.0/24", "gateway_ip": "192.0.2.1",
+                                       "allocation_pools": [{"start": "192.0.2.10", "end": "192.0.2.99"}]})  # fmt: skip
+    n1, s1 = cloud.network("left", "10.64.0.0/24")
+    n2, s2 = cloud.network("right", "10.65.0.0/24")
+    router = cloud.create("routers", "router", {"name": "r", "external_gateway_info": {"network_id": pub["id"]}})
+    for sub in (s1, s2):
+        r = cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": sub["id"]})
+        assert r.status_code == 200, r.text
+    left = cloud.instance("left", [{"network": n1["id"]}])
+    right = cloud.instance("right", [{"network": n2["id"]}])
+    right_ip = right["nets"][0]["fixed_ips"][0]["ip_address"]
+    cloud.wait_for(lambda: ping(left["netns"], right_ip), what="left -> right through the router")
+    external_ip = router["external_gateway_info"]["external_fixed_ips"][0]["ip_address"]
+    server = subprocess.Popen(["ip", "netns", "exec", outside, sys.executable, "-c", PEER_SERVER],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        cloud.wait_for(lambda: ping(left["netns"], "192.0.2.1"), what="instance -> outside")
+        connect = ns_run(left["netns"], sys.executable, "-c",
+                         "import socket; socket.create_connection(('192.0.2.1', 8080), timeout=5).close()")  # fmt: skip
+        assert connect.returncode == 0, connect.stderr
+        seen = server.stdout.readline().strip()
+    finally:
+        server.kill()
+        server.wait()
+    assert seen == external_ip  # the outside sees the router's external address, not 10.64.0.x
+
+
+def test_delete_removes_every_kernel_object(cloud: Cloud) -> None:
+    cloud.start_agent()
+    net, sub = cloud.network("gone", "10.66.0.0/24")
+    router = cloud.create("routers", "router", {"name": "gone-r"})
+    cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": sub["id"]})
+    inst = cloud.instance("gone", [{"network": net["id"]}])
+    port_id = inst["nets"][0]["port_id"]
+    assert names.tap(port_id) in _host_links(cloud)
+    assert netns.exists(names.router_ns(cloud.host, router["id"]))
+    assert cloud.api.delete(f"/instances/{inst['id']}").status_code == 204
+    cloud.wait_for(lambda: names.tap(port_id) not in _host_links(cloud), what="the instance veth to go")
+    assert "eth0" not in ns_run(inst["netns"], "ip", "-o", "link").stdout
+    assert cloud.api.get(f"/ports/{port_id}").status_code == 404  # the port it created went with it
+    # With no instance left on the network, the host needs neither its bridge nor the router.
+    cloud.wait_for(lambda: not netns.exists(names.router_ns(cloud.host, router["id"])), what="router namespace")
+    assert names.bridge(net["id"]) not in _host_links(cloud)
+    assert not [n for n in _host_links(cloud) if names.is_ours(n)]
+
+
+def test_agent_restart_keeps_traffic_and_removes_what_was_deleted_meanwhile(cloud: Cloud) -> None:
+    cloud.start_agent()
+    net, _ = cloud.network("keep", "10.67.0.0/24")
+    a = cloud.instance("ka", [{"network": net["id"]}])
+    b = cloud.instance("kb", [{"network": net["id"]}])
+    doomed = cloud.instance("kc", [{"network": net["id"]}])
+    b_ip = b["nets"][0]["fixed_ips"][0]["ip_address"]
+    pinger = subprocess.Popen(["ip", "netns", "exec", a["netns"], "ping", "-n", "-i", "0.05", "-w", "6", b_ip],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert pinger.stdout is not None
+        replies = 0
+        while replies < 5:  # the traffic is flowing before the restart
+            line = pinger.stdout.readline()
+            assert line, "ping ended early"
+            replies += "bytes from" in line
+        cloud.stop_agent()
+        assert cloud.api.delete(f"/instances/{doomed['id']}").status_code == 204  # while the agent is away
+        cloud.start_agent()
+        out, _ = pinger.communicate(timeout=30)
+    finally:
+        if pinger.poll() is None:
+            pinger.kill()
+    summary = next(line for line in out.splitlines() if "packets transmitted" in line)
+    sent, received = (int(summary.split()[i]) for i in (0, 3))
+    assert sent > 50 and sent - received <= 3, summary  # counted from after the first 5 replies
+    doomed_tap = names.tap(doomed["nets"][0]["port_id"])
+    assert doomed_tap not in _host_links(cloud)
+    assert names.tap(a["nets"][0]["port_id"]) in _host_links(cloud)
+    assert ping(a["netns"], b_ip)
+
+
+def test_instance_bound_to_existing_port_keeps_it_on_delete(cloud: Cloud) -> None:
+    cloud.start_agent()
+    net, sub = cloud.network("given", "10.68.0.0/24")
+    port = cloud.create("ports", "port", {"network_id": net["id"], "fixed_ips": [{"ip_address": "10.68.0.77"}]})
+    inst = cloud.instance("given", [{"port": port["id"]}])
+    assert "10.68.0.77" in ns_run(inst["netns"], "ip", "-o", "addr", "show", "eth0").stdout
+    assert cloud.api.delete(f"/instances/{inst['id']}").status_code == 204
+    kept = cloud.api.get(f"/ports/{port['id']}").json()["port"]
+    assert kept["device_id"] == "" and kept["binding:host_id"] == "" and kept["status"] == "DOWN"
+    cloud.wait_for(lambda: names.tap(port["id"]) not in _host_links(cloud), what="the veth to go")
+    assert sub["id"] == kept["fixed_ips"][0]["subnet_id"]
+
+
+def test_ports_of_a_dead_host_are_reported_down(cloud: Cloud) -> None:
+    cloud.start_agent()
+    net, _ = cloud.network("dead", "10.69.0.0/24")
+    inst = cloud.instance("dead", [{"network": net["id"]}])
+    port_id = inst["nets"][0]["port_id"]
+    cloud.server.config.agent_down_time = 1.0
+    cloud.stop_agent()  # no more heartbeats
+    cloud.wait_for(
+        lambda: cloud.api.get(f"/ports/{port_id}").json()["port"]["status"] == "DOWN", what="port DOWN", timeout=20
+    )
+    host = cloud.api.get(f"/hosts/{cloud.host}").json()["host"]
+    assert host["alive"] is False
+    cloud.start_agent()  # back: the agent reports the still plugged port ACTIVE again
+    cloud.wait_active(inst["id"])

@@ -1,0 +1,108 @@
+"""A small test harness around one host agent and the namespaces a test creates."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from cloudnet.agent.agent import Agent
+from cloudnet.agent.client import ApiClient
+from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+from tests.support.server import RunningServer
+
+
+def ns_run(ns: str, *cmd: str, timeout: float = 20, check: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout,
+                          check=check)  # fmt: skip
+
+
+def ping(ns: str, address: str, count: int = 1, wait: float = 1.0) -> bool:
+    return ns_run(ns, "ping", "-n", "-c", str(count), "-W", str(wait), address).returncode == 0
+
+
+@dataclass
+class Cloud:
+    api: httpx.Client
+    server: RunningServer
+    host: str
+    suffix: str
+    uplinks: dict[str, str] = field(default_factory=dict)
+    namespaces: list[str] = field(default_factory=list)
+    root_links: list[str] = field(default_factory=list)
+    agent: Agent | None = None
+    _thread: threading.Thread | None = None
+
+    # -- agent --
+
+    def start_agent(self) -> Agent:
+        client = ApiClient(self.server.url, self.host, "admin")
+        self.agent = Agent(client, LinuxDataplane(self.host, self.uplinks), heartbeat_interval=0.5, poll_timeout=1)
+        self._thread = threading.Thread(target=self.agent.run, daemon=True)
+        self._thread.start()
+        if not self.agent.synced.wait(15):
+            raise RuntimeError("agent did not complete its first sync")
+        return self.agent
+
+    def stop_agent(self) -> None:
+        if self.agent is not None and self._thread is not None:
+            self.agent.stop()
+            self._thread.join(timeout=40)
+            self.agent.client.close()
+        self.agent, self._thread = None, None
+
+    # -- topology --
+
+    def namespace(self, label: str) -> str:
+        name = f"cntest-{label}-{self.suffix}"
+        netns.ensure(name)
+        self.namespaces.append(name)
+        return name
+
+    def outside(self, physnet: str = "physnet1", cidr: str = "192.0.2.1/24") -> str:
+        """A namespace playing "the outside", wired to an uplink interface the agent bridges."""
+        ns = self.namespace("out")
+        uplink = f"cnup{self.suffix}"
+        subprocess.run(["ip", "link", "add", uplink, "type", "veth", "peer", "name", "eth0", "netns", ns], check=True)
+        self.root_links.append(uplink)
+        ns_run(ns, "ip", "addr", "add", cidr, "dev", "eth0", check=True)
+        ns_run(ns, "ip", "link", "set", "eth0", "up", check=True)
+        self.uplinks[physnet] = uplink
+        return ns
+
+    def create(self, collection: str, member: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = self.api.post(f"/{collection}", json={member: body})
+        assert r.status_code == 201, r.text
+        return dict(r.json()[member])
+
+    def network(self, name: str, cidr: str, **extra: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        net = self.create("networks", "network", {"name": name, **extra})
+        sub = self.create("subnets", "subnet", {"network_id": net["id"], "cidr": cidr, "name": f"{name}-sub"})
+        return net, sub
+
+    def instance(self, name: str, nets: list[dict[str, Any]], netns_name: str | None = None) -> dict[str, Any]:
+        ns = netns_name or self.namespace(name)
+        inst = self.create("instances", "instance", {"name": name, "host": self.host, "netns": ns, "nets": nets})
+        return self.wait_active(inst["id"])
+
+    def wait_active(self, instance_id: str, timeout: float = 15) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:  # readiness: the agent reported every port ACTIVE
+            inst = self.api.get(f"/instances/{instance_id}").json()["instance"]
+            if inst["status"] == "ACTIVE":
+                return dict(inst)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"instance {instance_id} not ACTIVE after {timeout}s: {inst}")
+            time.sleep(0.02)
+
+    def wait_for(self, check: Any, timeout: float = 15, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.02)
