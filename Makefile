@@ -1,4 +1,4 @@
-# cloudnet: `make run` and `make test` install what they need (Debian packages, a virtualenv from
+# cloudnet: `make run` (server + this host's agent) and `make test` install what they need (Debian packages, a virtualenv from
 # requirements.lock) and then start cloudnet / run the whole test suite.
 
 PYTHON      ?= /usr/bin/python3
@@ -25,7 +25,7 @@ run: deps
 	@# Put the CLI on PATH for the walk-through, unless another `cloudnet` is already there.
 	@if [ -w /usr/local/bin ] && { [ ! -e /usr/local/bin/cloudnet ] || [ -L /usr/local/bin/cloudnet ]; }; then \
 		ln -sfn $(CURDIR)/$(BIN)/cloudnet /usr/local/bin/cloudnet; fi
-	$(BIN)/cloudnet serve --state-dir $(STATE_DIR)
+	$(BIN)/cloudnet up --state-dir $(STATE_DIR) $(UP_ARGS)
 
 test: deps
 	$(BIN)/ruff check .
@@ -45,6 +45,7 @@ lock:
 
 bench: deps
 	$(BIN)/python bench/api_ports.py
+	$(BIN)/python bench/attach.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -162,3 +162,28 @@ def test_ports_of_a_dead_host_are_reported_down(cloud: Cloud) -> None:
     assert host["alive"] is False
     cloud.start_agent()  # back: the agent reports the still plugged port ACTIVE again
     cloud.wait_active(inst["id"])
+
+
+def test_reconciling_twice_changes_nothing(cloud: Cloud) -> None:
+    cloud.start_agent()
+    net, sub = cloud.network("same", "10.70.0.0/24")
+    router = cloud.create("routers", "router", {"name": "same-r"})
+    cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": sub["id"]})
+    inst = cloud.instance("same", [{"network": net["id"]}])
+    rns = names.router_ns(cloud.host, router["id"])
+
+    def snapshot() -> tuple[str, str, str, str]:
+        return (
+            ns_run(names.host_ns(cloud.host), "ip", "-o", "link").stdout,
+            ns_run(inst["netns"], "ip", "-o", "addr").stdout + ns_run(inst["netns"], "ip", "route").stdout,
+            ns_run(rns, "ip", "-o", "addr").stdout,
+            ns_run(rns, "nft", "list", "ruleset").stdout,
+        )
+
+    before = snapshot()
+    assert cloud.agent is not None
+    state = cloud.agent.client.desired_state()
+    fresh = type(cloud.agent.dataplane)(cloud.host)  # no memory of earlier applies: checks the kernel itself
+    reports = fresh.apply(state)
+    assert [r.status for r in reports] == ["ACTIVE"]
+    assert snapshot() == before
