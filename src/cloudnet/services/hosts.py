@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import Field
@@ -45,8 +45,10 @@ def _admin(ctx: Context) -> None:
 
 
 def _naive_utc(value: datetime) -> datetime:
-    """PostgreSQL returns timestamptz values timezone-aware, SQLite naive; `utcnow()` is naive UTC."""
-    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+    """The naive UTC value as written (`utcnow()`): PostgreSQL returns timestamptz values aware, in the session's
+    time zone, the same zone it read the naive value in; SQLite returns it naive. (Also what `sweep_dead`
+    compares in SQL, so `alive` and the sweep agree whatever the session time zone is.)"""
+    return value.replace(tzinfo=None)
 
 
 def _host_dict(row: Any, now: datetime, down_time: float) -> dict[str, Any]:

@@ -148,6 +148,8 @@ def create_instances(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -
 def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
     host = spec.host or _default_host(tx)
+    if spec.host and not tx.conn.execute(select(t.hosts.c.name).where(t.hosts.c.name == host)).first():
+        raise InvalidInput(f"host {host} is not a registered host (no agent has reported from it)")
     row.update(
         hostname=spec.hostname or spec.name, host=host, netns=spec.netns, user_data=spec.user_data,
         meta=spec.metadata, ssh_keys=[k.model_dump() for k in spec.ssh_keys],

@@ -62,7 +62,11 @@ class Store:
             )
             self._setup_sqlite(self.engine)
         else:
-            self.engine = create_engine(url, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)
+            # Timestamps are written as UTC: the session must read them back as UTC too.
+            self.engine = create_engine(
+                url, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True,
+                connect_args={"options": "-c timezone=UTC"},
+            )  # fmt: skip
 
     @staticmethod
     def _setup_sqlite(engine: Engine) -> None:
