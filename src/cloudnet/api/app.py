@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -56,6 +57,12 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     async def _validation_error(_request: Request, exc: RequestValidationError) -> Response:
         return error_response(BadRequest(f"Invalid request: {exc.errors()[0].get('msg', 'bad input')}"))
 
+    @app.exception_handler(DataError)
+    async def _data_error(request: Request, exc: DataError) -> Response:
+        # A value the database cannot hold (out of range, too long, a NUL character): the request's fault.
+        log.warning("database refused a value on %s %s: %s", request.method, request.url.path, exc.orig)
+        return error_response(BadRequest("Invalid input: a value in the request cannot be stored"))
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
@@ -69,10 +76,18 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     @app.get("/v2.0")
     @app.get("/v2.0/")
     async def v2_root(request: Request) -> Response:
+        # keystoneauth runs version discovery on the endpoint it is given, even with auth_type none:
+        # the `version` document is what lets clouds.yaml point straight at .../v2.0.
         base = str(request.base_url) + "v2.0/"
         names = [r.collection for r in resources.RESOURCES]
-        return JSON({"resources": [{"name": n, "collection": n, "links": [{"href": base + n, "rel": "self"}]}
-                                   for n in names]})  # fmt: skip
+        return JSON(
+            {
+                "version": {"id": "v2.0", "status": "CURRENT", "links": [{"href": base, "rel": "self"}]},
+                "resources": [
+                    {"name": n, "collection": n, "links": [{"href": base + n, "rel": "self"}]} for n in names
+                ],
+            }
+        )
 
     app.include_router(extensions.router)
     app.include_router(events.router)

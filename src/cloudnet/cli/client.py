@@ -111,7 +111,8 @@ class Client:
             raise CliError(f"cloudnet at {self.url} did not answer within {self.timeout:g}s") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise CliError(f"request to cloudnet at {self.url} failed: {_reason(exc)}") from None
-        if response.is_error:
+        if not response.is_success:
+            # 3xx too: redirects are not followed, so the request did not happen.
             raise ApiError.from_payload(response.status_code, _json_or_none(response), response.reason_phrase)
         if response.status_code == 204 or not response.content:
             return None
@@ -123,27 +124,30 @@ class Client:
     # Resource operations, unwrapping Neutron's envelopes.
 
     def list_all(self, kind: Kind, params: Params | None = None) -> list[Resource]:
-        return list(self.get(kind.collection, params)[kind.plural_key])
+        return self._unwrap(self.get(kind.collection, params), kind.plural_key, list, "GET", kind.collection)
 
     def show(self, kind: Kind, ident: str) -> Resource:
-        return dict(self.get(_member(kind, ident))[kind.key])
+        path = _member(kind, ident)
+        return self._unwrap(self.get(path), kind.key, dict, "GET", path)
 
     def create(self, kind: Kind, body: Resource) -> Resource:
-        return dict(self.post(kind.collection, {kind.key: body})[kind.key])
+        return self._unwrap(self.post(kind.collection, {kind.key: body}), kind.key, dict, "POST", kind.collection)
 
     def update(self, kind: Kind, ident: str, body: Resource) -> Resource:
-        return dict(self.put(_member(kind, ident), {kind.key: body})[kind.key])
+        path = _member(kind, ident)
+        return self._unwrap(self.put(path, {kind.key: body}), kind.key, dict, "PUT", path)
 
     def remove(self, kind: Kind, ident: str) -> None:
         self.delete(_member(kind, ident))
 
     def find(self, kind: Kind, value: str, params: Params = ()) -> Resource:
         """The resource whose id is `value`, else the only one named `value` (within `params`)."""
-        try:
-            return self.show(kind, value)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        if value:  # "" is no id, but it is a name (Neutron's default one)
+            try:
+                return self.show(kind, value)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
         matches = self.list_all(kind, [*params, ("name", value)])
         if not matches:
             raise CliError(f"No {kind.label} found for '{value}'")
@@ -153,6 +157,13 @@ class Client:
 
     def find_id(self, kind: Kind, value: str, params: Params = ()) -> str:
         return str(self.find(kind, value, params)["id"])
+
+    def _unwrap(self, payload: Any, key: str, expected: type, method: str, path: str) -> Any:
+        """`payload[key]` of a Neutron envelope; anything else is an error, not a traceback."""
+        if not isinstance(payload, dict) or not isinstance(payload.get(key), expected):
+            what = "list" if expected is list else "object"
+            raise CliError(f"cloudnet at {self.url} answered {method} {path} without a '{key}' {what}")
+        return payload[key]
 
     def _session(self) -> httpx.Client:
         if self._http is None:
@@ -174,8 +185,18 @@ def _tls_context(url: str) -> ssl.SSLContext | bool:
 
 
 def _member(kind: Kind, ident: str) -> str:
-    # Names and ids typed by users may hold '/', '?' or spaces; keep them one path segment.
-    return f"{kind.collection}/{quote(ident, safe='')}"
+    """`<collection>/<ident>`, `ident` kept one path segment whatever the user typed.
+
+    '/', '?', spaces are percent-encoded by `quote`; "." and ".." would be dot segments that the URL
+    parser resolves away (`networks/..` is `/v2.0/`), so their dots are encoded too; "" would be the
+    collection itself.
+    """
+    if not ident:
+        raise CliError(f"A {kind.label} id cannot be empty")
+    segment = quote(ident, safe="")
+    if segment in (".", ".."):
+        segment = segment.replace(".", "%2E")
+    return f"{kind.collection}/{segment}"
 
 
 def _reason(exc: Exception) -> str:
