@@ -2,37 +2,52 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from cloudnet.config import ServerConfig
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
+from cloudnet.store.tables import metadata
 from tests.support.postgres import PostgresServer
 from tests.support.server import RunningServer
 
-_counter = itertools.count()
+TEST_DB = "cloudnet_test"
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     server = PostgresServer.start()
     try:
-        # Migrate once into a template; each test gets a copy (CREATE DATABASE ... TEMPLATE) in milliseconds.
-        server.psql("CREATE DATABASE cloudnet_template")
-        store = Store(server.url("cloudnet_template"))
+        server.psql(f"CREATE DATABASE {TEST_DB}")
+        store = Store(server.url(TEST_DB))
         upgrade(store)
         store.dispose()
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def _pg_admin(postgres: PostgresServer) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(host=str(postgres.socket_dir), user=postgres.user, dbname=TEST_DB, autocommit=True) as conn:
+        # A test that leaks a connection holding locks must fail loudly, not hang the suite.
+        conn.execute("SET lock_timeout = '10s'")
+        yield conn
+
+
+def _reset_postgres(conn: psycopg.Connection[Any]) -> None:
+    """Empty every table of the test database (as fresh as a new one, in a fraction of the time)."""
+    names = ", ".join(t.name for t in metadata.sorted_tables)
+    conn.execute(f"TRUNCATE {names} CASCADE")
+    conn.execute("INSERT INTO revision_counter (id, value) VALUES (1, 0)")
 
 
 @pytest.fixture(scope="session")
@@ -52,9 +67,8 @@ def _new_db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) ->
         shutil.copyfile(template, target)
         return f"sqlite:///{target}"
     pg: PostgresServer = request.getfixturevalue("postgres")
-    name = f"t_{next(_counter)}_{uuid.uuid4().hex[:8]}"
-    pg.psql(f"CREATE DATABASE {name} TEMPLATE cloudnet_template")
-    return pg.url(name)
+    _reset_postgres(request.getfixturevalue("_pg_admin"))
+    return pg.url(TEST_DB)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
