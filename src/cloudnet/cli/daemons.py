@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -35,6 +36,15 @@ def _uplinks(values: list[str] | None) -> dict[str, str]:
         return parse_mappings(values or [], "--uplink")
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def _admin_token(tokens_file: Path) -> str:
+    """The in-process agent of `up` acts as an admin: the first admin token of the tokens file, if any."""
+    try:
+        tokens = json.loads(tokens_file.read_text())["tokens"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "agent"  # no (usable) tokens file: the server accepts any token on loopback
+    return next((tok for tok, entry in tokens.items() if entry.get("admin")), "agent")
 
 
 def _serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
@@ -87,5 +97,6 @@ def register(app: typer.Typer) -> None:
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu)
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
-                                   state_dir=state_dir, uplinks=_uplinks(uplink))  # fmt: skip
+                                   token=_admin_token(config.tokens_file), state_dir=state_dir,
+                                   uplinks=_uplinks(uplink))  # fmt: skip
         _serve(config, agent_config)
