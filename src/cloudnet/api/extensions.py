@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from cloudnet.api.deps import context
 from cloudnet.api.neutron import JSON
 from cloudnet.errors import NotFound
 
@@ -63,12 +64,14 @@ router = APIRouter()
 
 
 @router.get("/v2.0/extensions")
-async def list_extensions() -> Response:
+async def list_extensions(request: Request) -> Response:
+    context(request)  # authenticated, as all of /v2.0 is in Neutron
     return JSON({"extensions": [_ext(*e) for e in EXTENSIONS]})
 
 
 @router.get("/v2.0/extensions/{alias}")
 async def show_extension(alias: str, request: Request) -> Response:
+    context(request)
     for e in EXTENSIONS:
         if e[0] == alias:
             return JSON({"extension": _ext(*e)})

@@ -9,10 +9,12 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from cloudnet.errors import BadRequest, CloudnetError
+from cloudnet.errors import BadRequest, CloudnetError, not_found
 from cloudnet.services.query import ListQuery, Page
 
 CONTROL_PARAMS = {"fields", "sort_key", "sort_dir", "limit", "marker", "page_reverse"}
+# A larger limit means "everything" (and must still fit the database's LIMIT).
+MAX_LIMIT = 2**31 - 2
 
 
 class JSON(Response):
@@ -31,7 +33,20 @@ def error_response(exc: CloudnetError) -> JSON:
     return JSON(body, status_code=exc.status, headers=headers)
 
 
+def check_id(kind: str, ident: str) -> str:
+    """A path id worth looking up: none contains a NUL character (which PostgreSQL refuses in a query)."""
+    if "\x00" in ident:
+        raise not_found(kind, ident)
+    return ident
+
+
+def _no_nul(request: Request) -> None:
+    if any("\x00" in key or "\x00" in value for key, value in request.query_params.multi_items()):
+        raise BadRequest("Null characters are not allowed in query parameters")
+
+
 def list_query(request: Request) -> ListQuery:
+    _no_nul(request)
     q = ListQuery()
     for key, value in request.query_params.multi_items():
         if key == "fields":
@@ -49,7 +64,7 @@ def list_query(request: Request) -> ListQuery:
                 raise BadRequest(
                     f"Bad limit request: Limit must be an integer 0 or greater and not '{value}'"
                 ) from None
-            q.limit = limit or None
+            q.limit = min(limit, MAX_LIMIT) or None
         elif key == "marker":
             q.marker = value
         elif key == "page_reverse":
@@ -60,6 +75,7 @@ def list_query(request: Request) -> ListQuery:
 
 
 def fields_of(request: Request) -> list[str]:
+    _no_nul(request)
     return [f for v in request.query_params.getlist("fields") for f in v.split(",") if f]
 
 
@@ -74,9 +90,22 @@ async def body_of(request: Request) -> Any:
     if not raw:
         raise BadRequest("Resource body required")
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise BadRequest("Malformed request body") from None
+    if b"\\u0000" in raw and _has_nul(body):
+        raise BadRequest("Null characters are not allowed in the request body")
+    return body
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def unwrap(body: Any, member: str, collection: str | None = None) -> tuple[list[dict[str, Any]], bool]:

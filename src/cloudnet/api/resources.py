@@ -71,6 +71,7 @@ def _routes(res: Resource) -> APIRouter:
         return neutron.list_response(request, res.plural, page, q)
 
     async def show(request: Request, item_id: str) -> Response:
+        neutron.check_id(res.member, item_id)
         item = await call(res.get, state(request), context(request), item_id)
         return neutron.JSON({res.member: neutron.trim(item, neutron.fields_of(request))})
 
@@ -80,6 +81,7 @@ def _routes(res: Resource) -> APIRouter:
         return neutron.JSON({res.plural: items} if bulk else {res.member: items[0]}, status_code=201)
 
     async def delete(request: Request, item_id: str) -> Response:
+        neutron.check_id(res.member, item_id)
         await call(res.delete, state(request), context(request), item_id)
         return Response(status_code=204)
 
@@ -91,6 +93,7 @@ def _routes(res: Resource) -> APIRouter:
         update_fn = res.update
 
         async def update(request: Request, item_id: str) -> Response:
+            neutron.check_id(res.member, item_id)
             body = neutron.unwrap_one(await neutron.body_of(request), res.member)
             item = await call(update_fn, state(request), context(request), item_id, body)
             return neutron.JSON({res.member: item})
@@ -105,11 +108,13 @@ def build() -> APIRouter:
         router.include_router(_routes(res))
 
     async def add_interface(request: Request, router_id: str) -> Response:
+        neutron.check_id("router", router_id)
         body = await neutron.body_of(request)
         info = await call(routers.add_interface, state(request).store, context(request), router_id, body)
         return neutron.JSON(info)
 
     async def remove_interface(request: Request, router_id: str) -> Response:
+        neutron.check_id("router", router_id)
         body = await neutron.body_of(request)
         info = await call(routers.remove_interface, state(request).store, context(request), router_id, body)
         return neutron.JSON(info)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Table, delete, insert, select, update
+from sqlalchemy import Connection, Row, Table, delete, insert, select, true, update
 from sqlalchemy.sql import ColumnElement
 
 from cloudnet.errors import Forbidden, not_found
 from cloudnet.services.context import Context
-from cloudnet.services.query import Attr, to_int
+from cloudnet.services.query import Attr, to_int, to_time
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 
@@ -37,8 +37,8 @@ def standard_attrs(table: Table) -> dict[str, Attr]:
         "tenant_id": Attr(c.project_id),
         "description": Attr(c.description),
         "revision_number": Attr(c.revision_number, to_int),
-        "created_at": Attr(c.created_at, sortable=True, filter=None, convert=str),
-        "updated_at": Attr(c.updated_at, sortable=True, filter=None, convert=str),
+        "created_at": Attr(c.created_at, to_time),
+        "updated_at": Attr(c.updated_at, to_time),
     }
     if "name" in c:
         attrs["name"] = Attr(c.name)
@@ -96,6 +96,8 @@ def visible(table: Table, ctx: Context) -> ColumnElement[bool] | None:
 
 
 def get_row(conn: Connection, table: Table, kind: str, ident: str, ctx: Context) -> Row[Any]:
+    if "\x00" in ident:  # no such id, and PostgreSQL refuses NUL characters in a query
+        raise not_found(kind, ident)
     row = conn.execute(select(table).where(table.c.id == ident)).first()
     if row is None or not (ctx.is_admin or row.project_id == ctx.project_id):
         raise not_found(kind, ident)
@@ -139,6 +141,12 @@ def tag_attrs(id_column: ColumnElement[Any]) -> dict[str, Attr]:
     def split(values: list[str]) -> list[str]:
         return [tag for v in values for tag in v.split(",") if tag]
 
+    def unless_empty(
+        condition: Callable[[list[str]], ColumnElement[bool]],
+    ) -> Callable[[list[str]], ColumnElement[bool]]:
+        # An empty tag list ("?tags=") filters nothing out, whichever of the four filters it is.
+        return lambda values: condition(values) if split(values) else true()
+
     def having(tag: str) -> ColumnElement[bool]:
         return id_column.in_(select(t.tags.c.resource_id).where(t.tags.c.tag == tag))
 
@@ -151,10 +159,10 @@ def tag_attrs(id_column: ColumnElement[Any]) -> dict[str, Attr]:
         return id_column.in_(select(t.tags.c.resource_id).where(t.tags.c.tag.in_(split(values))))
 
     return {
-        "tags": Attr(filter=all_of, sortable=False),
-        "tags-any": Attr(filter=any_of, sortable=False),
-        "not-tags": Attr(filter=lambda v: ~all_of(v), sortable=False),
-        "not-tags-any": Attr(filter=lambda v: ~any_of(v), sortable=False),
+        "tags": Attr(filter=unless_empty(all_of), sortable=False),
+        "tags-any": Attr(filter=unless_empty(any_of), sortable=False),
+        "not-tags": Attr(filter=unless_empty(lambda v: ~all_of(v)), sortable=False),
+        "not-tags-any": Attr(filter=unless_empty(lambda v: ~any_of(v)), sortable=False),
     }
 
 

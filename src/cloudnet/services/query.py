@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, false, or_, select
+from sqlalchemy import Select, and_, false, literal, or_
 from sqlalchemy.sql import ColumnElement
 
 from cloudnet.errors import BadRequest, InvalidInput, not_found
@@ -30,9 +31,23 @@ def to_bool(value: str) -> bool:
 
 def to_int(value: str) -> int:
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise InvalidInput(f"'{value}' is not an integer") from None
+    if not -(2**63) <= number < 2**63:  # what the databases store
+        raise InvalidInput(f"'{value}' is out of range")
+    return number
+
+
+def to_time(value: str) -> datetime:
+    """A timestamp as Neutron shows them (2026-01-02T03:04:05Z), as stored: naive UTC."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidInput(f"'{value}' is not a timestamp") from None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -102,19 +117,45 @@ def apply_order_and_page(
     q: ListQuery,
     marker_values: Sequence[Any] | None,
 ) -> Select[Any]:
-    """ORDER BY, keyset condition after (or before, with page_reverse) the marker, LIMIT n+1."""
+    """ORDER BY, keyset condition after (or before, with page_reverse) the marker, LIMIT n+1.
+
+    NULL sorts before every value (ascending), on both backends, so that markers on nullable columns work.
+    """
     reverse = q.page_reverse
     if marker_values is not None:
         branches = []
         for i, (col, asc) in enumerate(order):
-            after = (col > marker_values[i]) if asc != reverse else (col < marker_values[i])
-            equal_prefix = [order[j][0] == marker_values[j] for j in range(i)]
-            branches.append(and_(*equal_prefix, after))
+            equal_prefix = [_equal(order[j][0], marker_values[j]) for j in range(i)]
+            branches.append(and_(*equal_prefix, _after(col, marker_values[i], asc != reverse)))
         stmt = stmt.where(or_(*branches))
-    stmt = stmt.order_by(*[(col.asc() if asc != reverse else col.desc()) for col, asc in order])
+    stmt = stmt.order_by(*[_order(col, asc != reverse) for col, asc in order])
     if q.limit is not None:
         stmt = stmt.limit(q.limit + 1)
     return stmt
+
+
+def _nullable(col: ColumnElement[Any]) -> bool:
+    return bool(getattr(col, "nullable", False))
+
+
+def _order(col: ColumnElement[Any], ascending: bool) -> Any:
+    if not _nullable(col):
+        return col.asc() if ascending else col.desc()
+    return col.asc().nulls_first() if ascending else col.desc().nulls_last()
+
+
+def _equal(col: ColumnElement[Any], value: Any) -> ColumnElement[bool]:
+    return col.is_(None) if value is None else col == literal(value, col.type)
+
+
+def _after(col: ColumnElement[Any], value: Any, ascending: bool) -> ColumnElement[bool]:
+    """Rows strictly after `value` in the scan order (a bound literal: `col > True` is no SQLAlchemy expression)."""
+    if value is None:
+        return col.is_not(None) if ascending else false()
+    bound = literal(value, col.type)
+    if ascending:
+        return col > bound
+    return or_(col < bound, col.is_(None)) if _nullable(col) else col < bound
 
 
 @dataclass
@@ -131,7 +172,10 @@ def fetch_page(
     order = sort_columns(attrs, table.c.id, q)
     marker_values = None
     if q.marker:
-        marker_row = conn.execute(select(*[col for col, _ in order]).where(table.c.id == q.marker)).first()
+        # Looked up through the caller's visibility: another project's id is no marker.
+        marker_row = conn.execute(
+            stmt.with_only_columns(*[col for col, _ in order]).where(table.c.id == q.marker)
+        ).first()
         if marker_row is None:
             raise not_found(kind, q.marker)
         marker_values = tuple(marker_row)

@@ -6,14 +6,14 @@ import ipaddress
 from collections import defaultdict
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from sqlalchemy import Connection, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, not_found
 from cloudnet.services import common, networks, ports
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
-from cloudnet.services.validation import Body, check_ip, parse
+from cloudnet.services.validation import Body, check_tags, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -28,20 +28,11 @@ ATTRS: dict[str, Attr] = {
 }
 
 
-class ExternalFixedIp(Body):
-    subnet_id: str | None = None
-    ip_address: str | None = None
-
-    def fixed(self) -> ports.FixedIp:
-        return ports.FixedIp(
-            subnet_id=self.subnet_id, ip_address=check_ip(self.ip_address) if self.ip_address else None
-        )
-
-
 class GatewayInfo(Body):
     network_id: str
     enable_snat: bool = True
-    external_fixed_ips: list[ExternalFixedIp] = Field(default_factory=list)
+    # Validated while parsing (a bad address is a 400, not an error halfway through the transaction).
+    external_fixed_ips: list[ports.FixedIp] = Field(default_factory=list)
 
 
 class RouterCreate(Body):
@@ -52,6 +43,8 @@ class RouterCreate(Body):
     admin_state_up: bool = True
     external_gateway_info: GatewayInfo | None = None
     tags: list[str] = Field(default_factory=list)
+
+    _tags = field_validator("tags")(check_tags)
 
 
 class RouterUpdate(Body):
@@ -147,7 +140,7 @@ def _set_gateway(tx: Tx, ctx: Context, router: Any, info: GatewayInfo | None) ->
         raise BadRequest(
             f"Bad router request: Network {network.id} is not a valid external network.", type="BadRequest"
         )
-    fixed = [f.fixed() for f in info.external_fixed_ips]
+    fixed = list(info.external_fixed_ips)
     if current is not None and current.network_id == network.id:
         if fixed:
             ports.update_in_tx(tx, admin, current.id, ports.PortUpdate(fixed_ips=fixed))
@@ -182,12 +175,13 @@ def create_routers(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> 
             row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
             row.update(admin_state_up=spec.admin_state_up, status="ACTIVE", gw_port_id=None, enable_snat=True)
             tx.conn.execute(insert(R).values(**row))
+            # The router's event comes before its gateway port's, which refers to it.
+            tx.record("router", row["id"], "create", row["project_id"])
             if spec.external_gateway_info is not None:
                 router = tx.conn.execute(select(R).where(R.c.id == row["id"])).one()
                 _set_gateway(tx, ctx, router, spec.external_gateway_info)
             if spec.tags:
                 common.set_tags(tx.conn, row["id"], spec.tags)
-            tx.record("router", row["id"], "create", row["project_id"])
             ids.append(row["id"])
         return [_reload(tx.conn, i) for i in ids]
 

@@ -6,15 +6,15 @@ import ipaddress
 from collections import defaultdict
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
-from sqlalchemy import Connection, delete, insert, select
+from pydantic import Field, field_validator, model_validator
+from sqlalchemy import Connection, delete, insert, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cloudnet.errors import BadRequest, Conflict, not_found
+from cloudnet.errors import Conflict, not_found
 from cloudnet.services import common
 from cloudnet.services.context import Context
-from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
-from cloudnet.services.validation import Body, parse
+from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int, to_time
+from cloudnet.services.validation import Body, check_tags, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -28,6 +28,9 @@ PROTOCOL_NUMBERS = {
 }  # fmt: skip
 PORT_PROTOCOLS = {"tcp", "udp", "sctp", "dccp", "udplite", "6", "17", "132", "33", "136"}
 ICMP_PROTOCOLS = {"icmp", "icmpv6", "ipv6-icmp", "1", "58"}
+# Protocols that only exist over IPv6 (Neutron rejects them on an IPv4 rule).
+IPV6_ONLY_PROTOCOLS = {"ipv6-encap", "ipv6-frag", "ipv6-icmp", "icmpv6", "ipv6-nonxt", "ipv6-opts", "ipv6-route",
+                       "41", "44", "58", "59", "60", "43"}  # fmt: skip
 
 ATTRS: dict[str, Attr] = {
     **common.standard_attrs(SG),
@@ -47,6 +50,8 @@ RULE_ATTRS: dict[str, Attr] = {
     "remote_ip_prefix": Attr(R.c.remote_ip_prefix),
     "remote_group_id": Attr(R.c.remote_group_id),
     "revision_number": Attr(R.c.revision_number, to_int),
+    "created_at": Attr(R.c.created_at, to_time),
+    "updated_at": Attr(R.c.updated_at, to_time),
 }
 
 
@@ -57,6 +62,8 @@ class GroupCreate(Body):
     tenant_id: str | None = Field(None, max_length=255)
     stateful: bool = True
     tags: list[str] = Field(default_factory=list)
+
+    _tags = field_validator("tags")(check_tags)
 
 
 class GroupUpdate(Body):
@@ -79,6 +86,12 @@ class RuleCreate(Body):
     project_id: str | None = Field(None, max_length=255)
     tenant_id: str | None = Field(None, max_length=255)
 
+    @field_validator("ethertype", mode="before")
+    @classmethod
+    def _ethertype(cls, value: Any) -> Any:
+        # Neutron takes the ethertype in any case ("ipv4").
+        return {"ipv4": "IPv4", "ipv6": "IPv6"}.get(value.lower(), value) if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _check(self) -> RuleCreate:
         proto = self.protocol
@@ -91,13 +104,12 @@ class RuleCreate(Body):
             if proto.lower() not in PROTOCOL_NUMBERS and proto.lower() != "any":
                 raise ValueError(f"Security group rule protocol {proto} not supported")
             self.protocol = None if proto.lower() == "any" else proto.lower()
-        lo, hi = self.port_range_min, self.port_range_max
-        if (lo is not None or hi is not None) and self.protocol is None:
-            raise ValueError("Must also specify protocol if port range is given")
-        if self.protocol in PORT_PROTOCOLS and lo is not None and hi is not None and lo > hi:
-            raise ValueError("For TCP/UDP protocols, port_range_min must be <= port_range_max")
-        if self.protocol in PORT_PROTOCOLS and (lo == 0 or hi == 0):
-            raise ValueError("Invalid value for port 0")
+        if self.ethertype == "IPv6" and self.protocol in ("icmp", "icmpv6", "1"):
+            # Neutron's canonical spelling of ICMP on an IPv6 rule.
+            self.protocol = "58" if self.protocol == "1" else "ipv6-icmp"
+        if self.ethertype == "IPv4" and self.protocol in IPV6_ONLY_PROTOCOLS:
+            raise ValueError(f"Invalid ethertype IPv4 for protocol {self.protocol}")
+        self._check_ports()
         if self.remote_ip_prefix is not None and self.remote_group_id is not None:
             raise ValueError("Only remote_ip_prefix or remote_group_id may be provided")
         if self.remote_ip_prefix is not None:
@@ -109,6 +121,39 @@ class RuleCreate(Body):
                 raise ValueError(f"Conflicting value ethertype {self.ethertype} for CIDR {self.remote_ip_prefix}")
             self.remote_ip_prefix = str(net)
         return self
+
+    def _check_ports(self) -> None:
+        """Neutron's port range rules: TCP-like protocols need both ends, ICMP takes a type and a code."""
+        lo, hi = self.port_range_min, self.port_range_max
+        if lo is None and hi is None:
+            return
+        if self.protocol is None:
+            raise ValueError("Must also specify protocol if port range is given")
+        if self.protocol in PORT_PROTOCOLS:
+            if lo == 0 or hi == 0:
+                raise ValueError("Invalid value for port 0")
+            if lo is None or hi is None or lo > hi:
+                raise ValueError("For TCP/UDP protocols, port_range_min must be <= port_range_max")
+        elif self.protocol in ICMP_PROTOCOLS:
+            for value, name, field in ((lo, "type", "port_range_min"), (hi, "code", "port_range_max")):
+                if value is not None and not 0 <= value <= 255:
+                    raise ValueError(f"Invalid value for ICMP {name} ({field}): {value}. It must be 0 to 255")
+            if lo is None:
+                raise ValueError(
+                    f"ICMP code (port_range_max) {hi} is provided but ICMP type (port_range_min) is missing"
+                )
+        else:
+            raise ValueError(
+                f"Invalid protocol {self.protocol} for port range, only supported for TCP, UDP, UDPLITE, SCTP and "
+                "DCCP protocols"
+            )
+
+
+def _protocol_spellings(protocol: str) -> list[str]:
+    """The name and the number of a protocol: "tcp" and "6" are the same rule (Neutron's duplicate check)."""
+    if protocol in PROTOCOL_NUMBERS:
+        return [protocol, str(PROTOCOL_NUMBERS[protocol])]
+    return [protocol, *[name for name, number in PROTOCOL_NUMBERS.items() if str(number) == protocol]]
 
 
 def _sg_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
@@ -160,13 +205,14 @@ def ensure_default(tx: Tx, project_id: str) -> str:
         return str(existing)
     sg_id = common.new_id()
     module = postgresql if tx.conn.dialect.name == "postgresql" else sqlite
-    stmt = module.insert(SG).on_conflict_do_nothing(index_elements=["default_for_project"])
+    # RETURNING, not rowcount: psycopg reports rowcount -1 here, which would read as "inserted".
+    stmt = module.insert(SG).on_conflict_do_nothing(index_elements=["default_for_project"]).returning(SG.c.id)
     inserted = tx.conn.execute(
         stmt.values(
             id=sg_id, project_id=project_id, name="default", description="Default security group",
             created_at=tx.now, updated_at=tx.now, revision_number=0, stateful=True, default_for_project=project_id,
         )
-    ).rowcount  # fmt: skip
+    ).first()  # fmt: skip
     if not inserted:  # another server created it concurrently
         return str(tx.conn.execute(select(SG.c.id).where(SG.c.default_for_project == project_id)).scalar_one())
     rules = []
@@ -321,16 +367,23 @@ def create_rules(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
             group = common.get_row(tx.conn, SG, "security_group", spec.security_group_id, ctx)
             if spec.remote_group_id is not None:
                 common.get_row(tx.conn, SG, "security_group", spec.remote_group_id, ctx)
-            if spec.protocol in ICMP_PROTOCOLS and spec.port_range_min is not None and spec.port_range_min > 255:
-                raise BadRequest(f"Invalid value for ICMP type {spec.port_range_min}: must be 0..255")
             values = {
                 "security_group_id": group.id, "direction": spec.direction, "ethertype": spec.ethertype,
                 "protocol": spec.protocol, "port_range_min": spec.port_range_min,
                 "port_range_max": spec.port_range_max, "remote_ip_prefix": spec.remote_ip_prefix,
                 "remote_group_id": spec.remote_group_id,
             }  # fmt: skip
-            dup = tx.conn.execute(select(R.c.id).where(*[R.c[k].is_(v) if v is None else R.c[k] == v
-                                                          for k, v in values.items()])).scalar()  # fmt: skip
+            same = [R.c[k].is_(v) if v is None else R.c[k] == v for k, v in values.items()
+                    if k not in ("protocol", "remote_ip_prefix")]  # fmt: skip
+            if spec.protocol is None:
+                same.append(R.c.protocol.is_(None))
+            else:
+                same.append(R.c.protocol.in_(_protocol_spellings(spec.protocol)))
+            if spec.remote_ip_prefix in (None, "0.0.0.0/0", "::/0"):  # "anywhere", however spelt
+                same.append(or_(R.c.remote_ip_prefix.is_(None), R.c.remote_ip_prefix.in_(["0.0.0.0/0", "::/0"])))
+            else:
+                same.append(R.c.remote_ip_prefix == spec.remote_ip_prefix)
+            dup = tx.conn.execute(select(R.c.id).where(*same)).scalar()
             if dup:
                 raise Conflict(f"Security group rule already exists. Rule id is {dup}.", type="SecurityGroupRuleExists")
             rule_id = common.new_id()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, insert, select
+from typing import Any
 
-from cloudnet.errors import BadRequest, NotFound
-from cloudnet.services import common
+from sqlalchemy import Connection, delete
+from sqlalchemy.dialects import postgresql, sqlite
+
+from cloudnet.errors import BadRequest, Forbidden, InvalidInput, NotFound, not_found
+from cloudnet.services import common, networks, subnets
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
@@ -20,19 +23,38 @@ TABLES = {
 
 
 def _check(tag: str) -> str:
-    if not tag or len(tag) > 255 or "," in tag or "/" in tag:
+    if not tag or len(tag) > 255 or any(c in tag for c in ",/\x00"):
         raise BadRequest(f"Invalid input for operation: '{tag}' is not a valid tag.")
     return tag
 
 
-def _resource(tx: Tx, ctx: Context, collection: str, resource_id: str) -> tuple[str, str]:
+def _visible(conn: Connection, ctx: Context, collection: str, resource_id: str) -> Any:
+    """The resource if the caller may see it (shared and external networks, and their subnets, included)."""
     kind, table = TABLES[collection]
-    row = common.get_row(tx.conn, table, kind, resource_id, ctx)
+    if "\x00" in resource_id:  # no such id, and PostgreSQL refuses the query
+        raise not_found(kind, resource_id)
+    if collection == "networks":
+        return networks.get_visible(conn, ctx, resource_id)
+    if collection == "subnets":
+        return subnets.get_visible(conn, ctx, resource_id)
+    return common.get_row(conn, table, kind, resource_id, ctx)
+
+
+def _resource(tx: Tx, ctx: Context, collection: str, resource_id: str) -> tuple[str, str]:
+    """Kind and project of a resource whose tags the caller may change: its own (or any, for admins)."""
+    kind, _table = TABLES[collection]
+    row = _visible(tx.conn, ctx, collection, resource_id)
+    if not ctx.is_admin and row.project_id != ctx.project_id:
+        raise Forbidden(f"Only the owner may change the tags of {kind} {resource_id}")
     return kind, row.project_id
 
 
 def replace(store: Store, ctx: Context, collection: str, resource_id: str, values: list[str]) -> list[str]:
     clean = sorted({_check(v) for v in values})
+    if len(clean) != len(values):
+        raise InvalidInput(
+            f"Duplicate items in the list: '{', '.join(sorted(v for v in clean if values.count(v) > 1))}'"
+        )
     with store.write() as tx:
         kind, project = _resource(tx, ctx, collection, resource_id)
         common.set_tags(tx.conn, resource_id, clean)
@@ -44,11 +66,10 @@ def add(store: Store, ctx: Context, collection: str, resource_id: str, tag: str)
     _check(tag)
     with store.write() as tx:
         kind, project = _resource(tx, ctx, collection, resource_id)
-        exists = tx.conn.execute(
-            select(t.tags.c.tag).where(t.tags.c.resource_id == resource_id, t.tags.c.tag == tag)
-        ).first()
-        if not exists:
-            tx.conn.execute(insert(t.tags).values(resource_id=resource_id, tag=tag))
+        # ON CONFLICT: two concurrent adds of one tag both succeed (PUT is idempotent), one of them changes it.
+        module = postgresql if tx.conn.dialect.name == "postgresql" else sqlite
+        stmt = module.insert(t.tags).values(resource_id=resource_id, tag=tag).on_conflict_do_nothing()
+        if tx.conn.execute(stmt.returning(t.tags.c.tag)).first():
             common.touch(tx, TABLES[collection][1], resource_id, kind, project)
 
 
@@ -64,9 +85,8 @@ def remove(store: Store, ctx: Context, collection: str, resource_id: str, tag: s
 
 
 def get_all(store: Store, ctx: Context, collection: str, resource_id: str) -> list[str]:
-    kind, table = TABLES[collection]
     with store.read() as conn:
-        common.get_row(conn, table, kind, resource_id, ctx)
+        _visible(conn, ctx, collection, resource_id)
         return common.load_tags(conn, [resource_id]).get(resource_id, [])
 
 

@@ -70,3 +70,14 @@ def check_ip(value: str) -> str:
         return str(ipaddress.ip_address(value))
     except ValueError:
         raise ValueError(f"'{value}' is not a valid IP address") from None
+
+
+def check_tags(values: list[str]) -> list[str]:
+    """Tags given in a create body: the same rules as the tag API (unique, 1-255 characters, no ',' or '/')."""
+    for v in values:
+        if not v or len(v) > 255 or "," in v or "/" in v:
+            raise ValueError(f"'{v}' is not a valid tag")
+    dups = sorted({v for v in values if values.count(v) > 1})
+    if dups:
+        raise ValueError(f"Duplicate items in the list: '{', '.join(dups)}'")
+    return values
