@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from cloudnet.api.app import create_app
-from cloudnet.api.auth import Authenticator
+from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
@@ -43,7 +43,10 @@ class _Server(uvicorn.Server):
 def prepare(config: ServerConfig) -> tuple[Store, Authenticator]:
     """Everything before listening: state dir, schema, and the token policy."""
     config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    auth = Authenticator(config.tokens_file)
+    try:
+        auth = Authenticator(config.tokens_file)
+    except TokenConfigError as exc:
+        raise StartupError(exc.message) from None
     if auth.open_mode:
         if not config.loopback_bind:
             raise StartupError(

@@ -89,3 +89,14 @@ def test_refuses_non_loopback_bind_without_tokens(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "tokens" in proc.stderr and "0.0.0.0" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_malformed_tokens_file_is_a_clear_startup_error(tmp_path: Path) -> None:
+    (tmp_path / "tokens.json").write_text('{"tokens": ')
+    proc = subprocess.run(
+        [CLOUDNET, "serve", "--state-dir", str(tmp_path), "--port", str(_free_port())],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Error: cannot start: cannot read tokens file")
+    assert "Traceback" not in proc.stderr
