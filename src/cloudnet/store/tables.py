@@ -86,6 +86,10 @@ networks = Table(
     Column("segmentation_id", Integer, nullable=True),
     # "vlan:physnet1:100" / "flat:physnet1"; NULL for local networks. Unique: one owner per segment.
     Column("segment_key", String(128), nullable=True, unique=True),
+    # cloudnet extension: ipv4.nat.address, ipv6.nat.address, user.* (LXD's network config keys).
+    Column("config", JSON, nullable=False, default=dict),
+    # cloudnet:routes of an external network: ranges routed to the uplink from outside (LXD ipv4.routes).
+    Column("routes", JSON, nullable=False, default=list),
 )
 
 subnets = Table(
@@ -209,6 +213,22 @@ hosts = Table(
     Column("report", JSON, nullable=False),
 )
 
+forwards = Table(
+    "forwards",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("network_id", ID, ForeignKey("networks.id"), nullable=False, index=True),
+    # Canonical text form; unique: one listen address belongs to one network.
+    Column("listen_address", String(64), nullable=False, unique=True),
+    Column("description", String(255), nullable=False, default=""),
+    Column("config", JSON, nullable=False),
+    Column("ports", JSON, nullable=False),
+    Column("project_id", PROJECT, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("revision_number", BigInteger, nullable=False, default=0),
+)
+
 instances = Table(
     "instances",
     metadata,
@@ -219,6 +239,12 @@ instances = Table(
     Column("user_data", Text, nullable=True),
     Column("meta", JSON, nullable=False),
     Column("ssh_keys", JSON, nullable=False),
+    # IMDSv2: "optional" (default) or "required" (a session token on every metadata request).
+    Column("metadata_tokens", String(16), nullable=False, default="optional"),
+    # Metadata the platform keeps about the instance (SmartOS internal namespaces), not the customer's.
+    Column("internal_meta", JSON, nullable=False, default=dict),
+    # The encrypted admin password a guest may POST once to /openstack/.../password.
+    Column("password", Text, nullable=True),
 )
 
 instance_ports = Table(
@@ -239,6 +265,7 @@ Index("ix_tags_tag", tags.c.tag)
 
 __all__ = [
     "events",
+    "forwards",
     "hosts",
     "instance_ports",
     "instances",
