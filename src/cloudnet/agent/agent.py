@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -16,6 +16,12 @@ from cloudnet.agent.client import ApiClient
 from cloudnet.dataplane.base import Dataplane
 
 log = logging.getLogger("cloudnet.agent")
+
+
+class StateObserver(Protocol):
+    """Host-side services that follow the desired state too (metadata proxy, mdata sockets)."""
+
+    def update(self, state: dict[str, Any]) -> None: ...
 
 
 class Agent:
@@ -28,6 +34,7 @@ class Agent:
         heartbeat_interval: float = 10.0,
         poll_timeout: float = 30.0,
         resync_interval: float = 300.0,
+        observers: list[StateObserver] | None = None,
     ) -> None:
         self.client = client
         self.dataplane = dataplane
@@ -35,6 +42,7 @@ class Agent:
         self.heartbeat_interval = heartbeat_interval
         self.poll_timeout = poll_timeout
         self.resync_interval = resync_interval
+        self.observers = list(observers or [])
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set after each successful reconcile (tests and `up` wait on it)
         self.revision = -1
@@ -89,6 +97,8 @@ class Agent:
         """Fetch the desired state, converge the dataplane, report what changed."""
         state = self.client.desired_state()
         reports = self.dataplane.apply(state)
+        for observer in self.observers:
+            observer.update(state)
         changed = []
         for r in reports:
             known = state["ports"].get(r.port_id, {})

@@ -211,7 +211,8 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "instances": [
             {
                 "id": i.id, "name": i.name, "hostname": i.hostname, "project_id": i.project_id, "netns": i.netns,
-                "ports": by_instance.get(i.id, []),
+                "ports": by_instance.get(i.id, []), "metadata": i.meta, "internal_metadata": i.internal_meta,
+                "ssh_keys": i.ssh_keys, "user_data": i.user_data, "metadata_tokens": i.metadata_tokens,
             }
             for i in inst_rows
         ],
