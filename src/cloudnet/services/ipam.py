@@ -9,6 +9,7 @@ instead of a scan over every address already taken.
 from __future__ import annotations
 
 import ipaddress
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +26,14 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_WINDOW = 4096
 # Give up on a pool after this many candidates: only reachable for huge, nearly full IPv6 pools.
 MAX_SCAN = 1 << 20
+# Rounds of "pick free addresses, insert, replace those another transaction took first" before giving
+# up. Each lost address is committed by someone else, so a pool that is not exhausted keeps yielding.
+MAX_ATTEMPTS = 1000
 
 _cursor: dict[str, int] = {}
+# One scan at a time per subnet in this process: each starts after what the previous one picked (the
+# cursor), so concurrent requests pick different addresses instead of all racing for the same one.
+_scan_locks: dict[str, threading.Lock] = {}
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,11 @@ def _candidates(subnet: SubnetInfo) -> Iterator[int]:
 
 def find_free(conn: Connection, subnet: SubnetInfo, count: int, exclude: set[str]) -> list[str]:
     """Up to `count` addresses of the pools that are not allocated (nor in `exclude`)."""
+    with _scan_locks.setdefault(subnet.id, threading.Lock()):
+        return _scan(conn, subnet, count, exclude)
+
+
+def _scan(conn: Connection, subnet: SubnetInfo, count: int, exclude: set[str]) -> list[str]:
     found: list[str] = []
     window: list[int] = []
     make = ipaddress.IPv4Address if subnet.version == 4 else ipaddress.IPv6Address

@@ -7,12 +7,13 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from sqlalchemy import Connection, delete, insert, or_, select
+from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import Conflict, Forbidden, InvalidInput, not_found
 from cloudnet.services import common
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
-from cloudnet.services.validation import Body, parse
+from cloudnet.services.validation import Body, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -95,9 +96,18 @@ def visibility(ctx: Context) -> Any:
 
 
 def get_visible(conn: Connection, ctx: Context, network_id: str) -> Any:
-    row = conn.execute(select(N).where(N.c.id == network_id)).first()
+    # Ids are UUIDs: anything else cannot exist (and PostgreSQL refuses some strings, e.g. with NUL bytes).
+    row = conn.execute(select(N).where(N.c.id == network_id)).first() if is_uuid(network_id) else None
     if row is None or not (ctx.is_admin or row.project_id == ctx.project_id or row.shared or row.router_external):
         raise not_found("network", network_id)
+    return row
+
+
+def get_owned(conn: Connection, ctx: Context, network_id: str) -> Any:
+    """A network the caller may change: 404 if they cannot see it, 403 if they only see it (shared, external)."""
+    row = get_visible(conn, ctx, network_id)
+    if not (ctx.is_admin or row.project_id == ctx.project_id):
+        raise Forbidden(f"Only the owner of network {network_id} may change or delete it")
     return row
 
 
@@ -168,16 +178,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
     network_type = spec.network_type or "local"
     key = _segment_key(network_type, spec.physical_network, spec.segmentation_id)
     if key is not None and tx.conn.execute(select(N.c.id).where(N.c.segment_key == key)).first():
-        if network_type == "vlan":
-            raise Conflict(
-                f"Unable to create the network. The VLAN {spec.segmentation_id} on physical network "
-                f"{spec.physical_network} is in use.",
-                type="VlanIdInUse",
-            )
-        raise Conflict(
-            f"Unable to create the flat network. Physical network {spec.physical_network} is in use.",
-            type="FlatNetworkInUse",
-        )
+        raise _segment_in_use(spec)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
     row.update(
         admin_state_up=spec.admin_state_up,
@@ -190,18 +191,36 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
         segmentation_id=spec.segmentation_id,
         segment_key=key,
     )
-    tx.conn.execute(insert(N).values(**row))
+    try:
+        tx.conn.execute(insert(N).values(**row))
+    except IntegrityError:
+        if key is None:
+            raise
+        raise _segment_in_use(spec) from None  # another server took the segment since the check above
     if spec.tags:
         common.set_tags(tx.conn, row["id"], spec.tags)
     tx.record("network", row["id"], "create", row["project_id"])
     return str(row["id"])
 
 
+def _segment_in_use(spec: NetworkCreate) -> Conflict:
+    if spec.network_type == "vlan":
+        return Conflict(
+            f"Unable to create the network. The VLAN {spec.segmentation_id} on physical network "
+            f"{spec.physical_network} is in use.",
+            type="VlanIdInUse",
+        )
+    return Conflict(
+        f"Unable to create the flat network. Physical network {spec.physical_network} is in use.",
+        type="FlatNetworkInUse",
+    )
+
+
 def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, Any]) -> dict[str, Any]:
     spec = parse(NetworkUpdate, body)
     changes = spec.model_dump(exclude_unset=True, by_alias=False)
     with store.write() as tx:
-        row = common.get_row(tx.conn, N, "network", network_id, ctx)
+        row = get_owned(tx.conn, ctx, network_id)
         if ({"shared", "router_external"} & changes.keys()) and not ctx.is_admin:
             raise Forbidden("Only admins may change shared or router:external")
         changes.pop("port_security_enabled", None)
@@ -229,7 +248,10 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
 
 def delete_network(store: Store, ctx: Context, network_id: str) -> None:
     with store.write() as tx:
-        row = common.get_row(tx.conn, N, "network", network_id, ctx)
+        row = get_owned(tx.conn, ctx, network_id)
+        # Wait for transactions still adding ports or subnets to it (their foreign-key locks conflict
+        # with this one), so that the check below sees them, and keep new ones out until the end.
+        tx.conn.execute(select(N.c.id).where(N.c.id == network_id).with_for_update())
         P = t.ports
         blocking = tx.conn.execute(
             select(P.c.id).where(P.c.network_id == network_id, P.c.device_owner.not_in(AUTO_DELETE_OWNERS)).limit(1)
@@ -241,6 +263,7 @@ def delete_network(store: Store, ctx: Context, network_id: str) -> None:
                 type="NetworkInUse",
             )
         for (port_id,) in tx.conn.execute(select(P.c.id).where(P.c.network_id == network_id)).all():
+            tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == port_id))
             tx.conn.execute(delete(P).where(P.c.id == port_id))
             tx.record("port", port_id, "delete", row.project_id)
         subnet_rows = tx.conn.execute(

@@ -306,6 +306,9 @@ class _Creator:
             raise not_found("network", spec.network_id)
         if spec.mac_address is not None and not self.ctx.is_admin and network.project_id != project:
             raise Forbidden("Only admins may set mac_address on another project's network")
+        if any(f.ip_address for f in spec.fixed_ips or []) and not self.ctx.is_admin and network.project_id != project:
+            # Neutron's create_port:fixed_ips:ip_address policy: a subnet_id alone is fine on a shared network.
+            raise Forbidden("Only admins may request a specific IP address on another project's network")
         row = common.new_standard(self.ctx, project, self.tx.now, spec.name, spec.description)
         row.update(
             network_id=network.id,
@@ -390,7 +393,9 @@ class _Creator:
         rows = [p.row for p in plans]
         try:
             self.tx.conn.execute(insert(P), rows)
-        except IntegrityError:
+        except IntegrityError as exc:
+            if "foreign key" in str(exc.orig).lower():  # the network was deleted since plan() read it
+                raise not_found("network", rows[0]["network_id"]) from None
             raise Conflict("A MAC address was taken concurrently; retry the request.", type="MacAddressInUse") from None
         self.allocate(plans)
         sg_rows = [{"port_id": p.row["id"], "security_group_id": sg} for p in plans for sg in p.sgs]
@@ -479,7 +484,9 @@ class _Creator:
             raise ipam.already_allocated(ip, next(r["network_id"] for r in fixed_rows if r["ip_address"] == ip))
         for _key, requests in want.items():
             pending = requests
-            for _attempt in range(5):
+            # Every address lost to a race is now taken for good, so this ends: all allocated, or
+            # _allocate_group finds the pool exhausted (the bound only guards against endless churn).
+            for _attempt in range(ipam.MAX_ATTEMPTS):
                 pending = self._allocate_group(pending)
                 if not pending:
                     break
@@ -510,7 +517,12 @@ class _Creator:
         return [(by_port[r["port_id"]], subnet0, version) for r in rows if (r["subnet_id"], r["ip_address"]) in lost]
 
     def _insert_allocations(self, rows: list[dict[str, str]]) -> set[tuple[str, str]]:
-        lost = ipam.insert_allocations(self.tx.conn, self.tx.conn.dialect.name, rows)
+        try:
+            lost = ipam.insert_allocations(self.tx.conn, self.tx.conn.dialect.name, rows)
+        except IntegrityError as exc:
+            if "foreign key" in str(exc.orig).lower():  # a subnet was deleted since it was read
+                raise not_found("subnet", rows[0]["subnet_id"]) from None
+            raise
         for r in rows:
             if (r["subnet_id"], r["ip_address"]) not in lost:
                 self.allocated[r["port_id"]].append({"subnet_id": r["subnet_id"], "ip_address": r["ip_address"]})
@@ -631,8 +643,11 @@ def _update_fixed_ips(tx: Tx, ctx: Context, row: Any, fixed: list[FixedIp], owne
             new.append((subnet, ip))
     for sid, ip in current - keep:
         tx.conn.execute(delete(A).where(A.c.subnet_id == sid, A.c.ip_address == ip))
+    network = creator.network(row.network_id)
+    if any(ip for _subnet, ip in new) and not ctx.is_admin and network.project_id != row.project_id:
+        raise Forbidden("Only admins may request a specific IP address on another project's network")
     if new:
-        plan = _Plan(row={"id": row.id}, network=creator.network(row.network_id), ips=new)
+        plan = _Plan(row={"id": row.id}, network=network, ips=new)
         creator.check_requested_free([plan])
         creator.allocate([plan])
 
@@ -640,7 +655,10 @@ def _update_fixed_ips(tx: Tx, ctx: Context, row: Any, fixed: list[FixedIp], owne
 def delete_port(store: Store, ctx: Context, port_id: str) -> None:
     with store.write() as tx:
         row = common.get_row(tx.conn, P, "port", port_id, ctx)
-        if row.device_owner in ROUTER_OWNERS:
+        # As Neutron: a router's port is refused only while that router exists (else it is an orphan).
+        R = t.routers
+        router = select(R.c.id).where(or_(R.c.id == row.device_id, R.c.gw_port_id == row.id))
+        if row.device_owner in ROUTER_OWNERS and tx.conn.execute(router).first():
             raise Conflict(
                 f"Port {port_id} cannot be deleted directly via the port API: has device owner {row.device_owner}.",
                 type="ServicePortInUse",

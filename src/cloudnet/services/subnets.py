@@ -13,7 +13,7 @@ from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_f
 from cloudnet.services import common, networks
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
-from cloudnet.services.validation import Body, check_ip, parse
+from cloudnet.services.validation import Body, check_ip, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -241,9 +241,18 @@ def _visible_stmt(ctx: Context) -> Any:
 
 
 def get_visible(conn: Connection, ctx: Context, subnet_id: str) -> Any:
-    row = conn.execute(_visible_stmt(ctx).where(S.c.id == subnet_id)).first()
+    # Ids are UUIDs: anything else cannot exist (and PostgreSQL refuses some strings, e.g. with NUL bytes).
+    row = conn.execute(_visible_stmt(ctx).where(S.c.id == subnet_id)).first() if is_uuid(subnet_id) else None
     if row is None:
         raise not_found("subnet", subnet_id)
+    return row
+
+
+def _get_owned(conn: Connection, ctx: Context, subnet_id: str) -> Any:
+    """A subnet the caller may change: 404 if they cannot see it, 403 if they only see it (shared network)."""
+    row = get_visible(conn, ctx, subnet_id)
+    if not (ctx.is_admin or row.project_id == ctx.project_id):
+        raise Forbidden(f"Only the owner of subnet {subnet_id} may change or delete it")
     return row
 
 
@@ -280,6 +289,10 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
         raise InvalidInput(f"IPv6 subnets need a network MTU of at least 1280; network {network.id} has {network.mtu}")
     if cidr.version == 4 and (spec.ipv6_ra_mode or spec.ipv6_address_mode):
         raise InvalidInput("ipv6_ra_mode and ipv6_address_mode are only valid for IPv6 subnets")
+    # Lock the network row (FOR NO KEY UPDATE: port inserts' foreign-key locks still pass) so that
+    # concurrent creates on one network take turns and each sees the subnets the others committed.
+    N = t.networks
+    tx.conn.execute(select(N.c.id).where(N.c.id == network.id).with_for_update(key_share=True))
     for other in tx.conn.execute(select(S.c.id, S.c.cidr).where(S.c.network_id == network.id)):
         if cidr.overlaps(ipaddress.ip_network(other.cidr)):
             raise InvalidInput(
@@ -287,9 +300,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
             )
     gateway = _default_gateway(cidr) if spec.gateway_ip == AUTO else _check_gateway(cidr, spec.gateway_ip)
     pools = _check_pools(cidr, spec.allocation_pools, gateway)
-    for dns in spec.dns_nameservers:
-        if ipaddress.ip_address(dns).version != cidr.version:
-            raise InvalidInput(f"DNS nameserver {dns} is not of IP version {cidr.version}")
+    _check_dns_versions(cidr, spec.dns_nameservers)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
     row.update(
         network_id=network.id,
@@ -310,11 +321,17 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     return str(row["id"])
 
 
+def _check_dns_versions(cidr: Net, servers: list[str]) -> None:
+    for dns in servers:
+        if ipaddress.ip_address(dns).version != cidr.version:
+            raise InvalidInput(f"DNS nameserver {dns} is not of IP version {cidr.version}")
+
+
 def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, Any]) -> dict[str, Any]:
     spec = parse(SubnetUpdate, body)
     given = spec.model_fields_set
     with store.write() as tx:
-        row = common.get_row(tx.conn, S, "subnet", subnet_id, ctx)
+        row = _get_owned(tx.conn, ctx, subnet_id)
         cidr = ipaddress.ip_network(row.cidr)
         changes: dict[str, Any] = {}
         for key in ("name", "description", "enable_dhcp"):
@@ -332,6 +349,7 @@ def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, An
                 pools = [Pool(start=p["start"], end=p["end"]) for p in row.allocation_pools]
             changes["allocation_pools"] = _check_pools(cidr, pools, gateway)
         if "dns_nameservers" in given:
+            _check_dns_versions(cidr, spec.dns_nameservers or [])
             changes["dns_nameservers"] = spec.dns_nameservers or []
         if "host_routes" in given:
             changes["host_routes"] = _check_routes(cidr, spec.host_routes or [])
@@ -359,7 +377,10 @@ def _check_gateway_change(conn: Connection, row: Any, new_gateway: str | None) -
 def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
     A, P = t.ip_allocations, t.ports
     with store.write() as tx:
-        row = common.get_row(tx.conn, S, "subnet", subnet_id, ctx)
+        row = _get_owned(tx.conn, ctx, subnet_id)
+        # Wait for transactions still allocating from it (their foreign-key locks conflict with this
+        # one), so that the check below sees their addresses, and keep new ones out until the end.
+        tx.conn.execute(select(S.c.id).where(S.c.id == subnet_id).with_for_update())
         users = tx.conn.execute(
             select(P.c.id, P.c.device_owner, P.c.project_id)
             .join(A, A.c.port_id == P.c.id)
