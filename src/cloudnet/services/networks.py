@@ -10,7 +10,7 @@ from sqlalchemy import Connection, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import common
+from cloudnet.services import common, forwards, network_config
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, is_uuid, parse
@@ -54,6 +54,8 @@ class NetworkCreate(Body):
     tags: list[str] = Field(default_factory=list)
     port_security_enabled: bool = True
     availability_zone_hints: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+    routes: list[Any] = Field(default_factory=list, alias="cloudnet:routes")
 
     @model_validator(mode="after")
     def _segment(self) -> NetworkCreate:
@@ -79,6 +81,8 @@ class NetworkUpdate(Body):
     mtu: int | None = Field(None, ge=68, le=9216)
     router_external: bool | None = Field(None, alias="router:external")
     port_security_enabled: bool | None = None
+    config: dict[str, Any] | None = None
+    routes: list[Any] | None = Field(None, alias="cloudnet:routes")
 
 
 def _segment_key(network_type: str, physnet: str | None, segid: int | None) -> str | None:
@@ -141,6 +145,8 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "ipv6_address_scope": None,
                 "is_default": False,
                 "l2_adjacency": True,
+                "config": r.config or {},
+                "cloudnet:routes": r.routes or [],
             }
         )
         out.append(d)
@@ -190,7 +196,11 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
         physical_network=spec.physical_network,
         segmentation_id=spec.segmentation_id,
         segment_key=key,
+        config=network_config.merge_config(tx.conn, None, {}, spec.config),
+        routes=network_config.check_routes(spec.routes, spec.router_external),
     )
+    if spec.routes and not ctx.is_admin:
+        raise Forbidden("Only admins may set cloudnet:routes")
     try:
         tx.conn.execute(insert(N).values(**row))
     except IntegrityError:
@@ -241,6 +251,13 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
             ).first()
             if has_v6:
                 raise InvalidInput("IPv6 subnets need a network MTU of at least 1280")
+        if changes.get("config") is not None:
+            changes["config"] = network_config.merge_config(tx.conn, network_id, row.config or {}, changes["config"])
+        if changes.get("routes") is not None:
+            if not ctx.is_admin:
+                raise Forbidden("Only admins may set cloudnet:routes")
+            external = changes.get("router_external", row.router_external)
+            changes["routes"] = network_config.check_routes(changes["routes"], bool(external))
         changes = {k: v for k, v in changes.items() if v is not None}
         common.touch(tx, N, network_id, "network", row.project_id, changes)
         return to_dicts(tx.conn, [tx.conn.execute(select(N).where(N.c.id == network_id)).one()])[0]
@@ -273,6 +290,7 @@ def delete_network(store: Store, ctx: Context, network_id: str) -> None:
             tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == sid))
             tx.record("subnet", sid, "delete", sproject)
         tx.conn.execute(delete(t.subnets).where(t.subnets.c.network_id == network_id))
+        forwards.delete_for_network(tx, network_id)
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == network_id))
         tx.conn.execute(delete(N).where(N.c.id == network_id))
         tx.record("network", network_id, "delete", row.project_id)

@@ -1,0 +1,384 @@
+"""Network forwards (LXD's shape and rules): one external address forwarded whole or per port.
+
+Bodies are normalised first (LXD `Normalise`), then validated in LXD's order with LXD's words, with
+the reference's fixes: every failure is a 400 (not 500), ports are 1..65535, the listen address in
+the path is normalised, PATCH keeps the description, and If-Match is really checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from cloudnet.errors import BadRequest, Conflict, NotFound, PreconditionFailed
+from cloudnet.services import common, uplinks
+from cloudnet.services.context import Context
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store, Tx
+
+F = t.forwards
+N = t.networks
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+PROTOCOLS = ("tcp", "udp")
+BODY_KEYS = {"listen_address", "description", "config", "ports"}
+PORT_KEYS = {"description", "protocol", "listen_port", "target_port", "target_address"}
+
+
+# -- canonical form -----------------------------------------------------------------------------
+
+
+def canonical_ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        return value.strip()
+
+
+def _ports_text(value: str) -> str:
+    return ",".join(part.strip() for part in value.split(","))
+
+
+def normalise(body: dict[str, Any]) -> dict[str, Any]:
+    """LXD's Normalise: canonical addresses, trimmed descriptions, port lists without blanks."""
+    out: dict[str, Any] = {}
+    if "listen_address" in body and isinstance(body["listen_address"], str):
+        out["listen_address"] = canonical_ip(body["listen_address"])
+    if "description" in body:
+        out["description"] = (
+            body["description"].strip() if isinstance(body["description"], str) else body["description"]
+        )
+    if "config" in body:
+        config = body["config"]
+        if isinstance(config, dict) and isinstance(config.get("target_address"), str):
+            config = {**config, "target_address": canonical_ip(config["target_address"])}
+        out["config"] = config
+    if "ports" in body:
+        ports = body["ports"]
+        if isinstance(ports, list):
+            ports = [_normalise_port(p) if isinstance(p, dict) else p for p in ports]
+        out["ports"] = ports
+    for key in body.keys() - out.keys():
+        out[key] = body[key]
+    return out
+
+
+def _normalise_port(port: dict[str, Any]) -> dict[str, Any]:
+    out = dict(port)
+    for key in ("description", "protocol"):
+        if isinstance(out.get(key), str):
+            out[key] = out[key].strip()
+    if isinstance(out.get("target_address"), str):
+        out["target_address"] = canonical_ip(out["target_address"])
+    for key in ("listen_port", "target_port"):
+        if isinstance(out.get(key), str):
+            out[key] = _ports_text(out[key])
+    return out
+
+
+# -- port ranges --------------------------------------------------------------------------------
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    """`N` or `N-M` (M > N), each 1..65535."""
+    parts = text.split("-")
+    if len(parts) > 2:
+        raise ValueError(f"Invalid port range {text!r}")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"Invalid port {text!r}") from None
+    for n in numbers:
+        if not 1 <= n <= 65535:
+            raise ValueError(f"Port {n} out of range (1-65535)")
+    if len(numbers) == 2 and numbers[1] <= numbers[0]:
+        raise ValueError("End port should be higher than start port")
+    return numbers[0], numbers[-1]
+
+
+def parse_ports(text: str) -> list[tuple[int, int]]:
+    return [parse_port_range(part) for part in text.split(",") if part != ""]
+
+
+def expand(ranges: Iterable[tuple[int, int]]) -> list[int]:
+    return [p for lo, hi in ranges for p in range(lo, hi + 1)]
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def _network_subnets(conn: Connection, network_id: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    return [
+        ipaddress.ip_network(c)
+        for (c,) in conn.execute(select(t.subnets.c.cidr).where(t.subnets.c.network_id == network_id))
+    ]
+
+
+def _check_target(address: IP, subnets: list[Any], label: str, index: int | None) -> None:
+    """A target lies in the network's subnet of its family and is not its network or broadcast address."""
+    where = f" in port specification {index}" if index is not None else ""
+    same_family = [s for s in subnets if s.version == address.version]
+    if not same_family:
+        return
+    inside = [s for s in same_family if address in s]
+    if not inside:
+        raise BadRequest(f"{label} is not within the network subnet{where}")
+    net = inside[0]
+    if address.version == 4 and net.prefixlen < 31 and address == net.broadcast_address:
+        raise BadRequest(f"{label} cannot be a broadcast address")
+    if net.prefixlen < net.max_prefixlen - 1 and address == net.network_address:
+        raise BadRequest(f"{label} cannot be a network address")
+
+
+def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]) -> None:
+    """LXD's forwardValidate (reference §1.3, rules 8-18), after the listen-address checks."""
+    config = body.get("config") or {}
+    if not isinstance(config, dict) or not all(isinstance(v, str) for v in config.values()):
+        raise BadRequest("Invalid config: expected a map of strings")
+    for key in config:
+        if key != "target_address" and not key.startswith("user."):
+            raise BadRequest(f"Invalid option {key!r}")
+    subnets = _network_subnets(conn, network_id)
+    default = None
+    if config.get("target_address"):
+        try:
+            default = ipaddress.ip_address(config["target_address"])
+        except ValueError:
+            raise BadRequest("Invalid default target address") from None
+        if default.version != listen.version:
+            raise BadRequest("Cannot mix IP versions in listen address and default target address")
+        _check_target(default, subnets, "Default target address", None)
+    ports = body.get("ports") or []
+    if not isinstance(ports, list):
+        raise BadRequest("Invalid ports: expected a list")
+    seen: dict[str, set[int]] = {p: set() for p in PROTOCOLS}
+    for i, port in enumerate(ports):
+        if not isinstance(port, dict) or set(port) - PORT_KEYS:
+            extra = sorted(set(port) - PORT_KEYS) if isinstance(port, dict) else []
+            raise BadRequest(f"Invalid port specification {i}" + (f": unknown field(s) {extra}" if extra else ""))
+        if port.get("protocol") not in PROTOCOLS:
+            raise BadRequest(f"Invalid port protocol in port specification {i}, protocol must be one of: tcp, udp")
+        try:
+            target = ipaddress.ip_address(str(port.get("target_address", "")))
+        except ValueError:
+            raise BadRequest(f"Invalid target address in port specification {i}") from None
+        if default is not None and target == default:
+            raise BadRequest(f"Target address is same as default target address in port specification {i}")
+        if target.version != listen.version:
+            raise BadRequest(f"Cannot mix IP versions in listen address and port specification {i} target address")
+        _check_target(target, subnets, "Target address", i)
+        listen_text = port.get("listen_port")
+        if not isinstance(listen_text, str) or listen_text.strip(",") == "":
+            raise BadRequest(f"Missing listen port in port specification {i}")
+        try:
+            listen_ports = expand(parse_ports(listen_text))
+        except ValueError as exc:
+            raise BadRequest(f"Invalid listen port in port specification {i}: {exc}") from None
+        for p in listen_ports:
+            if p in seen[port["protocol"]]:
+                raise BadRequest(
+                    f"Duplicate listen port {p} for protocol {port['protocol']!r} in port specification {i}"
+                )
+            seen[port["protocol"]].add(p)
+        target_text = port.get("target_port") or ""
+        if not isinstance(target_text, str):
+            raise BadRequest(f"Invalid target port in port specification {i}")
+        if target_text:
+            try:
+                target_ports = expand(parse_ports(target_text))
+            except ValueError:
+                raise BadRequest(f"Invalid target port in port specification {i}") from None
+            if len(target_ports) not in (1, len(listen_ports)):
+                raise BadRequest(f"Mismatch of listen port(s) and target port(s) count in port specification {i}")
+        if port.get("description") is not None and not isinstance(port["description"], str):
+            raise BadRequest(f"Invalid description in port specification {i}")
+
+
+# -- representation -----------------------------------------------------------------------------
+
+
+def _stored(row: Any) -> dict[str, Any]:
+    return {
+        "listen_address": row.listen_address,
+        "description": row.description,
+        "config": row.config or {},
+        "ports": row.ports or [],
+    }
+
+
+def to_dict(row: Any, network_name: str = "") -> dict[str, Any]:
+    d = _stored(row)
+    d.update({"id": row.id, "network_id": row.network_id, "network": network_name, "location": "",
+              "project_id": row.project_id, "created_at": common.fmt_time(row.created_at),
+              "updated_at": common.fmt_time(row.updated_at), "revision_number": row.revision_number})  # fmt: skip
+    return d
+
+
+def etag(row: Any) -> str:
+    """SHA-256 over [listen_address, description, config, ports], as LXD computes it."""
+    s = _stored(row)
+    data = [s["listen_address"], s["description"], s["config"], s["ports"]]
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _clean_ports(ports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"description": p.get("description") or "", "protocol": p["protocol"], "listen_port": p["listen_port"],
+         "target_port": p.get("target_port") or "", "target_address": p["target_address"]}
+        for p in ports
+    ]  # fmt: skip
+
+
+def _clean_config(config: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(config.items()) if v != ""}  # empty values are not stored (LXD)
+
+
+# -- lookups ------------------------------------------------------------------------------------
+
+
+def resolve_network(conn: Connection, ctx: Context, ident: str) -> Any:
+    """`{network}` in the path: an id, else a unique name (visible to the caller)."""
+    row = conn.execute(select(N).where(N.c.id == ident)).first()
+    if row is None:
+        rows = conn.execute(select(N).where(N.c.name == ident)).all()
+        rows = [r for r in rows if ctx.is_admin or r.project_id == ctx.project_id]
+        if len(rows) > 1:
+            raise Conflict(f"More than one network named {ident!r}; use its id", type="NetworkNameAmbiguous")
+        row = rows[0] if rows else None
+    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id):
+        raise NotFound("Network not found", type="NetworkNotFound")
+    return row
+
+
+def _listen(value: str) -> IP:
+    try:
+        return ipaddress.ip_address(value.strip())
+    except ValueError:
+        raise BadRequest(f"Failed parsing address forward listen address {value!r}: invalid IP address") from None
+
+
+def _get(conn: Connection, network_id: str, listen: str) -> Any:
+    row = conn.execute(
+        select(F).where(F.c.network_id == network_id, F.c.listen_address == canonical_ip(listen))
+    ).first()
+    if row is None:
+        raise NotFound("Network forward not found", type="NetworkForwardNotFound")
+    return row
+
+
+# -- operations ---------------------------------------------------------------------------------
+
+
+def list_forwards(store: Store, ctx: Context, network: str) -> list[dict[str, Any]]:
+    with store.read() as conn:
+        net = resolve_network(conn, ctx, network)
+        rows = conn.execute(select(F).where(F.c.network_id == net.id).order_by(F.c.listen_address)).all()
+        return [to_dict(r, net.name) for r in rows]
+
+
+def get_forward(store: Store, ctx: Context, network: str, listen: str) -> tuple[dict[str, Any], str]:
+    with store.read() as conn:
+        net = resolve_network(conn, ctx, network)
+        row = _get(conn, net.id, listen)
+        return to_dict(row, net.name), etag(row)
+
+
+def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[str, Any]:
+    body = _body(body, create=True)
+    with store.write() as tx:
+        net = resolve_network(tx.conn, ctx, network)
+        if "listen_address" not in body or not isinstance(body["listen_address"], str):
+            raise BadRequest("Missing listen_address")
+        listen = _listen(body["listen_address"])
+        if tx.conn.execute(select(F.c.id).where(F.c.network_id == net.id, F.c.listen_address == str(listen))).first():
+            raise Conflict("A forward for that listen address already exists", type="NetworkForwardExists")
+        uplink = uplinks.require_uplink(tx.conn, net.id)
+        uplinks.check_external_address(tx.conn, uplink, net.id, listen, what="Listen address")
+        validate(tx.conn, net.id, listen, body)
+        row = {
+            "id": common.new_id(), "network_id": net.id, "listen_address": str(listen),
+            "description": body.get("description") or "", "config": _clean_config(body.get("config") or {}),
+            "ports": _clean_ports(body.get("ports") or []), "project_id": net.project_id,
+            "created_at": tx.now, "updated_at": tx.now, "revision_number": 0,
+        }  # fmt: skip
+        tx.conn.execute(insert(F).values(**row))
+        tx.record("forward", row["id"], "create", net.project_id)
+        return to_dict(tx.conn.execute(select(F).where(F.c.id == row["id"])).one(), net.name)
+
+
+def update_forward(
+    store: Store, ctx: Context, network: str, listen: str, body: Any, *, patch: bool, if_match: str | None
+) -> dict[str, Any]:
+    body = _body(body, create=False)
+    with store.write() as tx:
+        net = resolve_network(tx.conn, ctx, network)
+        row = _get(tx.conn, net.id, listen)
+        _check_etag(row, if_match)
+        current = _stored(row)
+        if patch:
+            # LXD merges config (request wins) and keeps ports when absent; we keep the description too.
+            config = {**current["config"], **(body.get("config") or {})}
+            merged = {
+                "description": body.get("description", current["description"]),
+                "config": config,
+                "ports": body["ports"] if body.get("ports") is not None else current["ports"],
+            }
+        else:
+            merged = {"description": body.get("description") or "", "config": body.get("config") or {},
+                      "ports": body.get("ports") or []}  # fmt: skip
+        if merged["description"] is not None and not isinstance(merged["description"], str):
+            raise BadRequest("Invalid description")
+        validate(tx.conn, net.id, ipaddress.ip_address(row.listen_address), merged)
+        values = {"description": merged["description"] or "", "config": _clean_config(merged["config"]),
+                  "ports": _clean_ports(merged["ports"])}  # fmt: skip
+        if values == {"description": current["description"], "config": current["config"], "ports": current["ports"]}:
+            return to_dict(row, net.name)  # nothing changed: nothing to apply
+        tx.conn.execute(
+            update(F)
+            .where(F.c.id == row.id)
+            .values(**values, updated_at=tx.now, revision_number=F.c.revision_number + 1)
+        )
+        tx.record("forward", row.id, "update", net.project_id)
+        return to_dict(tx.conn.execute(select(F).where(F.c.id == row.id)).one(), net.name)
+
+
+def delete_forward(store: Store, ctx: Context, network: str, listen: str) -> None:
+    with store.write() as tx:
+        net = resolve_network(tx.conn, ctx, network)
+        row = _get(tx.conn, net.id, listen)
+        tx.conn.execute(delete(F).where(F.c.id == row.id))
+        tx.record("forward", row.id, "delete", net.project_id)
+
+
+def delete_for_network(tx: Tx, network_id: str) -> None:
+    for fid, project in tx.conn.execute(select(F.c.id, F.c.project_id).where(F.c.network_id == network_id)).all():
+        tx.conn.execute(delete(F).where(F.c.id == fid))
+        tx.record("forward", fid, "delete", project)
+
+
+def _body(body: Any, *, create: bool) -> dict[str, Any]:
+    if isinstance(body, dict) and set(body) == {"forward"} and isinstance(body["forward"], dict):
+        body = body["forward"]  # Neutron-style envelope, accepted as well as LXD's bare body
+    if not isinstance(body, dict):
+        raise BadRequest("Body contains invalid data")
+    allowed = BODY_KEYS if create else BODY_KEYS - {"listen_address"}
+    extra = set(body) - allowed
+    if extra:
+        raise BadRequest(f"Unrecognized attribute(s) '{', '.join(sorted(extra))}'")
+    return normalise(body)
+
+
+def _check_etag(row: Any, if_match: str | None) -> None:
+    if not if_match:
+        return
+    client = if_match.strip().strip('"')
+    server = etag(row)
+    if client != server:
+        raise PreconditionFailed(
+            f"ETag does not match: {server} vs {client}. The configuration has been modified since this change "
+            "began. Please retrieve the updated configuration before proceeding."
+        )

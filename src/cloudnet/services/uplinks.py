@@ -1,0 +1,100 @@
+"""Where a network's external addresses come from, and who already uses which one.
+
+A network reaches its uplink through a router with an external gateway: the uplink is that router's
+external network. Listen addresses of forwards and outbound SNAT addresses must lie in the uplink's
+subnets or its `cloudnet:routes`, and must not be taken by a port, a gateway, or another network's
+forward or SNAT address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from cloudnet.errors import BadRequest
+from cloudnet.store import tables as t
+
+P, A, S, N, R, F = t.ports, t.ip_allocations, t.subnets, t.networks, t.routers, t.forwards
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+NAT_KEYS = ("ipv4.nat.address", "ipv6.nat.address")
+
+
+@dataclass(frozen=True)
+class Uplink:
+    network_id: str
+    router_id: str
+    ranges: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]  # subnets + cloudnet:routes
+    gateways: frozenset[str]
+
+
+def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
+    """The external network reached through a router attached to `network_id` (None: no uplink)."""
+    router_ids = [
+        r[0]
+        for r in conn.execute(
+            select(P.c.device_id).where(P.c.network_id == network_id, P.c.device_owner == "network:router_interface")
+        )
+    ]
+    if not router_ids:
+        return None
+    row = conn.execute(
+        select(R.c.id, P.c.network_id)
+        .join(P, P.c.id == R.c.gw_port_id)
+        .where(R.c.id.in_(router_ids))
+        .order_by(R.c.created_at, R.c.id)
+    ).first()
+    if row is None:
+        return None
+    router_id, ext_id = row
+    subnets = conn.execute(select(S.c.cidr, S.c.gateway_ip).where(S.c.network_id == ext_id)).all()
+    routes = conn.execute(select(N.c.routes).where(N.c.id == ext_id)).scalar() or []
+    ranges = tuple(ipaddress.ip_network(c) for c, _gw in subnets) + tuple(ipaddress.ip_network(r) for r in routes)
+    return Uplink(ext_id, router_id, ranges, frozenset(gw for _c, gw in subnets if gw))
+
+
+def require_uplink(conn: Connection, network_id: str) -> Uplink:
+    uplink = uplink_of(conn, network_id)
+    if uplink is None:
+        raise BadRequest(
+            f"Network {network_id} has no uplink: attach it to a router with an external gateway first",
+            type="NetworkHasNoUplink",
+        )
+    return uplink
+
+
+def check_external_address(
+    conn: Connection, uplink: Uplink, network_id: str, address: IP, *, what: str, skip_forward: str | None = None
+) -> None:
+    """The rules shared by listen addresses and SNAT addresses (400 with the reason otherwise)."""
+    text = str(address)
+    if address.is_unspecified:
+        raise BadRequest(f"Cannot use unspecified address: {text!r}")
+    if not any(address.version == r.version and address in r for r in uplink.ranges):
+        raise BadRequest(f"Uplink network does not contain {text!r} in its routes")
+    if text in _all_gateways(conn):
+        raise BadRequest(f"{what} {text!r} is already in use by a gateway")
+    port = conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first()
+    if port is not None:
+        raise BadRequest(f"{what} {text!r} is already in use by port {port[0]}")
+    fwd = conn.execute(select(F.c.network_id, F.c.id).where(F.c.listen_address == text)).first()
+    if fwd is not None and fwd.id != skip_forward and fwd.network_id != network_id:
+        raise BadRequest(f"{what} {text!r} overlaps with another network or NIC")
+    for (config,) in conn.execute(select(N.c.config).where(N.c.id != network_id)):
+        if any(_canonical((config or {}).get(k)) == text for k in NAT_KEYS):
+            raise BadRequest(f"{what} {text!r} overlaps with another network or NIC")
+
+
+def _all_gateways(conn: Connection) -> set[str]:
+    return {g for (g,) in conn.execute(select(S.c.gateway_ip).where(S.c.gateway_ip.isnot(None)))}
+
+
+def _canonical(value: Any) -> str | None:
+    if not value:
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
