@@ -11,7 +11,7 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select, update
 
 from cloudnet.errors import Forbidden, NotFound
-from cloudnet.services import common, ports
+from cloudnet.services import common, network_config, ports, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -259,6 +259,16 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
         by_router[rid].append({"port_id": pid, "network_id": nid})
     gw_ids = [r.gw_port_id for r in rows if r.gw_port_id]
     gw_nets = {pid: nid for pid, nid in conn.execute(select(P.c.id, P.c.network_id).where(P.c.id.in_(gw_ids)))}
+    # A network's forwards and SNAT address live on the router that is its uplink.
+    served: dict[str, list[str]] = defaultdict(list)
+    for nid in {i["network_id"] for ifaces in by_router.values() for i in ifaces}:
+        uplink = uplinks.uplink_of(conn, nid)
+        if uplink is not None:
+            served[uplink.router_id].append(nid)
+    all_served = [nid for nids in served.values() for nid in nids]
+    configs = {n: c or {} for n, c in conn.execute(select(t.networks.c.id, t.networks.c.config).where(
+        t.networks.c.id.in_(all_served)))}  # fmt: skip
+    fwd_rows = conn.execute(select(t.forwards).where(t.forwards.c.network_id.in_(all_served))).all()
     return [
         {
             "id": r.id,
@@ -267,6 +277,22 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
             "enable_snat": r.enable_snat,
             "gateway": {"port_id": r.gw_port_id, "network_id": gw_nets.get(r.gw_port_id)} if r.gw_port_id else None,
             "interfaces": sorted(by_router.get(r.id, []), key=lambda i: i["port_id"]),
+            "nat_addresses": {
+                nid: {k: configs[nid][k] for k in network_config.NAT_VERSION if configs[nid].get(k)}
+                for nid in sorted(served.get(r.id, []))
+            },
+            "forwards": [
+                {
+                    "id": f.id,
+                    "revision_number": f.revision_number,
+                    "network_id": f.network_id,
+                    "listen_address": f.listen_address,
+                    "config": f.config,
+                    "ports": f.ports,
+                }
+                for f in fwd_rows
+                if f.network_id in served.get(r.id, [])
+            ],
         }
         for r in rows
     ]

@@ -25,11 +25,10 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.base import DesiredState, PortReport
-from cloudnet.dataplane.linux import names, netns, nft
+from cloudnet.dataplane.linux import names, nat, netns
 
 log = logging.getLogger(__name__)
 IFA_F_NODAD = 0x02
-NAT_TABLE = "cloudnet"
 
 
 def _ifname(msg: Any) -> str:
@@ -58,6 +57,7 @@ class LinuxDataplane:
         # port id -> fingerprint of the configuration last applied inside the instance; lets a
         # reconcile skip entering namespaces whose ports have not changed.
         self._applied: dict[str, tuple[Any, ...]] = {}
+        self.nat = nat.NatTables()
 
     def close(self) -> None:
         self._applied.clear()
@@ -212,8 +212,10 @@ class LinuxDataplane:
             self._configure_routes(guest, idx, port, state, default=position == 0)
 
     @staticmethod
-    def _configure_addresses(ipr: IPRoute, idx: int, port: dict[str, Any]) -> None:
-        wanted = {(f["ip_address"], f["prefixlen"]) for f in port["fixed_ips"]}
+    def _configure_addresses(
+        ipr: IPRoute, idx: int, port: dict[str, Any], extra: list[tuple[str, int]] | None = None
+    ) -> None:
+        wanted = {(f["ip_address"], f["prefixlen"]) for f in port["fixed_ips"]} | set(extra or [])
         have = set()
         for a in ipr.get_addr(index=idx):
             addr = a.get("address") or a.get_attr("IFA_ADDRESS")
@@ -248,6 +250,7 @@ class LinuxDataplane:
         fresh = not netns.exists(ns)
         netns.ensure(ns)
         if fresh:
+            self.nat.forget(ns)
             netns.write_sysctl(ns, "net/ipv4/ip_forward", "1")
             netns.write_sysctl(ns, "net/ipv6/conf/all/forwarding", "1")
         inside: set[str] = set()
@@ -261,7 +264,8 @@ class LinuxDataplane:
                 end = names.router_gw(port_id) if is_gw else names.router_iface(port_id)
                 wanted.add(leg)
                 inside.add(end)
-                self._ensure_leg(host, links, rtr, ns, leg, end, port, state["networks"][port["network_id"]])
+                extra = self._gateway_extras(router) if is_gw else []
+                self._ensure_leg(host, links, rtr, ns, leg, end, port, state["networks"][port["network_id"]], extra)
             for msg in rtr.get_links():
                 name = _ifname(msg)
                 if name.startswith((names.ROUTER_IFACE, names.ROUTER_GW)) and name not in inside:
@@ -281,6 +285,7 @@ class LinuxDataplane:
         end: str,
         port: dict[str, Any],
         network: dict[str, Any],
+        extra: list[tuple[str, int]],
     ) -> None:
         idx = rtr.link_lookup(ifname=end)
         if leg not in links or not idx:
@@ -299,7 +304,7 @@ class LinuxDataplane:
         bridge = _index(host, names.bridge(port["network_id"]))
         host.link("set", index=links[leg]["index"], master=bridge, mtu=network["mtu"], state="up")
         rtr.link("set", index=idx[0], address=port["mac_address"], mtu=network["mtu"], state="up")
-        self._configure_addresses(rtr, idx[0], port)
+        self._configure_addresses(rtr, idx[0], port, extra)
 
     @staticmethod
     def _gateway_routes(rtr: IPRoute, gw_port: dict[str, Any], state: DesiredState) -> None:
@@ -314,32 +319,44 @@ class LinuxDataplane:
                 except NetlinkError as exc:
                     log.warning("router gateway route via %s: %s", subnet["gateway_ip"], exc)
 
-    @staticmethod
-    def _nat(ns: str, router: dict[str, Any], state: DesiredState) -> None:
-        """The router's NAT table, replaced as one transaction: outbound SNAT to its external address."""
+    def _nat(self, ns: str, router: dict[str, Any], state: DesiredState) -> None:
+        """The router's NAT: forwards, hairpin, per-network SNAT addresses, outbound SNAT."""
         gw = router["gateway"]
         gw_port = router["ports"].get(gw["port_id"]) if gw else None
-        external_v4 = [f["ip_address"] for f in (gw_port or {}).get("fixed_ips", []) if ":" not in f["ip_address"]]
-        internal = sorted(
-            {
-                state["subnets"][f["subnet_id"]]["cidr"]
-                for pid, p in router["ports"].items()
-                if not gw or pid != gw["port_id"]
-                for f in p["fixed_ips"]
-                if f["subnet_id"] in state["subnets"] and ":" not in f["ip_address"]
-            }
-        )
-        rules = ""
-        if router["enable_snat"] and external_v4 and internal and gw_port:
-            oif = names.router_gw(gw_port["id"])
-            rules = f'        oifname "{oif}" ip saddr {{ {", ".join(internal)} }} snat to {external_v4[0]}\n'
-        body = (
-            "    chain postrouting {\n"
-            "        type nat hook postrouting priority srcnat; policy accept;\n"
-            f"{rules}"
-            "    }"
-        )
-        nft.replace_table(ns, "ip", NAT_TABLE, body)
+        gw_if = names.router_gw(gw_port["id"]) if gw_port else None
+        structures = {}
+        for version in (4, 6):
+            internal_by_net: dict[str, list[str]] = {}
+            for pid, p in router["ports"].items():
+                if gw_port and pid == gw_port["id"]:
+                    continue
+                for f in p["fixed_ips"]:
+                    subnet = state["subnets"].get(f["subnet_id"])
+                    if subnet and subnet["ip_version"] == version:
+                        internal_by_net.setdefault(p["network_id"], []).append(subnet["cidr"])
+            internal = tuple(sorted({c for cidrs in internal_by_net.values() for c in cidrs}))
+            key = f"ipv{version}.nat.address"
+            snat = tuple(
+                (tuple(sorted(internal_by_net[nid])), addrs[key])
+                for nid, addrs in sorted(router.get("nat_addresses", {}).items())
+                if addrs.get(key) and nid in internal_by_net
+            )
+            external = [f["ip_address"] for f in (gw_port or {}).get("fixed_ips", [])
+                        if ipaddress.ip_address(f["ip_address"]).version == version]  # fmt: skip
+            # Neutron does not NAT IPv6 by default: only an explicit ipv6.nat.address source-NATs it.
+            default = external[0] if version == 4 and router["enable_snat"] and external else None
+            if not router["enable_snat"]:
+                snat = ()
+            structures[version] = nat.Structure(version, gw_if, internal, snat, default)
+        self.nat.apply(ns, structures, router.get("forwards", []))
+
+    @staticmethod
+    def _gateway_extras(router: dict[str, Any]) -> list[tuple[str, int]]:
+        """Listen and SNAT addresses the router answers ARP/NDP for on its external leg."""
+        addresses = {f["listen_address"] for f in router.get("forwards", [])}
+        for addrs in router.get("nat_addresses", {}).values():
+            addresses.update(addrs.values())
+        return sorted((a, 32 if ipaddress.ip_address(a).version == 4 else 128) for a in addresses)
 
     # -- garbage ------------------------------------------------------------------------------
 
@@ -364,6 +381,7 @@ class LinuxDataplane:
         for ns in netns.names(self.router_prefix):
             if ns not in routers:
                 netns.remove(ns)
+                self.nat.forget(ns)
 
     def teardown(self) -> None:
         """Remove everything of this host (routers, then the host namespace with its devices)."""

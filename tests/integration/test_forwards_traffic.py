@@ -1,0 +1,165 @@
+"""Network forwards and SNAT addresses with real traffic from an "outside" namespace (root)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from cloudnet.dataplane.linux import names
+from tests.support.cloud import Cloud, ns_run
+from tests.support.netserve import Responder, tcp_ask, udp_ask
+
+
+@dataclass
+class Site:
+    cloud: Cloud
+    outside: str
+    net: dict[str, Any]
+    router: dict[str, Any]
+    a: dict[str, Any]  # the usual target
+    b: dict[str, Any]  # another instance on the network
+
+    @staticmethod
+    def ip(inst: dict[str, Any], version: int = 4) -> str:
+        return next(f["ip_address"] for f in inst["nets"][0]["fixed_ips"] if (":" in f["ip_address"]) == (version == 6))
+
+    def forward(self, body: dict[str, Any]) -> dict[str, Any]:
+        r = self.cloud.api.post(f"/networks/{self.net['id']}/forwards", json=body)
+        assert r.status_code == 201, r.text
+        return dict(r.json()["forward"])
+
+    def router_ruleset(self) -> str:
+        return ns_run(names.router_ns(self.cloud.host, self.router["id"]), "nft", "list", "ruleset").stdout
+
+    def until(self, check: Any, what: str) -> None:
+        self.cloud.wait_for(check, timeout=15, what=what)
+
+
+@pytest.fixture
+def site(cloud: Cloud) -> Iterator[Site]:
+    outside = cloud.outside("physnet1", "192.0.2.1/24")
+    ns_run(outside, "ip", "addr", "add", "2001:db8:1::1/64", "dev", "eth0", "nodad", check=True)
+    cloud.start_agent()
+    pub = cloud.create("networks", "network", {"name": "pub", "router:external": True, "provider:network_type": "flat",
+                                               "provider:physical_network": "physnet1",
+                                               "cloudnet:routes": ["198.51.100.0/24"]})  # fmt: skip
+    cloud.create("subnets", "subnet", {"network_id": pub["id"], "cidr": "192.0.2.0/24", "gateway_ip": "192.0.2.1",
+                                       "allocation_pools": [{"start": "192.0.2.2", "end": "192.0.2.9"}]})  # fmt: skip
+    pool6 = [{"start": "2001:db8:1::2", "end": "2001:db8:1::9"}]
+    cloud.create("subnets", "subnet", {"network_id": pub["id"], "cidr": "2001:db8:1::/64",
+                                       "gateway_ip": "2001:db8:1::1", "allocation_pools": pool6})  # fmt: skip
+    net, sub = cloud.network("inner", "10.71.0.0/24")
+    sub6 = cloud.create("subnets", "subnet", {"network_id": net["id"], "cidr": "fd00:71::/64"})
+    router = cloud.create("routers", "router", {"name": "edge", "external_gateway_info": {"network_id": pub["id"]}})
+    for s in (sub, sub6):
+        assert (
+            cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": s["id"]}).status_code
+            == 200
+        )
+    router = cloud.api.get(f"/routers/{router['id']}").json()["router"]
+    gw_v4 = next(
+        f["ip_address"] for f in router["external_gateway_info"]["external_fixed_ips"] if "." in f["ip_address"]
+    )
+    ns_run(outside, "ip", "route", "add", "198.51.100.0/24", "via", gw_v4, check=True)  # the routed range
+    a = cloud.instance("fa", [{"network": net["id"]}])
+    b = cloud.instance("fb", [{"network": net["id"]}])
+    responders = [
+        Responder.start(a["netns"], "A", tcp=(80, 443, 2222, 8080, 90, 91, 92), udp=(53, 5353)),
+        Responder.start(b["netns"], "B", tcp=(80, 8000, 8001), udp=(53,)),
+        Responder.start(a["netns"], "A6", tcp=(80,), v6=True),
+    ]
+    try:
+        yield Site(cloud, outside, net, router, a, b)
+    finally:
+        for r in responders:
+            r.stop()
+
+
+def test_port_forwards_whole_address_ranges_and_overrides(site: Site) -> None:
+    a_ip, b_ip = site.ip(site.a), site.ip(site.b)
+    site.forward({"listen_address": "192.0.2.50", "ports": [
+        {"protocol": "tcp", "listen_port": "8080", "target_address": a_ip},                     # same port
+        {"protocol": "tcp", "listen_port": "2000", "target_port": "2222", "target_address": a_ip},
+        {"protocol": "udp", "listen_port": "53", "target_address": a_ip},
+        {"protocol": "tcp", "listen_port": "1080,1090-1100", "target_port": "443", "target_address": a_ip},
+        {"protocol": "tcp", "listen_port": "82-83,84", "target_port": "90,91-92", "target_address": a_ip},
+    ]})  # fmt: skip
+    site.forward({"listen_address": "198.51.100.7", "config": {"target_address": a_ip}, "ports": [
+        {"protocol": "tcp", "listen_port": "80", "target_address": b_ip},                       # override
+        {"protocol": "udp", "listen_port": "53", "target_address": b_ip},
+    ]})  # fmt: skip
+    out = site.outside
+    site.until(lambda: tcp_ask(out, "192.0.2.50", 8080).startswith("A "), "tcp forward")
+    assert tcp_ask(out, "192.0.2.50", 8080) == "A 192.0.2.1 8080"  # the target sees the real client
+    assert tcp_ask(out, "192.0.2.50", 2000) == "A 192.0.2.1 2222"
+    assert udp_ask(out, "192.0.2.50", 53) == "A 192.0.2.1 53"
+    for port in (1080, 1090, 1095, 1100):  # many-to-one
+        assert tcp_ask(out, "192.0.2.50", port) == "A 192.0.2.1 443", port
+    assert [tcp_ask(out, "192.0.2.50", p).split()[-1] for p in (82, 83, 84)] == ["90", "91", "92"]  # index-wise
+    assert tcp_ask(out, "192.0.2.50", 1101) == ""  # not forwarded
+    # Whole address with per-port overrides: specific ports win, everything else goes to the default.
+    site.until(lambda: tcp_ask(out, "198.51.100.7", 80).startswith("B "), "override")
+    assert udp_ask(out, "198.51.100.7", 53) == "B 192.0.2.1 53"
+    assert tcp_ask(out, "198.51.100.7", 443) == "A 192.0.2.1 443"
+    assert udp_ask(out, "198.51.100.7", 5353) == "A 192.0.2.1 5353"
+
+
+def test_hairpin_from_the_target_and_from_another_instance(site: Site) -> None:
+    a_ip = site.ip(site.a)
+    site.forward(
+        {"listen_address": "192.0.2.51", "ports": [{"protocol": "tcp", "listen_port": "80", "target_address": a_ip}]}
+    )
+    site.until(lambda: tcp_ask(site.outside, "192.0.2.51", 80).startswith("A "), "forward")
+    assert tcp_ask(site.b["netns"], "192.0.2.51", 80).startswith("A ")  # another instance of the network
+    assert tcp_ask(site.a["netns"], "192.0.2.51", 80).startswith("A ")  # the target itself
+
+
+def test_snat_address_is_what_the_outside_sees(site: Site) -> None:
+    server = Responder.start(site.outside, "OUT", tcp=(7000,))
+    try:
+        default = tcp_ask(site.a["netns"], "192.0.2.1", 7000)
+        gw_v4 = next(
+            f["ip_address"]
+            for f in site.router["external_gateway_info"]["external_fixed_ips"]
+            if "." in f["ip_address"]
+        )
+        assert default == f"OUT {gw_v4} 7000"  # before: the router's external address
+        r = site.cloud.api.put(
+            f"/networks/{site.net['id']}", json={"network": {"config": {"ipv4.nat.address": "192.0.2.60"}}}
+        )
+        assert r.status_code == 200, r.text
+        site.until(lambda: tcp_ask(site.a["netns"], "192.0.2.1", 7000) == "OUT 192.0.2.60 7000", "SNAT address")
+        # A forward of the same network may listen on its own SNAT address.
+        site.forward({"listen_address": "192.0.2.60", "ports": [{"protocol": "tcp", "listen_port": "80",
+                                                                   "target_address": site.ip(site.b)}]})  # fmt: skip
+        site.until(lambda: tcp_ask(site.outside, "192.0.2.60", 80).startswith("B "), "forward on the SNAT address")
+    finally:
+        server.stop()
+
+
+def test_update_and_delete_take_effect_and_leave_nothing(site: Site) -> None:
+    a_ip, b_ip = site.ip(site.a), site.ip(site.b)
+    site.forward(
+        {"listen_address": "192.0.2.52", "ports": [{"protocol": "tcp", "listen_port": "80", "target_address": a_ip}]}
+    )
+    site.until(lambda: tcp_ask(site.outside, "192.0.2.52", 80).startswith("A "), "forward")
+    path = f"/networks/{site.net['id']}/forwards/192.0.2.52"
+    r = site.cloud.api.put(path, json={"ports": [{"protocol": "tcp", "listen_port": "80", "target_address": b_ip}]})
+    assert r.status_code == 200, r.text
+    site.until(lambda: tcp_ask(site.outside, "192.0.2.52", 80).startswith("B "), "updated target")
+    assert site.cloud.api.delete(path).status_code == 204
+    site.until(lambda: "192.0.2.52" not in site.router_ruleset(), "no rule left")
+    assert tcp_ask(site.outside, "192.0.2.52", 80, timeout=1) == ""
+    qg = ns_run(names.router_ns(site.cloud.host, site.router["id"]), "ip", "-o", "addr").stdout
+    assert "192.0.2.52" not in qg  # the router no longer answers for it
+
+
+def test_ipv6_forward(site: Site) -> None:
+    a6 = site.ip(site.a, 6)
+    port = {"protocol": "tcp", "listen_port": "8080", "target_port": "80", "target_address": a6}
+    site.forward({"listen_address": "2001:DB8:1::50", "ports": [port]})
+    site.until(lambda: tcp_ask(site.outside, "2001:db8:1::50", 8080).startswith("A6 "), "IPv6 forward")
+    assert tcp_ask(site.outside, "2001:db8:1::50", 8080) == "A6 2001:db8:1::1 80"
