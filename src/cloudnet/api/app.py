@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cloudnet import __version__
-from cloudnet.api import events, extensions, hosts, resources, tags
+from cloudnet.api import events, extensions, forwards, hosts, resources, tags
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState
 from cloudnet.api.neutron import JSON, error_response
@@ -93,5 +93,6 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     app.include_router(events.router)
     app.include_router(tags.router)
     app.include_router(hosts.router)
+    app.include_router(forwards.router)
     app.include_router(resources.build())
     return app

@@ -53,6 +53,16 @@ EXTENSIONS = [
     ),
     ("cloudnet-instances", "cloudnet instances", "/v2.0/instances: instances and the ports plugged into them."),
     ("cloudnet-hosts", "cloudnet hosts", "/v2.0/hosts: registered agents, their health and desired state."),
+    (
+        "cloudnet-forwards",
+        "cloudnet network forwards",
+        "/v2.0/networks/{network}/forwards: LXD-style network forwards (floating IPs, whole address or per port).",
+    ),
+    (
+        "cloudnet-network-config",
+        "cloudnet network config",
+        "Network config map (ipv4.nat.address, ipv6.nat.address, user.*) and cloudnet:routes on external networks.",
+    ),
 ]
 
 
