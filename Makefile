@@ -46,6 +46,7 @@ lock:
 bench: deps
 	$(BIN)/python bench/api_ports.py
 	$(BIN)/python bench/attach.py
+	$(BIN)/python bench/forwards.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
