@@ -36,6 +36,13 @@ def test_two_instances_on_one_network_ping_each_other(cloud: Cloud) -> None:
     assert port["status"] == "ACTIVE" and port["binding:vif_type"] == "bridge"
     assert port["device_owner"] == "compute:cloudnet" and port["device_id"] == a["id"]
     assert sub["gateway_ip"] in ns_run(a["netns"], "ip", "route").stdout  # default route via the gateway
+    # The network's metadata namespace sits on the bridge; instances route 169.254.169.254 to it.
+    meta_port = cloud.api.get("/ports", params={"network_id": net["id"], "device_owner": "network:distributed"})
+    (meta,) = meta_port.json()["ports"]
+    meta_ip = meta["fixed_ips"][0]["ip_address"]
+    assert f"169.254.169.254 via {meta_ip} dev eth0" in ns_run(a["netns"], "ip", "route").stdout
+    assert ping(a["netns"], "169.254.169.254")
+    assert netns.exists(names.metadata_ns(cloud.host, net["id"]))
 
 
 def test_instance_with_two_nics_and_mtu(cloud: Cloud) -> None:

@@ -11,7 +11,7 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select, update
 
 from cloudnet.errors import Forbidden, NotFound
-from cloudnet.services import common, network_config, ports, uplinks
+from cloudnet.services import common, metadata_ports, network_config, ports, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -189,7 +189,16 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
             i["port_id"] for r in routers for i in r["interfaces"]
         ]
         network_ids |= {r[0] for r in conn.execute(select(P.c.network_id).where(P.c.id.in_(router_ports)))}
-        port_rows = conn.execute(select(P).where(P.c.id.in_(instance_ports + router_ports))).all()
+        instance_networks = set(network_ids)
+        metadata_rows = conn.execute(
+            select(P.c.id, P.c.network_id).where(
+                P.c.network_id.in_(instance_networks), P.c.device_owner == metadata_ports.DEVICE_OWNER
+            )
+        ).all()
+        metadata_by_net = {nid: pid for pid, nid in metadata_rows}
+        port_rows = conn.execute(
+            select(P).where(P.c.id.in_(instance_ports + router_ports + list(metadata_by_net.values())))
+        ).all()
         port_dicts = {p["id"]: p for p in ports.to_dicts(conn, list(port_rows))}
         nets = conn.execute(select(t.networks).where(t.networks.c.id.in_(network_ids))).all()
         subs = conn.execute(select(t.subnets).where(t.subnets.c.network_id.in_(network_ids))).all()
@@ -222,6 +231,8 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
                 "id": n.id, "name": n.name, "mtu": n.mtu, "admin_state_up": n.admin_state_up,
                 "router_external": n.router_external, "network_type": n.network_type,
                 "physical_network": n.physical_network, "segmentation_id": n.segmentation_id,
+                # Where this host serves the network's metadata (None: no instance of it here).
+                "metadata_port": port_dicts.get(metadata_by_net.get(n.id, "")),
             }
             for n in nets
         },

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, not_found
-from cloudnet.services import common, ports
+from cloudnet.services import common, metadata_ports, ports
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ip, is_uuid, parse
@@ -180,6 +180,9 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
             ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=binding)
     if links:
         tx.conn.execute(insert(IP), links)
+    for network_id in sorted({r[0] for r in tx.conn.execute(select(P.c.network_id).where(
+            P.c.id.in_([link["port_id"] for link in links])))}):  # fmt: skip
+        metadata_ports.ensure(tx, network_id)
     tx.record("instance", instance_id, "create", row["project_id"])
     return str(instance_id)
 

@@ -19,8 +19,8 @@ from cloudnet.store.db import Store, Tx
 
 N = t.networks
 NETWORK_TYPES = ("flat", "vlan", "local")
-# Ports whose owner goes away with the network instead of blocking its deletion (Neutron: DHCP).
-AUTO_DELETE_OWNERS = ("network:dhcp",)
+# Ports whose owner goes away with the network instead of blocking its deletion (Neutron: DHCP, metadata).
+AUTO_DELETE_OWNERS = ("network:dhcp", "network:distributed")
 
 ATTRS: dict[str, Attr] = {
     **common.standard_attrs(N),

@@ -29,6 +29,7 @@ from cloudnet.dataplane.linux import names, nat, netns
 
 log = logging.getLogger(__name__)
 IFA_F_NODAD = 0x02
+METADATA_IPS = [("169.254.169.254", 32), ("fe80::a9fe:a9fe", 128)]
 
 
 def _ifname(msg: Any) -> str:
@@ -44,6 +45,15 @@ def _index(ipr: IPRoute, ifname: str) -> int | None:
     return found[0] if found else None
 
 
+def _metadata_hop(state: DesiredState, network_id: str, subnet_id: str) -> str | None:
+    """The metadata port's IPv4 address on this subnet: the next hop towards 169.254.169.254."""
+    port = state["networks"].get(network_id, {}).get("metadata_port")
+    for f in (port or {}).get("fixed_ips", []):
+        if f["subnet_id"] == subnet_id and ":" not in f["ip_address"]:
+            return str(f["ip_address"])
+    return None
+
+
 def _mac(msg: Any) -> str:
     return str(msg.get("address") or msg.get_attr("IFLA_ADDRESS") or "")
 
@@ -53,6 +63,7 @@ class LinuxDataplane:
         self.host = host
         self.host_ns = names.host_ns(host)
         self.router_prefix = names.router_ns_prefix(host)
+        self.metadata_prefix = names.metadata_ns_prefix(host)
         self.uplinks = dict(uplinks or {})
         # port id -> fingerprint of the configuration last applied inside the instance; lets a
         # reconcile skip entering namespaces whose ports have not changed.
@@ -76,10 +87,13 @@ class LinuxDataplane:
             uplinks = self._ensure_uplinks(host, state, networks)
             for inst in state["instances"]:
                 reports += self._apply_instance(host, links, inst, state, wanted)
-            wanted_routers = set()
+            wanted_ns = set()
+            for net_id in networks:
+                if state["networks"][net_id].get("metadata_port"):
+                    wanted_ns.add(self._apply_metadata(host, links, state["networks"][net_id], wanted))
             for router in state["routers"]:
-                wanted_routers.add(self._apply_router(host, links, router, state, wanted))
-            self._collect(host, wanted, uplinks, wanted_routers)
+                wanted_ns.add(self._apply_router(host, links, router, state, wanted))
+            self._collect(host, wanted, uplinks, wanted_ns)
         live = {r.port_id for r in reports}
         self._applied = {k: v for k, v in self._applied.items() if k in live}
         return reports
@@ -167,7 +181,17 @@ class LinuxDataplane:
                 if s
             )
         )
-        return (inst["netns"], position, port["mac_address"], network["mtu"], port["admin_state_up"], ips, subnets)
+        hops = tuple(_metadata_hop(state, port["network_id"], f["subnet_id"]) for f in port["fixed_ips"])
+        return (
+            inst["netns"],
+            position,
+            port["mac_address"],
+            network["mtu"],
+            port["admin_state_up"],
+            ips,
+            subnets,
+            hops,
+        )
 
     def _plug(
         self,
@@ -216,13 +240,10 @@ class LinuxDataplane:
         ipr: IPRoute, idx: int, port: dict[str, Any], extra: list[tuple[str, int]] | None = None
     ) -> None:
         wanted = {(f["ip_address"], f["prefixlen"]) for f in port["fixed_ips"]} | set(extra or [])
-        have = set()
-        for a in ipr.get_addr(index=idx):
-            addr = a.get("address") or a.get_attr("IFA_ADDRESS")
-            if a["family"] == socket.AF_INET6 and ipaddress.ip_address(addr).is_link_local:
-                continue
-            have.add((addr, a["prefixlen"]))
+        have = {(a.get("address") or a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ipr.get_addr(index=idx)}
         for addr, plen in have - wanted:
+            if ipaddress.ip_address(addr).is_link_local:  # the kernel's own fe80:: address stays
+                continue
             ipr.addr("del", index=idx, address=addr, prefixlen=plen)
         for addr, plen in sorted(wanted - have):
             v6 = ipaddress.ip_address(addr).version == 6
@@ -238,8 +259,25 @@ class LinuxDataplane:
             if default and subnet["gateway_ip"]:
                 dst = "::/0" if family == socket.AF_INET6 else "0.0.0.0/0"
                 ipr.route("replace", dst=dst, gateway=subnet["gateway_ip"], oif=idx, family=family)
+            metadata_hop = _metadata_hop(state, port["network_id"], f["subnet_id"])
+            if default and metadata_hop:
+                ipr.route("replace", dst="169.254.169.254/32", gateway=metadata_hop, oif=idx, family=family)
             for r in subnet["host_routes"]:
                 ipr.route("replace", dst=r["destination"], gateway=r["nexthop"], oif=idx, family=family)
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    def _apply_metadata(self, host: IPRoute, links: dict[str, Any], network: dict[str, Any], wanted: set[str]) -> str:
+        """The network's metadata namespace: on its bridge with the metadata port's addresses and
+        169.254.169.254 (and fe80::a9fe:a9fe), where the metadata proxy listens."""
+        port = network["metadata_port"]
+        ns = names.metadata_ns(self.host, network["id"])
+        netns.ensure(ns)
+        leg = names.metadata_leg(port["id"])
+        wanted.add(leg)
+        with netns.iproute(ns) as meta:
+            self._ensure_leg(host, links, meta, ns, leg, names.metadata_iface(port["id"]), port, network, METADATA_IPS)
+        return ns
 
     # -- routers ------------------------------------------------------------------------------
 
@@ -360,8 +398,8 @@ class LinuxDataplane:
 
     # -- garbage ------------------------------------------------------------------------------
 
-    def _collect(self, host: IPRoute, wanted: set[str], uplinks: set[str], routers: set[str]) -> None:
-        """Remove cloudnet's own devices and router namespaces that nothing wants any more."""
+    def _collect(self, host: IPRoute, wanted: set[str], uplinks: set[str], namespaces: set[str]) -> None:
+        """Remove cloudnet's own devices and router/metadata namespaces that nothing wants any more."""
         for msg in host.get_links():
             name = _ifname(msg)
             if names.is_ours(name) and name not in wanted:
@@ -378,14 +416,14 @@ class LinuxDataplane:
                     host.link("set", index=msg["index"], net_ns_fd=fd)
                 finally:
                     os.close(fd)
-        for ns in netns.names(self.router_prefix):
-            if ns not in routers:
+        for ns in netns.names(self.router_prefix) + netns.names(self.metadata_prefix):
+            if ns not in namespaces:
                 netns.remove(ns)
                 self.nat.forget(ns)
 
     def teardown(self) -> None:
         """Remove everything of this host (routers, then the host namespace with its devices)."""
-        for ns in netns.names(self.router_prefix):
+        for ns in netns.names(self.router_prefix) + netns.names(self.metadata_prefix):
             netns.remove(ns)
         netns.remove(self.host_ns)
         self._applied.clear()

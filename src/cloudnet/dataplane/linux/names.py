@@ -14,11 +14,14 @@ TAP = "cnt-"  # host end of an instance port's veth
 TAP_PEER = "cni-"  # instance end, before it is moved and renamed ethN
 ROUTER_LEG = "cnq-"  # host end of a router interface's veth
 GATEWAY_LEG = "cng-"  # host end of a router gateway's veth
+METADATA_LEG = "cnm-"  # host end of a metadata namespace's veth
+METADATA_IFACE = "md-"  # metadata namespace end
 ROUTER_IFACE = "qr-"  # router end of an interface leg (inside the router namespace)
 ROUTER_GW = "qg-"  # router end of the gateway leg
-PREFIXES = (BRIDGE, TAP, TAP_PEER, ROUTER_LEG, GATEWAY_LEG)
+PREFIXES = (BRIDGE, TAP, TAP_PEER, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE)
 HOST_NS_PREFIX = "cloudnet-host-"
 ROUTER_NS_PREFIX = "cloudnet-router-"
+METADATA_NS_PREFIX = "cloudnet-meta-"
 
 
 def _short(resource_id: str, prefix: str) -> str:
@@ -45,6 +48,14 @@ def gateway_leg(port_id: str) -> str:
     return _short(port_id, GATEWAY_LEG)
 
 
+def metadata_leg(port_id: str) -> str:
+    return _short(port_id, METADATA_LEG)
+
+
+def metadata_iface(port_id: str) -> str:
+    return _short(port_id, METADATA_IFACE)
+
+
 def router_iface(port_id: str) -> str:
     return _short(port_id, ROUTER_IFACE)
 
@@ -67,6 +78,16 @@ def router_ns_prefix(host: str) -> str:
 
 def router_ns(host: str, router_id: str) -> str:
     return router_ns_prefix(host) + router_id
+
+
+def metadata_ns_prefix(host: str) -> str:
+    # Per host, like routers: two agents on one machine never take over each other's metadata namespaces.
+    return f"{METADATA_NS_PREFIX}{hashlib.sha1(host.encode()).hexdigest()[:6]}-"
+
+
+def metadata_ns(host: str, network_id: str) -> str:
+    """The namespace where the network's metadata proxy listens on 169.254.169.254 (neutron's ovnmeta-<net>)."""
+    return metadata_ns_prefix(host) + network_id
 
 
 def is_ours(ifname: str) -> bool:
