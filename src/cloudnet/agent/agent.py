@@ -23,6 +23,8 @@ class StateObserver(Protocol):
 
     def update(self, state: dict[str, Any]) -> None: ...
 
+    def close(self) -> None: ...
+
 
 class Agent:
     def __init__(
@@ -68,6 +70,8 @@ class Agent:
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
         beat.join(timeout=5)
+        for observer in self.observers:
+            observer.close()
 
     def _register(self) -> None:
         self.client.heartbeat(self.report)

@@ -10,6 +10,7 @@ from cloudnet.agent.agent import Agent
 from cloudnet.agent.client import ApiClient
 from cloudnet.config import AgentConfig
 from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.metadata.mdata_server import MdataService
 
 log = logging.getLogger("cloudnet.agent")
 
@@ -17,7 +18,12 @@ log = logging.getLogger("cloudnet.agent")
 def build(config: AgentConfig) -> Agent:
     client = ApiClient(config.server, config.host, config.token)
     dataplane = LinuxDataplane(config.host, config.uplinks)
-    return Agent(client, dataplane, report={"uplinks": config.uplinks}, heartbeat_interval=config.heartbeat_interval)
+    # SmartOS metadata sockets under <state>/zonecontrol/<uuid>/ (guests' writes go through the API).
+    mdata = MdataService(config.state_dir, client)
+    return Agent(
+        client, dataplane, report={"uplinks": config.uplinks}, heartbeat_interval=config.heartbeat_interval,
+        observers=[mdata],
+    )  # fmt: skip
 
 
 def run(config: AgentConfig) -> None:

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cloudnet import __version__
-from cloudnet.api import events, extensions, forwards, hosts, resources, tags
+from cloudnet.api import events, extensions, forwards, hosts, instance_metadata, resources, tags
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState
 from cloudnet.api.neutron import JSON, error_response
@@ -94,5 +94,6 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     app.include_router(tags.router)
     app.include_router(hosts.router)
     app.include_router(forwards.router)
+    app.include_router(instance_metadata.router)
     app.include_router(resources.build())
     return app

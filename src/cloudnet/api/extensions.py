@@ -63,6 +63,11 @@ EXTENSIONS = [
         "cloudnet network config",
         "Network config map (ipv4.nat.address, ipv6.nat.address, user.*) and cloudnet:routes on external networks.",
     ),
+    (
+        "cloudnet-instance-metadata",
+        "cloudnet instance metadata items",
+        "/v2.0/instances/{id}/metadata[/{key}]: read, set and remove an instance's metadata keys.",
+    ),
 ]
 
 

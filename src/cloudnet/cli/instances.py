@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
@@ -111,3 +112,98 @@ def delete(
 ) -> None:
     """Delete instances: ports they created go, ports they were given are kept and unbound."""
     delete_each(client_of(ctx), INSTANCE, instances)
+
+
+# -- cloudnet instance metadata ... ---------------------------------------------------------------
+
+metadata_app = typer.Typer(
+    help="Read and change an instance's metadata keys (what its guest reads over its metadata socket).",
+    no_args_is_help=True,
+)
+app.add_typer(metadata_app, name="metadata")
+METADATA_COLUMNS = [Column("Key", "key"), Column("Value", "value"), Column("Store", "store")]
+KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Metadata key, e.g. user-script or com.example:role.")]
+InternalOption = Annotated[
+    bool, typer.Option("--internal", help="Internal metadata (admins): e.g. keys of an internal namespace.")
+]
+
+
+def _metadata_path(instance_id: str, key: str | None = None) -> str:
+    path = f"instances/{quote(instance_id, safe='')}/metadata"
+    if key is None:
+        return path
+    segment = quote(key, safe="")  # one path segment whatever the key holds; "." and ".." are dot segments
+    return f"{path}/{segment.replace('.', '%2E') if segment in ('.', '..') else segment}"
+
+
+def _items(body: Any) -> list[dict[str, Any]]:
+    if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+        raise CliError("cloudnet answered without a 'metadata' object")
+    internal = body.get("internal_metadata") or {}
+    return [{"key": k, "value": v, "store": "customer"} for k, v in sorted(body["metadata"].items())] + [
+        {"key": k, "value": v, "store": "internal"} for k, v in sorted(internal.items())
+    ]
+
+
+@metadata_app.command("list")
+def metadata_list(ctx: typer.Context, instance: InstanceArg, fmt: FormatOption = Format.table) -> None:
+    """List an instance's metadata: customer keys, and the internal ones you may see."""
+    client = client_of(ctx)
+    print_list(_items(client.get(_metadata_path(client.find_id(INSTANCE, instance)))), METADATA_COLUMNS, fmt)
+
+
+@metadata_app.command("get")
+def metadata_get(ctx: typer.Context, instance: InstanceArg, key: KeyArg, fmt: FormatOption = Format.table) -> None:
+    """Show one key, read where the guest reads it (`*_pw` and internal namespaces: internal metadata)."""
+    client = client_of(ctx)
+    body = client.get(_metadata_path(client.find_id(INSTANCE, instance), key))
+    if not isinstance(body, dict) or not isinstance(body.get("metadata_item"), dict):
+        raise CliError("cloudnet answered without a 'metadata_item' object")
+    print_show(body["metadata_item"], fmt)
+
+
+@metadata_app.command("set")
+def metadata_set(
+    ctx: typer.Context,
+    instance: InstanceArg,
+    key: KeyArg,
+    value: Annotated[str | None, typer.Argument(help="The value (or use --file).")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Read the value from this file.")] = None,
+    internal: InternalOption = False,
+    fmt: FormatOption = Format.table,
+) -> None:
+    """Set one key (`*_pw` keys go to internal metadata, as when the guest writes them)."""
+    if (value is None) == (file is None):
+        raise CliError("give the value either as an argument or with --file")
+    text = value if value is not None else _read(file)  # type: ignore[arg-type]
+    client = client_of(ctx)
+    body: dict[str, Any] = {"value": text}
+    if internal:
+        body["internal"] = True
+    items = _items(client.put(_metadata_path(client.find_id(INSTANCE, instance), key), body))
+    stored = [i for i in items if i["key"] == key and i["value"] == text]
+    print_show(stored[-1] if stored else {"key": key, "value": text}, fmt)
+
+
+@metadata_app.command("unset")
+def metadata_unset(
+    ctx: typer.Context,
+    instance: InstanceArg,
+    keys: Annotated[list[str], typer.Argument(metavar="KEY", help="Keys to remove.")],
+    internal: InternalOption = False,
+) -> None:
+    """Remove keys, going on past failures."""
+    client = client_of(ctx)
+    instance_id = client.find_id(INSTANCE, instance)
+    suffix = "?internal=true" if internal else ""
+    failed = 0
+    for key in keys:
+        try:
+            client.delete(_metadata_path(instance_id, key) + suffix)
+        except CliError as exc:
+            if len(keys) == 1:
+                raise
+            failed += 1
+            typer.echo(f"Error: {key}: {exc}", err=True)
+    if failed:
+        raise CliError(f"Failed to remove {failed} of {len(keys)} metadata keys")

@@ -1,0 +1,544 @@
+"""SmartOS metadata sockets: one per instance of this host, at <state>/zonecontrol/<uuid>/metadata.sock.
+
+`MdataService` is a StateObserver of the host agent (`update(state)` after every reconcile). It runs its
+own asyncio loop in a thread and, for every instance in the desired state, serves the metadata protocol
+(mdata_protocol) over the key space of that instance (mdata_keys). GETs and KEYS are answered from memory;
+PUT and DELETE go to the API (the store is the only truth), and the guest reads its own write at once.
+
+Socket placement follows RFD 69 (reference/metadata.md §3.5): the directory lives outside any instance
+root, and a runtime bind-mounts it read-only into the instance (e.g. at /.zonecontrol), so a guest can
+neither plant symlinks the agent would follow nor carry a stale socket in a snapshot. The socket file is
+created under a temporary name and renamed into place, so the path never points at nothing while it is
+replaced, and a directory already bind-mounted sees the new socket. The path is checked on every update
+and every `check_interval` seconds: a socket file that vanished, or one nobody listens on, is recreated;
+one another live service took over (a newer agent) is left to it. Stopping the service leaves the files,
+so a restarted agent takes the same paths over (and instances never see their mount change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import httpx
+
+from cloudnet.agent.client import ApiClient, InstanceMetadata, error_message
+from cloudnet.metadata import mdata_keys
+from cloudnet.metadata.mdata_keys import KeySpace, UnservableValue
+from cloudnet.metadata.mdata_protocol import (
+    DELETE,
+    FAILURE,
+    GET,
+    KEYS,
+    MAX_LINE,
+    NOTFOUND,
+    PUT,
+    SUCCESS,
+    LineSplitter,
+    Reply,
+    Request,
+    parse_put_payload,
+    parse_request,
+    response,
+)
+
+log = logging.getLogger("cloudnet.mdata")
+T = TypeVar("T")
+
+SOCKET_NAME = "metadata.sock"
+DIR_NAME = "zonecontrol"
+# Lines a connection may queue behind a slow PUT before we stop reading from it.
+MAX_QUEUED_LINES = 256
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:  # a faster loop for many small requests; the lock file has it (uvicorn[standard])
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+@dataclass
+class _Bucket:
+    """Token bucket for a guest's writes: each one becomes a store write and an event every agent follows."""
+
+    rate: float  # tokens per second
+    burst: float
+    tokens: float
+    stamp: float = 0.0
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+@dataclass
+class _Instance:
+    """One served instance: its key space, its socket, its connections (loop thread only)."""
+
+    id: str
+    base: KeySpace  # from the latest desired state
+    keys: KeySpace  # what is served: `base`, or our own write if the desired state predates it
+    writes: _Bucket
+    pending: InstanceMetadata | None = None
+    server: asyncio.AbstractServer | None = None
+    ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file we listen on
+    yielded: bool = False  # another live service took the path over: leave it alone while it listens
+    connections: set[_Connection] = field(default_factory=set)
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    dropped: int = 0  # malformed or spoofed frames dropped (for logs and tests)
+
+
+class MdataService:
+    """Serves every instance of the desired state its metadata socket. Call `close()` to stop."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        client: ApiClient,
+        *,
+        datacenter_name: str | None = None,
+        check_interval: float = 5.0,
+        max_connections: int = 32,
+        max_line: int = MAX_LINE,
+        write_rate: float = 10.0,
+        write_burst: int = 50,
+    ) -> None:
+        self.root = Path(state_dir) / DIR_NAME
+        self.client = client
+        self.datacenter_name = datacenter_name
+        self.check_interval = check_interval
+        self.max_connections = max_connections  # per instance: a guest cannot use up the agent's descriptors
+        self.max_line = max_line
+        self.write_rate, self.write_burst = write_rate, write_burst
+        self._instances: dict[str, _Instance] = {}
+        self._revision = -1
+        self._swept = False
+        self._closed = False
+        self._tmp_serial = 0
+        self._api = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cloudnet-mdata-api")
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)  # host users stay out; guests reach only their own bind-mounted directory
+        self._loop = _new_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="cloudnet-mdata", daemon=True)
+        self._thread.start()
+        self._checker = self._call(self._start_checker())
+
+    # -- public, from any thread --
+
+    def socket_path(self, instance_id: str) -> Path:
+        return self.root / instance_id / SOCKET_NAME
+
+    def directory(self, instance_id: str) -> Path:
+        """What a runtime bind-mounts read-only into the instance (SmartOS: at /.zonecontrol)."""
+        return self.root / instance_id
+
+    def update(self, state: Mapping[str, Any]) -> None:
+        """Follow a desired state: serve its instances, drop the others. Returns once sockets are in place."""
+        if self._closed:
+            return
+        views = {
+            inst["id"]: mdata_keys.build(inst, state, self.datacenter_name)
+            for inst in state.get("instances") or []
+            if _is_uuid(inst.get("id"))
+        }
+        self._call(self._apply(views, int(state.get("revision", -1))))
+
+    def check(self) -> None:
+        """Check every socket now (the periodic check does the same)."""
+        if not self._closed:
+            self._call(self._check_all())
+
+    def dropped(self, instance_id: str) -> int:
+        """How many malformed or spoofed frames an instance's socket dropped."""
+        inst = self._instances.get(instance_id)
+        return inst.dropped if inst else 0
+
+    def close(self) -> None:
+        """Stop serving; socket files stay for the next agent to take over."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._call(self._shutdown())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self._loop.close()
+            self._api.shutdown(wait=False, cancel_futures=True)
+
+    def _call(self, coro: Awaitable[T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)  # type: ignore[arg-type]
+
+    # -- loop thread --
+
+    async def _start_checker(self) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._check_periodically())
+
+    async def _check_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval)
+            try:
+                await self._check_all()
+            except Exception:  # one bad check must not end the checking
+                log.exception("metadata socket check failed")
+
+    async def _apply(self, views: dict[str, KeySpace], revision: int) -> None:
+        self._revision = max(self._revision, revision)
+        for gone in set(self._instances) - set(views):
+            await self._remove(self._instances.pop(gone))
+        for iid, keys in views.items():
+            inst = self._instances.get(iid)
+            if inst is None:
+                writes = _Bucket(self.write_rate, self.write_burst, self.write_burst)
+                inst = self._instances[iid] = _Instance(iid, keys, keys, writes)
+            inst.base = keys
+            if inst.pending is not None and revision >= inst.pending.revision:
+                inst.pending = None  # the desired state includes our write now
+            inst.keys = keys if inst.pending is None else keys.with_metadata(
+                inst.pending.metadata, inst.pending.internal_metadata
+            )  # fmt: skip
+        await self._check_all()
+        if not self._swept:  # directories left by instances that went while no agent ran
+            self._swept = True
+            self._sweep(set(views))
+
+    async def _check_all(self) -> None:
+        for inst in list(self._instances.values()):
+            try:
+                await self._ensure(inst)
+            except OSError as exc:
+                log.error("cannot serve the metadata socket of instance %s: %s", inst.id, exc)
+
+    async def _ensure(self, inst: _Instance) -> None:
+        """Make sure `inst` is served at its path; recreate what vanished or went stale."""
+        path = self.socket_path(inst.id)
+        st = _lstat(path)
+        here = (st.st_dev, st.st_ino) if st is not None and stat.S_ISSOCK(st.st_mode) else None
+        if inst.server is not None and inst.server.is_serving() and here is not None and here == inst.ident:
+            return
+        if here is not None and here != inst.ident and inst.ident is not None and _listening(path):
+            # Someone replaced the socket we served with a live one. At start-up we take a path over (the
+            # previous agent's socket); afterwards a newer service did the same to us: it is its socket now.
+            if not inst.yielded:
+                log.warning("metadata socket of instance %s was taken over; leaving it", inst.id)
+                inst.yielded = True
+                await self._stop_serving(inst)
+            return
+        if inst.server is not None or inst.yielded:
+            log.warning("metadata socket of instance %s vanished or went stale; recreating it", inst.id)
+        await self._stop_serving(inst, keep_connections=True)
+        inst.yielded = False
+        await self._bind(inst)
+
+    async def _bind(self, inst: _Instance) -> None:
+        directory = self.directory(inst.id)
+        _ensure_directory(directory)
+        # Bind under a temporary name through an O_NOFOLLOW descriptor of the directory (also short enough
+        # for sun_path whatever the state directory), then rename over the final name: atomic for clients.
+        self._tmp_serial += 1
+        tmp = f".{SOCKET_NAME}.{os.getpid()}.{self._tmp_serial}"
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dfd)
+            sock.bind(f"/proc/self/fd/{dfd}/{tmp}")
+            os.chmod(tmp, 0o666, dir_fd=dfd)  # the guest's processes connect through the bind mount
+            st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
+            sock.listen(64)
+            sock.setblocking(False)
+            os.rename(tmp, SOCKET_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        finally:
+            os.close(dfd)
+        loop = asyncio.get_running_loop()
+        inst.server = await loop.create_unix_server(lambda: _Connection(self, inst), sock=sock)
+        inst.ident = (st.st_dev, st.st_ino)
+        log.info("serving metadata for instance %s at %s", inst.id, self.socket_path(inst.id))
+
+    async def _stop_serving(self, inst: _Instance, keep_connections: bool = False) -> None:
+        if inst.server is not None:
+            inst.server.close()
+            inst.server = None
+        if not keep_connections:
+            for conn in list(inst.connections):
+                conn.abort()
+
+    async def _remove(self, inst: _Instance) -> None:
+        """The instance left this host: stop serving and remove its socket and directory."""
+        await self._stop_serving(inst)
+        path = self.socket_path(inst.id)
+        st = _lstat(path)
+        if st is not None and (st.st_dev, st.st_ino) == inst.ident:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        _remove_directory(self.directory(inst.id))
+        log.info("stopped serving metadata for instance %s", inst.id)
+
+    def _sweep(self, keep: set[str]) -> None:
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return
+        for name in names:
+            if name not in keep and _is_uuid(name):
+                path = self.root / name / SOCKET_NAME
+                st = _lstat(path)
+                if st is not None and stat.S_ISSOCK(st.st_mode) and not _listening(path):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                _remove_directory(self.root / name)
+
+    async def _shutdown(self) -> None:
+        if self._checker is not None:
+            self._checker.cancel()
+        for inst in self._instances.values():
+            await self._stop_serving(inst)
+
+    # -- requests --
+
+    def _answer(self, inst: _Instance, line: bytes) -> bytes | Callable[[], Awaitable[bytes]] | None:
+        """The reply to one line: bytes now, None (dropped), or a coroutine function for a write."""
+        parsed = parse_request(line)
+        if parsed is None:
+            inst.dropped += 1
+            log.debug("instance %s: dropped a malformed frame", inst.id)
+            return None
+        if isinstance(parsed, Reply):
+            return parsed.data
+        req = parsed
+        if req.op == GET:
+            key = _text(req.arg)
+            if not key:
+                return response(req, FAILURE, b"Invalid GET Request")
+            try:
+                value = inst.keys.get(key)
+            except UnservableValue:
+                return response(req, FAILURE)
+            return response(req, NOTFOUND) if value is None else response(req, SUCCESS, value.encode())
+        if req.op == KEYS:
+            return response(req, SUCCESS, "\n".join(inst.keys.names()).encode())
+        if req.op in (PUT, DELETE) and req.v2:  # v1 has no writes (mdata-put refuses to run on a v1 host)
+            return lambda: self._write(inst, req)
+        return response(req, FAILURE, f"Unknown command {req.op}".encode())
+
+    async def _write(self, inst: _Instance, req: Request) -> bytes:
+        if req.op == PUT:
+            parsed = parse_put_payload(req.arg)
+            value = _text(parsed[1], strip=False) if parsed else None
+            key = parsed[0] if parsed else None
+            if not key or value is None:
+                return response(req, FAILURE, b"Invalid PUT Request")
+        else:
+            key, value = _text(req.arg), None
+            if not key:
+                return response(req, FAILURE, b"Invalid DELETE Request")
+        why = mdata_keys.refusal(key, inst.keys.namespaces) or mdata_keys.key_error(key)
+        if why:
+            return response(req, FAILURE, why.encode())
+        if not inst.writes.take(asyncio.get_running_loop().time()):
+            return response(req, FAILURE, b"Too many metadata writes; try again later")
+        async with inst.write_lock:  # one write at a time per instance, in the order guests sent them
+            try:
+                snapshot = await self._store(inst.id, key, value)
+            except httpx.HTTPStatusError as exc:
+                log.warning("instance %s: %s of %r refused: %s", inst.id, req.op, key, error_message(exc))
+                return response(req, FAILURE, error_message(exc).encode())
+            except httpx.HTTPError as exc:
+                log.warning("instance %s: %s of %r failed: %s", inst.id, req.op, key, exc)
+                return response(req, FAILURE, b"metadata store unavailable")
+            if snapshot.revision > self._revision and inst is self._instances.get(inst.id):
+                inst.pending = snapshot  # until a desired state as new as this write arrives
+                inst.keys = inst.base.with_metadata(snapshot.metadata, snapshot.internal_metadata)
+        return response(req, SUCCESS, b"OK")
+
+    async def _store(self, instance_id: str, key: str, value: str | None) -> InstanceMetadata:
+        def call() -> InstanceMetadata:
+            if value is not None:
+                return self.client.put_instance_metadata(instance_id, key, value)
+            self.client.delete_instance_metadata(instance_id, key)  # no such key: still OK, as in SmartOS
+            return self.client.instance_metadata(instance_id)
+
+        return await asyncio.get_running_loop().run_in_executor(self._api, call)
+
+
+class _Connection(asyncio.Protocol):
+    """One guest connection: lines in, replies out, in order; a write pauses the lines behind it."""
+
+    def __init__(self, service: MdataService, inst: _Instance) -> None:
+        self.service = service
+        self.inst = inst
+        self.lines = LineSplitter(service.max_line)
+        self.queue: list[bytes] = []
+        self.busy = False
+        self.paused = False
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        if len(self.inst.connections) >= self.service.max_connections:
+            log.warning("instance %s: too many metadata connections; refusing one", self.inst.id)
+            self.transport.abort()
+            return
+        self.inst.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inst.connections.discard(self)
+        self.transport = None
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        lines = self.lines.feed(data)
+        dropped, self.lines.dropped = self.lines.dropped, 0
+        if dropped:
+            self.inst.dropped += dropped
+            log.debug("instance %s: dropped %d over-long line(s)", self.inst.id, dropped)
+        if self.busy or self.queue:
+            self.queue.extend(lines)
+            if len(self.queue) > MAX_QUEUED_LINES:
+                self._pause()
+            return
+        self._run(lines)
+
+    def _run(self, lines: list[bytes]) -> None:
+        out = []
+        for i, line in enumerate(lines):
+            reply = self.service._answer(self.inst, line)
+            if callable(reply):
+                self.queue = lines[i + 1 :] + self.queue
+                self.busy = True
+                asyncio.get_running_loop().create_task(self._finish(reply))
+                break
+            if reply:
+                out.append(reply)
+        if out and self.transport is not None:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    async def _finish(self, write: Callable[[], Awaitable[bytes]]) -> None:
+        try:
+            reply = await write()
+        except Exception:
+            log.exception("instance %s: metadata write failed", self.inst.id)
+            reply = b""
+        if self.transport is None:
+            return
+        if reply:
+            self.transport.write(reply)
+        self.busy = False
+        queued, self.queue = self.queue, []
+        self._run(queued)
+        if not self.busy and self.paused:
+            self._resume()
+
+    def _pause(self) -> None:
+        if not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
+    # The guest does not read its replies: stop reading its requests until it does.
+    def pause_writing(self) -> None:
+        self._pause()
+
+    def resume_writing(self) -> None:
+        if not self.busy:
+            self._resume()
+
+
+def _text(raw: bytes | None, strip: bool = True) -> str | None:
+    if raw is None:
+        return None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        return None
+    return text.strip() if strip else text
+
+
+def _is_uuid(value: Any) -> bool:
+    # Directory names come from instance ids: only ever a UUID, never a path.
+    try:
+        return str(uuid.UUID(value)) == value
+    except (ValueError, TypeError, AttributeError):
+        return False
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+
+
+def _listening(path: Path) -> bool:
+    """Whether a server accepts connections on the socket file at `path` (a stale file: nobody does)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        probe.connect(str(path))
+        return True
+    except BlockingIOError:  # backlog full: someone listens, but is busy
+        return True
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
+            log.debug("probing %s: %s", path, exc)
+        return False
+    finally:
+        probe.close()
+
+
+def _ensure_directory(directory: Path) -> None:
+    """A real directory (never a symlink), mode 0755 so the guest can reach the socket through the mount."""
+    st = _lstat(directory)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        directory.unlink()
+        st = None
+    if st is None:
+        directory.mkdir(mode=0o755)
+    os.chmod(directory, 0o755, follow_symlinks=False)
+
+
+def _remove_directory(directory: Path) -> None:
+    try:
+        for name in os.listdir(directory):
+            if name.startswith(f".{SOCKET_NAME}."):  # a temporary name left by a crash mid-bind
+                with contextlib.suppress(OSError):
+                    os.unlink(directory / name)
+        directory.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        # Still bind-mounted by a runtime (EBUSY), or holding something else: leave it, say so.
+        log.warning("cannot remove %s: %s", directory, exc)
