@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import httpx
 from common import cloudnet_server, median, ms, percentile, pin_client, postgres_url, row
+from sqlalchemy import create_engine, text
 
 PRELOAD = 10_000
 BULK = 1_000
@@ -37,7 +39,7 @@ def _bulk(client: httpx.Client, network_id: str, n: int) -> float:
     return elapsed
 
 
-def run(url: str, singles: int) -> None:
+def run(url: str, singles: int, after_preload: Callable[[], None] | None = None) -> None:
     with httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as c:
         net = c.post("/networks", json={"network": {"name": "bench"}}).json()["network"]["id"]
         c.post("/subnets", json={"subnet": {"network_id": net, "cidr": "10.128.0.0/14"}}).raise_for_status()
@@ -46,6 +48,8 @@ def run(url: str, singles: int) -> None:
         bulk_times = []
         while len(bulk_times) < PRELOAD // BULK:
             bulk_times.append(_bulk(c, net, BULK))
+        if after_preload is not None:
+            after_preload()
         loaded = _singles(c, net, singles)
         list_times = []
         count = 0
@@ -69,6 +73,14 @@ def run(url: str, singles: int) -> None:
     row(f"list {count:,} ports with fields (median of 5)", ms(lst), "<= 300 ms", lst <= 0.300)
 
 
+def _analyze(db_url: str) -> None:
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE"))
+        conn.commit()
+    engine.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
@@ -80,9 +92,11 @@ def main() -> None:
         with cloudnet_server() as url:
             run(url, args.singles)
     if args.backend in ("postgresql", "both"):
-        print("PostgreSQL (throwaway server, Unix socket):")
+        print("PostgreSQL (throwaway server on a Unix socket, fsync off as in the tests):")
         with postgres_url() as db, cloudnet_server(db) as url:
-            run(url, args.singles)
+            # Steady state at 10,000 ports includes planner statistics, which autovacuum gathers within
+            # a minute on a live server; the benchmark loads faster than that, so it asks for them.
+            run(url, args.singles, after_preload=lambda: _analyze(db))
 
 
 if __name__ == "__main__":
