@@ -7,12 +7,15 @@ from typing import Annotated
 
 import typer
 
+from cloudnet.cli import forwards
 from cloudnet.cli.client import NETWORK
 from cloudnet.cli.common import client_of, delete_each, require_changes, set_if
+from cloudnet.cli.errors import CliError
 from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show, up_down
 from cloudnet.cli.parsing import parse_assignments
 
 app = typer.Typer(help="Manage networks.", no_args_is_help=True)
+app.add_typer(forwards.app, name="forward")
 
 COLUMNS = [Column("ID", "id"), Column("Name", "name"), Column("Subnets", "subnets")]
 LONG_COLUMNS = [
@@ -116,7 +119,11 @@ def set_network(
         typer.Option("--set", metavar="KEY=VALUE", help="Config map entry (repeatable); same as positional."),
     ] = None,
 ) -> None:
-    """Change a network; KEY=VALUE pairs (e.g. ipv4.nat.address=IP) go into its config map."""
+    """Change a network; KEY=VALUE pairs (e.g. ipv4.nat.address=IP) are merged into its config map.
+
+    The server merges: keys not given keep their values, and KEY= (empty) removes KEY. LXD's
+    `set NETWORK KEY VALUE` form is accepted too.
+    """
     body: dict[str, object] = {}
     set_if(body, "name", name)
     set_if(body, "mtu", mtu)
@@ -124,11 +131,28 @@ def set_network(
     set_if(body, "admin_state_up", enable)
     set_if(body, "router:external", external)
     set_if(body, "shared", shared)
-    entries = parse_assignments([*(pairs or []), *(config or [])])
+    positional = pairs or []
+    if len(positional) == 2 and "=" not in positional[0]:
+        positional = [f"{positional[0]}={positional[1]}"]  # `set NETWORK KEY VALUE`
+    entries = parse_assignments([*positional, *(config or [])])
     set_if(body, "config", entries or None)
     require_changes(body, f"network {network}")
     client = client_of(ctx)
     client.update(NETWORK, client.find_id(NETWORK, network), body)
+
+
+@app.command("unset")
+def unset_network(
+    ctx: typer.Context,
+    network: NetworkArg,
+    keys: Annotated[list[str], typer.Argument(metavar="KEY...", help="Config keys to remove.")],
+) -> None:
+    """Remove keys from a network's config map (e.g. ipv4.nat.address)."""
+    bad = [key for key in keys if not key.strip() or "=" in key]
+    if bad:
+        raise CliError(f"KEY '{bad[0]}': expected a config key without '='")
+    client = client_of(ctx)
+    client.update(NETWORK, client.find_id(NETWORK, network), {"config": dict.fromkeys(keys, "")})
 
 
 @app.command("delete")

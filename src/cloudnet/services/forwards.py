@@ -14,10 +14,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, PreconditionFailed
 from cloudnet.services import common, uplinks
 from cloudnet.services.context import Context
+from cloudnet.services.uplinks import parse_ip, quoted
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -27,6 +29,7 @@ IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 PROTOCOLS = ("tcp", "udp")
 BODY_KEYS = {"listen_address", "description", "config", "ports"}
 PORT_KEYS = {"description", "protocol", "listen_port", "target_port", "target_address"}
+MAX_DESCRIPTION = 255  # the column's size
 
 
 # -- canonical form -----------------------------------------------------------------------------
@@ -34,7 +37,7 @@ PORT_KEYS = {"description", "protocol", "listen_port", "target_port", "target_ad
 
 def canonical_ip(value: str) -> str:
     try:
-        return str(ipaddress.ip_address(value.strip()))
+        return str(parse_ip(value))
     except ValueError:
         return value.strip()
 
@@ -84,14 +87,13 @@ def _normalise_port(port: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
-    """`N` or `N-M` (M > N), each 1..65535."""
+    """`N` or `N-M` (M > N), each 1..65535, in ASCII digits (int() alone takes "8_0" and "٨٠")."""
     parts = text.split("-")
     if len(parts) > 2:
-        raise ValueError(f"Invalid port range {text!r}")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"Invalid port {text!r}") from None
+        raise ValueError(f"Invalid port range {quoted(text)}")
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        raise ValueError(f"Invalid port {quoted(text)}")
+    numbers = [int(p) for p in parts]
     for n in numbers:
         if not 1 <= n <= 65535:
             raise ValueError(f"Port {n} out of range (1-65535)")
@@ -101,7 +103,8 @@ def parse_port_range(text: str) -> tuple[int, int]:
 
 
 def parse_ports(text: str) -> list[tuple[int, int]]:
-    return [parse_port_range(part) for part in text.split(",") if part != ""]
+    # An empty item ("80,,81") is an invalid port, as in LXD (ParseInt of "").
+    return [parse_port_range(part.strip()) for part in text.split(",")]
 
 
 def expand(ranges: Iterable[tuple[int, int]]) -> list[int]:
@@ -141,12 +144,12 @@ def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]
         raise BadRequest("Invalid config: expected a map of strings")
     for key in config:
         if key != "target_address" and not key.startswith("user."):
-            raise BadRequest(f"Invalid option {key!r}")
+            raise BadRequest(f"Invalid option {quoted(key)}")
     subnets = _network_subnets(conn, network_id)
     default = None
     if config.get("target_address"):
         try:
-            default = ipaddress.ip_address(config["target_address"])
+            default = parse_ip(config["target_address"])
         except ValueError:
             raise BadRequest("Invalid default target address") from None
         if default.version != listen.version:
@@ -163,7 +166,7 @@ def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]
         if port.get("protocol") not in PROTOCOLS:
             raise BadRequest(f"Invalid port protocol in port specification {i}, protocol must be one of: tcp, udp")
         try:
-            target = ipaddress.ip_address(str(port.get("target_address", "")))
+            target = parse_ip(str(port.get("target_address", "")))
         except ValueError:
             raise BadRequest(f"Invalid target address in port specification {i}") from None
         if default is not None and target == default:
@@ -172,7 +175,7 @@ def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]
             raise BadRequest(f"Cannot mix IP versions in listen address and port specification {i} target address")
         _check_target(target, subnets, "Target address", i)
         listen_text = port.get("listen_port")
-        if not isinstance(listen_text, str) or listen_text.strip(",") == "":
+        if not isinstance(listen_text, str) or listen_text.strip() == "":
             raise BadRequest(f"Missing listen port in port specification {i}")
         try:
             listen_ports = expand(parse_ports(listen_text))
@@ -181,7 +184,7 @@ def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]
         for p in listen_ports:
             if p in seen[port["protocol"]]:
                 raise BadRequest(
-                    f"Duplicate listen port {p} for protocol {port['protocol']!r} in port specification {i}"
+                    f"Duplicate listen port {p} for protocol {quoted(port['protocol'])} in port specification {i}"
                 )
             seen[port["protocol"]].add(p)
         target_text = port.get("target_port") or ""
@@ -196,6 +199,13 @@ def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]
                 raise BadRequest(f"Mismatch of listen port(s) and target port(s) count in port specification {i}")
         if port.get("description") is not None and not isinstance(port["description"], str):
             raise BadRequest(f"Invalid description in port specification {i}")
+
+
+def _check_description(value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise BadRequest("Invalid description: expected a string")
+    if value is not None and len(value) > MAX_DESCRIPTION:
+        raise BadRequest(f"Invalid description: longer than {MAX_DESCRIPTION} characters")
 
 
 # -- representation -----------------------------------------------------------------------------
@@ -256,9 +266,14 @@ def resolve_network(conn: Connection, ctx: Context, ident: str) -> Any:
 
 def _listen(value: str) -> IP:
     try:
-        return ipaddress.ip_address(value.strip())
+        return parse_ip(value)
     except ValueError:
-        raise BadRequest(f"Failed parsing address forward listen address {value!r}: invalid IP address") from None
+        raise BadRequest(f"Failed parsing address forward listen address {quoted(value)}: invalid IP address") from None
+
+
+def _check_not_taken(conn: Connection, network_id: str, listen: IP) -> None:
+    if conn.execute(select(F.c.id).where(F.c.network_id == network_id, F.c.listen_address == str(listen))).first():
+        raise Conflict("A forward for that listen address already exists", type="NetworkForwardExists")
 
 
 def _get(conn: Connection, network_id: str, listen: str) -> Any:
@@ -294,10 +309,11 @@ def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[
         if "listen_address" not in body or not isinstance(body["listen_address"], str):
             raise BadRequest("Missing listen_address")
         listen = _listen(body["listen_address"])
-        if tx.conn.execute(select(F.c.id).where(F.c.network_id == net.id, F.c.listen_address == str(listen))).first():
-            raise Conflict("A forward for that listen address already exists", type="NetworkForwardExists")
-        uplink = uplinks.require_uplink(tx.conn, net.id)
+        _check_not_taken(tx.conn, net.id, listen)
+        uplink = uplinks.require_uplink(tx.conn, net.id, lock=True)
+        _check_not_taken(tx.conn, net.id, listen)  # again: a racing create may have committed it meanwhile
         uplinks.check_external_address(tx.conn, uplink, net.id, listen, what="Listen address")
+        _check_description(body.get("description"))
         validate(tx.conn, net.id, listen, body)
         row = {
             "id": common.new_id(), "network_id": net.id, "listen_address": str(listen),
@@ -305,7 +321,10 @@ def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[
             "ports": _clean_ports(body.get("ports") or []), "project_id": net.project_id,
             "created_at": tx.now, "updated_at": tx.now, "revision_number": 0,
         }  # fmt: skip
-        tx.conn.execute(insert(F).values(**row))
+        try:
+            tx.conn.execute(insert(F).values(**row))
+        except IntegrityError:  # taken through another uplink since the checks (listen addresses are unique)
+            raise Conflict("A forward for that listen address already exists", type="NetworkForwardExists") from None
         tx.record("forward", row["id"], "create", net.project_id)
         return to_dict(tx.conn.execute(select(F).where(F.c.id == row["id"])).one(), net.name)
 
@@ -321,6 +340,8 @@ def update_forward(
         current = _stored(row)
         if patch:
             # LXD merges config (request wins) and keeps ports when absent; we keep the description too.
+            if body.get("config") is not None and not isinstance(body["config"], dict):
+                raise BadRequest("Invalid config: expected a map of strings")
             config = {**current["config"], **(body.get("config") or {})}
             merged = {
                 "description": body.get("description", current["description"]),
@@ -330,8 +351,7 @@ def update_forward(
         else:
             merged = {"description": body.get("description") or "", "config": body.get("config") or {},
                       "ports": body.get("ports") or []}  # fmt: skip
-        if merged["description"] is not None and not isinstance(merged["description"], str):
-            raise BadRequest("Invalid description")
+        _check_description(merged["description"])
         validate(tx.conn, net.id, ipaddress.ip_address(row.listen_address), merged)
         values = {"description": merged["description"] or "", "config": _clean_config(merged["config"]),
                   "ports": _clean_ports(merged["ports"])}  # fmt: skip

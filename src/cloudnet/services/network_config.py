@@ -9,6 +9,7 @@ from sqlalchemy import Connection
 
 from cloudnet.errors import BadRequest
 from cloudnet.services import uplinks
+from cloudnet.services.uplinks import parse_ip, quoted
 
 NAT_VERSION = {"ipv4.nat.address": 4, "ipv6.nat.address": 6}
 
@@ -19,7 +20,7 @@ def merge_config(conn: Connection, network_id: str | None, current: dict[str, st
         raise BadRequest("Invalid input for config. Reason: expected a map of strings.")
     for key, value in update.items():
         if key not in NAT_VERSION and not key.startswith("user."):
-            raise BadRequest(f"Invalid option {key!r}")
+            raise BadRequest(f"Invalid option {quoted(key)}")
         if not isinstance(value, str):
             raise BadRequest(f"Invalid value for {key!r}: expected a string")
     merged = {k: v for k, v in {**current, **update}.items() if v != ""}
@@ -27,14 +28,14 @@ def merge_config(conn: Connection, network_id: str | None, current: dict[str, st
         if key not in update or not merged.get(key):
             continue
         try:
-            address = ipaddress.ip_address(merged[key].strip())
+            address = parse_ip(merged[key])
         except ValueError:
             raise BadRequest(f"Invalid value for {key!r}: {merged[key]!r} is not an IP address") from None
         if address.version != version:
             raise BadRequest(f"Invalid value for {key!r}: {address} is not an IPv{version} address")
         if network_id is None:
             raise BadRequest(f"Cannot set {key!r} on a network without an uplink: attach it to a router first")
-        uplink = uplinks.require_uplink(conn, network_id)
+        uplink = uplinks.require_uplink(conn, network_id, lock=True)
         uplinks.check_external_address(conn, uplink, network_id, address, what="SNAT address")
         merged[key] = str(address)
     return dict(sorted(merged.items()))

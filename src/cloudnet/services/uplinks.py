@@ -9,6 +9,7 @@ forward or SNAT address.
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,26 @@ from cloudnet.store import tables as t
 P, A, S, N, R, F = t.ports, t.ip_allocations, t.subnets, t.networks, t.routers, t.forwards
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 NAT_KEYS = ("ipv4.nat.address", "ipv6.nat.address")
+
+
+def parse_ip(value: str) -> IP:
+    """An address as Go's net.ParseIP reads it: no IPv6 zone (`%eth0`), IPv4-mapped IPv6 is IPv4.
+
+    Raises ValueError for anything else (Python alone would accept `2001:db8::1%x` and keep
+    `::ffff:192.0.2.1` as an IPv6 address).
+    """
+    text = value.strip()
+    if "%" in text:
+        raise ValueError(f"{value!r} has a zone")
+    address = ipaddress.ip_address(text)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def quoted(value: object) -> str:
+    """`value` as Go's %q prints a string: the wording of LXD's messages ("10.0.0.1", not '10.0.0.1')."""
+    return json.dumps(str(value), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -55,13 +76,19 @@ def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
     return Uplink(ext_id, router_id, ranges, frozenset(gw for _c, gw in subnets if gw))
 
 
-def require_uplink(conn: Connection, network_id: str) -> Uplink:
+def require_uplink(conn: Connection, network_id: str, *, lock: bool = False) -> Uplink:
+    """The network's uplink (400 without one). `lock`: take turns with every other writer of addresses on
+    that uplink (forwards, SNAT addresses) until commit, so that the checks that follow see what they
+    committed; otherwise two requests could both find an address free and both take it."""
     uplink = uplink_of(conn, network_id)
     if uplink is None:
         raise BadRequest(
             f"Network {network_id} has no uplink: attach it to a router with an external gateway first",
             type="NetworkHasNoUplink",
         )
+    if lock:
+        conn.execute(select(N.c.id).where(N.c.id == uplink.network_id).with_for_update(key_share=True))
+        return require_uplink(conn, network_id)  # as it is now that the others' changes are in
     return uplink
 
 
@@ -71,20 +98,20 @@ def check_external_address(
     """The rules shared by listen addresses and SNAT addresses (400 with the reason otherwise)."""
     text = str(address)
     if address.is_unspecified:
-        raise BadRequest(f"Cannot use unspecified address: {text!r}")
+        raise BadRequest(f"Cannot use unspecified address: {quoted(text)}")
     if not any(address.version == r.version and address in r for r in uplink.ranges):
-        raise BadRequest(f"Uplink network does not contain {text!r} in its routes")
+        raise BadRequest(f"Uplink network does not contain {quoted(text)} in its routes")
     if text in _all_gateways(conn):
-        raise BadRequest(f"{what} {text!r} is already in use by a gateway")
+        raise BadRequest(f"{what} {quoted(text)} is already in use by a gateway")
     port = conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first()
     if port is not None:
-        raise BadRequest(f"{what} {text!r} is already in use by port {port[0]}")
+        raise BadRequest(f"{what} {quoted(text)} is already in use by port {port[0]}")
     fwd = conn.execute(select(F.c.network_id, F.c.id).where(F.c.listen_address == text)).first()
     if fwd is not None and fwd.id != skip_forward and fwd.network_id != network_id:
-        raise BadRequest(f"{what} {text!r} overlaps with another network or NIC")
+        raise BadRequest(f"{what} {quoted(text)} overlaps with another network or NIC")
     for (config,) in conn.execute(select(N.c.config).where(N.c.id != network_id)):
         if any(_canonical((config or {}).get(k)) == text for k in NAT_KEYS):
-            raise BadRequest(f"{what} {text!r} overlaps with another network or NIC")
+            raise BadRequest(f"{what} {quoted(text)} overlaps with another network or NIC")
 
 
 def _all_gateways(conn: Connection) -> set[str]:
@@ -95,6 +122,6 @@ def _canonical(value: Any) -> str | None:
     if not value:
         return None
     try:
-        return str(ipaddress.ip_address(value))
+        return str(parse_ip(value))
     except ValueError:
         return None
