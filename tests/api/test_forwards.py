@@ -8,6 +8,7 @@ the description, If-Match checked.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import threading
@@ -809,3 +810,21 @@ def test_concurrent_creates_of_one_address_give_one_forward(api: httpx.Client, s
     [winner] = [r.json()["forward"] for r in responses if r.status_code == 201]
     listed = [f for n in ("private", "other") for f in api.get(url(n)).json()["forwards"]]
     assert listed == [winner]
+
+
+def test_ipam_never_hands_a_forward_or_snat_address_to_a_port(api: httpx.Client, site: Site) -> None:
+    v4 = ipaddress.ip_network(PUBLIC_V4)
+    gw_v4 = next(ip for ip in site.gateway_ips if "." in ip)
+    # The addresses right after the router's gateway address: what next-fit would hand out next.
+    following = [str(ipaddress.ip_address(gw_v4) + i) for i in (1, 2)]
+    post(api, "private", {"listen_address": following[0]})
+    r = api.put(f"/networks/{site.networks['private']['id']}",
+                json={"network": {"config": {"ipv4.nat.address": following[1]}}})  # fmt: skip
+    assert r.status_code == 200, r.text
+    ports = api.post("/ports", json={"ports": [{"network_id": site.public["id"]} for _ in range(3)]})
+    assert ports.status_code == 201, ports.text
+    given = {f["ip_address"] for p in ports.json()["ports"] for f in p["fixed_ips"] if "." in f["ip_address"]}
+    assert given.isdisjoint(following) and all(ipaddress.ip_address(a) in v4 for a in given)
+    taken = api.post("/ports", json={"port": {"network_id": site.public["id"],
+                                              "fixed_ips": [{"ip_address": following[0]}]}})  # fmt: skip
+    assert taken.status_code == 409 and taken.json()["NeutronError"]["type"] == "IpAddressAlreadyAllocated"

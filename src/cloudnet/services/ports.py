@@ -15,7 +15,7 @@ from sqlalchemy import Connection, and_, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import common, ipam, networks, security_groups
+from cloudnet.services import common, ipam, networks, security_groups, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.ipam import SubnetInfo
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
@@ -283,6 +283,7 @@ class _Creator:
         self._default_sg: dict[str, str] = {}
         # port id -> the fixed IPs actually inserted for it, so results need no read-back.
         self.allocated: dict[str, list[dict[str, str]]] = defaultdict(list)
+        self._external_in_use: set[str] | None = None
 
     def network(self, network_id: str) -> Any:
         if network_id not in self._networks:
@@ -450,12 +451,20 @@ class _Creator:
             ]
         return out
 
+    def external_in_use(self) -> set[str]:
+        """Forward listen and SNAT addresses: an external network's ports must not get them (cached)."""
+        if self._external_in_use is None:
+            self._external_in_use = uplinks.external_addresses_in_use(self.tx.conn)
+        return self._external_in_use
+
     def check_requested_free(self, plans: list[_Plan]) -> None:
         by_subnet: dict[str, list[str]] = defaultdict(list)
         for p in plans:
             for subnet, ip in p.ips:
                 if ip is not None:
                     if ip in by_subnet[subnet.id]:
+                        raise ipam.already_allocated(ip, subnet.network_id)
+                    if p.network.router_external and ip in self.external_in_use():
                         raise ipam.already_allocated(ip, subnet.network_id)
                     by_subnet[subnet.id].append(ip)
         for subnet_id, ips in by_subnet.items():
@@ -501,10 +510,11 @@ class _Creator:
         ]  # fmt: skip
         remaining = list(requests)
         rows: list[dict[str, str]] = []
+        exclude = self.external_in_use() if plan0.network.router_external else set()
         for subnet in candidates:
             if not remaining:
                 break
-            free = ipam.find_free(self.tx.conn, subnet, len(remaining), set())
+            free = ipam.find_free(self.tx.conn, subnet, len(remaining), exclude)
             for ip in free:
                 req = remaining.pop(0)
                 rows.append(self._alloc_row(req[0], subnet, ip))

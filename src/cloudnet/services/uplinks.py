@@ -114,6 +114,14 @@ def check_external_address(
             raise BadRequest(f"{what} {quoted(text)} overlaps with another network or NIC")
 
 
+def external_addresses_in_use(conn: Connection) -> set[str]:
+    """Addresses that forwards listen on or networks source-NAT to: not for ports (IPAM skips them)."""
+    used = {a for (a,) in conn.execute(select(F.c.listen_address))}
+    for (config,) in conn.execute(select(N.c.config)):
+        used.update(c for c in (_canonical((config or {}).get(k)) for k in NAT_KEYS) if c)
+    return used
+
+
 def _all_gateways(conn: Connection) -> set[str]:
     return {g for (g,) in conn.execute(select(S.c.gateway_ip).where(S.c.gateway_ip.isnot(None)))}
 
