@@ -1034,3 +1034,15 @@ def test_security_group_rules(cli: Cli, api: httpx.Client) -> None:
     assert line == f"Error: Security group rule {https['id']} could not be found. (404 SecurityGroupRuleNotFound)"
     line = cli.fail("security-group", "rule", "show", "not-a-rule")
     assert line == "Error: Security group rule not-a-rule could not be found. (404 SecurityGroupRuleNotFound)"
+
+
+def test_network_routes_of_an_external_network(cli: Cli, api: httpx.Client) -> None:
+    net = cli.json("network", "create", "pub", "--external", "--route", "198.51.100.0/24")
+    assert net["cloudnet:routes"] == ["198.51.100.0/24"]
+    cli.ok("network", "set", "pub", "--route", "203.0.113.7/24", "--route", "2001:db8:100::/56")
+    stored = api.get(f"/networks/{net['id']}").json()["network"]["cloudnet:routes"]
+    assert stored == ["2001:db8:100::/56", "203.0.113.0/24"]
+    cli.ok("network", "set", "pub", "--no-route")
+    assert api.get(f"/networks/{net['id']}").json()["network"]["cloudnet:routes"] == []
+    cli.json("network", "create", "inner")
+    assert "only be set on an external network" in cli.fail("network", "set", "inner", "--route", "10.0.0.0/8")

@@ -39,6 +39,12 @@ class NetworkType(StrEnum):
     local = "local"
 
 
+RouteOption = Annotated[
+    list[str] | None,
+    typer.Option(metavar="CIDR", help="External networks: a range routed to the uplink from outside (repeatable)."),
+]
+
+
 @app.command("create")
 def create(
     ctx: typer.Context,
@@ -55,6 +61,7 @@ def create(
     description: Annotated[str | None, typer.Option(help="Description.")] = None,
     tag: Annotated[list[str] | None, typer.Option(help="Tag (repeatable).")] = None,
     project: Annotated[str | None, typer.Option(help="Owning project id (admin only).")] = None,
+    route: RouteOption = None,
     fmt: FormatOption = Format.table,
 ) -> None:
     """Create a network."""
@@ -68,6 +75,7 @@ def create(
     set_if(body, "provider:segmentation_id", provider_segment)
     set_if(body, "description", description)
     set_if(body, "tags", tag or None)
+    set_if(body, "cloudnet:routes", list(route) if route else None)
     set_if(body, "project_id", project)
     print_show(client_of(ctx).create(NETWORK, body), fmt)
 
@@ -118,6 +126,8 @@ def set_network(
         list[str] | None,
         typer.Option("--set", metavar="KEY=VALUE", help="Config map entry (repeatable); same as positional."),
     ] = None,
+    route: RouteOption = None,
+    no_route: Annotated[bool, typer.Option("--no-route", help="Clear cloudnet:routes.")] = False,
 ) -> None:
     """Change a network; KEY=VALUE pairs (e.g. ipv4.nat.address=IP) are merged into its config map.
 
@@ -136,6 +146,8 @@ def set_network(
         positional = [f"{positional[0]}={positional[1]}"]  # `set NETWORK KEY VALUE`
     entries = parse_assignments([*positional, *(config or [])])
     set_if(body, "config", entries or None)
+    if route or no_route:
+        body["cloudnet:routes"] = list(route or [])
     require_changes(body, f"network {network}")
     client = client_of(ctx)
     client.update(NETWORK, client.find_id(NETWORK, network), body)
