@@ -12,22 +12,8 @@ import pytest
 
 from cloudnet.config import ServerConfig
 from cloudnet.server import StartupError, prepare
+from tests.support.api import create, error
 from tests.support.server import RunningServer
-
-
-def create(api: httpx.Client, collection: str, member: str, **body: Any) -> dict[str, Any]:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
-
-
-def error(r: httpx.Response, status: int, type_: str | None = None) -> str:
-    assert r.status_code == status, r.text
-    err = r.json()["NeutronError"]
-    if type_ is not None:
-        assert err["type"] == type_, err
-    assert err["message"]
-    return str(err["message"])
 
 
 def client(server: RunningServer, token: str | None) -> httpx.Client:

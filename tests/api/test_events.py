@@ -8,13 +8,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.api import create
 from tests.support.server import RunningServer
-
-
-def create(api: httpx.Client, collection: str, member: str, **body: Any) -> dict[str, Any]:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
 
 
 def events(api: httpx.Client, since: int, **params: Any) -> tuple[list[dict[str, Any]], int]:

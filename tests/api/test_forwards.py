@@ -21,6 +21,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from tests.support.api import create
 from tests.support.server import RunningServer
 
 Json = dict[str, Any]
@@ -35,12 +36,6 @@ STALE = (
 
 
 # -- helpers shared with test_network_config.py and test_forwards_cli.py ------------------------------------
-
-
-def create(api: httpx.Client, collection: str, member: str, **body: Any) -> Json:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
 
 
 def attach(api: httpx.Client, router_id: str, subnet_id: str) -> None:

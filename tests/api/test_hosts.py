@@ -11,24 +11,10 @@ import httpx
 import pytest
 
 from cloudnet.config import ServerConfig
+from tests.support.api import create, error
 from tests.support.server import RunningServer
 
 Json = dict[str, Any]
-
-
-def create(api: httpx.Client, collection: str, member: str, **body: Any) -> Json:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
-
-
-def error(r: httpx.Response, status: int, type_: str | None = None) -> str:
-    assert r.status_code == status, r.text
-    err = r.json()["NeutronError"]
-    if type_ is not None:
-        assert err["type"] == type_, err
-    assert err["message"]
-    return str(err["message"])
 
 
 def heartbeat(api: httpx.Client, name: str, version: str = "1.0", report: Json | None = None) -> Json:

@@ -8,24 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.api import create, error
 from tests.support.server import RunningServer
 
 MISSING = "7e1d2c3b-4a5f-4e6d-8c7b-9a0f1e2d3c4b"
-
-
-def create(api: httpx.Client, collection: str, member: str, **body: Any) -> dict[str, Any]:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
-
-
-def error(r: httpx.Response, status: int, type_: str | None = None) -> str:
-    assert r.status_code == status, r.text
-    err = r.json()["NeutronError"]
-    if type_ is not None:
-        assert err["type"] == type_, err
-    assert err["message"]
-    return str(err["message"])
 
 
 def listed(api: httpx.Client, collection: str, params: Any = None) -> list[dict[str, Any]]:

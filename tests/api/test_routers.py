@@ -9,16 +9,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.api import create
 from tests.support.server import RunningServer
 
 GATEWAY = "network:router_gateway"
 INTERFACE = "network:router_interface"
-
-
-def create(api: httpx.Client, collection: str, member: str, **body: Any) -> dict[str, Any]:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
 
 
 def error(r: httpx.Response, status: int, type_: str) -> str:

@@ -10,24 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.api import create, error
 from tests.support.server import RunningServer
 
 MISSING = "5f0e3f2c-0d7e-4c39-9a3e-2b8f8a0c9d11"
-
-
-def create(api: httpx.Client, collection: str, member: str, **body: Any) -> dict[str, Any]:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
-
-
-def error(r: httpx.Response, status: int, type_: str | None = None) -> str:
-    assert r.status_code == status, r.text
-    err = r.json()["NeutronError"]
-    if type_ is not None:
-        assert err["type"] == type_, err
-    assert err["message"]
-    return str(err["message"])
 
 
 def rule_key(rule: dict[str, Any]) -> tuple[Any, ...]:

@@ -10,24 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.api import create, error
 from tests.support.server import RunningServer
 
 MISSING = "2c4f0a9e-5d1b-4f3e-8a7c-6b9d0e1f2a33"
-
-
-def create(api: httpx.Client, collection: str, member: str, **body: Any) -> dict[str, Any]:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
-
-
-def error(r: httpx.Response, status: int, type_: str | None = None) -> str:
-    assert r.status_code == status, r.text
-    err = r.json()["NeutronError"]
-    if type_ is not None:
-        assert err["type"] == type_, err
-    assert err["message"]
-    return str(err["message"])
 
 
 @pytest.fixture
