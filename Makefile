@@ -8,7 +8,8 @@ STATE_DIR   ?= /var/lib/cloudnet
 # python3-nftables (libnftables bindings) is not on PyPI: the venv sees Debian's packages for it.
 # cloud-init: the tests drive its real metadata readers (never its command) with Debian's python3.
 DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
-                postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init
+                postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
+                curl wrk
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean
@@ -47,6 +48,7 @@ lock:
 bench: deps
 	$(BIN)/python bench/api_ports.py
 	$(BIN)/python bench/attach.py
+	$(BIN)/python bench/metadata.py
 	$(BIN)/python bench/forwards.py
 	$(BIN)/python bench/mdata.py
 

@@ -9,6 +9,7 @@ from pathlib import Path
 DEFAULT_STATE_DIR = Path("/var/lib/cloudnet")
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 9696
+DEFAULT_METADATA_LISTEN = "127.0.0.1:8775"
 
 
 @dataclass
@@ -22,6 +23,12 @@ class ServerConfig:
     max_event_wait: float = 60.0
     # A host whose agent has not reported for this long is dead: its ports are reported DOWN.
     agent_down_time: float = 30.0
+    # The metadata API: HOST:PORT or unix:/PATH ("off": none in this process), and what it answers that is
+    # not per instance: StaticJSON vendor data (a JSON object file), the hostname domain, the zone.
+    metadata_listen: str = DEFAULT_METADATA_LISTEN
+    metadata_vendor_data: Path | None = None
+    metadata_domain: str = "novalocal"
+    availability_zone: str = "nova"
 
     @property
     def database_url(self) -> str:
@@ -32,6 +39,11 @@ class ServerConfig:
     @property
     def tokens_file(self) -> Path:
         return self.state_dir / "tokens.json"
+
+    @property
+    def metadata_secret_file(self) -> Path:
+        # Shared with the agents, which sign instance identities with it (metadata/signing.py).
+        return self.state_dir / "metadata_secret"
 
     @property
     def loopback_bind(self) -> bool:

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from types import FrameType
 
 import uvicorn
 
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
+from cloudnet.metadata import service as metadata_service
+from cloudnet.metadata import signing
+from cloudnet.metadata.model import Settings
+from cloudnet.metadata.server import MetadataApp
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 
@@ -25,7 +33,12 @@ class StartupError(RuntimeError):
 
 class _Server(uvicorn.Server):
     """uvicorn, minus re-raising SIGTERM/SIGINT after its graceful shutdown: a requested stop that
-    completed cleanly exits with status 0, as service managers and scripts expect."""
+    completed cleanly exits with status 0, as service managers and scripts expect. Servers in
+    `companions` (the metadata API, on the same loop) are stopped by the same signal."""
+
+    def __init__(self, config: uvicorn.Config, companions: list[uvicorn.Server] | None = None) -> None:
+        super().__init__(config)
+        self.companions = companions or []
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -38,6 +51,32 @@ class _Server(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        for companion in self.companions:
+            companion.handle_exit(sig, frame)
+
+
+class _Companion(uvicorn.Server):
+    """A server beside a `_Server` on its loop: the `_Server` owns the signal handlers (a second set
+    would replace the first, and one signal would then stop only one of the two)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class _Metadata:
+    server: _Companion
+    sock: socket.socket
+    listen: metadata_service.Listen
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.listen.path is not None:
+            self.listen.path.unlink(missing_ok=True)
 
 
 def prepare(config: ServerConfig) -> tuple[Store, Authenticator]:
@@ -62,13 +101,58 @@ def prepare(config: ServerConfig) -> tuple[Store, Authenticator]:
     return store, auth
 
 
+def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
+    """The metadata API of this process (None when `metadata_listen` is off): secret, settings, socket."""
+    try:
+        listen = metadata_service.parse_listen(config.metadata_listen)
+        if listen is None:
+            return None
+        secret = signing.load_or_create_secret(config.metadata_secret_file)
+        settings = Settings(
+            dhcp_domain=config.metadata_domain, availability_zone=config.availability_zone,
+            vendor_data=metadata_service.load_vendor_data(config.metadata_vendor_data),
+        )  # fmt: skip
+        sock = metadata_service.bind(listen)
+    except (signing.SecretError, metadata_service.MetadataConfigError) as exc:
+        raise StartupError(str(exc)) from None
+    app = MetadataApp(store, secret, settings)
+    return _Metadata(_Companion(metadata_service.uvicorn_config(app)), sock, listen)
+
+
+def _run(server: _Server, metadata: _Metadata | None) -> None:
+    """Both servers on one loop until a signal (or either one failing) stops them both."""
+    if metadata is None:
+        server.run()
+        return
+    server.companions.append(metadata.server)
+
+    async def both() -> None:
+        tasks = [
+            asyncio.ensure_future(server.serve()),
+            asyncio.ensure_future(metadata.server.serve(sockets=[metadata.sock])),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = metadata.server.should_exit = True
+        await asyncio.gather(*tasks)
+
+    with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+        runner.run(both())
+
+
 def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
     """Run the API until SIGTERM; with `agent`, also this host's agent in the same process (`cloudnet up`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store, auth = prepare(config)
+    try:
+        metadata = prepare_metadata(config, store)
+    except StartupError:
+        store.dispose()
+        raise
     app = create_app(config, store, auth)
     log.info("cloudnet API on http://%s:%d/v2.0 (state %s, db %s)", config.host, config.port, config.state_dir,
              store.dialect)  # fmt: skip
+    if metadata is not None:
+        log.info("metadata API on %s (signed requests from agents only)", metadata.listen)
     server = _Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
                        http="httptools", loop="uvloop", timeout_graceful_shutdown=5)
@@ -85,8 +169,10 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
             flush=True,
         )
     try:
-        server.run()
+        _run(server, metadata)
     finally:
         if running is not None:
             running.stop()
+        if metadata is not None:
+            metadata.close()
         store.dispose()

@@ -12,6 +12,7 @@ import typer
 from cloudnet.cli.errors import CliError
 from cloudnet.config import (
     DEFAULT_BIND,
+    DEFAULT_METADATA_LISTEN,
     DEFAULT_PORT,
     DEFAULT_STATE_DIR,
     AgentConfig,
@@ -28,6 +29,17 @@ AgentHost = Annotated[str | None, typer.Option("--agent-host", help="This host's
 Uplink = Annotated[
     list[str] | None,
     typer.Option(metavar="PHYSNET:IFACE", help="Bridge external networks of PHYSNET to IFACE (repeatable)."),
+]
+MetadataListen = Annotated[
+    str,
+    typer.Option(
+        metavar="HOST:PORT|unix:PATH|off",
+        help="Where the metadata API listens (answers only requests signed by an agent's proxy).",
+    ),
+]
+VendorData = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="JSON object served as vendor_data.json (static vendor data)."),
 ]
 
 
@@ -65,9 +77,12 @@ def register(app: typer.Typer) -> None:
         host: Host = DEFAULT_BIND,
         port: Port = DEFAULT_PORT,
         default_mtu: Mtu = 1500,
+        metadata_listen: MetadataListen = DEFAULT_METADATA_LISTEN,
+        vendor_data: VendorData = None,
     ) -> None:
-        """Run the cloudnet API server."""
-        _serve(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu))
+        """Run the cloudnet API server (and the metadata API beside it)."""
+        _serve(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
+                            metadata_listen=metadata_listen, metadata_vendor_data=vendor_data))  # fmt: skip
 
     @app.command("agent")
     def agent(
@@ -92,9 +107,12 @@ def register(app: typer.Typer) -> None:
         default_mtu: Mtu = 1500,
         agent_host: AgentHost = None,
         uplink: Uplink = None,
+        metadata_listen: MetadataListen = DEFAULT_METADATA_LISTEN,
+        vendor_data: VendorData = None,
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup)."""
-        config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu)
+        config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
+                              metadata_listen=metadata_listen, metadata_vendor_data=vendor_data)  # fmt: skip
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
                                    token=_admin_token(config.tokens_file), state_dir=state_dir,

@@ -107,5 +107,3 @@ def write_sysctl(name_or_path: str, key: str, value: str) -> None:
             os.write(fd, value.encode())
         finally:
             os.close(fd)
-
-

@@ -1,0 +1,372 @@
+"""The metadata proxy: 169.254.169.254:80 in every network's metadata namespace, one asyncio loop for all.
+
+A state observer of the agent. For each network with instance ports on this host it listens inside the
+network's metadata namespace (`names.metadata_ns`, created and plugged by the dataplane driver), on
+169.254.169.254:80 and, when the driver gave the namespace fe80::a9fe:a9fe, on [fe80::a9fe:a9fe]:80. The
+listening sockets are opened with this loop's thread inside the namespace (setns), then served from the
+agent's own namespace, so one thread serves every network (neutron runs one haproxy per network).
+
+Each request is answered by the relay (agent/metadata_relay.py) in the same process: the caller is the
+instance owning (network, source address) in the synced state, it is rate limited per instance, signed, and
+forwarded to the metadata API. Unknown callers get a 404, an unreachable API a 503 with Retry-After, an
+instance over its budget a 429 with Retry-After.
+
+The agent asks `serving(network_id)` before reporting a port ACTIVE, so a guest never boots before its
+network's proxy answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from cloudnet.agent import http1
+from cloudnet.agent.http1 import Request, Response
+from cloudnet.agent.metadata_relay import (
+    ANSWER_TIMEOUT,
+    Callers,
+    Upstream,
+    UpstreamUnavailable,
+    answer_headers,
+    canonical_ip,
+    guest_forwarded,
+    unavailable,
+    upstream_request,
+)
+from cloudnet.agent.ratelimit import RateLimiter
+from cloudnet.dataplane.linux import names, netns
+from cloudnet.metadata import signing, trees
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+METADATA_V4 = "169.254.169.254"
+METADATA_V6 = "fe80::a9fe:a9fe"
+# A cloud-init boot asks about 30 questions in one burst (reference/metadata.md §1.4); the refill lets a
+# guest do it again (a reboot, a re-run) a few seconds later, not hammer the API continuously.
+DEFAULT_BURST = 32
+DEFAULT_RATE = 4.0  # requests per second
+IDLE_TIMEOUT = 30.0  # haproxy's timeout http-request / keep-alive in neutron's template
+MAX_CONNECTIONS_PER_SOURCE = 64
+
+
+@dataclass
+class _Listener:
+    network_id: str
+    namespace: str
+    identity: tuple[int, int]  # (st_dev, st_ino) of the namespace: a recreated namespace is a new one
+    v4: asyncio.Server | None = None
+    v6: asyncio.Server | None = None
+    # open guest connections -> since when they have been waiting for (the rest of) a request, or None
+    connections: dict[asyncio.StreamWriter, float | None] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for server in (self.v4, self.v6):
+            if server is not None:
+                server.close()
+        for writer in list(self.connections):
+            writer.close()
+        self.v4 = self.v6 = None
+
+    def sweep(self, now: float, idle_timeout: float) -> None:
+        """Close connections that took too long to send a request (idle keep-alive, slow heads or bodies)."""
+        for writer, since in list(self.connections.items()):
+            if since is not None and now - since > idle_timeout:
+                writer.close()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def _listening_socket(family: socket.AddressFamily, address: tuple[Any, ...]) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class MetadataProxy:
+    """StateObserver serving the metadata address in every network namespace of this host."""
+
+    def __init__(
+        self,
+        host: str,
+        upstream: str,
+        secret: str,
+        *,
+        burst: float = DEFAULT_BURST,
+        rate: float = DEFAULT_RATE,
+        port: int = 80,
+        retry_interval: float = 2.0,
+        idle_timeout: float = IDLE_TIMEOUT,
+        answer_timeout: float = ANSWER_TIMEOUT,
+    ) -> None:
+        if not secret:
+            raise signing.SecretError("the metadata proxy needs the shared secret to sign instance identities")
+        self.host = host
+        self.port = port
+        self.retry_interval = retry_interval
+        self.idle_timeout = idle_timeout
+        self._secret = secret
+        self._upstream = Upstream(upstream, answer_timeout)
+        self._limiter = RateLimiter(burst, rate)
+        self._callers = Callers({}, secret)
+        self._listeners: dict[str, _Listener] = {}
+        self._per_source: dict[tuple[str, str], int] = {}
+        self._last_warning = 0.0
+        self._closed = False
+        self._loop = _new_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="cloudnet-metadata-proxy", daemon=True)
+        self._thread.start()
+        self._maintainer = self._call(self._start_maintainer())
+
+    # -- the agent's side (any thread) --------------------------------------------------------------
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def update(self, state: dict[str, Any]) -> None:
+        """Follow a new desired state: who is who, and which networks need a listener."""
+        if self._closed:
+            return
+        self._call(self._apply(state))
+
+    def serving(self, network_id: str) -> bool:
+        """Whether the network's proxy is listening on 169.254.169.254 (a guest's request would be answered)."""
+        listener = self._listeners.get(network_id)
+        return (
+            not self._closed
+            and self._thread.is_alive()
+            and listener is not None
+            and listener.v4 is not None
+            and listener.v4.is_serving()
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._call(self._shutdown(), timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    # -- on the loop --------------------------------------------------------------------------------
+
+    async def _start_maintainer(self) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._maintain())
+
+    async def _apply(self, state: dict[str, Any]) -> None:
+        callers = Callers(state, self._secret)
+        self._callers = callers
+        self._limiter.keep_only(callers.instances)
+        for network_id in [n for n in self._listeners if n not in callers.networks]:
+            self._listeners.pop(network_id).close()
+            log.info("metadata proxy for network %s stopped", network_id)
+        for network_id in sorted(callers.networks):
+            try:
+                await self._ensure(network_id)
+            except Exception:  # one broken namespace must not fail the agent's whole reconcile
+                log.exception("metadata proxy for network %s", network_id)
+
+    async def _maintain(self) -> None:
+        """Pick up namespaces and addresses the driver adds after a reconcile, and recreated namespaces;
+        enforce the timeouts (here rather than a timer per request, which would cost every request)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.retry_interval)
+            now = loop.time()
+            for listener in self._listeners.values():
+                listener.sweep(now, self.idle_timeout)
+            self._upstream.sweep(now)
+            for network_id in sorted(self._callers.networks):
+                try:
+                    await self._ensure(network_id)
+                except Exception:
+                    log.exception("metadata proxy for network %s", network_id)
+
+    async def _shutdown(self) -> None:
+        self._maintainer.cancel()
+        for listener in self._listeners.values():
+            listener.close()
+        self._listeners.clear()
+        await self._upstream.close()
+        # Connection handlers still running (a request waiting for the API): end them before the loop stops.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+
+    async def _ensure(self, network_id: str) -> None:
+        namespace = names.metadata_ns(self.host, network_id)
+        current = self._listeners.get(network_id)
+        try:
+            st = os.stat(netns.path_of(namespace))
+            identity = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            identity = None
+        if current is not None and (identity is None or current.identity != identity):
+            self._listeners.pop(network_id).close()  # the namespace went away (or was made anew)
+            current = None
+        if identity is None:
+            return
+        if current is None:
+            current = self._listeners[network_id] = _Listener(network_id, namespace, identity)
+        if current.v4 is not None and current.v6 is not None:
+            return
+        v4, v6 = self._open_sockets(namespace, want_v4=current.v4 is None, want_v6=current.v6 is None)
+        if v4 is not None:
+            current.v4 = await self._serve(current, v4)
+            log.info("metadata proxy for network %s listening in %s", network_id, namespace)
+        if v6 is not None:
+            current.v6 = await self._serve(current, v6)
+
+    def _open_sockets(
+        self, namespace: str, want_v4: bool, want_v6: bool
+    ) -> tuple[socket.socket | None, socket.socket | None]:
+        """Listening sockets made inside the namespace (they stay there when the thread comes back)."""
+        v4 = v6 = None
+        try:
+            with netns.entered(namespace):
+                if want_v4:
+                    try:
+                        v4 = _listening_socket(socket.AF_INET, (METADATA_V4, self.port))
+                    except OSError as exc:
+                        # EADDRNOTAVAIL: the driver has not added the address yet (retried); anything else,
+                        # such as another proxy holding the port, needs a person.
+                        level = logging.DEBUG if exc.errno == errno.EADDRNOTAVAIL else logging.WARNING
+                        log.log(level, "metadata proxy: %s:%d in %s: %s", METADATA_V4, self.port, namespace, exc)
+                if want_v6:
+                    v6 = self._v6_socket()
+        except netns.NamespaceMissing:
+            pass
+        return v4, v6
+
+    def _v6_socket(self) -> socket.socket | None:
+        # A link-local address is bound per interface: try the namespace's interfaces (not lo) in turn.
+        for index, name in socket.if_nameindex():
+            if name == "lo":
+                continue
+            try:
+                return _listening_socket(socket.AF_INET6, (METADATA_V6, self.port, 0, index))
+            except OSError as exc:
+                if exc.errno not in (errno.EADDRNOTAVAIL, errno.EINVAL):
+                    log.debug("metadata proxy: [%s]:%d on %s: %s", METADATA_V6, self.port, name, exc)
+        return None
+
+    async def _serve(self, listener: _Listener, sock: socket.socket) -> asyncio.Server:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            listener.connections[writer] = None
+            try:
+                await self._connection(listener, reader, writer)
+            finally:
+                listener.connections.pop(writer, None)
+
+        # Binds nothing: adopts the socket made in the namespace; the reader limit bounds request heads.
+        return await asyncio.start_server(handle, sock=sock, limit=http1.MAX_HEAD)
+
+    async def _connection(
+        self, listener: _Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        network_id = listener.network_id
+        peer = writer.get_extra_info("peername")
+        source = canonical_ip(str(peer[0])) if peer else None
+        key = (network_id, source or "")
+        self._per_source[key] = self._per_source.get(key, 0) + 1
+        try:
+            if source is None or self._per_source[key] > MAX_CONNECTIONS_PER_SOURCE:
+                response = http1.plain(429, "Too many connections.", ("Retry-After", "1"))
+                writer.write(http1.render_response(response.status, response.headers, response.body, False))
+                return
+            await self._requests(listener, source, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # the guest went away or went quiet: nothing to answer
+        finally:
+            count = self._per_source.get(key, 1) - 1
+            if count:
+                self._per_source[key] = count
+            else:
+                self._per_source.pop(key, None)
+            writer.close()
+
+    async def _requests(
+        self, listener: _Listener, source: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        def send_continue() -> None:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+        loop = asyncio.get_running_loop()
+        while True:
+            listener.connections[writer] = loop.time()  # the sweep closes us if the request takes too long
+            try:
+                request = await http1.read_request(reader, send_continue=send_continue)
+            except http1.HttpError as exc:
+                writer.write(http1.render_response(exc.status, [("Content-Type", "text/plain")],
+                                                   exc.reason.encode(), keep_alive=False))  # fmt: skip
+                await writer.drain()
+                return
+            listener.connections[writer] = None
+            if request is None:
+                return
+            response = await self._answer(listener.network_id, source, request)
+            keep = request.keep_alive
+            head_length = None
+            if request.method == "HEAD":
+                lengths = [v for n, v in response.headers if n == "content-length"]
+                head_length = int(lengths[0]) if lengths and lengths[0].isdigit() else len(response.body)
+            headers = answer_headers(response)
+            writer.write(http1.render_response(response.status, headers, response.body, keep, head_length))
+            await writer.drain()
+            if not keep:
+                return
+
+    async def _answer(self, network_id: str, source: str, request: Request) -> Response:
+        caller = self._callers.find(network_id, source)
+        if caller is None:
+            return http1.plain(404, f"Instance was not found on network {network_id}.")
+        wait = self._limiter.take(caller.instance_id)
+        if wait:
+            return http1.plain(429, "Too many metadata requests.", ("Retry-After", RateLimiter.retry_after(wait)))
+        if request.method == "PUT" and guest_forwarded(request) and trees.is_token_request(_path(request.target)):
+            # IMDSv2 hardening (AWS): a token request that went through a forwarding proxy inside the guest
+            # is refused, so an SSRF-able web proxy in the instance cannot obtain a session token.
+            return http1.plain(403, "Forbidden: token requests must not carry X-Forwarded-For.")
+        try:
+            return await self._upstream.exchange(request.method, upstream_request(request, caller, network_id, source))
+        except UpstreamUnavailable as exc:
+            now = time.monotonic()
+            if now - self._last_warning > 10:  # one line per outage, not one per guest request
+                self._last_warning = now
+                log.warning("metadata API %s unreachable: %s", self._upstream.url, exc)
+            return unavailable()
+
+
+def _path(target: str) -> str:
+    if not target.startswith("/"):
+        rest = target.split("://", 1)[-1]
+        target = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+    return target.split("?", 1)[0]
