@@ -64,6 +64,27 @@ class AgentConfig:
     # physical network -> host interface bridged to external networks of that physical network
     uplinks: dict[str, str] = field(default_factory=dict)
     heartbeat_interval: float = 10.0
+    # The metadata API the per-network proxies forward to (http://HOST:PORT, HOST:PORT or unix:/PATH);
+    # None: no metadata proxy on this host.
+    metadata_url: str | None = f"http://{DEFAULT_METADATA_LISTEN}"
+    # The server's shared secret (a copy on other hosts); default <state_dir>/metadata_secret.
+    metadata_secret_file: Path | None = None
+
+    @property
+    def secret_file(self) -> Path:
+        return self.metadata_secret_file or self.state_dir / "metadata_secret"
+
+
+def metadata_url_of(listen: str) -> str | None:
+    """Where a local agent reaches the metadata API that `cloudnet serve` listens on."""
+    if listen == "off":
+        return None
+    if listen.startswith("unix:"):
+        return listen
+    for wildcard in ("0.0.0.0:", "[::]:"):
+        if listen.startswith(wildcard):
+            return "http://127.0.0.1:" + listen[len(wildcard) :]
+    return f"http://{listen}"
 
 
 def parse_mappings(values: list[str], what: str) -> dict[str, str]:

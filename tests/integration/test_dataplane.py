@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+from cloudnet.agent.metadata_proxy import MetadataProxy
 from cloudnet.dataplane.linux import names, netns
 from tests.support.cloud import Cloud, ns_run, ping
 
@@ -194,3 +196,40 @@ def test_reconciling_twice_changes_nothing(cloud: Cloud) -> None:
     reports = fresh.apply(state)
     assert [r.status for r in reports] == ["ACTIVE"]
     assert snapshot() == before
+
+
+def test_ports_are_active_only_once_their_metadata_proxy_answers(cloud: Cloud, tmp_path: Path) -> None:
+    # The proxy forwards to a metadata API that is not there: irrelevant here, only its listener counts.
+    proxy = MetadataProxy(cloud.host, f"unix:{tmp_path / 'no-api.sock'}", "s3cret")
+    try:
+        cloud.start_agent(observers=[proxy])
+        net, _ = cloud.network("gated", "10.72.0.0/24")
+        inst = cloud.instance("gated", [{"network": net["id"]}])  # waits for ACTIVE
+        assert proxy.serving(net["id"])
+        assert (
+            ns_run(
+                inst["netns"],
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-m",
+                "3",
+                "http://169.254.169.254/openstack",
+            ).stdout
+            == "503"
+        )  # answered: the API is down
+    finally:
+        cloud.stop_agent()
+    # An agent whose proxy cannot serve leaves new ports BUILD rather than reporting them ACTIVE.
+    cloud.start_agent(observers=[proxy])  # `proxy` is closed now: it serves nothing
+    net2, _ = cloud.network("gated2", "10.73.0.0/24")
+    ns = cloud.namespace("gated2")
+    inst2 = cloud.create("instances", "instance", {"name": "g2", "host": cloud.host, "netns": ns,
+                                                   "nets": [{"network": net2["id"]}]})  # fmt: skip
+    port_id = inst2["nets"][0]["port_id"]
+    assert cloud.agent is not None
+    cloud.wait_for(lambda: cloud.api.get(f"/ports/{port_id}").json()["port"]["status"] == "BUILD", what="BUILD")
+    assert "eth0" in ns_run(ns, "ip", "-o", "link").stdout  # plugged, just not announced

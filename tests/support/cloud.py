@@ -40,9 +40,12 @@ class Cloud:
 
     # -- agent --
 
-    def start_agent(self) -> Agent:
+    def start_agent(self, observers: list[Any] | None = None) -> Agent:
         client = ApiClient(self.server.url, self.host, "admin")
-        self.agent = Agent(client, LinuxDataplane(self.host, self.uplinks), heartbeat_interval=0.5, poll_timeout=1)
+        self.agent = Agent(
+            client, LinuxDataplane(self.host, self.uplinks), heartbeat_interval=0.5, poll_timeout=1,
+            observers=observers,
+        )  # fmt: skip
         self._thread = threading.Thread(target=self.agent.run, daemon=True)
         self._thread.start()
         if not self.agent.synced.wait(15):

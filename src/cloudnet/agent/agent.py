@@ -16,6 +16,7 @@ from cloudnet.agent.client import ApiClient
 from cloudnet.dataplane.base import Dataplane
 
 log = logging.getLogger("cloudnet.agent")
+HELD_BACK_RETRY = 0.2
 
 
 class StateObserver(Protocol):
@@ -45,6 +46,7 @@ class Agent:
         self.poll_timeout = poll_timeout
         self.resync_interval = resync_interval
         self.observers = list(observers or [])
+        self.held_back = False  # some port is plugged but not yet served by its metadata proxy
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set after each successful reconcile (tests and `up` wait on it)
         self.revision = -1
@@ -87,8 +89,10 @@ class Agent:
         self.reconcile()
         since_full = 0.0
         while not self.stop_event.is_set():
-            events, latest = self.client.events(self.revision, self.poll_timeout)
-            if events:
+            # While ports wait for their metadata proxy, look again soon even if nothing changes.
+            timeout = HELD_BACK_RETRY if self.held_back else self.poll_timeout
+            events, latest = self.client.events(self.revision, timeout)
+            if events or self.held_back:
                 self.reconcile()
             else:
                 self.revision = max(self.revision, latest)
@@ -97,6 +101,13 @@ class Agent:
                     self.reconcile()
                     since_full = 0.0
 
+    def _metadata_served(self, state: dict[str, Any], network_id: str | None) -> bool:
+        network = state["networks"].get(network_id or "")
+        if not network or not network.get("metadata_port"):
+            return True  # no metadata for this network on this host (e.g. no subnet)
+        checks = [o.serving for o in self.observers if hasattr(o, "serving")]
+        return all(serving(network_id) for serving in checks)
+
     def reconcile(self) -> None:
         """Fetch the desired state, converge the dataplane, report what changed."""
         state = self.client.desired_state()
@@ -104,9 +115,14 @@ class Agent:
         for observer in self.observers:
             observer.update(state)
         changed = []
+        self.held_back = False
         for r in reports:
             known = state["ports"].get(r.port_id, {})
             body = r.as_api()
+            if body["status"] == "ACTIVE" and not self._metadata_served(state, known.get("network_id")):
+                # A booting guest must never race its metadata proxy: ACTIVE only once it answers.
+                body["status"] = "BUILD"
+                self.held_back = True
             # Compare with what the server holds, not with what we sent: someone else (the dead-host
             # sweep) may have changed it since.
             if any(known.get(k) != body[k] for k in ("status", "binding:vif_type", "binding:vif_details")):

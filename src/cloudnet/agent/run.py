@@ -6,10 +6,12 @@ import logging
 import signal
 import threading
 
-from cloudnet.agent.agent import Agent
+from cloudnet.agent.agent import Agent, StateObserver
 from cloudnet.agent.client import ApiClient
+from cloudnet.agent.metadata_proxy import MetadataProxy
 from cloudnet.config import AgentConfig
 from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.metadata import signing
 from cloudnet.metadata.mdata_server import MdataService
 
 log = logging.getLogger("cloudnet.agent")
@@ -18,11 +20,15 @@ log = logging.getLogger("cloudnet.agent")
 def build(config: AgentConfig) -> Agent:
     client = ApiClient(config.server, config.host, config.token)
     dataplane = LinuxDataplane(config.host, config.uplinks)
+    observers: list[StateObserver] = []
+    if config.metadata_url:
+        # 169.254.169.254 in every network namespace of this host, signing with the server's secret.
+        observers.append(MetadataProxy(config.host, config.metadata_url, signing.read_secret(config.secret_file)))
     # SmartOS metadata sockets under <state>/zonecontrol/<uuid>/ (guests' writes go through the API).
-    mdata = MdataService(config.state_dir, client)
+    observers.append(MdataService(config.state_dir, client))
     return Agent(
         client, dataplane, report={"uplinks": config.uplinks}, heartbeat_interval=config.heartbeat_interval,
-        observers=[mdata],
+        observers=observers,
     )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from cloudnet.config import (
     DEFAULT_STATE_DIR,
     AgentConfig,
     ServerConfig,
+    metadata_url_of,
     parse_mappings,
 )
 
@@ -91,12 +92,25 @@ def register(app: typer.Typer) -> None:
         token: Annotated[str, typer.Option(envvar="CLOUDNET_TOKEN", help="Admin token for the API.")] = "agent",
         state_dir: StateDir = DEFAULT_STATE_DIR,
         uplink: Uplink = None,
+        metadata_url: Annotated[
+            str, typer.Option(help="Metadata API for the proxies: http://HOST:PORT, unix:/PATH, or 'off'.")
+        ] = f"http://{DEFAULT_METADATA_LISTEN}",
+        metadata_secret_file: Annotated[
+            Path | None,
+            typer.Option(help="Copy of the server's metadata secret (default: <state-dir>/metadata_secret)."),
+        ] = None,
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
         from cloudnet.agent.run import run
+        from cloudnet.metadata.signing import SecretError
 
-        run(AgentConfig(host=host or socket.gethostname(), server=server, token=token, state_dir=state_dir,
-                        uplinks=_uplinks(uplink)))  # fmt: skip
+        config = AgentConfig(host=host or socket.gethostname(), server=server, token=token, state_dir=state_dir,
+                             uplinks=_uplinks(uplink), metadata_url=None if metadata_url == "off" else metadata_url,
+                             metadata_secret_file=metadata_secret_file)  # fmt: skip
+        try:
+            run(config)
+        except SecretError as exc:
+            raise CliError(f"cannot start the metadata proxy: {exc}") from None
 
     @app.command("up")
     def up(
@@ -116,5 +130,6 @@ def register(app: typer.Typer) -> None:
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
                                    token=_admin_token(config.tokens_file), state_dir=state_dir,
-                                   uplinks=_uplinks(uplink))  # fmt: skip
+                                   uplinks=_uplinks(uplink), metadata_url=metadata_url_of(metadata_listen),
+                                   metadata_secret_file=config.metadata_secret_file)  # fmt: skip
         _serve(config, agent_config)
