@@ -15,19 +15,10 @@ from sqlalchemy import select
 
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
+from tests.support.api import check_error
 from tests.support.server import RunningServer
 
 Json = dict[str, Any]
-
-
-def check_error(resp: httpx.Response, status: int, type_: str, *fragments: str) -> Json:
-    """The response is a NeutronError with this status and type whose message contains every fragment."""
-    assert resp.status_code == status, resp.text
-    err = resp.json()["NeutronError"]
-    assert err["type"] == type_, err
-    for fragment in fragments:
-        assert fragment in err["message"], (fragment, err["message"])
-    return err
 
 
 def create(client: httpx.Client, **attrs: Any) -> Json:

@@ -14,31 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.api import check_error, create_network, create_subnet
 from tests.support.server import RunningServer
 
 Json = dict[str, Any]
-
-
-def check_error(resp: httpx.Response, status: int, type_: str, *fragments: str) -> Json:
-    """The response is a NeutronError with this status and type whose message contains every fragment."""
-    assert resp.status_code == status, resp.text
-    err = resp.json()["NeutronError"]
-    assert err["type"] == type_, err
-    for fragment in fragments:
-        assert fragment in err["message"], (fragment, err["message"])
-    return err
-
-
-def create_network(client: httpx.Client, **attrs: Any) -> Json:
-    resp = client.post("/networks", json={"network": attrs})
-    assert resp.status_code == 201, resp.text
-    return resp.json()["network"]
-
-
-def create_subnet(client: httpx.Client, network_id: str, cidr: str, **attrs: Any) -> Json:
-    resp = client.post("/subnets", json={"subnet": {"network_id": network_id, "cidr": cidr, **attrs}})
-    assert resp.status_code == 201, resp.text
-    return resp.json()["subnet"]
 
 
 def subnet_ids(client: httpx.Client, **params: Any) -> set[str]:

@@ -24,3 +24,21 @@ def error(r: httpx.Response, status: int, type_: str | None = None) -> str:
         assert err["type"] == type_, err
     assert err["message"]
     return str(err["message"])
+
+
+def check_error(resp: httpx.Response, status: int, type_: str, *fragments: str) -> Json:
+    """The response is a NeutronError with this status and type whose message contains every fragment."""
+    assert resp.status_code == status, resp.text
+    err = resp.json()["NeutronError"]
+    assert err["type"] == type_, err
+    for fragment in fragments:
+        assert fragment in err["message"], (fragment, err["message"])
+    return dict(err)
+
+
+def create_network(client: httpx.Client, **attrs: Any) -> Json:
+    return create(client, "networks", "network", **attrs)
+
+
+def create_subnet(client: httpx.Client, network_id: str, cidr: str, **attrs: Any) -> Json:
+    return create(client, "subnets", "subnet", network_id=network_id, cidr=cidr, **attrs)
