@@ -53,6 +53,9 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        notifier = getattr(getattr(self.config.app, "state", None), "notifier", None)
+        if notifier is not None:
+            notifier.close()  # open long polls (agents following events) answer instead of delaying the stop
         super().handle_exit(sig, frame)
         for companion in self.companions:
             companion.handle_exit(sig, frame)

@@ -28,6 +28,7 @@ class Notifier:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.revision = 0
+        self.closing = False  # the server is stopping: long polls answer now instead of holding it up
         self._changed = asyncio.Event()
 
     def committed(self, revision: int) -> None:
@@ -37,6 +38,13 @@ class Notifier:
         self.revision = max(self.revision, revision)
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self._close)
+
+    def _close(self) -> None:
+        self.closing = True
+        self._changed.set()
 
     async def wait(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -69,6 +77,6 @@ async def list_events(request: Request) -> Response:
     while True:
         items, latest = await call(events.events_since, st.store, ctx, since, limit)
         remaining = deadline - loop.time()
-        if items or remaining <= 0 or await request.is_disconnected():
+        if items or remaining <= 0 or notifier.closing or await request.is_disconnected():
             return neutron.JSON({"events": items, "revision": latest})
         await notifier.wait(min(POLL_INTERVAL, remaining))
