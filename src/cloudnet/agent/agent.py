@@ -17,6 +17,7 @@ from cloudnet.dataplane.base import Dataplane
 
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
+HELD_BACK_MAX = 5.0
 
 
 class StateObserver(Protocol):
@@ -47,6 +48,7 @@ class Agent:
         self.resync_interval = resync_interval
         self.observers = list(observers or [])
         self.held_back = False  # some port is plugged but not yet served by its metadata proxy
+        self._retry = HELD_BACK_RETRY
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set after each successful reconcile (tests and `up` wait on it)
         self.revision = -1
@@ -90,8 +92,10 @@ class Agent:
         since_full = 0.0
         while not self.stop_event.is_set():
             # While ports wait for their metadata proxy, look again soon even if nothing changes.
-            timeout = HELD_BACK_RETRY if self.held_back else self.poll_timeout
+            timeout = self._retry if self.held_back else self.poll_timeout
             events, latest = self.client.events(self.revision, timeout)
+            # Back off while a proxy stays unable to listen; start quick again once all is served.
+            self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
             if events or self.held_back:
                 self.reconcile()
             else:
