@@ -29,6 +29,12 @@ class ServerConfig:
     metadata_vendor_data: Path | None = None
     metadata_domain: str = "novalocal"
     availability_zone: str = "nova"
+    # Port pools (Kuryr's ports_pool_*): defaults of every pool, each overridable per pool.
+    pool_min: int = 5  # ready ports to keep; refill below it
+    pool_max: int = 0  # ready ports at most (released ones beyond are deleted); 0: no cap
+    pool_batch: int = 10  # ports per bulk refill
+    pool_ttl: int = 0  # seconds a ready port may stay idle while the pool is above min; 0: off
+    pool_update_interval: int = 20  # seconds between maintenance passes of a pool
 
     @property
     def database_url(self) -> str:
@@ -69,6 +75,11 @@ class AgentConfig:
     metadata_url: str | None = f"http://{DEFAULT_METADATA_LISTEN}"
     # The server's shared secret (a copy on other hosts); default <state_dir>/metadata_secret.
     metadata_secret_file: Path | None = None
+    # SR-IOV: physical network -> PFs whose VFs direct ports get (--sriov), VFs never handed out per PF
+    # (--sriov-exclude, PCI slots), and where sysfs is (tests point it at a tree they build).
+    sriov: dict[str, list[str]] = field(default_factory=dict)
+    sriov_exclude: dict[str, set[str]] = field(default_factory=dict)
+    sysfs_root: Path = Path("/sys")
 
     @property
     def secret_file(self) -> Path:

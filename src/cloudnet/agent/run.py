@@ -5,21 +5,38 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from typing import Any
 
 from cloudnet.agent.agent import Agent, StateObserver
 from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata_proxy import MetadataProxy
 from cloudnet.config import AgentConfig
 from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.dataplane.sriov import SriovDataplane
+from cloudnet.dataplane.sriov_inventory import inventory_report, read_inventory
 from cloudnet.metadata import signing
 from cloudnet.metadata.mdata_server import MdataService
 
 log = logging.getLogger("cloudnet.agent")
 
 
+def agent_report(config: AgentConfig) -> dict[str, Any]:
+    """What the heartbeat reports about this host: uplinks, and the SR-IOV inventory when VFs are mapped."""
+    report: dict[str, Any] = {"uplinks": config.uplinks}
+    if config.sriov:
+        report["sriov"] = inventory_report(read_inventory(config.sriov, config.sriov_exclude, config.sysfs_root))
+    return report
+
+
 def build(config: AgentConfig) -> Agent:
     client = ApiClient(config.server, config.host, config.token)
-    dataplane = LinuxDataplane(config.host, config.uplinks)
+    report = agent_report(config)
+    sriov = None
+    if config.sriov:
+        # Shares `report` with the Agent: it refreshes report["sriov"] after each plug or release.
+        sriov = SriovDataplane(config.host, config.state_dir, mappings=config.sriov, exclude=config.sriov_exclude,
+                               sysfs_root=config.sysfs_root, report=report)  # fmt: skip
+    dataplane = LinuxDataplane(config.host, config.uplinks, sriov)
     observers: list[StateObserver] = []
     if config.metadata_url:
         # 169.254.169.254 in every network namespace of this host, signing with the server's secret.
@@ -27,7 +44,7 @@ def build(config: AgentConfig) -> Agent:
     # SmartOS metadata sockets under <state>/zonecontrol/<uuid>/ (guests' writes go through the API).
     observers.append(MdataService(config.state_dir, client))
     return Agent(
-        client, dataplane, report={"uplinks": config.uplinks}, heartbeat_interval=config.heartbeat_interval,
+        client, dataplane, report=report, heartbeat_interval=config.heartbeat_interval,
         observers=observers,
     )  # fmt: skip
 

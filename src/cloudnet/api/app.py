@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cloudnet import __version__
-from cloudnet.api import events, extensions, forwards, hosts, instance_metadata, resources, tags
+from cloudnet.api import events, extensions, forwards, hosts, instance_metadata, port_pools, resources, tags
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState
 from cloudnet.api.neutron import JSON, error_response
@@ -34,10 +34,12 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         app.state.notifier = notifier
         store.on_commit(notifier.committed)
         sweeper = asyncio.create_task(hosts.sweep_dead_hosts(app.state.cloudnet))
+        pool_maintainer = asyncio.create_task(port_pools.maintain_pools(app.state.cloudnet))
         try:
             yield
         finally:
             sweeper.cancel()
+            pool_maintainer.cancel()
 
     app = FastAPI(title="cloudnet", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.cloudnet = AppState(config=config, store=store, auth=auth or Authenticator(config.tokens_file))
@@ -94,6 +96,7 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     app.include_router(tags.router)
     app.include_router(hosts.router)
     app.include_router(forwards.router)
+    app.include_router(port_pools.router)
     app.include_router(instance_metadata.router)
     app.include_router(resources.build())
     return app

@@ -31,6 +31,15 @@ Uplink = Annotated[
     list[str] | None,
     typer.Option(metavar="PHYSNET:IFACE", help="Bridge external networks of PHYSNET to IFACE (repeatable)."),
 ]
+Sriov = Annotated[
+    list[str] | None,
+    typer.Option(metavar="PHYSNET:PF[,PHYSNET:PF]", help="Hand out VFs of PF to direct ports on PHYSNET (repeatable)."),
+]
+SriovExclude = Annotated[
+    list[str] | None,
+    typer.Option(metavar="PF:PCI[;PCI]", help="VFs (PCI slots) of PF never handed out (repeatable)."),
+]
+SysfsRoot = Annotated[Path, typer.Option(help="Where sysfs is mounted (SR-IOV inventory).")]
 MetadataListen = Annotated[
     str,
     typer.Option(
@@ -47,6 +56,15 @@ VendorData = Annotated[
 def _uplinks(values: list[str] | None) -> dict[str, str]:
     try:
         return parse_mappings(values or [], "--uplink")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _sriov(sriov: list[str] | None, exclude: list[str] | None) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    from cloudnet.dataplane.sriov_inventory import parse_exclude, parse_sriov
+
+    try:
+        return parse_sriov(sriov or []), parse_exclude(exclude or [])
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
@@ -99,6 +117,9 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(help="Copy of the server's metadata secret (default: <state-dir>/metadata_secret)."),
         ] = None,
+        sriov: Sriov = None,
+        sriov_exclude: SriovExclude = None,
+        sysfs_root: SysfsRoot = Path("/sys"),
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
         from cloudnet.agent.run import run
@@ -107,6 +128,8 @@ def register(app: typer.Typer) -> None:
         config = AgentConfig(host=host or socket.gethostname(), server=server, token=token, state_dir=state_dir,
                              uplinks=_uplinks(uplink), metadata_url=None if metadata_url == "off" else metadata_url,
                              metadata_secret_file=metadata_secret_file)  # fmt: skip
+        config.sriov, config.sriov_exclude = _sriov(sriov, sriov_exclude)
+        config.sysfs_root = sysfs_root
         try:
             run(config)
         except SecretError as exc:
@@ -123,6 +146,9 @@ def register(app: typer.Typer) -> None:
         uplink: Uplink = None,
         metadata_listen: MetadataListen = DEFAULT_METADATA_LISTEN,
         vendor_data: VendorData = None,
+        sriov: Sriov = None,
+        sriov_exclude: SriovExclude = None,
+        sysfs_root: SysfsRoot = Path("/sys"),
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
@@ -132,4 +158,6 @@ def register(app: typer.Typer) -> None:
                                    token=_admin_token(config.tokens_file), state_dir=state_dir,
                                    uplinks=_uplinks(uplink), metadata_url=metadata_url_of(metadata_listen),
                                    metadata_secret_file=config.metadata_secret_file)  # fmt: skip
+        agent_config.sriov, agent_config.sriov_exclude = _sriov(sriov, sriov_exclude)
+        agent_config.sysfs_root = sysfs_root
         _serve(config, agent_config)

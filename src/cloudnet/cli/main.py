@@ -13,7 +13,7 @@ import httpx
 import typer
 from typer.core import TyperGroup
 
-from cloudnet.cli import daemons, hosts, instances, networks, ports, routers, security_groups, subnets
+from cloudnet.cli import daemons, hosts, instances, networks, pools, ports, routers, security_groups, subnets
 from cloudnet.cli.client import DEFAULT_TOKEN, DEFAULT_URL, Client
 from cloudnet.cli.errors import CliError
 
@@ -45,6 +45,7 @@ app.add_typer(routers.app, name="router")
 app.add_typer(security_groups.app, name="security-group")
 app.add_typer(instances.app, name="instance")
 app.add_typer(hosts.app, name="host")
+app.add_typer(pools.app, name="pool")
 
 
 @app.callback()

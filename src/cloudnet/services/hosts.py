@@ -11,7 +11,7 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select, update
 
 from cloudnet.errors import Forbidden, NotFound
-from cloudnet.services import common, metadata_ports, network_config, ports, uplinks
+from cloudnet.services import common, metadata_ports, network_config, ports, sriov, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -96,16 +96,24 @@ def list_hosts(store: Store, ctx: Context, down_time: float) -> list[dict[str, A
     _admin(ctx)
     now = utcnow()
     with store.read() as conn:
-        return [_host_dict(r, now, down_time) for r in conn.execute(select(H).order_by(H.c.name))]
+        return [_with_sriov(conn, r, _host_dict(r, now, down_time)) for r in conn.execute(select(H).order_by(H.c.name))]
 
 
 def get_host(store: Store, ctx: Context, name: str, down_time: float) -> dict[str, Any]:
     _admin(ctx)
     with store.read() as conn:
         row = conn.execute(select(H).where(H.c.name == name)).first()
-    if row is None:
-        raise NotFound(f"Host {name} could not be found.", type="HostNotFound")
-    return _host_dict(row, utcnow(), down_time)
+        if row is None:
+            raise NotFound(f"Host {name} could not be found.", type="HostNotFound")
+        return _with_sriov(conn, row, _host_dict(row, utcnow(), down_time))
+
+
+def _with_sriov(conn: Connection, row: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """The host's SR-IOV PFs, physical networks and VFs with their state (free/reserved/in-use/excluded)."""
+    view = sriov.host_view(conn, row.name, row.report)
+    if view is not None:
+        item["sriov"] = view
+    return item
 
 
 def sweep_dead(store: Store, down_time: float) -> list[str]:
@@ -200,6 +208,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
             select(P).where(P.c.id.in_(instance_ports + router_ports + list(metadata_by_net.values())))
         ).all()
         port_dicts = {p["id"]: p for p in ports.to_dicts(conn, list(port_rows))}
+        direct = sriov.desired(conn, host)
         nets = conn.execute(select(t.networks).where(t.networks.c.id.in_(network_ids))).all()
         subs = conn.execute(select(t.subnets).where(t.subnets.c.network_id.in_(network_ids))).all()
     subnets = {
@@ -238,6 +247,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         },
         "subnets": subnets,
         "routers": routers,
+        "sriov": direct,
     }  # fmt: skip
 
 

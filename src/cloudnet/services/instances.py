@@ -10,7 +10,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
 from cloudnet.metadata import mdata_keys
-from cloudnet.services import common, metadata_ports, ports
+from cloudnet.services import common, metadata_ports, ports, sriov
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ip, is_uuid, parse
@@ -168,8 +168,9 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
     links: list[dict[str, Any]] = []
     seen: set[str] = set()
     for position, net in enumerate(spec.nets):
+        direct = False
         if net.port is not None:
-            port_id = _bind_existing(tx, ctx, net.port, row["project_id"], host, seen)
+            port_id, direct = _bind_existing(tx, ctx, net.port, row["project_id"], host, seen)
             created = False
         else:
             fixed = [ports.FixedIp(ip_address=ip) for ip in (net.v4_fixed_ip, net.v6_fixed_ip) if ip]
@@ -185,7 +186,9 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
         links.append({"instance_id": instance_id, "port_id": port_id, "position": position,
                       "created_by_instance": created})  # fmt: skip
         if not created:
-            ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=binding)
+            # A direct port's host binding was written with its VF (sriov.reserve_in_tx).
+            extra = {k: v for k, v in binding.items() if not (direct and k == "host_id")}
+            ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=extra)
     if links:
         tx.conn.execute(insert(IP), links)
     for network_id in sorted({r[0] for r in tx.conn.execute(select(P.c.network_id).where(
@@ -195,7 +198,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
     return str(instance_id)
 
 
-def _bind_existing(tx: Tx, ctx: Context, port_id: str, project_id: str, host: str, seen: set[str]) -> str:
+def _bind_existing(tx: Tx, ctx: Context, port_id: str, project_id: str, host: str, seen: set[str]) -> tuple[str, bool]:
     """Zun's checks for a pre-created port, in Zun's order and words."""
     port = tx.conn.execute(select(P).where(P.c.id == port_id)).first()
     if port is None or not (ctx.is_admin or port.project_id == ctx.project_id):
@@ -208,10 +211,11 @@ def _bind_existing(tx: Tx, ctx: Context, port_id: str, project_id: str, host: st
     if port.host_id and port.host_id != host:
         raise Conflict(f"Port {port_id} not usable for the instance: it is bound to host {port.host_id}.",
                        type="PortNotUsable")  # fmt: skip
-    if port.vnic_type != "normal":
-        raise InvalidInput(f"Port {port_id} has binding:vnic_type {port.vnic_type}, which this host cannot plug yet")
     seen.add(port_id)
-    return port_id
+    if sriov.is_direct(port):
+        sriov.reserve_in_tx(tx, ctx, port, host)  # the lowest free VF of the right physical network
+        return port_id, True
+    return port_id, False
 
 
 def update_instance(store: Store, ctx: Context, instance_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +244,8 @@ def delete_instance(store: Store, ctx: Context, instance_id: str) -> None:
                 continue
             if created:
                 ports.delete_in_tx(tx, port)
+            elif sriov.is_direct(port):
+                sriov.release_in_tx(tx, port)  # VF freed, pci keys and binding cleared, port kept
             else:
                 unbound = {"device_id": "", "device_owner": "", "host_id": "", "status": "DOWN", "vif_type": "unbound",
                            "vif_details": {}}  # fmt: skip

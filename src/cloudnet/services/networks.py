@@ -21,6 +21,8 @@ N = t.networks
 NETWORK_TYPES = ("flat", "vlan", "local")
 # Ports whose owner goes away with the network instead of blocking its deletion (Neutron: DHCP, metadata).
 AUTO_DELETE_OWNERS = ("network:dhcp", "network:distributed")
+# Ready ports of a port pool (services/pools.py): deleted with their network, never blocking its deletion.
+POOL_FREE_OWNER = "compute:cloudnet-pool"
 
 ATTRS: dict[str, Attr] = {
     **common.standard_attrs(N),
@@ -271,7 +273,9 @@ def delete_network(store: Store, ctx: Context, network_id: str) -> None:
         tx.conn.execute(select(N.c.id).where(N.c.id == network_id).with_for_update())
         P = t.ports
         blocking = tx.conn.execute(
-            select(P.c.id).where(P.c.network_id == network_id, P.c.device_owner.not_in(AUTO_DELETE_OWNERS)).limit(1)
+            select(P.c.id)
+            .where(P.c.network_id == network_id, P.c.device_owner.not_in((*AUTO_DELETE_OWNERS, POOL_FREE_OWNER)))
+            .limit(1)
         ).first()
         if blocking:
             raise Conflict(

@@ -324,6 +324,9 @@ def delete_group(store: Store, ctx: Context, sg_id: str) -> None:
         row = common.get_row(tx.conn, SG, "security_group", sg_id, ctx)
         if row.default_for_project and not ctx.is_admin:
             raise Conflict("Removing default security group not allowed.", type="SecurityGroupCannotRemoveDefault")
+        from cloudnet.services import pools
+
+        pools.forget_security_group(tx, sg_id)
         in_use = tx.conn.execute(
             select(t.port_security_groups.c.port_id).where(t.port_security_groups.c.security_group_id == sg_id).limit(1)
         ).first()

@@ -259,9 +259,60 @@ instance_ports = Table(
     PrimaryKeyConstraint("instance_id", "port_id"),
 )
 
+# Port pools (Kuryr-style): ready ports per (host, project, network), with their sizing. NULL sizing
+# columns mean "the server's default" (ServerConfig.pool_*), so a changed default applies to every pool.
+port_pools = Table(
+    "port_pools",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("project_id", PROJECT, nullable=False),
+    Column("network_id", ID, ForeignKey("networks.id", ondelete="CASCADE"), nullable=False, index=True),
+    # The security groups (sorted ids) refills give new ports: the bucket of the latest claim.
+    Column("security_groups", JSON, nullable=False),
+    Column("min", Integer, nullable=True),
+    Column("max", Integer, nullable=True),
+    Column("batch", Integer, nullable=True),
+    Column("ttl", Integer, nullable=True),
+    Column("update_interval", Integer, nullable=True),
+    Column("last_refill", DateTime(timezone=True), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("revision_number", BigInteger, nullable=False, default=0),
+    UniqueConstraint("host", "project_id", "network_id", name="uq_port_pools_host_project_id_network_id"),
+)
+
+# Membership of a port in its pool (the port also carries the tag cloudnet.pool=<pool id>). A pool port
+# is ready while its device_owner is compute:cloudnet-pool; idle_since is when it last became ready.
+pool_ports = Table(
+    "pool_ports",
+    metadata,
+    Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), primary_key=True),
+    Column("pool_id", ID, ForeignKey("port_pools.id", ondelete="CASCADE"), nullable=False),
+    Column("idle_since", DateTime(timezone=True), nullable=True),
+)
+
+# SR-IOV: which VF (host, PCI slot) a direct port holds. Unique per VF and per port, so two instances
+# can never get one VF, whatever runs concurrently.
+sriov_reservations = Table(
+    "sriov_reservations",
+    metadata,
+    Column("host", String(255), nullable=False),
+    Column("pci_slot", String(32), nullable=False),
+    Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False, unique=True),
+    Column("pf", String(64), nullable=False),
+    Column("vf_index", Integer, nullable=False),
+    Column("physical_network", String(64), nullable=False),
+    Column("pci_vendor_info", String(16), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("host", "pci_slot"),
+)
+
 Index("ix_ports_network_id_device_owner", ports.c.network_id, ports.c.device_owner)
 Index("ix_ip_allocations_network_id_ip_address", ip_allocations.c.network_id, ip_allocations.c.ip_address)
 Index("ix_tags_tag", tags.c.tag)
+# A claim walks one pool's ports in idle order and stops at the first ready one of its bucket.
+Index("ix_pool_ports_pool_id_idle_since", pool_ports.c.pool_id, pool_ports.c.idle_since)
 
 __all__ = [
     "events",
@@ -272,12 +323,15 @@ __all__ = [
     "ip_allocations",
     "metadata",
     "networks",
+    "pool_ports",
+    "port_pools",
     "port_security_groups",
     "ports",
     "revision_counter",
     "routers",
     "security_group_rules",
     "security_groups",
+    "sriov_reservations",
     "subnets",
     "tags",
 ]

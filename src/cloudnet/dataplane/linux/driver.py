@@ -19,13 +19,16 @@ import ipaddress
 import logging
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.base import DesiredState, PortReport
 from cloudnet.dataplane.linux import names, nat, netns
+
+if TYPE_CHECKING:  # the SR-IOV driver builds on this module's helpers
+    from cloudnet.dataplane.sriov import SriovDataplane
 
 log = logging.getLogger(__name__)
 IFA_F_NODAD = 0x02
@@ -59,12 +62,14 @@ def _mac(msg: Any) -> str:
 
 
 class LinuxDataplane:
-    def __init__(self, host: str, uplinks: dict[str, str] | None = None) -> None:
+    def __init__(self, host: str, uplinks: dict[str, str] | None = None, sriov: SriovDataplane | None = None) -> None:
         self.host = host
         self.host_ns = names.host_ns(host)
         self.router_prefix = names.router_ns_prefix(host)
         self.metadata_prefix = names.metadata_ns_prefix(host)
         self.uplinks = dict(uplinks or {})
+        # Direct (SR-IOV) ports are plugged by their own driver: a VF instead of a veth.
+        self.sriov = sriov
         # port id -> fingerprint of the configuration last applied inside the instance; lets a
         # reconcile skip entering namespaces whose ports have not changed.
         self._applied: dict[str, tuple[Any, ...]] = {}
@@ -87,6 +92,8 @@ class LinuxDataplane:
             uplinks = self._ensure_uplinks(host, state, networks)
             for inst in state["instances"]:
                 reports += self._apply_instance(host, links, inst, state, wanted)
+            if self.sriov is not None:
+                reports += self.sriov.apply(state)
             wanted_ns = set()
             for net_id in networks:
                 if state["networks"][net_id].get("metadata_port"):
@@ -149,8 +156,8 @@ class LinuxDataplane:
         reports = []
         for position, port_id in enumerate(inst["ports"]):
             port = state["ports"].get(port_id)
-            if port is None:
-                continue
+            if port is None or port.get("binding:vnic_type") == "direct":
+                continue  # gone, or a VF (the SR-IOV driver's); ethN positions stay as ordered
             tap = names.tap(port_id)
             wanted.add(tap)
             network = state["networks"][port["network_id"]]

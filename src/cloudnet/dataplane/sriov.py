@@ -1,0 +1,278 @@
+"""SR-IOV direct ports on a Linux host, through netlink (pyroute2) — networking.md §3.3.
+
+Plug a reserved VF into its instance:
+  1. on the PF: `ip link set <pf> vf <i> mac <port mac> vlan <segmentation id or 0>` (IFLA_VFINFO_LIST
+     with IFLA_VF_MAC and IFLA_VF_VLAN; `vf_request` builds it, `PfNetlink` sends it);
+  2. the VF's netdev (found under sysfs `virtfn<i>/net/`) gets an alias naming the VF, moves into the
+     instance namespace and is renamed to eth<position>; MAC, MTU, state, addresses and routes as the
+     Linux dataplane sets them for a veth port (its static helpers);
+  3. the port is reported ACTIVE, vif_type hw_veb.
+Release: on the PF `vf <i> vlan 0 mac 00:00:00:00:00:00` (no duplicate MAC when the VF is reused), the
+netdev gets its own name back and returns to the host namespace.
+
+What is plugged where is written to <state_dir>/sriov/<pci slot>.json before anything moves, so an agent
+restarted at any point finds its VFs: a VF whose reservation is gone from the desired state (its instance
+was deleted meanwhile) is reset and handed back to the host namespace, which frees it on the next report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.requests.link import LinkIPRouteFilter
+
+from cloudnet.dataplane import sriov_inventory as inv
+from cloudnet.dataplane.base import DesiredState, PortReport
+from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+
+log = logging.getLogger(__name__)
+VIF_TYPE = "hw_veb"
+ZERO_MAC = "00:00:00:00:00:00"
+ALIAS_PREFIX = "cloudnet-vf "
+
+VfSetter = Callable[[dict[str, Any]], None]
+
+
+def vf_request(pf_index: int, vf_index: int, mac: str, vlan: int) -> dict[str, Any]:
+    """The exact `IPRoute.link("set", **request)` that sets a VF's MAC and VLAN on its PF."""
+    return {"index": pf_index, "vf": {"vf": vf_index, "mac": mac, "vlan": vlan}}
+
+
+def vf_nla(request: dict[str, Any]) -> dict[str, Any]:
+    """The IFLA_VFINFO_LIST attribute pyroute2 sends for `request` (IFLA_VF_INFO with IFLA_VF_VLAN, IFLA_VF_MAC)."""
+    vf = request["vf"]
+    return dict(LinkIPRouteFilter("set").set_vf({}, dict(vf)))
+
+
+class PfNetlink:
+    """Sends VF requests to the PF in the agent's namespace. Needs SR-IOV hardware (a veth PF refuses it)."""
+
+    def __call__(self, request: dict[str, Any]) -> None:
+        with netns.iproute(None) as root:
+            root.link("set", index=request["index"], vf=dict(request["vf"]))
+
+
+def _alias(slot: str, netdev: str) -> str:
+    return f"{ALIAS_PREFIX}{slot} {netdev}"
+
+
+def _lookup(ipr: IPRoute, ifname: str) -> int | None:
+    found = ipr.link_lookup(ifname=ifname)
+    return found[0] if found else None
+
+
+def _by_alias(ipr: IPRoute, alias: str) -> int | None:
+    for msg in ipr.get_links():
+        if msg.get_attr("IFLA_IFALIAS") == alias:
+            return int(msg["index"])
+    return None
+
+
+class SriovDataplane:
+    """Converges the host's direct ports to `state["sriov"]` (services/sriov.desired) and the instances."""
+
+    def __init__(
+        self,
+        host: str,
+        state_dir: Path,
+        *,
+        mappings: dict[str, list[str]] | None = None,
+        exclude: dict[str, set[str]] | None = None,
+        sysfs_root: Path = inv.DEFAULT_SYSFS_ROOT,
+        set_vf: VfSetter | None = None,
+        report: dict[str, Any] | None = None,
+    ) -> None:
+        self.host = host
+        self.records_dir = Path(state_dir) / "sriov"
+        self.mappings = dict(mappings or {})
+        self.exclude = dict(exclude or {})
+        self.sysfs_root = Path(sysfs_root)
+        self.set_vf: VfSetter = set_vf or PfNetlink()
+        # The agent's heartbeat report (the same dict): its "sriov" member is refreshed after changes.
+        self.report = report
+        self._applied: dict[str, tuple[Any, ...]] = {}
+
+    # -- inventory ----------------------------------------------------------------------------
+
+    def inventory(self) -> dict[str, Any]:
+        return inv.inventory_report(inv.read_inventory(self.mappings, self.exclude, self.sysfs_root))
+
+    def refresh_report(self) -> None:
+        if self.report is not None:
+            self.report["sriov"] = self.inventory()
+
+    # -- records ------------------------------------------------------------------------------
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        if self.records_dir.is_dir():
+            for path in sorted(self.records_dir.glob("*.json")):
+                try:
+                    rec = json.loads(path.read_text())
+                    out[rec["pci_slot"]] = rec
+                except (OSError, ValueError, KeyError):
+                    log.warning("SR-IOV: unreadable record %s", path)
+        return out
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        self.records_dir.mkdir(parents=True, exist_ok=True)
+        path = self.records_dir / f"{rec['pci_slot']}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec))
+        os.replace(tmp, path)
+
+    def _forget(self, slot: str) -> None:
+        (self.records_dir / f"{slot}.json").unlink(missing_ok=True)
+
+    # -- the whole state ----------------------------------------------------------------------
+
+    def apply(self, state: DesiredState) -> list[PortReport]:
+        where: dict[str, tuple[dict[str, Any], int]] = {}
+        for inst in state["instances"]:
+            for position, pid in enumerate(inst["ports"]):
+                where[pid] = (inst, position)
+        wanted = {r["pci_slot"]: r for r in state.get("sriov", []) if r["port_id"] in where}
+        changed = False
+        records = self.records()
+        for slot, rec in records.items():
+            res = wanted.get(slot)
+            inst_pos = where.get(rec["port_id"])
+            same = (res is not None and res["port_id"] == rec["port_id"] and inst_pos is not None
+                    and inst_pos[0]["netns"] == rec["netns"] and rec["ifname"] == f"eth{inst_pos[1]}")  # fmt: skip
+            if not same:
+                self.release(rec)
+                self._applied.pop(rec["port_id"], None)
+                changed = True
+        reports = []
+        for slot, res in wanted.items():
+            inst, position = where[res["port_id"]]
+            port = state["ports"].get(res["port_id"])
+            if port is None:
+                continue
+            network = state["networks"][port["network_id"]]
+            details = {"vlan": str(res["vlan"])}
+            up = "ACTIVE" if port["admin_state_up"] else "DOWN"
+            fingerprint = (
+                slot, res["vlan"], *LinuxDataplane._fingerprint(inst, position, port, network, state)
+            )  # fmt: skip
+            if self._applied.get(res["port_id"]) == fingerprint and netns.exists(inst["netns"]):
+                reports.append(PortReport(res["port_id"], up, VIF_TYPE, details))
+                continue
+            try:
+                self.plug(inst, position, port, network, res, state)
+            except netns.NamespaceMissing:
+                log.warning("instance %s: network namespace %s does not exist", inst["id"], inst["netns"])
+                reports.append(PortReport(res["port_id"], "DOWN", "binding_failed", {"reason": "netns missing"}))
+                continue
+            except VfUnavailable as exc:
+                log.error("instance %s: %s", inst["id"], exc)
+                reports.append(PortReport(res["port_id"], "ERROR", "binding_failed", {"reason": str(exc)}))
+                continue
+            changed = True
+            self._applied[res["port_id"]] = fingerprint
+            reports.append(PortReport(res["port_id"], up, VIF_TYPE, details))
+        if changed:
+            self.refresh_report()
+        return reports
+
+    def close(self) -> None:
+        self._applied.clear()
+
+    # -- plug ---------------------------------------------------------------------------------
+
+    def plug(
+        self,
+        inst: dict[str, Any],
+        position: int,
+        port: dict[str, Any],
+        network: dict[str, Any],
+        res: dict[str, Any],
+        state: DesiredState,
+    ) -> None:
+        slot, ifname, ns = res["pci_slot"], f"eth{position}", inst["netns"]
+        rec = self.records().get(slot)
+        if rec is None:
+            vf = inv.vf_by_slot(self.sysfs_root, res["pf"], int(res["vf_index"]))
+            if vf is None or vf.pci_slot != slot:
+                raise VfUnavailable(f"VF {res['pf']}/{res['vf_index']} ({slot}) not found in sysfs")
+            if vf.netdev is None:
+                raise VfUnavailable(f"VF {slot} has no netdev in the host namespace")
+            rec = {"pci_slot": slot, "pf": res["pf"], "vf_index": int(res["vf_index"]), "netdev": vf.netdev,
+                   "port_id": port["id"], "netns": ns, "ifname": ifname}  # fmt: skip
+        fd = netns.fd_of(ns)  # NamespaceMissing before anything changes
+        try:
+            with netns.iproute(None) as root:
+                pf_index = _lookup(root, res["pf"])
+                if pf_index is None:
+                    raise VfUnavailable(f"Invalid Device {res['pf']}: Device not found")
+                self.set_vf(vf_request(pf_index, int(res["vf_index"]), port["mac_address"], int(res["vlan"])))
+                idx = _lookup(root, rec["netdev"])
+                if idx is not None:  # still in the host namespace: move it
+                    self._write(rec)
+                    root.link("set", index=idx, state="down")
+                    root.link("set", index=idx, ifalias=_alias(slot, rec["netdev"]))
+                    root.link("set", index=idx, net_ns_fd=fd)
+        finally:
+            os.close(fd)
+        with netns.iproute(ns) as guest:
+            idx = _lookup(guest, rec["netdev"])
+            if idx is not None:
+                guest.link("set", index=idx, ifname=ifname)
+            idx = _lookup(guest, ifname) or _by_alias(guest, _alias(slot, rec["netdev"]))
+            if idx is None:
+                raise VfUnavailable(f"VF {slot} netdev {rec['netdev']} is neither on the host nor in {ns}")
+            lo = guest.link_lookup(ifname="lo")
+            if lo:
+                guest.link("set", index=lo[0], state="up")
+            state_up = "up" if port["admin_state_up"] else "down"
+            guest.link("set", index=idx, address=port["mac_address"], mtu=network["mtu"], state=state_up)
+            LinuxDataplane._configure_addresses(guest, idx, port)
+            LinuxDataplane._configure_routes(guest, idx, port, state, default=position == 0)
+        self._write(rec)
+
+    # -- release ------------------------------------------------------------------------------
+
+    def release(self, rec: dict[str, Any]) -> None:
+        """Reset the VF on its PF and hand its netdev back to the host namespace under its own name."""
+        slot, alias = rec["pci_slot"], _alias(rec["pci_slot"], rec["netdev"])
+        with netns.iproute(None) as root:
+            pf_index = _lookup(root, rec["pf"])
+            if pf_index is not None:
+                try:
+                    self.set_vf(vf_request(pf_index, int(rec["vf_index"]), ZERO_MAC, 0))
+                except NetlinkError as exc:
+                    log.error("SR-IOV: resetting VF %s on %s: %s", rec["vf_index"], rec["pf"], exc)
+            idx = _lookup(root, rec["netdev"]) or _by_alias(root, alias)
+        if idx is None and netns.exists(rec["netns"]):
+            with netns.iproute(rec["netns"]) as guest:
+                gidx = _by_alias(guest, alias)
+                if gidx is not None:
+                    guest.link("set", index=gidx, state="down")
+                    guest.link("set", index=gidx, ifname=rec["netdev"])  # its own name before it goes home
+                    fd = netns.fd_of(f"/proc/{os.getpid()}/ns/net")
+                    try:
+                        guest.link("set", index=gidx, net_ns_fd=fd)
+                    finally:
+                        os.close(fd)
+        with netns.iproute(None) as root:
+            idx = _lookup(root, rec["netdev"]) or _by_alias(root, alias)
+            if idx is None:
+                log.warning("SR-IOV: VF %s netdev %s not found; only the PF side was reset", slot, rec["netdev"])
+            else:
+                root.link("set", index=idx, state="down")
+                if _lookup(root, rec["netdev"]) is None:  # came home under another name (namespace deleted)
+                    root.link("set", index=idx, ifname=rec["netdev"])
+                root.link("set", index=idx, ifalias="")
+        self._forget(slot)
+
+
+class VfUnavailable(RuntimeError):
+    pass
