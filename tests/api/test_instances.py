@@ -8,7 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store
 from tests.support.api import create, error
 from tests.support.server import RunningServer
 
@@ -364,3 +367,19 @@ def test_visibility_between_projects(users: dict[str, httpx.Client]) -> None:
     assert alice.delete(f"/instances/{a['id']}").status_code == 204
     assert get(alice, "ports", "port", a_port["id"])["device_id"] == ""
     assert [i["id"] for i in listed(bob, "instances")] == [b["id"]]
+
+
+def test_zun_refuses_ports_that_are_active_or_failed(api: httpx.Client, store: Store) -> None:
+    net = create(api, "networks", "network", name="z")
+    create(api, "subnets", "subnet", network_id=net["id"], cidr="10.77.0.0/24")
+    api.put("/hosts/zh", json={"host": {"agent_version": "1"}})
+    active = create(api, "ports", "port", network_id=net["id"], **{"binding:host_id": "zh"})
+    failed = create(api, "ports", "port", network_id=net["id"])
+    with store.write() as tx:  # what an agent report / a failed binding leaves behind
+        tx.conn.execute(update(t.ports).where(t.ports.c.id == active["id"]).values(status="ACTIVE"))
+        tx.conn.execute(update(t.ports).where(t.ports.c.id == failed["id"]).values(vif_type="binding_failed"))
+    for port, kind in ((active, "PortNotUsable"), (failed, "PortBindingFailed")):
+        r = api.post("/instances", json={"instance": {"name": "z", "host": "zh", "netns": "z",
+                                                      "nets": [{"port": port["id"]}]}})  # fmt: skip
+        assert error(r, 409, kind)
+    assert api.get("/instances").json()["instances"] == []

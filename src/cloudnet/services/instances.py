@@ -208,6 +208,11 @@ def _bind_existing(tx: Tx, ctx: Context, port_id: str, project_id: str, host: st
                        type="PortNotUsable")  # fmt: skip
     if port.device_id or port_id in seen:
         raise Conflict(f"Port {port_id} is still in use.", type="PortInUse")
+    if port.status in ("ACTIVE", "BUILD", "ERROR"):
+        raise Conflict(f"Port {port_id} not usable for the instance: its status is {port.status}.",
+                       type="PortNotUsable")  # fmt: skip
+    if port.vif_type == "binding_failed":
+        raise Conflict(f"Binding failed for port {port_id}.", type="PortBindingFailed")
     if port.host_id and port.host_id != host:
         raise Conflict(f"Port {port_id} not usable for the instance: it is bound to host {port.host_id}.",
                        type="PortNotUsable")  # fmt: skip
