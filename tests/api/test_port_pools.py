@@ -384,3 +384,27 @@ def test_claim_in_tx_and_release_in_tx(store: Store) -> None:
     with store.write() as tx:
         row = tx.conn.execute(tables.ports.select().where(tables.ports.c.id == plain_port["id"])).one()
         assert pools.release_in_tx(tx, row) is False  # not a pool port: the caller deletes it as before
+
+
+def test_instances_take_ports_from_the_hosts_pool_and_give_them_back(api: httpx.Client, net: Json) -> None:
+    claim(api, net["id"])  # the pool of (HOST, project, network) exists from now on
+    pool = the_pool(api)
+    wait_for(lambda: len(ready_ports(api, pool["id"])) >= 1)
+    ready_before = {p["id"] for p in ready_ports(api, pool["id"])}
+    body = {"name": "vm", "host": HOST, "netns": "vm", "nets": [{"network": net["id"]}]}
+    r = api.post("/instances", json={"instance": body})
+    assert r.status_code == 201, r.text
+    inst = r.json()["instance"]
+    port_id = inst["nets"][0]["port_id"]
+    assert port_id in ready_before  # a pooled port, not a new one
+    port = api.get(f"/ports/{port_id}").json()["port"]
+    assert port["device_id"] == inst["id"] and port["device_owner"] == "compute:cloudnet"
+    assert port["binding:host_id"] == HOST
+    assert api.delete(f"/instances/{inst['id']}").status_code == 204
+    back = api.get(f"/ports/{port_id}").json()["port"]  # recycled into the pool, not deleted
+    assert back["device_owner"] == FREE and back["device_id"] == ""
+    # A fixed address cannot come from a pool: that instance gets a port of its own.
+    fixed = {"name": "vm2", "host": HOST, "netns": "vm2", "nets": [{"network": net["id"], "v4-fixed-ip": "10.0.3.200"}]}
+    r = api.post("/instances", json={"instance": fixed})
+    assert r.status_code == 201, r.text
+    assert r.json()["instance"]["nets"][0]["port_id"] not in ready_before

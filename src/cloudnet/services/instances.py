@@ -10,7 +10,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
 from cloudnet.metadata import mdata_keys
-from cloudnet.services import common, metadata_ports, ports, sriov
+from cloudnet.services import common, metadata_ports, pools, ports, sriov
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ip, is_uuid, parse
@@ -181,7 +181,13 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
             )  # fmt: skip
             if not is_uuid(port_spec.network_id):
                 raise not_found("network", port_spec.network_id)
-            (port_id,) = ports.create_in_tx(tx, ctx, [port_spec])
+            claimed = None
+            if not fixed:  # a ready port of the host's pool for this network, if it has one
+                claimed = pools.claim_in_tx(tx, ctx, host, row["project_id"], port_spec.network_id, None,
+                                            port_spec.name, instance_id, DEVICE_OWNER, create=False)  # fmt: skip
+            if claimed is None:
+                (claimed,) = ports.create_in_tx(tx, ctx, [port_spec])
+            port_id = claimed
             created = True
         links.append({"instance_id": instance_id, "port_id": port_id, "position": position,
                       "created_by_instance": created})  # fmt: skip
@@ -248,7 +254,8 @@ def delete_instance(store: Store, ctx: Context, instance_id: str) -> None:
             if port is None:
                 continue
             if created:
-                ports.delete_in_tx(tx, port)
+                if not pools.release_in_tx(tx, port):  # pool ports go back to their pool
+                    ports.delete_in_tx(tx, port)
             elif sriov.is_direct(port):
                 sriov.release_in_tx(tx, port)  # VF freed, pci keys and binding cleared, port kept
             else:
