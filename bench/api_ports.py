@@ -14,8 +14,7 @@ import time
 from collections.abc import Callable
 
 import httpx
-from common import cloudnet_server, median, ms, percentile, pin_client, postgres_url, row
-from sqlalchemy import create_engine, text
+from common import analyze, cloudnet_server, median, ms, percentile, pin_client, postgres_url, row
 
 PRELOAD = 10_000
 BULK = 1_000
@@ -73,14 +72,6 @@ def run(url: str, singles: int, after_preload: Callable[[], None] | None = None)
     row(f"list {count:,} ports with fields (median of 5)", ms(lst), "<= 300 ms", lst <= 0.300)
 
 
-def _analyze(db_url: str) -> None:
-    engine = create_engine(db_url)
-    with engine.connect() as conn:
-        conn.execute(text("ANALYZE"))
-        conn.commit()
-    engine.dispose()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
@@ -96,7 +87,7 @@ def main() -> None:
         with postgres_url() as db, cloudnet_server(db) as url:
             # Steady state at 10,000 ports includes planner statistics, which autovacuum gathers within
             # a minute on a live server; the benchmark loads faster than that, so it asks for them.
-            run(url, args.singles, after_preload=lambda: _analyze(db))
+            run(url, args.singles, after_preload=lambda: analyze(db))
 
 
 if __name__ == "__main__":

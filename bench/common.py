@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -65,6 +66,15 @@ def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0) -> It
         proc.terminate()
         proc.wait(timeout=30)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def analyze(db_url: str) -> None:
+    """PostgreSQL planner statistics, as autovacuum gathers them within a minute on a live server."""
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE"))
+        conn.commit()
+    engine.dispose()
 
 
 def pin_client(cpu: int = 1) -> None:

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from common import cloudnet_server, median, ms, percentile, pin_client, postgres_url, row
-from sqlalchemy import create_engine, select, text, update
+from common import analyze, cloudnet_server, median, ms, percentile, pin_client, postgres_url, row
+from sqlalchemy import select, update
 
 from cloudnet.services import hosts, networks, pools, ports, subnets
 from cloudnet.services.context import Context
@@ -126,14 +126,6 @@ def run_refill(db_url: str, rounds: int = 20) -> None:
     row(f"refill of a batch of 10 (median of {rounds})", ms(median(times)), "<= 20 ms", median(times) <= 0.020)
 
 
-def _analyze(db_url: str) -> None:
-    engine = create_engine(db_url)
-    with engine.connect() as conn:
-        conn.execute(text("ANALYZE"))
-        conn.commit()
-    engine.dispose()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
@@ -152,7 +144,7 @@ def main() -> None:
             with cloudnet_server(db) as url:
                 # Steady state includes planner statistics (autovacuum gathers them within a minute on a
                 # live server; the benchmark fills its pool faster than that, so it asks for them).
-                run_api(url, args.claims, analyze=lambda: _analyze(db))
+                run_api(url, args.claims, analyze=lambda: analyze(db))
             run_refill(db)
 
 
