@@ -122,3 +122,15 @@ def tokens(server_config: ServerConfig) -> dict[str, dict[str, object]]:
     }
     server_config.tokens_file.write_text(json.dumps({"tokens": data}))
     return data
+
+
+@pytest.fixture
+def users(server: RunningServer, tokens: dict[str, dict[str, object]]) -> Iterator[dict[str, httpx.Client]]:
+    """Clients for the tokens file: `admin` (project ops), `alice` and `bob` (plain members)."""
+    clients = {
+        name: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{name}-token"}, timeout=30)
+        for name in ("admin", "alice", "bob")
+    }
+    yield clients
+    for client in clients.values():
+        client.close()

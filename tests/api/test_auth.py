@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,6 @@ from tests.support.server import RunningServer
 def client(server: RunningServer, token: str | None) -> httpx.Client:
     headers = {"X-Auth-Token": token} if token is not None else {}
     return httpx.Client(base_url=server.url + "/v2.0", headers=headers, timeout=30)
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, Any]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {name: client(server, f"{name}-token") for name in ("admin", "alice", "bob")}
-    yield clients
-    for c in clients.values():
-        c.close()
 
 
 # -- open mode (no tokens file) -----------------------------------------------------------------

@@ -4,7 +4,7 @@ reports, and a dead host's ports reported DOWN. The agent is simulated through t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -12,7 +12,6 @@ import pytest
 
 from cloudnet.config import ServerConfig
 from tests.support.api import create, error
-from tests.support.server import RunningServer
 
 Json = dict[str, Any]
 
@@ -118,17 +117,6 @@ def test_heartbeat_rejects_bad_body(api: httpx.Client) -> None:
     error(api.put("/hosts/node-1", json={"host": {"agent_version": "1", "bogus": 1}}), 400)
     error(api.put("/hosts/node-1", json={"host": {"report": "not-a-map"}}), 400)
     assert api.get("/hosts").json()["hosts"] == []
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, Any]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {
-        name: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{name}-token"}, timeout=30)
-        for name in ("admin", "alice")
-    }
-    yield clients
-    for c in clients.values():
-        c.close()
 
 
 def test_hosts_api_is_admin_only(users: dict[str, httpx.Client]) -> None:

@@ -3,7 +3,6 @@ status from the ports' status, and visibility between projects. The host agent i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -313,14 +312,6 @@ def test_default_host(api: httpx.Client) -> None:
 
 def client(server: RunningServer, token: str) -> httpx.Client:
     return httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": token}, timeout=30)
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, Any]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {name: client(server, f"{name}-token") for name in ("admin", "alice", "bob")}
-    yield clients
-    for c in clients.values():
-        c.close()
 
 
 def test_visibility_between_projects(users: dict[str, httpx.Client]) -> None:

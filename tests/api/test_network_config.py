@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,7 +20,6 @@ from tests.api.test_forwards import (
     revision,
     url,
 )
-from tests.support.server import RunningServer
 
 Json = dict[str, Any]
 
@@ -274,17 +272,6 @@ def test_routes_widen_the_addresses_a_network_may_use(api: httpx.Client, site: S
     post(api, "private", {"listen_address": "203.0.113.10"})
     # The old routes are gone with the replacement.
     error(api.post(url("private"), json={"listen_address": "198.51.100.10"}), 400, "does not contain")
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, dict[str, object]]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {
-        name: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{name}-token"}, timeout=30)
-        for name in ("admin", "alice")
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
 
 
 def test_only_admins_set_routes(users: dict[str, httpx.Client]) -> None:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import select
 
 from cloudnet.store import tables as t
@@ -31,18 +29,6 @@ def network_ids(client: httpx.Client, **params: Any) -> set[str]:
     resp = client.get("/networks", params=params)
     assert resp.status_code == 200, resp.text
     return {n["id"] for n in resp.json()["networks"]}
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, dict[str, object]]) -> Iterator[dict[str, httpx.Client]]:
-    """Clients for the tokens file: `admin` (project ops), `alice` and `bob` (plain members)."""
-    clients = {
-        name: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{name}-token"}, timeout=30)
-        for name in ("admin", "alice", "bob")
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
 
 
 # -- create / show / list / update / delete ------------------------------------------------------

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.api import check_error, create_network, create_subnet
-from tests.support.server import RunningServer
 
 Json = dict[str, Any]
 MAC_RE = re.compile(r"^fa:16:3e(:[0-9a-f]{2}){3}$")
@@ -62,17 +60,6 @@ def small(api: httpx.Client) -> Json:
     network["v4"] = create_subnet(api, network["id"], "10.0.0.0/29")
     assert network["v4"]["allocation_pools"] == [{"start": "10.0.0.2", "end": "10.0.0.6"}]
     return network
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, dict[str, object]]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {
-        name: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{name}-token"}, timeout=30)
-        for name in ("admin", "alice", "bob")
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
 
 
 def default_group(client: httpx.Client, project: str) -> Json:

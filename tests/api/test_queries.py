@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.api import create, error
-from tests.support.server import RunningServer
 
 MISSING = "7e1d2c3b-4a5f-4e6d-8c7b-9a0f1e2d3c4b"
 
@@ -275,17 +273,6 @@ def test_bad_paging_parameters(api: httpx.Client, nets: dict[str, dict[str, Any]
     assert MISSING in error(api.get("/networks", params={"limit": 2, "marker": MISSING}), 404, "NetworkNotFound")
     error(api.get("/ports", params={"marker": MISSING}), 404, "PortNotFound")
     error(api.get("/networks", params={"marker": "not-a-uuid"}), 404)
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, Any]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {
-        name: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{name}-token"}, timeout=30)
-        for name in ("alice", "bob")
-    }
-    yield clients
-    for c in clients.values():
-        c.close()
 
 
 def test_marker_of_another_project_is_unknown(users: dict[str, httpx.Client]) -> None:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.support.api import create, error
 from tests.support.server import RunningServer
@@ -33,14 +31,6 @@ def new_rule(api: httpx.Client, sg_id: str, **body: Any) -> httpx.Response:
 
 def client(server: RunningServer, token: str) -> httpx.Client:
     return httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": token}, timeout=30)
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, Any]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {name: client(server, f"{name}-token") for name in ("admin", "alice", "bob")}
-    yield clients
-    for c in clients.values():
-        c.close()
 
 
 def test_default_group_created_on_first_list(api: httpx.Client) -> None:

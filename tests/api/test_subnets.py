@@ -7,7 +7,6 @@ import itertools
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -33,17 +32,6 @@ def pools(*ranges: tuple[str, str]) -> list[dict[str, str]]:
 @pytest.fixture
 def net(api: httpx.Client) -> Json:
     return create_network(api, name="net")
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, dict[str, object]]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {
-        name: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{name}-token"}, timeout=30)
-        for name in ("admin", "alice", "bob")
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
 
 
 # -- create: defaults ------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -225,17 +224,6 @@ def test_deleting_a_resource_drops_its_tags(api: httpx.Client) -> None:
     other = create(api, "networks", "network", name="m")
     assert ids(api.get("/networks", params={"tags": "gone"}), "networks") == set()
     assert ids(api.get("/networks", params={"not-tags": "gone"}), "networks") == {other["id"]}
-
-
-@pytest.fixture
-def users(server: RunningServer, tokens: dict[str, Any]) -> Iterator[dict[str, httpx.Client]]:
-    clients = {
-        name: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{name}-token"}, timeout=30)
-        for name in ("admin", "alice", "bob")
-    }
-    yield clients
-    for c in clients.values():
-        c.close()
 
 
 def test_tags_respect_projects(users: dict[str, httpx.Client]) -> None:

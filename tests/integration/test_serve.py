@@ -3,55 +3,15 @@
 from __future__ import annotations
 
 import signal
-import socket
 import sqlite3
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 from alembic.script import ScriptDirectory
 
 from cloudnet.store.migrate import MIGRATIONS
-
-CLOUDNET = str(Path(sys.executable).parent / "cloudnet")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def serve(state: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [CLOUDNET, "serve", "--state-dir", str(state), "--port", str(port), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # readiness: the API answers
-            try:
-                httpx.get(url + "/", timeout=1)
-                break
-            except httpx.TransportError:
-                if proc.poll() is not None:
-                    pytest.fail(f"server exited early: {proc.communicate()[0]}")
-                if time.monotonic() > deadline:
-                    pytest.fail("server did not start within 30 s")
-                time.sleep(0.05)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+from tests.support.process import CLOUDNET, free_port, serve
 
 
 def test_serve_migrates_persists_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -83,7 +43,7 @@ def test_serve_on_postgresql(tmp_path: Path, postgres) -> None:  # type: ignore[
 
 def test_refuses_non_loopback_bind_without_tokens(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [CLOUDNET, "serve", "--state-dir", str(tmp_path), "--host", "0.0.0.0", "--port", str(_free_port())],
+        [CLOUDNET, "serve", "--state-dir", str(tmp_path), "--host", "0.0.0.0", "--port", str(free_port())],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert proc.returncode != 0
@@ -94,7 +54,7 @@ def test_refuses_non_loopback_bind_without_tokens(tmp_path: Path) -> None:
 def test_malformed_tokens_file_is_a_clear_startup_error(tmp_path: Path) -> None:
     (tmp_path / "tokens.json").write_text('{"tokens": ')
     proc = subprocess.run(
-        [CLOUDNET, "serve", "--state-dir", str(tmp_path), "--port", str(_free_port())],
+        [CLOUDNET, "serve", "--state-dir", str(tmp_path), "--port", str(free_port())],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert proc.returncode == 1

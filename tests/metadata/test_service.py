@@ -8,10 +8,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,14 +15,7 @@ import pytest
 
 from cloudnet.metadata import service, signing
 from cloudnet.metadata.service import Listen, MetadataConfigError, parse_listen
-
-CLOUDNET = str(Path(sys.executable).parent / "cloudnet")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.process import CLOUDNET, free_port, serve
 
 
 def test_parse_listen() -> None:
@@ -84,30 +73,6 @@ def test_vendor_data_file(tmp_path: Path) -> None:
 
 
 # -- the real process ---------------------------------------------------------------------------------
-
-
-@contextmanager
-def serve(state: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    port = free_port()
-    proc = subprocess.Popen([CLOUDNET, "serve", "--state-dir", str(state), "--port", str(port), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # readiness: the API answers
-            try:
-                httpx.get(url + "/", timeout=1)
-                break
-            except httpx.TransportError:
-                if proc.poll() is not None:
-                    pytest.fail(f"server exited early: {proc.communicate()[0]}")
-                assert time.monotonic() < deadline, "server did not start within 30 s"
-                time.sleep(0.05)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_serve_runs_the_metadata_api_beside_the_rest_api(tmp_path: Path) -> None:

@@ -1,0 +1,48 @@
+"""`cloudnet serve` as a real child process, for tests of start-up, signals and what it listens on."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+CLOUDNET = str(Path(sys.executable).parent / "cloudnet")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(state: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Start `cloudnet serve` on a free loopback port; yields (process, base URL) once the API answers."""
+    port = free_port()
+    proc = subprocess.Popen([CLOUDNET, "serve", "--state-dir", str(state), "--port", str(port), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # readiness: the API answers
+            try:
+                httpx.get(url + "/", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None:
+                    pytest.fail(f"server exited early: {proc.communicate()[0]}")
+                if time.monotonic() > deadline:
+                    pytest.fail("server did not start within 30 s")
+                time.sleep(0.05)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
