@@ -432,5 +432,6 @@ class LinuxDataplane:
         """Remove everything of this host (routers, then the host namespace with its devices)."""
         for ns in netns.names(self.router_prefix) + netns.names(self.metadata_prefix):
             netns.remove(ns)
+            self.nat.forget(ns)
         netns.remove(self.host_ns)
         self._applied.clear()

@@ -137,6 +137,7 @@ class NatTables:
         self._forwards: dict[str, dict[tuple[str, int], tuple[int, Elements]]] = {}
 
     def forget(self, namespace: str) -> None:
+        nft.forget(namespace)
         self._forwards.pop(namespace, None)
         for key in [k for k in self._structures if k[0] == namespace]:
             del self._structures[key]

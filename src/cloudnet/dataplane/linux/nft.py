@@ -1,7 +1,15 @@
-"""nftables through libnftables, in process: one script = one atomic kernel transaction."""
+"""nftables through libnftables, in process: one script = one atomic kernel transaction.
+
+One libnftables context is kept per namespace. A fresh context per script costs a new netlink socket
+and a cold cache each time, and closing that socket after a set-element delete costs the kernel a
+grace period (about 15 ms measured); a kept context makes a one-element delete about 0.3 ms. A
+context's socket belongs to the namespace it was opened in, so contexts are keyed by the namespace
+file's identity: a namespace deleted and recreated under the same name gets a new context.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import nftables
@@ -9,6 +17,8 @@ import nftables
 from cloudnet.dataplane.linux import netns
 
 _lock = threading.Lock()
+# namespace name (None: the process's own) -> ((st_dev, st_ino) of the namespace, context)
+_contexts: dict[str | None, tuple[tuple[int, int], nftables.Nftables]] = {}
 
 
 class NftError(RuntimeError):
@@ -19,16 +29,32 @@ def run(namespace: str | None, script: str) -> None:
     """Apply `script` in the namespace as one transaction (all of it or none of it)."""
     with _lock:
         if namespace is None:
-            _run(script)
+            _run(None, script)
         else:
             with netns.entered(namespace):
-                _run(script)
+                _run(namespace, script)
 
 
-def _run(script: str) -> None:
+def forget(namespace: str | None) -> None:
+    """Drop the namespace's context (and with it the netlink socket that keeps the namespace alive)."""
+    with _lock:
+        _contexts.pop(namespace, None)
+
+
+def _context(namespace: str | None) -> nftables.Nftables:
+    st = os.stat("/proc/thread-self/ns/net")  # the thread is already inside the namespace
+    identity = (st.st_dev, st.st_ino)
+    kept = _contexts.get(namespace)
+    if kept is not None and kept[0] == identity:
+        return kept[1]
     nft = nftables.Nftables()  # created inside the namespace: its netlink socket belongs there
     nft.set_echo_output(False)
-    rc, _out, err = nft.cmd(script)
+    _contexts[namespace] = (identity, nft)
+    return nft
+
+
+def _run(namespace: str | None, script: str) -> None:
+    rc, _out, err = _context(namespace).cmd(script)
     if rc != 0:
         raise NftError(err.strip() or f"nft failed with status {rc}")
 

@@ -1,0 +1,51 @@
+"""libnftables contexts kept per namespace (root): they must follow the namespace, not its name."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from cloudnet.dataplane.linux import netns, nft
+
+
+@pytest.fixture
+def ns() -> Iterator[str]:
+    name = f"cnt-nft-{uuid.uuid4().hex[:8]}"
+    netns.ensure(name)
+    try:
+        yield name
+    finally:
+        nft.forget(name)
+        netns.remove(name)
+
+
+def ruleset(name: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", name, "nft", "list", "ruleset"], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+
+
+def test_elements_added_and_deleted_through_a_kept_context(ns: str) -> None:
+    nft.run(ns, "table ip t {\n map m { type ipv4_addr : ipv4_addr; }\n}\n")
+    nft.run(ns, "add element ip t m { 198.18.0.1 : 10.0.0.1, 198.18.0.2 : 10.0.0.2 }\n")
+    nft.run(ns, "delete element ip t m { 198.18.0.1 }\n")
+    text = ruleset(ns)
+    assert "198.18.0.2 : 10.0.0.2" in text and "198.18.0.1 :" not in text
+
+
+def test_a_namespace_recreated_under_the_same_name_gets_a_new_context(ns: str) -> None:
+    nft.run(ns, "table ip first {}\n")
+    subprocess.run(["ip", "netns", "del", ns], check=True)  # behind the module's back
+    netns.ensure(ns)
+    nft.run(ns, "table ip second {}\n")
+    text = ruleset(ns)
+    assert "table ip second" in text and "table ip first" not in text
+
+
+def test_errors_leave_the_kept_context_usable(ns: str) -> None:
+    with pytest.raises(nft.NftError):
+        nft.run(ns, "delete table ip missing\n")
+    nft.run(ns, "table ip ok {}\n")
+    assert "table ip ok" in ruleset(ns)
