@@ -1,10 +1,15 @@
-"""Instance attach benchmark (issue: host agent and Linux dataplane). Prints figures; asserts nothing.
+"""Instance attach benchmark (issues: host agent and Linux dataplane; port pools). Prints figures; asserts nothing.
 
 Runs `cloudnet up` (server + agent in one process, SQLite) and measures, over N instances with one
 `network` net each: the time from POST /v2.0/instances until the instance can ping its gateway, and
-the time to delete them all until their devices are gone.
+the time to delete them all until their devices are gone. Modes, each in a fresh `cloudnet up`:
 
-Usage (root): .venv/bin/python bench/attach.py [--instances 50]
+  unpooled  no pool on the host: each instance creates its port (IPAM, MAC) and the agent plugs a new veth
+  pool      a warm pool (filled before the run, no refill during it): each instance claims a ready port
+  park      the same with --park-pool-devices: ready ports have veths parked in a holding namespace,
+            and attach is a move of the parked device
+
+Usage (root): .venv/bin/python bench/attach.py [--instances 50] [--modes unpooled,pool,park]
 """
 
 from __future__ import annotations
@@ -20,27 +25,49 @@ import httpx
 from common import ROOT, free_port, median, ms, percentile, pin_client, row
 
 from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.linux.driver import LinuxDataplane
 
 
-def _pingable(ns: str, address: str) -> bool:
-    cmd = ["ip", "netns", "exec", ns, "ping", "-n", "-c1", "-W0.2", address]
-    return subprocess.run(cmd, capture_output=True).returncode == 0
+def _wait_pingable(ns: str, address: str, limit: float) -> None:
+    """One ping process sending every 2 ms until the first reply (it fails at once while the instance
+    has no interface or route yet, and is started again)."""
+    deadline = time.perf_counter() + limit
+    cmd = ["ip", "netns", "exec", ns, "ping", "-n", "-q", "-c1", "-i0.002", "-w2", address]
+    while subprocess.run(cmd, capture_output=True).returncode != 0:
+        if time.perf_counter() > deadline:
+            raise SystemExit(f"{ns} never reached {address}")
 
 
 def _host_links(host_ns: str) -> str:
     return subprocess.run(["ip", "-n", host_ns, "-o", "link"], capture_output=True, text=True).stdout
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--instances", type=int, default=50)
-    args = parser.parse_args()
+def _fill_pool(c: httpx.Client, host: str, network_id: str, size: int) -> None:
+    """Create the host's pool with `size` ready ports, then stop it refilling during the run."""
+    claim = {"claim": {"host": host, "network_id": network_id}}
+    r = c.post("/port-pools/claim", json=claim)
+    r.raise_for_status()
+    pool = next(p for p in c.get("/port-pools").json()["port_pools"] if p["network_id"] == network_id)
+    c.put(f"/port-pools/{pool['id']}", json={"port_pool": {"min": size, "batch": size}}).raise_for_status()
+    c.post("/port-pools/release", json={"port_id": r.json()["port"]["id"]}).raise_for_status()
+    c.post("/port-pools/claim", json=claim).raise_for_status()  # below min now: one bulk refill to `size`
+    deadline = time.monotonic() + 60
+    while c.get(f"/port-pools/{pool['id']}").json()["port_pool"]["ready"] < size:
+        if time.monotonic() > deadline:
+            raise SystemExit("the pool did not fill")
+        time.sleep(0.05)
+    c.put(f"/port-pools/{pool['id']}", json={"port_pool": {"min": 0}}).raise_for_status()
+
+
+def run(mode: str, instances: int) -> dict[str, float]:
     suffix = uuid.uuid4().hex[:6]
     host = f"bench-{suffix}"
     state = Path(tempfile.mkdtemp(prefix="cloudnet-attach-"))
     port = free_port()
     cmd = ["taskset", "-c", "0", str(ROOT / ".venv/bin/cloudnet"), "up", "--state-dir", str(state),
-           "--port", str(port), "--agent-host", host]  # fmt: skip
+           "--port", str(port), "--agent-host", host, "--metadata-listen", f"127.0.0.1:{free_port()}"]  # fmt: skip
+    if mode == "park":
+        cmd.append("--park-pool-devices")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(state / "log", "w"))  # noqa: SIM115
     pin_client(1)
     namespaces: list[str] = []
@@ -62,8 +89,19 @@ def main() -> None:
             gateway = sub["subnet"]["gateway_ip"]
             router = c.post("/routers", json={"router": {"name": "bench"}}).json()["router"]
             c.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": sub["subnet"]["id"]})
-            attach, api_times, ids = [], [], []
-            for i in range(args.instances):
+            if mode != "unpooled":
+                _fill_pool(c, host, net["id"], instances + 2)
+            # Warm-up: the network's first instance on the host also brings up its metadata proxy.
+            warm = f"cnbench-{suffix}-w"
+            netns.ensure(warm)
+            namespaces.append(warm)
+            r = c.post("/instances", json={"instance": {"name": "warm", "host": host, "netns": warm,
+                                                        "nets": [{"network": net["id"]}]}})  # fmt: skip
+            r.raise_for_status()
+            ids = [r.json()["instance"]["id"]]
+            _wait_pingable(warm, gateway, 30)
+            attach, api_times = [], []
+            for i in range(instances):
                 ns = f"cnbench-{suffix}-{i}"
                 netns.ensure(ns)
                 namespaces.append(ns)
@@ -73,33 +111,51 @@ def main() -> None:
                 api_times.append(time.perf_counter() - t0)
                 r.raise_for_status()
                 ids.append(r.json()["instance"]["id"])
-                while not _pingable(ns, gateway):
-                    if time.perf_counter() - t0 > 30:
-                        raise SystemExit(f"instance {i} never reached its gateway")
+                _wait_pingable(ns, gateway, 30)
                 attach.append(time.perf_counter() - t0)
             host_ns = names.host_ns(host)
             t0 = time.perf_counter()
             for iid in ids:
                 c.delete(f"/instances/{iid}").raise_for_status()
-            while names.TAP in _host_links(host_ns):
-                if time.perf_counter() - t0 > 60:
-                    raise SystemExit("devices were not removed")
-                time.sleep(0.005)
+            if mode == "unpooled":  # pooled ports go back to the pool (and, parked, keep their devices)
+                while names.TAP in _host_links(host_ns):
+                    if time.perf_counter() - t0 > 60:
+                        raise SystemExit("devices were not removed")
+                    time.sleep(0.005)
             delete_all = time.perf_counter() - t0
-        p50, p99 = percentile(attach, 50), percentile(attach, 99)
-        print(f"Instance attach, {args.instances} instances, one network port each (cloudnet up, SQLite):")
-        row("POST /v2.0/instances -> ping gateway, p50", ms(p50), "< 150 ms", p50 < 0.150)
-        row("POST /v2.0/instances -> ping gateway, p99", ms(p99), "(no target)")
-        row("POST /v2.0/instances API answer, median", ms(median(api_times)), "(no target)")
-        row(f"delete all {args.instances} until their devices are gone", ms(delete_all), "(no target)")
+        return {"p50": percentile(attach, 50), "p99": percentile(attach, 99), "api": median(api_times),
+                "delete": delete_all}  # fmt: skip
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         for ns in namespaces:
             netns.remove(ns)
-        from cloudnet.dataplane.linux.driver import LinuxDataplane
-
         LinuxDataplane(host).teardown()
+
+
+def report(results: dict[str, dict[str, float]], instances: int) -> None:
+    labels = {"unpooled": "pools disabled", "pool": "warm pool", "park": "warm pool, parked devices"}
+    print(f"Instance attach, {instances} instances, one network port each (cloudnet up, SQLite):")
+    for mode, fig in results.items():
+        row(f"{labels[mode]}: POST -> ping gateway, p50", ms(fig["p50"]), "< 150 ms", fig["p50"] < 0.150)
+        row(f"{labels[mode]}: POST -> ping gateway, p99", ms(fig["p99"]), "(no target)")
+        row(f"{labels[mode]}: POST /v2.0/instances answer, median", ms(fig["api"]), "(no target)")
+        what = "until their devices are gone" if mode == "unpooled" else "(ports back to the pool)"
+        row(f"{labels[mode]}: delete all {instances} {what}", ms(fig["delete"]), "(no target)")
+    base = results.get("unpooled")
+    for mode in ("pool", "park"):
+        if base and mode in results:
+            ratio = base["p50"] / results[mode]["p50"]
+            row(f"{labels[mode]} p50 speed-up over pools disabled", f"{ratio:.2f}x", ">= 3x", ratio >= 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--instances", type=int, default=50)
+    parser.add_argument("--modes", default="unpooled,pool,park")
+    args = parser.parse_args()
+    results = {mode: run(mode, args.instances) for mode in args.modes.split(",")}
+    report(results, args.instances)
 
 
 if __name__ == "__main__":

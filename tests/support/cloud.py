@@ -40,10 +40,10 @@ class Cloud:
 
     # -- agent --
 
-    def start_agent(self, observers: list[Any] | None = None) -> Agent:
+    def start_agent(self, observers: list[Any] | None = None, park: bool = False) -> Agent:
         client = ApiClient(self.server.url, self.host, "admin")
         self.agent = Agent(
-            client, LinuxDataplane(self.host, self.uplinks), heartbeat_interval=0.5, poll_timeout=1,
+            client, LinuxDataplane(self.host, self.uplinks, park=park), heartbeat_interval=0.5, poll_timeout=1,
             observers=observers,
         )  # fmt: skip
         self._thread = threading.Thread(target=self.agent.run, daemon=True)

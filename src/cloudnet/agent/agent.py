@@ -88,7 +88,7 @@ class Agent:
                 log.warning("heartbeat failed: %s", exc)
 
     def _follow(self) -> None:
-        self.reconcile()
+        self.reconcile(full=True)
         since_full = 0.0
         while not self.stop_event.is_set():
             # While ports wait for their metadata proxy, look again soon even if nothing changes.
@@ -97,12 +97,12 @@ class Agent:
             # Back off while a proxy stays unable to listen; start quick again once all is served.
             self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
             if events or self.held_back:
-                self.reconcile()
+                self.reconcile(full=False)  # only what changed: the dataplane keeps what it applied
             else:
                 self.revision = max(self.revision, latest)
                 since_full += self.poll_timeout
                 if since_full >= self.resync_interval:  # catch changes made behind the API's back
-                    self.reconcile()
+                    self.reconcile(full=True)
                     since_full = 0.0
 
     def _metadata_served(self, state: dict[str, Any], network_id: str | None) -> bool:
@@ -112,10 +112,11 @@ class Agent:
         checks = [o.serving for o in self.observers if hasattr(o, "serving")]
         return all(serving(network_id) for serving in checks)
 
-    def reconcile(self) -> None:
-        """Fetch the desired state, converge the dataplane, report what changed."""
+    def reconcile(self, full: bool = True) -> None:
+        """Fetch the desired state, converge the dataplane, report what changed. A full pass checks
+        every device; otherwise the dataplane touches only what changed since its last pass."""
         state = self.client.desired_state()
-        reports = self.dataplane.apply(state)
+        reports = self.dataplane.apply(state, full=full)
         for observer in self.observers:
             observer.update(state)
         changed = []

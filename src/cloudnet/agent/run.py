@@ -36,7 +36,7 @@ def build(config: AgentConfig) -> Agent:
         # Shares `report` with the Agent: it refreshes report["sriov"] after each plug or release.
         sriov = SriovDataplane(config.host, config.state_dir, mappings=config.sriov, exclude=config.sriov_exclude,
                                sysfs_root=config.sysfs_root, report=report)  # fmt: skip
-    dataplane = LinuxDataplane(config.host, config.uplinks, sriov)
+    dataplane = LinuxDataplane(config.host, config.uplinks, sriov, park=config.park_pool_devices)
     observers: list[StateObserver] = []
     if config.metadata_url:
         # 169.254.169.254 in every network namespace of this host, signing with the server's secret.

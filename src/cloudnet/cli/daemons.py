@@ -26,6 +26,14 @@ Db = Annotated[str | None, typer.Option(metavar="URL", help="Database URL (defau
 Host = Annotated[str, typer.Option(help="Address to listen on.")]
 Port = Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")]
 Mtu = Annotated[int, typer.Option(min=68, help="MTU of networks created without one.")]
+ParkPoolDevices = Annotated[
+    bool,
+    typer.Option(
+        "--park-pool-devices/--no-park-pool-devices",
+        help="Pre-plumb a veth for each ready pool port, parked in a holding namespace (attach = one namespace "
+        "move; on kernels where a move costs an RCU barrier this is slower than creating in place).",
+    ),
+]
 AgentHost = Annotated[str | None, typer.Option("--agent-host", help="This host's name (default: hostname).")]
 Uplink = Annotated[
     list[str] | None,
@@ -120,6 +128,7 @@ def register(app: typer.Typer) -> None:
         sriov: Sriov = None,
         sriov_exclude: SriovExclude = None,
         sysfs_root: SysfsRoot = Path("/sys"),
+        park_pool_devices: ParkPoolDevices = False,
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
         from cloudnet.agent.run import run
@@ -130,6 +139,7 @@ def register(app: typer.Typer) -> None:
                              metadata_secret_file=metadata_secret_file)  # fmt: skip
         config.sriov, config.sriov_exclude = _sriov(sriov, sriov_exclude)
         config.sysfs_root = sysfs_root
+        config.park_pool_devices = park_pool_devices
         try:
             run(config)
         except SecretError as exc:
@@ -149,6 +159,7 @@ def register(app: typer.Typer) -> None:
         sriov: Sriov = None,
         sriov_exclude: SriovExclude = None,
         sysfs_root: SysfsRoot = Path("/sys"),
+        park_pool_devices: ParkPoolDevices = False,
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
@@ -160,4 +171,5 @@ def register(app: typer.Typer) -> None:
                                    metadata_secret_file=config.metadata_secret_file)  # fmt: skip
         agent_config.sriov, agent_config.sriov_exclude = _sriov(sriov, sriov_exclude)
         agent_config.sysfs_root = sysfs_root
+        agent_config.park_pool_devices = park_pool_devices
         _serve(config, agent_config)

@@ -30,6 +30,8 @@ class PortReport:
 
 
 class Dataplane(Protocol):
-    def apply(self, state: DesiredState) -> list[PortReport]: ...
+    def apply(self, state: DesiredState, full: bool = True) -> list[PortReport]:
+        """Converge; with `full` False the driver may touch only what changed since its last pass."""
+        ...
 
     def close(self) -> None: ...

@@ -11,7 +11,7 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select, update
 
 from cloudnet.errors import Forbidden, NotFound
-from cloudnet.services import common, metadata_ports, network_config, ports, sriov, uplinks
+from cloudnet.services import common, metadata_ports, network_config, networks, ports, sriov, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -192,6 +192,15 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
             by_instance[iid].append(pid)
         instance_ports = [pid for _iid, pid, _pos in links]
         network_ids = {r[0] for r in conn.execute(select(P.c.network_id).where(P.c.id.in_(instance_ports)))}
+        # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,
+        # router, metadata namespace and proxy), and the agent may park a device for each of them.
+        PP, M = t.port_pools, t.pool_ports
+        pool_rows = conn.execute(  # through the pools' (host, ...) and members' (pool_id, ...) indexes
+            select(P.c.id, P.c.network_id, P.c.mac_address)
+            .select_from(PP.join(M, M.c.pool_id == PP.c.id).join(P, P.c.id == M.c.port_id))
+            .where(PP.c.host == host, P.c.device_owner == networks.POOL_FREE_OWNER, P.c.host_id == host)
+        ).all()
+        network_ids |= {r.network_id for r in pool_rows}
         routers = _routers(conn, network_ids)
         router_ports = [r["gateway"]["port_id"] for r in routers if r["gateway"]] + [
             i["port_id"] for r in routers for i in r["interfaces"]
@@ -248,6 +257,9 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "subnets": subnets,
         "routers": routers,
         "sriov": direct,
+        "pool_ports": {
+            r.id: {"id": r.id, "network_id": r.network_id, "mac_address": r.mac_address} for r in pool_rows
+        },
     }  # fmt: skip
 
 

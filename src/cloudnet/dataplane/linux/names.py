@@ -22,6 +22,7 @@ PREFIXES = (BRIDGE, TAP, TAP_PEER, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADA
 HOST_NS_PREFIX = "cloudnet-host-"
 ROUTER_NS_PREFIX = "cloudnet-router-"
 METADATA_NS_PREFIX = "cloudnet-meta-"
+PARK_NS_PREFIX = "cloudnet-park-"
 
 
 def _short(resource_id: str, prefix: str) -> str:
@@ -88,6 +89,11 @@ def metadata_ns_prefix(host: str) -> str:
 def metadata_ns(host: str, network_id: str) -> str:
     """The namespace where the network's metadata proxy listens on 169.254.169.254 (neutron's ovnmeta-<net>)."""
     return metadata_ns_prefix(host) + network_id
+
+
+def park_ns(host: str) -> str:
+    """The holding namespace of a host's parked pool devices (veth peers waiting for an instance)."""
+    return f"{PARK_NS_PREFIX}{hashlib.sha1(host.encode()).hexdigest()[:6]}"
 
 
 def is_ours(ifname: str) -> bool:
