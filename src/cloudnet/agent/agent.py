@@ -132,7 +132,10 @@ class Agent:
             # sweep) may have changed it since.
             if any(known.get(k) != body[k] for k in ("status", "binding:vif_type", "binding:vif_details")):
                 changed.append(body)
-        self.client.report_ports(changed)
+        answer = self.client.report_ports(changed)
         self.revision = int(state["revision"])
+        if answer and answer.get("revision_before") == self.revision:
+            # Nothing was written between our snapshot and our report: its events are our own echo.
+            self.revision = int(answer["revision"])
         self.synced.set()
         log.debug("reconciled revision %d: %d ports, %d reported", self.revision, len(reports), len(changed))

@@ -65,9 +65,11 @@ class ApiClient:
         body = self._check(r)
         return body["events"], int(body["revision"])
 
-    def report_ports(self, ports: list[dict[str, Any]]) -> None:
-        if ports:
-            self._check(self._http.put(f"/hosts/{self.host}/ports", json={"ports": ports}))
+    def report_ports(self, ports: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The server's answer (updated, ignored, revision_before, revision), or None with nothing to report."""
+        if not ports:
+            return None
+        return dict(self._check(self._http.put(f"/hosts/{self.host}/ports", json={"ports": ports})))
 
     # -- instance metadata (SmartOS PUT/DELETE from guests) --
 

@@ -148,6 +148,12 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
     wanted = {p.id: p for p in spec.ports}
     updated: list[str] = []
     with store.write() as tx:
+        # The revision before this report's own changes: an agent whose desired state was read at exactly
+        # this revision can skip the events of its own report instead of reconciling again for them.
+        counter = select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)
+        if tx.conn.dialect.name == "postgresql":
+            counter = counter.with_for_update()
+        before = int(tx.conn.execute(counter).scalar() or 0)
         rows = tx.conn.execute(
             select(P.c.id, P.c.project_id, P.c.status, P.c.vif_type, P.c.vif_details, P.c.host_id).where(
                 P.c.id.in_(list(wanted))
@@ -169,7 +175,8 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
                 common.touch(tx, P, port_id, "port", row.project_id, values)
                 updated.append(port_id)
     ignored = set(wanted) - set(found) | {i for i, r in found.items() if r.host_id != host}
-    return {"updated": updated, "ignored": sorted(ignored)}
+    return {"updated": updated, "ignored": sorted(ignored), "revision_before": before,
+            "revision": before + len(tx.events)}  # fmt: skip
 
 
 # -- desired state ------------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""PUT /v2.0/hosts/{host}/ports answers the revisions around its own changes, so an agent can tell its
+own echo (nothing else written since its snapshot) from changes it must reconcile."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.api.test_hosts import active, events_since, heartbeat, instance, network_with_subnet, port_ids, report
+
+
+def state_revision(api: httpx.Client, host: str) -> int:
+    r = api.get(f"/hosts/{host}/state")
+    assert r.status_code == 200, r.text
+    return int(r.json()["revision"])
+
+
+def test_report_answers_the_revision_before_and_after_its_changes(api: httpx.Client) -> None:
+    heartbeat(api, "echo-1")
+    net, _ = network_with_subnet(api, "10.91.0.0/24")
+    a, b = (port_ids(instance(api, n, "echo-1", net["id"]))[0] for n in ("ea", "eb"))
+    seen = state_revision(api, "echo-1")
+    r = report(api, "echo-1", active(a), active(b))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["revision_before"] == seen
+    assert body["revision"] == seen + 2  # one event per updated port
+    events, latest = events_since(api, seen)
+    assert latest == body["revision"]
+    assert {(e["resource"], e["resource_id"]) for e in events} == {("port", a), ("port", b)}
+    # An unchanged report writes nothing: no revision of its own.
+    again = report(api, "echo-1", active(a)).json()
+    assert again["revision_before"] == again["revision"] == body["revision"]
+
+
+def test_a_write_between_snapshot_and_report_shows_in_revision_before(api: httpx.Client) -> None:
+    heartbeat(api, "echo-2")
+    net, _ = network_with_subnet(api, "10.92.0.0/24")
+    port = port_ids(instance(api, "ec", "echo-2", net["id"]))[0]
+    seen = state_revision(api, "echo-2")
+    network_with_subnet(api, "10.93.0.0/24")  # someone else writes meanwhile
+    body = report(api, "echo-2", active(port)).json()
+    assert body["revision_before"] > seen  # the agent must not skip: those changes are not its own
+    assert body["revision"] == body["revision_before"] + 1
