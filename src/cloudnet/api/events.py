@@ -46,9 +46,13 @@ class Notifier:
         self.closing = True
         self._changed.set()
 
-    async def wait(self, timeout: float) -> None:
+    def marker(self) -> asyncio.Event:
+        """Take before reading the log; waiting on it then cannot miss a commit made after the read."""
+        return self._changed
+
+    async def wait(self, marker: asyncio.Event, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            await asyncio.wait_for(marker.wait(), timeout)
 
 
 def _number(request: Request, name: str, default: float) -> float:
@@ -75,8 +79,9 @@ async def list_events(request: Request) -> Response:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
+        marker = notifier.marker()  # a commit landing while the query runs still wakes the wait below
         items, latest = await call(events.events_since, st.store, ctx, since, limit)
         remaining = deadline - loop.time()
         if items or remaining <= 0 or notifier.closing or await request.is_disconnected():
             return neutron.JSON({"events": items, "revision": latest})
-        await notifier.wait(min(POLL_INTERVAL, remaining))
+        await notifier.wait(marker, min(POLL_INTERVAL, remaining))
