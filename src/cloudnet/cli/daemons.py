@@ -34,6 +34,11 @@ ParkPoolDevices = Annotated[
         "move; on kernels where a move costs an RCU barrier this is slower than creating in place).",
     ),
 ]
+PoolMin = Annotated[int, typer.Option(min=0, help="Ready ports every port pool keeps (refilled below it).")]
+PoolMax = Annotated[int, typer.Option(min=0, help="Ready ports a pool holds at most (0: no cap).")]
+PoolBatch = Annotated[int, typer.Option(min=1, help="Ports created per pool refill (one bulk create).")]
+PoolTtl = Annotated[int, typer.Option(min=0, help="Seconds a ready pool port may idle above min (0: forever).")]
+PoolUpdateInterval = Annotated[int, typer.Option(min=1, help="Seconds between maintenance passes of a pool.")]
 AgentHost = Annotated[str | None, typer.Option("--agent-host", help="This host's name (default: hostname).")]
 Uplink = Annotated[
     list[str] | None,
@@ -106,10 +111,17 @@ def register(app: typer.Typer) -> None:
         default_mtu: Mtu = 1500,
         metadata_listen: MetadataListen = DEFAULT_METADATA_LISTEN,
         vendor_data: VendorData = None,
+        pool_min: PoolMin = 5,
+        pool_max: PoolMax = 0,
+        pool_batch: PoolBatch = 10,
+        pool_ttl: PoolTtl = 0,
+        pool_update_interval: PoolUpdateInterval = 20,
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
         _serve(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
-                            metadata_listen=metadata_listen, metadata_vendor_data=vendor_data))  # fmt: skip
+                            metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
+                            pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
+                            pool_update_interval=pool_update_interval))  # fmt: skip
 
     @app.command("agent")
     def agent(
@@ -160,10 +172,17 @@ def register(app: typer.Typer) -> None:
         sriov_exclude: SriovExclude = None,
         sysfs_root: SysfsRoot = Path("/sys"),
         park_pool_devices: ParkPoolDevices = False,
+        pool_min: PoolMin = 5,
+        pool_max: PoolMax = 0,
+        pool_batch: PoolBatch = 10,
+        pool_ttl: PoolTtl = 0,
+        pool_update_interval: PoolUpdateInterval = 20,
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
-                              metadata_listen=metadata_listen, metadata_vendor_data=vendor_data)  # fmt: skip
+                              metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
+                              pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
+                              pool_update_interval=pool_update_interval)  # fmt: skip
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
                                    token=_admin_token(config.tokens_file), state_dir=state_dir,
