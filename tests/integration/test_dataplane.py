@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from cloudnet.agent.metadata_proxy import MetadataProxy
@@ -233,3 +234,29 @@ def test_ports_are_active_only_once_their_metadata_proxy_answers(cloud: Cloud, t
     assert cloud.agent is not None
     cloud.wait_for(lambda: cloud.api.get(f"/ports/{port_id}").json()["port"]["status"] == "BUILD", what="BUILD")
     assert "eth0" in ns_run(ns, "ip", "-o", "link").stdout  # plugged, just not announced
+
+
+def test_full_passes_repair_what_changed_behind_the_agents_back_even_under_steady_events(cloud: Cloud) -> None:
+    cloud.start_agent(resync_interval=1.0)
+    net, _ = cloud.network("repair", "10.68.0.0/24")
+    a = cloud.instance("ra", [{"network": net["id"]}])
+    b = cloud.instance("rb", [{"network": net["id"]}])
+    tap = names.tap(a["nets"][0]["port_id"])
+    ns_run(names.host_ns(cloud.host), "ip", "link", "del", tap, check=True)  # takes a's eth0 along
+    assert "eth0" not in ns_run(a["netns"], "ip", "-o", "link").stdout
+    stop = threading.Event()
+
+    def churn() -> None:  # a change every 50 ms: incremental passes all the time, trusting what they applied
+        i = 0
+        while not stop.wait(0.05):
+            cloud.api.put(f"/networks/{net['id']}", json={"network": {"description": f"churn {i}"}})
+            i += 1
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    try:
+        cloud.wait_for(lambda: tap in _host_links(cloud), timeout=15, what="the periodic full pass to replug")
+    finally:
+        stop.set()
+        worker.join(timeout=10)
+    assert ping(a["netns"], b["nets"][0]["fixed_ips"][0]["ip_address"])

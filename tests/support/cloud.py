@@ -40,11 +40,13 @@ class Cloud:
 
     # -- agent --
 
-    def start_agent(self, observers: list[Any] | None = None, park: bool = False) -> Agent:
+    def start_agent(
+        self, observers: list[Any] | None = None, park: bool = False, resync_interval: float = 60.0
+    ) -> Agent:
         client = ApiClient(self.server.url, self.host, "admin")
         self.agent = Agent(
             client, LinuxDataplane(self.host, self.uplinks, park=park), heartbeat_interval=0.5, poll_timeout=1,
-            observers=observers,
+            observers=observers, resync_interval=resync_interval,
         )  # fmt: skip
         self._thread = threading.Thread(target=self.agent.run, daemon=True)
         self._thread.start()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 import httpx
@@ -37,7 +38,7 @@ class Agent:
         report: dict[str, Any] | None = None,
         heartbeat_interval: float = 10.0,
         poll_timeout: float = 30.0,
-        resync_interval: float = 300.0,
+        resync_interval: float = 60.0,
         observers: list[StateObserver] | None = None,
     ) -> None:
         self.client = client
@@ -89,21 +90,23 @@ class Agent:
 
     def _follow(self) -> None:
         self.reconcile(full=True)
-        since_full = 0.0
+        last_full = time.monotonic()
         while not self.stop_event.is_set():
             # While ports wait for their metadata proxy, look again soon even if nothing changes.
             timeout = self._retry if self.held_back else self.poll_timeout
+            timeout = max(0.0, min(timeout, last_full + self.resync_interval - time.monotonic()))
             events, latest = self.client.events(self.revision, timeout)
             # Back off while a proxy stays unable to listen; start quick again once all is served.
             self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
-            if events or self.held_back:
+            if time.monotonic() - last_full >= self.resync_interval:
+                # Also under a steady stream of events: catch changes made behind the API's back (a
+                # device deleted by hand, an instance namespace recreated), which incremental passes trust.
+                self.reconcile(full=True)
+                last_full = time.monotonic()
+            elif events or self.held_back:
                 self.reconcile(full=False)  # only what changed: the dataplane keeps what it applied
             else:
                 self.revision = max(self.revision, latest)
-                since_full += self.poll_timeout
-                if since_full >= self.resync_interval:  # catch changes made behind the API's back
-                    self.reconcile(full=True)
-                    since_full = 0.0
 
     def _metadata_served(self, state: dict[str, Any], network_id: str | None) -> bool:
         network = state["networks"].get(network_id or "")
