@@ -269,7 +269,8 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark builds network namespaces")
     load = wrk if shutil.which("wrk") else python_load
-    print(f"metadata benchmark (load generator: {'wrk' if load is wrk else 'python'}, {args.duration:g} s per run)")
+    print(f"metadata benchmark (load generator: {'wrk' if load is wrk else 'python'}, {args.duration:g} s per run, "
+          f"load average {_load()})")  # fmt: skip
     suffix = uuid.uuid4().hex[:6]
     host = f"bench-{suffix}"
     state_dir = Path(tempfile.mkdtemp(prefix="cloudnet-mdbench-"))
@@ -282,6 +283,11 @@ def main() -> None:
             with suppress(Exception):
                 netns.remove(ns)
         shutil.rmtree(state_dir, ignore_errors=True)
+    print(f"load average at the end: {_load()} (other work on the machine skews the figures)")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def run(

@@ -1,4 +1,5 @@
-"""`cloudnet serve`: open the store, migrate it, check the auth setup, run uvicorn until SIGTERM."""
+"""`cloudnet serve`: open the store, migrate it, check the auth setup, run the API (uvicorn) and the metadata
+API (metadata/http_server.py) on one loop until SIGTERM."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 
@@ -19,6 +20,7 @@ from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.metadata import service as metadata_service
 from cloudnet.metadata import signing
+from cloudnet.metadata.http_server import HttpServer
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.store.db import Store
@@ -33,10 +35,10 @@ class StartupError(RuntimeError):
 
 class _Server(uvicorn.Server):
     """uvicorn, minus re-raising SIGTERM/SIGINT after its graceful shutdown: a requested stop that
-    completed cleanly exits with status 0, as service managers and scripts expect. Servers in
-    `companions` (the metadata API, on the same loop) are stopped by the same signal."""
+    completed cleanly exits with status 0, as service managers and scripts expect. `companions` (the stop
+    of the metadata server on the same loop) are called by the same signal."""
 
-    def __init__(self, config: uvicorn.Config, companions: list[uvicorn.Server] | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, companions: list[Callable[[], None]] | None = None) -> None:
         super().__init__(config)
         self.companions = companions or []
 
@@ -57,22 +59,13 @@ class _Server(uvicorn.Server):
         if notifier is not None:
             notifier.close()  # open long polls (agents following events) answer instead of delaying the stop
         super().handle_exit(sig, frame)
-        for companion in self.companions:
-            companion.handle_exit(sig, frame)
-
-
-class _Companion(uvicorn.Server):
-    """A server beside a `_Server` on its loop: the `_Server` owns the signal handlers (a second set
-    would replace the first, and one signal would then stop only one of the two)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+        for stop in self.companions:
+            stop()
 
 
 @dataclass
 class _Metadata:
-    server: _Companion
+    server: HttpServer
     sock: socket.socket
     listen: metadata_service.Listen
 
@@ -118,8 +111,7 @@ def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
         sock = metadata_service.bind(listen)
     except (signing.SecretError, metadata_service.MetadataConfigError) as exc:
         raise StartupError(str(exc)) from None
-    app = MetadataApp(store, secret, settings)
-    return _Metadata(_Companion(metadata_service.uvicorn_config(app)), sock, listen)
+    return _Metadata(HttpServer(MetadataApp(store, secret, settings)), sock, listen)
 
 
 def _run(server: _Server, metadata: _Metadata | None) -> None:
@@ -127,15 +119,13 @@ def _run(server: _Server, metadata: _Metadata | None) -> None:
     if metadata is None:
         server.run()
         return
-    server.companions.append(metadata.server)
+    server.companions.append(metadata.server.stop)
 
     async def both() -> None:
-        tasks = [
-            asyncio.ensure_future(server.serve()),
-            asyncio.ensure_future(metadata.server.serve(sockets=[metadata.sock])),
-        ]
+        tasks = [asyncio.ensure_future(server.serve()), asyncio.ensure_future(metadata.server.serve(metadata.sock))]
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        server.should_exit = metadata.server.should_exit = True
+        server.should_exit = True
+        metadata.server.stop()
         await asyncio.gather(*tasks)
 
     with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:

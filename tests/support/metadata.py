@@ -1,19 +1,21 @@
-"""Run the real metadata API (uvicorn, in a thread) and speak to it as an agent's proxy does."""
+"""Run the real metadata API (its HTTP server on uvloop, in a thread) and speak to it as an agent's proxy does."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
-import uvicorn
+import uvloop
 
 from cloudnet.metadata import signing
-from cloudnet.metadata.server import MetadataApp
-from cloudnet.metadata.service import uvicorn_config
+from cloudnet.metadata.http_server import Application, HttpServer
+
+App = TypeVar("App", bound=Application)
 
 
 def loopback_socket() -> socket.socket:
@@ -24,20 +26,28 @@ def loopback_socket() -> socket.socket:
 
 
 @dataclass
-class RunningMetadata:
+class RunningMetadata(Generic[App]):
+    """The metadata HTTP server serving `app` (a MetadataApp, or another application of the HTTP layer)."""
+
     url: str
-    app: MetadataApp
-    _server: uvicorn.Server
+    app: App
+    server: HttpServer
     _thread: threading.Thread
 
     @classmethod
-    def start(cls, app: MetadataApp, sock: socket.socket | None = None) -> RunningMetadata:
+    def start(cls, app: App, sock: socket.socket | None = None, **options: Any) -> RunningMetadata[App]:
+        """`options` go to HttpServer (timeouts, limits)."""
         sock = sock or loopback_socket()
-        server = uvicorn.Server(uvicorn_config(app))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        server = HttpServer(app, **options)
+
+        def run() -> None:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(server.serve(sock))
+
+        thread = threading.Thread(target=run, daemon=True)
         thread.start()
         deadline = time.monotonic() + 15
-        while not server.started:  # uvicorn sets `started` once it accepts connections
+        while not server.serving:  # set once it accepts connections
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the metadata server did not start")
             time.sleep(0.005)
@@ -45,8 +55,9 @@ class RunningMetadata:
         return cls(url, app, server, thread)
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        self.server.stop()
         self._thread.join(timeout=10)
+        assert not self._thread.is_alive(), "the metadata server did not stop"
 
 
 def identity(secret: str, instance_id: str, project_id: str, forwarded_for: str = "10.0.0.5") -> dict[str, str]:

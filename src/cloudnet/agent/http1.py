@@ -9,15 +9,17 @@ must never disagree with the server behind it about where one request ends.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from urllib.parse import unquote
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 1024 * 1024
 _TOKEN_CHARS = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_PHRASES = {s.value: s.phrase for s in HTTPStatus}
+_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 # Control characters, space and DEL: never part of a request target.
 _BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")
 
@@ -46,6 +48,11 @@ class Request:
             return "keep-alive" in tokens
         return "close" not in tokens
 
+    @property
+    def path(self) -> str:
+        """The target's path, percent-decoded and without its query; `http://host/x` (absolute-form) gives `/x`."""
+        return _path(self.target)
+
 
 @dataclass
 class Response:
@@ -53,6 +60,15 @@ class Response:
     headers: list[tuple[str, str]]
     body: bytes
     keep_alive: bool = True
+
+
+@functools.lru_cache(maxsize=1024)  # the same few dozen targets over and over
+def _path(target: str) -> str:
+    if not target.startswith("/"):
+        rest = target.split("://", 1)[-1]
+        target = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+    path = target.split("?", 1)[0]
+    return unquote(path) if "%" in path else path
 
 
 def _connection_tokens(headers: list[tuple[str, str]]) -> set[str]:
@@ -196,11 +212,12 @@ def render_response(
     status: int, headers: list[tuple[str, str]], body: bytes, keep_alive: bool, head_length: int | None = None
 ) -> bytes:
     """The response bytes; for a HEAD request pass `head_length` (the length a GET would have), no body."""
-    lines = [f"HTTP/1.1 {status} {_PHRASES.get(status, 'Unknown')}"]
-    lines += [f"{name}: {value}" for name, value in headers]
-    lines.append(f"Content-Length: {len(body) if head_length is None else head_length}")
-    lines.append("Connection: keep-alive" if keep_alive else "Connection: close")
-    out = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    head = _STATUS_LINES.get(status) or f"HTTP/1.1 {status} Unknown\r\n"
+    for name, value in headers:
+        head += f"{name}: {value}\r\n"
+    head += f"Content-Length: {len(body) if head_length is None else head_length}\r\n"
+    head += "Connection: keep-alive\r\n\r\n" if keep_alive else "Connection: close\r\n\r\n"
+    out = head.encode("latin-1")
     return out if head_length is not None else out + body
 
 

@@ -1,7 +1,9 @@
 """The metadata API: the OpenStack and EC2 trees for requests an agent's proxy has vouched for.
 
-A bare ASGI application rather than FastAPI: every guest boot sends dozens of requests and a boot storm
-multiplies that, so the per-request path is a header scan, one HMAC, a dict lookup and a cached answer.
+Served by the lean HTTP/1.1 server (metadata/http_server.py) rather than an ASGI stack: every guest boot sends
+dozens of requests and a boot storm multiplies that, so the per-request path is a header scan, one HMAC, a
+dict lookup and a cached answer, all without a coroutine (`answer_now`); only what needs the database (a view
+not cached yet, a password to store) goes through `answer`.
 
 Order of checks, as nova's handler (reference/metadata.md §1.2):
 1. `/` answers the EC2 version list before anything else;
@@ -17,38 +19,37 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
 from sqlalchemy.exc import DBAPIError
 
+from cloudnet.agent.http1 import Request, Response
 from cloudnet.metadata import passwords, signing, trees
 from cloudnet.metadata.model import REQUIRED, Settings
 from cloudnet.metadata.tokens import TOKEN_HEADER, TTL_HEADER, TokenIssuer, parse_ttl
-from cloudnet.metadata.trees import TEXT, Reply
-from cloudnet.metadata.view import MAX_REPLIES, ViewCache
+from cloudnet.metadata.trees import Reply
+from cloudnet.metadata.view import MAX_REPLIES, Entry, ViewCache
 from cloudnet.store.db import Store
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
 _WANTED = {
-    b"x-instance-id": "instance",
-    b"x-tenant-id": "tenant",
-    b"x-instance-id-signature": "signature",
-    b"x-forwarded-for": "forwarded",
-    TOKEN_HEADER.encode(): "token",
-    TTL_HEADER.encode(): "ttl",
-    b"content-length": "length",
+    "x-instance-id": "instance",
+    "x-tenant-id": "tenant",
+    "x-instance-id-signature": "signature",
+    "x-forwarded-for": "forwarded",
+    TOKEN_HEADER: "token",
+    TTL_HEADER: "ttl",
+    "content-length": "length",
 }
 
 
-def _plain(status: int, text: str, *headers: tuple[bytes, bytes]) -> tuple[Reply, tuple[tuple[bytes, bytes], ...]]:
-    return Reply(status, text.encode()), headers
+def _answer(reply: Reply, *headers: tuple[str, str]) -> Response:
+    return Response(reply.status, [("Content-Type", reply.content_type), *headers], reply.payload())
+
+
+def _plain(status: int, text: str, *headers: tuple[str, str]) -> Response:
+    return _answer(Reply(status, text.encode()), *headers)
 
 
 MISSING = {
@@ -59,16 +60,19 @@ MISSING = {
 FORBIDDEN = _plain(403, "Invalid proxy request signature.")
 UNAUTHORIZED = _plain(401, "401 Unauthorized")
 BAD_TTL = _plain(400, f"{TTL_HEADER} must be a whole number of seconds from 1 to 21600.")
-NOT_ALLOWED = _plain(405, "Method not allowed.", (b"allow", b"GET, HEAD"))
+NOT_ALLOWED = _plain(405, "Method not allowed.", ("Allow", "GET, HEAD"))
 PASSWORD_METHODS = _plain(400, "GET and POST only are supported.")
 PASSWORD_TOO_LARGE = _plain(400, f"Request is too large (at most {trees.MAX_PASSWORD} bytes).")
 PASSWORD_SET = _plain(409, "Password already set.")
-UNAVAILABLE = _plain(503, "The metadata service cannot reach its database; try again.", (b"retry-after", b"2"))
+PASSWORD_NOT_UTF8 = _plain(400, "The password must be UTF-8 text (nova's clients post base64).")
+UNAVAILABLE = _plain(503, "The metadata service cannot reach its database; try again.", ("Retry-After", "2"))
 FAILED = _plain(500, "An unknown error has occurred. Please try your request again.")
+NOT_FOUND = _answer(trees.NOT_FOUND)
+EMPTY = _answer(Reply(200, b""))
 
 
 class MetadataApp:
-    """The ASGI application; `views` is its cache, `settings` the service-wide answers."""
+    """The application the HTTP server asks; `views` is its cache, `settings` the service-wide answers."""
 
     def __init__(
         self,
@@ -89,69 +93,89 @@ class MetadataApp:
         self.tokens = TokenIssuer(secret) if clock is None else TokenIssuer(secret, clock)
         self._signatures: dict[str, bytes] = {}  # instance id -> its (verified) signature
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            try:
-                reply, headers = await self._handle(scope, receive)
-            except DBAPIError as exc:
-                log.warning("metadata: database error: %s", exc)
-                reply, headers = UNAVAILABLE
-            except Exception:
-                log.exception("metadata: unexpected error on %s %s", scope["method"], scope["path"])
-                reply, headers = FAILED
-            await _respond(send, scope["method"], reply, headers)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
+    # -- the HTTP server's side (http_server.Application) -------------------------------------------
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self.views.start()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.views.stop()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    def start(self) -> None:
+        """Follow commits of other processes (called on the serving loop)."""
+        self.views.start()
 
-    async def _handle(self, scope: Scope, receive: Receive) -> tuple[Reply, tuple[tuple[bytes, bytes], ...]]:
-        path: str = scope["path"]
-        method: str = scope["method"]
+    async def stop(self) -> None:
+        await self.views.stop()
+
+    def answer_now(self, request: Request) -> Response | None:
+        """The answer when it needs no I/O (the usual case: a cached view); None when `answer` must be asked."""
+        try:
+            path = request.path
+            checked = self._identify(path, request.headers)
+            if isinstance(checked, Response):
+                return checked
+            instance_id, found = checked
+            entry = self.views.fresh(instance_id)
+            return None if entry is None else self._respond(request.method, path, found, entry)
+        except Exception:
+            log.exception("metadata: unexpected error on %s %s", request.method, request.target)
+            return FAILED
+
+    async def answer(self, request: Request) -> Response:
+        try:
+            path = request.path
+            checked = self._identify(path, request.headers)
+            if isinstance(checked, Response):
+                return checked
+            instance_id, found = checked
+            entry = self.views.fresh(instance_id) or await self.views.get(instance_id)
+            response = self._respond(request.method, path, found, entry)
+            if response is None:
+                assert entry is not None
+                return await self._post_password(entry.view.id, entry.view.project_id, found.get("length"),
+                                                 request.body)  # fmt: skip
+            return response
+        except DBAPIError as exc:
+            log.warning("metadata: database error: %s", exc)
+            return UNAVAILABLE
+        except Exception:
+            log.exception("metadata: unexpected error on %s %s", request.method, request.target)
+            return FAILED
+
+    # -- the checks, in nova's order ----------------------------------------------------------------
+
+    def _identify(self, path: str, headers: list[tuple[str, str]]) -> Response | tuple[str, dict[str, str]]:
+        """Steps 1 to 3: the answer that ends the request (the version list, a refusal), or the signed instance
+        id and the headers of interest."""
         if trees.is_root(path):
-            return trees.ec2_versions(), ()
+            return _answer(trees.ec2_versions())
         found: dict[str, str] = {}
-        for name, value in scope["headers"]:
+        for name, value in headers:
             key = _WANTED.get(name)
             if key is not None:
-                text = value.decode("latin-1")
                 # A repeated header joins as webob does ("a, b"): a second identity can only spoil the first.
-                found[key] = f"{found[key]}, {text}" if key in found else text
+                found[key] = f"{found[key]}, {value}" if key in found else value
         for key in ("instance", "signature", "tenant"):
             if key not in found:
                 return _plain(400, MISSING[key])
         instance_id = found["instance"]
         if not self._signed(instance_id, found["signature"]):
             return FORBIDDEN
-        entry = self.views.fresh(instance_id) or await self.views.get(instance_id)
+        return instance_id, found
+
+    def _respond(self, method: str, path: str, found: dict[str, str], entry: Entry | None) -> Response | None:
+        """Steps 4 to 6 for the instance's cached entry; None for a password to store (a database write)."""
         if entry is None or entry.view.project_id != found["tenant"]:
-            return trees.NOT_FOUND, ()
-        view = entry.view
+            return NOT_FOUND
+        view, instance_id = entry.view, found["instance"]
         if method == "PUT" and trees.is_token_request(path):
             ttl = parse_ttl(found.get("ttl"))
             if ttl is None:
                 return BAD_TTL
-            return Reply(200, self.tokens.issue(instance_id, ttl).encode()), ((TTL_HEADER.encode(), str(ttl).encode()),)
+            return _answer(Reply(200, self.tokens.issue(instance_id, ttl).encode()), (TTL_HEADER, str(ttl)))
         token = found.get("token")
         if token is not None:
             if not self.tokens.valid(instance_id, token):
                 return UNAUTHORIZED
         elif view.metadata_tokens == REQUIRED:
             return UNAUTHORIZED
-        if trees.is_password(path) and method not in ("GET", "HEAD"):
-            if method != "POST":
-                return PASSWORD_METHODS
-            return await self._post_password(view.id, view.project_id, found.get("length"), receive)
+        if method not in ("GET", "HEAD") and trees.is_password(path):
+            return None if method == "POST" else PASSWORD_METHODS
         reply = entry.replies.get(path)
         if reply is None:
             forwarded = found.get("forwarded")
@@ -161,7 +185,7 @@ class MetadataApp:
                 entry.replies[path] = reply
         if method not in ("GET", "HEAD") and reply.status != 404:
             return NOT_ALLOWED  # it exists, but the guest may only read it
-        return reply, ()
+        return _answer(reply)
 
     def _signed(self, instance_id: str, signature: str) -> bool:
         """signing.verify, with the expected signature of recently seen instances kept (an HMAC per request
@@ -176,43 +200,21 @@ class MetadataApp:
             return True
         return hmac.compare_digest(expected, signature.encode("utf-8", "surrogateescape"))
 
-    async def _post_password(
-        self, instance_id: str, project_id: str, length: str | None, receive: Receive
-    ) -> tuple[Reply, tuple[tuple[bytes, bytes], ...]]:
+    async def _post_password(self, instance_id: str, project_id: str, length: str | None, body: bytes) -> Response:
         if length is not None and (not length.strip().isdigit() or int(length) > trees.MAX_PASSWORD):
             return PASSWORD_TOO_LARGE
-        body = bytearray()
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if len(body) > trees.MAX_PASSWORD:
-                return PASSWORD_TOO_LARGE
-            if not message.get("more_body"):
-                break
+        if len(body) > trees.MAX_PASSWORD:
+            return PASSWORD_TOO_LARGE
         if not body:
-            return Reply(200, b""), ()  # nothing to store, and an empty password does not count as set (nova)
+            return EMPTY  # nothing to store, and an empty password does not count as set (nova)
         try:
             password = body.decode()
         except UnicodeDecodeError:
-            return _plain(400, "The password must be UTF-8 text (nova's clients post base64).")
+            return PASSWORD_NOT_UTF8
         outcome = await asyncio.to_thread(passwords.store_password, self.store, instance_id, project_id, password)
         if outcome is passwords.Outcome.STORED:
             self.views.drop(instance_id)
-            return Reply(200, b""), ()
+            return EMPTY
         if outcome is passwords.Outcome.ALREADY_SET:
             return PASSWORD_SET
-        return trees.NOT_FOUND, ()
-
-
-async def _respond(send: Send, method: str, reply: Reply, extra: tuple[tuple[bytes, bytes], ...]) -> None:
-    body = reply.payload()
-    headers = [
-        (b"content-type", reply.content_type.encode() if reply.content_type != TEXT else _TEXT),
-        (b"content-length", str(len(body)).encode()),
-        *extra,
-    ]
-    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
-
-
-_TEXT = TEXT.encode()
+        return NOT_FOUND

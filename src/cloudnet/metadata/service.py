@@ -1,4 +1,4 @@
-"""The metadata API as `cloudnet serve` runs it: its listening socket, its settings, its uvicorn server.
+"""The metadata API as `cloudnet serve` runs it: its listening socket and its settings.
 
 It listens apart from the REST API (nova's 8775 beside neutron's 9696), on TCP or on a Unix socket
 (`unix:/path`, for an agent on the same host). Only requests signed by an agent are answered, so the address
@@ -15,10 +15,6 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import uvicorn
-
-from cloudnet.metadata.server import MetadataApp
 
 DISABLED = ("", "off", "none")
 
@@ -106,11 +102,3 @@ def load_vendor_data(path: Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise MetadataConfigError(f"vendor data {path} must hold a JSON object, not {type(data).__name__}")
     return data
-
-
-def uvicorn_config(app: MetadataApp) -> uvicorn.Config:
-    """uvicorn settings for the metadata app: the fast protocol stack, no access log, no extra headers."""
-    return uvicorn.Config(
-        app, log_level="warning", access_log=False, http="httptools", loop="uvloop", lifespan="on",
-        server_header=False, date_header=False, timeout_graceful_shutdown=5,
-    )  # fmt: skip
