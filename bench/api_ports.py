@@ -14,7 +14,18 @@ import time
 from collections.abc import Callable
 
 import httpx
-from common import analyze, cloudnet_server, median, ms, percentile, pin_client, postgres_url, row
+from common import (
+    analyze,
+    cloudnet_server,
+    http_floor,
+    machine_load,
+    median,
+    ms,
+    percentile,
+    pin_client,
+    postgres_url,
+    row,
+)
 
 PRELOAD = 10_000
 BULK = 1_000
@@ -58,12 +69,14 @@ def run(url: str, singles: int, after_preload: Callable[[], None] | None = None)
                                         ("fields", "fixed_ips"), ("fields", "status")])  # fmt: skip
             list_times.append(time.perf_counter() - t0)
             count = len(r.json()["ports"])
+        floor = http_floor(c)
     p50_0, p99_0 = percentile(empty, 50), percentile(empty, 99)
     p50_10k, p99_10k = percentile(loaded, 50), percentile(loaded, 99)
     row(f"single create p50, 0 ports ({singles} creates)", ms(p50_0), "<= 3 ms", p50_0 <= 0.003)
     row("single create p99, 0 ports", ms(p99_0), "<= 15 ms", p99_0 <= 0.015)
     row(f"single create p50, {PRELOAD:,}+ ports", ms(p50_10k), "<= 3 ms", p50_10k <= 0.003)
     row(f"single create p99, {PRELOAD:,}+ ports", ms(p99_10k), "<= 15 ms", p99_10k <= 0.015)
+    row("  (HTTP floor: GET / p50, same client)", ms(floor), "-")
     ratio = p50_10k / p50_0
     row("p50 at 10,000 / p50 at 0", f"{ratio:.2f}x", "<= 1.2x", ratio <= 1.2)
     b = median(bulk_times)
@@ -78,6 +91,7 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=500)
     args = parser.parse_args()
     pin_client(1)
+    machine_load()
     if args.backend in ("sqlite", "both"):
         print("SQLite (WAL, synchronous=NORMAL):")
         with cloudnet_server() as url:

@@ -71,6 +71,24 @@ def analyze(db_url: str) -> None:
     engine.dispose()
 
 
+def machine_load() -> None:
+    """Print the load average: figures taken while other work runs on this 2-core machine are not comparable."""
+    one, five, _fifteen = os.getloadavg()
+    print(f"load average {one:.2f} (1 min), {five:.2f} (5 min)")
+
+
+def http_floor(client: httpx.Client, n: int = 300) -> float:
+    """p50 of `GET /` (no database, no body) with the client a benchmark uses: what any request costs here, to
+    read the other figures against (on this VM it has varied 2x between runs)."""
+    root = str(client.base_url.copy_with(path="/"))
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        client.get(root).raise_for_status()
+        times.append(time.perf_counter() - t0)
+    return percentile(times, 50)
+
+
 def pin_client(cpu: int = 1) -> None:
     if os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
         os.sched_setaffinity(0, {cpu})

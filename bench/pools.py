@@ -19,7 +19,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from common import analyze, cloudnet_server, median, ms, percentile, pin_client, postgres_url, row
+from common import (
+    analyze,
+    cloudnet_server,
+    http_floor,
+    machine_load,
+    median,
+    ms,
+    percentile,
+    pin_client,
+    postgres_url,
+    row,
+)
 from sqlalchemy import select, update
 
 from cloudnet.services import hosts, networks, pools, ports, subnets
@@ -69,9 +80,11 @@ def run_api(url: str, claims: int, analyze: Callable[[], None] | None = None) ->
         for i in range(20):  # warm-up of connections and caches
             _claim(c, net, 10_000 + i)
         times = [_claim(c, net, i) for i in range(claims)]
+        floor = http_floor(c)
         p50, p99 = percentile(times, 50), percentile(times, 99)
         row(f"claim p50 ({claims} sequential claims)", ms(p50), "<= 1 ms", p50 <= 0.001)
         row("claim p99", ms(p99), "<= 5 ms", p99 <= 0.005)
+        row("  (HTTP floor: GET / p50, same client)", ms(floor), "-")
 
         c.put(f"/port-pools/{pool_id}", json={"port_pool": {"min": 60, "batch": 60}}).raise_for_status()
         _wait_ready(c, 60)
@@ -132,6 +145,7 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=300)
     args = parser.parse_args()
     pin_client(1)
+    machine_load()
     if args.backend in ("sqlite", "both"):
         print("SQLite (WAL, synchronous=NORMAL):")
         with cloudnet_server() as url:

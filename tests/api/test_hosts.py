@@ -251,7 +251,7 @@ def test_report_ports(api: httpx.Client) -> None:
     # Reporting the same thing again changes nothing and publishes nothing.
     r = report(api, "node-1", active(p1, "cnb-one"))
     assert r.status_code == 200, r.text
-    assert r.json() == {"updated": [], "ignored": []}
+    assert r.json() == {"updated": [], "ignored": [], "revision_before": rev2, "revision": rev2}
     assert events_since(api, rev2) == ([], rev2)
     assert get_port(api, p1)["revision_number"] == 1
 

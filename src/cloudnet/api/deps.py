@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from starlette.concurrency import run_in_threadpool
+from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 
 from cloudnet.api.auth import Authenticator
@@ -15,6 +18,7 @@ from cloudnet.services.context import Context
 from cloudnet.store.db import Store
 
 T = TypeVar("T")
+WORKERS = 40
 
 
 @dataclass
@@ -32,6 +36,25 @@ def context(request: Request) -> Context:
     return state(request).auth.context(request.headers.get("x-auth-token"), request.headers.get("x-project-id"))
 
 
+# The worker threads of the service calls (as many as anyio's default thread limiter allows). A plain executor:
+# the trip to a worker and back costs about half of anyio's (run_in_threadpool), on every request.
+_workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="cloudnet-api")
+
+
 async def call(fn: Callable[..., T], *args: Any) -> T:
     """Run a (blocking, database-bound) service call off the event loop."""
-    return await run_in_threadpool(fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_workers, fn, *args)
+
+
+async def quick(store: Store, fn: Callable[..., T], *args: Any) -> T:
+    """A short write transaction that waits for no lock but the store's: on SQLite, run right here on the event
+    loop when this process's write lock is free (a worker thread means two thread switches, ~0.1 ms of a 1 ms
+    claim), else, or when another process holds the database, on a worker thread as `call`."""
+    with store.writes_held_here() as held:
+        if held:
+            try:
+                return fn(*args)
+            except (sqlite3.OperationalError, OperationalError) as exc:
+                if "locked" not in str(exc):
+                    raise
+    return await call(fn, *args)

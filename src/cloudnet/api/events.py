@@ -30,14 +30,22 @@ class Notifier:
         self.revision = 0
         self.closing = False  # the server is stopping: long polls answer now instead of holding it up
         self._changed = asyncio.Event()
+        # Whether a marker was taken since the last wake-up: if not, nobody can be waiting and a commit needs no
+        # trip to the loop (most commits, on a server no agent follows; a marker taken after the check is taken
+        # after the commit, so the read that follows it sees the commit).
+        self._handed = False
 
     def committed(self, revision: int) -> None:
-        self.loop.call_soon_threadsafe(self._bump, revision)
+        if revision > self.revision:
+            self.revision = revision
+        if self._handed:
+            self.loop.call_soon_threadsafe(self._wake)
 
-    def _bump(self, revision: int) -> None:
-        self.revision = max(self.revision, revision)
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def _wake(self) -> None:
+        if self._handed:
+            self._handed = False
+            self._changed.set()
+            self._changed = asyncio.Event()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self._close)
@@ -48,6 +56,7 @@ class Notifier:
 
     def marker(self) -> asyncio.Event:
         """Take before reading the log; waiting on it then cannot miss a commit made after the read."""
+        self._handed = True
         return self._changed
 
     async def wait(self, marker: asyncio.Event, timeout: float) -> None:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cloudnet.api import neutron
-from cloudnet.api.deps import AppState, call, context, state
+from cloudnet.api.deps import AppState, call, context, quick, state
 from cloudnet.services import pools
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,10 @@ async def update_pool(request: Request, pool_id: str) -> Response:
 async def claim(request: Request) -> Response:
     st = state(request)
     body = neutron.unwrap_one(await neutron.body_of(request), "claim")
-    port = await call(pools.claim, st.store, context(request), body)
+    ctx = context(request)
+    port = await quick(st.store, pools.claim, st.store, ctx, body, False)  # a ready port: no waiting
+    if port is None:  # the pool is empty: filled while the claim waits
+        port = await call(pools.claim, st.store, ctx, body)
     return neutron.JSON({"port": port}, status_code=201)
 
 
@@ -71,9 +74,9 @@ async def release(request: Request) -> Response:
     return neutron.JSON({"release": result})
 
 
-async def maintain_pools(st: AppState) -> None:
-    """Background task of every server: rebuild pool state from the database at start, then refill pools
-    below min and evict idle ports (TTL), each pool every `update_interval` seconds."""
+async def recover_pools(st: AppState) -> None:
+    """At start, before the API answers: pool defaults, and pool state rebuilt from the database (a claim or
+    a pool listing never sees a half-recovered pool)."""
     pools.configure(st.store, defaults_of(st))
     try:
         fixed = await call(pools.recover, st.store)
@@ -81,6 +84,11 @@ async def maintain_pools(st: AppState) -> None:
             log.warning("port pools recovered from the database: %s", fixed)
     except Exception:
         log.exception("port pool recovery failed")
+
+
+async def maintain_pools(st: AppState) -> None:
+    """Background task of every server (after `recover_pools`): refill pools below min and evict idle ports
+    (TTL), each pool every `update_interval` seconds."""
     while True:
         with contextlib.suppress(Exception):
             await call(pools.maintain, st.store)

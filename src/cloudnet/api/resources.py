@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import APIRouter
@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cloudnet.api import neutron
-from cloudnet.api.deps import AppState, call, context, state
+from cloudnet.api.deps import AppState, call, context, quick, state
 from cloudnet.services import instances, networks, ports, routers, security_groups, subnets
 
 
@@ -25,6 +25,8 @@ class Resource:
     create: Callable[..., Any]
     update: Callable[..., Any] | None
     delete: Callable[..., Any]
+    # A single create is one short transaction that waits for no other lock: run it with `quick`.
+    quick_create: bool = False
 
 
 def _on_store(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,8 +50,8 @@ RESOURCES = [
              _create_networks, _on_store(networks.update_network), _on_store(networks.delete_network)),
     _resource("subnets", "subnet", "subnets", subnets, "list_subnets", "get_subnet", "create_subnets",
               "update_subnet", "delete_subnet"),
-    _resource("ports", "port", "ports", ports, "list_ports", "get_port", "create_ports", "update_port",
-              "delete_port"),
+    replace(_resource("ports", "port", "ports", ports, "list_ports", "get_port", "create_ports", "update_port",
+                      "delete_port"), quick_create=True),
     _resource("routers", "router", "routers", routers, "list_routers", "get_router", "create_routers",
               "update_router", "delete_router"),
     _resource("security-groups", "security_group", "security_groups", security_groups, "list_groups",
@@ -61,8 +63,7 @@ RESOURCES = [
 ]  # fmt: skip
 
 
-def _routes(res: Resource) -> APIRouter:
-    router = APIRouter()
+def _add_routes(router: APIRouter, res: Resource) -> None:
     base = f"/v2.0/{res.collection}"
 
     async def list_(request: Request) -> Response:
@@ -77,7 +78,11 @@ def _routes(res: Resource) -> APIRouter:
 
     async def create(request: Request) -> Response:
         bodies, bulk = neutron.unwrap(await neutron.body_of(request), res.member, res.plural)
-        items = await call(res.create, state(request), context(request), bodies)
+        st, ctx = state(request), context(request)
+        if res.quick_create and not bulk:
+            items = await quick(st.store, res.create, st, ctx, bodies)
+        else:
+            items = await call(res.create, st, ctx, bodies)
         return neutron.JSON({res.plural: items} if bulk else {res.member: items[0]}, status_code=201)
 
     async def delete(request: Request, item_id: str) -> Response:
@@ -99,13 +104,12 @@ def _routes(res: Resource) -> APIRouter:
             return neutron.JSON({res.member: item})
 
         router.add_api_route(base + "/{item_id}", update, methods=["PUT"], name=f"update_{res.member}")
-    return router
 
 
 def build() -> APIRouter:
     router = APIRouter()
     for res in RESOURCES:
-        router.include_router(_routes(res))
+        _add_routes(router, res)
 
     async def add_interface(request: Request, router_id: str) -> Response:
         neutron.check_id("router", router_id)

@@ -3,7 +3,8 @@
 The `ip_allocations` primary key (subnet_id, ip_address) is the source of truth: rows are inserted
 with ON CONFLICT DO NOTHING, and an address another server process took first is simply replaced
 by the next free one. A per-subnet cursor (a hint, process-local) makes the usual allocation O(1)
-instead of a scan over every address already taken.
+instead of a scan over every address already taken: the addresses after it are first inserted
+without looking (`next_after_cursor`), and only those found taken are replaced by a scan (`find_free`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from cloudnet.errors import Conflict
 from cloudnet.store import tables as t
+from cloudnet.store.prepared import BulkInsert
 
 A = t.ip_allocations
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -78,6 +79,22 @@ def _candidates(subnet: SubnetInfo) -> Iterator[int]:
         yield from range(lo, min(hi, cursor) + 1)
 
 
+def next_after_cursor(subnet: SubnetInfo, count: int, exclude: set[str]) -> list[str]:
+    """Up to `count` pool addresses after the cursor, not yet checked against the allocations (usually free:
+    insert them and replace whichever turn out taken). Moves the cursor past them."""
+    make = ipaddress.IPv4Address if subnet.version == 4 else ipaddress.IPv6Address
+    out: list[str] = []
+    with _scan_locks.setdefault(subnet.id, threading.Lock()):
+        for value in _candidates(subnet):
+            text = str(make(value))
+            if text != subnet.gateway_ip and text not in exclude:
+                out.append(text)
+                _cursor[subnet.id] = value
+                if len(out) >= count:
+                    break
+    return out
+
+
 def find_free(conn: Connection, subnet: SubnetInfo, count: int, exclude: set[str]) -> list[str]:
     """Up to `count` addresses of the pools that are not allocated (nor in `exclude`)."""
     with _scan_locks.setdefault(subnet.id, threading.Lock()):
@@ -117,13 +134,15 @@ def _scan(conn: Connection, subnet: SubnetInfo, count: int, exclude: set[str]) -
     return found
 
 
-def insert_allocations(conn: Connection, dialect: str, rows: list[dict[str, str]]) -> set[tuple[str, str]]:
+_INSERT = BulkInsert(A, ["subnet_id", "ip_address", "network_id", "port_id"], conflict=[],
+                     returning=["subnet_id", "ip_address"])  # fmt: skip
+
+
+def insert_allocations(conn: Connection, rows: list[dict[str, str]]) -> set[tuple[str, str]]:
     """Insert allocation rows; returns the (subnet_id, ip_address) pairs that were already taken."""
     if not rows:
         return set()
-    module = postgresql if dialect == "postgresql" else sqlite
-    stmt = module.insert(A).on_conflict_do_nothing().returning(A.c.subnet_id, A.c.ip_address)
-    inserted = {(r[0], r[1]) for r in conn.execute(stmt, rows)}
+    inserted = {(r[0], r[1]) for r in _INSERT.run(conn, rows)}
     return {(r["subnet_id"], r["ip_address"]) for r in rows} - inserted
 
 

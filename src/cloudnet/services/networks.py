@@ -10,7 +10,7 @@ from sqlalchemy import Connection, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import common, forwards, network_config
+from cloudnet.services import cache, common, forwards, network_config
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, is_uuid, parse
@@ -104,6 +104,15 @@ def visibility(ctx: Context) -> Any:
 def get_visible(conn: Connection, ctx: Context, network_id: str) -> Any:
     # Ids are UUIDs: anything else cannot exist (and PostgreSQL refuses some strings, e.g. with NUL bytes).
     row = conn.execute(select(N).where(N.c.id == network_id)).first() if is_uuid(network_id) else None
+    return _check_visible(row, ctx, network_id)
+
+
+def visible_in_tx(tx: Tx, ctx: Context, network_id: str) -> Any:
+    """`get_visible` from this process's cache of networks (services/cache.py), for the hot write paths."""
+    return _check_visible(cache.network(tx, network_id) if is_uuid(network_id) else None, ctx, network_id)
+
+
+def _check_visible(row: Any, ctx: Context, network_id: str) -> Any:
     if row is None or not (ctx.is_admin or row.project_id == ctx.project_id or row.shared or row.router_external):
         raise not_found("network", network_id)
     return row

@@ -3,35 +3,46 @@ project, network), bucketed by their security groups, handed out in one transact
 
 Everything durable is in the database: a pool port is an ordinary port with device_owner
 `compute:cloudnet-pool` while ready, the tag `cloudnet.pool=<pool id>` and a `pool_ports` row (its
-`idle_since`). A claim flips device_owner with `UPDATE ... WHERE device_owner = <ready>` and checks the row
-count (on PostgreSQL it first picks the row with `FOR UPDATE SKIP LOCKED`), so no port is handed out twice,
-whatever the number of threads or server processes. What lives in memory (the `Manager`) is only
-scheduling: which pools have a background refill pending, and when each was last maintained.
+`idle_since`). A claim flips device_owner with `UPDATE ... WHERE id = <port> AND device_owner = <ready>`
+and checks that it changed a row (on PostgreSQL it also skips a row another transaction holds, `FOR UPDATE
+SKIP LOCKED`), so no port is handed out twice, whatever the number of threads or server processes.
+
+What lives in memory (the `Manager`) is scheduling and hints: which pools have a background refill pending,
+when each was last maintained, and for each pool the ready ports this process knows of, by bucket and idle
+time, so that a claim picks its port without a query (Kuryr's in-memory pool; the database still decides,
+above). Hints follow the revision log (store/changes.py): a port event this process's pool code did not make
+itself (another server's claim, a port update through the API) drops the hints it may affect, and the next
+claim reloads them in one query. Pool rows (id, bucket, sizing) are cached the same way.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal, overload
 
 from pydantic import Field
-from sqlalchemy import Connection, and_, delete, exists, func, insert, select, update
+from sqlalchemy import Connection, String, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import Executable
 
 from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable
-from cloudnet.services import common, networks, ports, security_groups
+from cloudnet.services import cache, common, networks, ports, security_groups
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
+from cloudnet.store.changes import Event
 from cloudnet.store.db import Store, Tx
+from cloudnet.store.prepared import BulkInsert, Prepared
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +50,7 @@ PP = t.port_pools
 M = t.pool_ports  # membership
 P = t.ports
 PSG = t.port_security_groups
+A = t.ip_allocations
 FREE_OWNER = networks.POOL_FREE_OWNER  # "compute:cloudnet-pool"
 TAG_PREFIX = "cloudnet.pool="
 SIZING = ("min", "max", "batch", "ttl", "update_interval")
@@ -81,12 +93,60 @@ def refill_count(s: Sizing, ready: int, *, need_one: bool = False) -> int:
     return max(n, 0)
 
 
-# -- in-memory scheduling ---------------------------------------------------------------------------
+# -- in-memory scheduling and hints ----------------------------------------------------------------
+
+Bucket = tuple[str, ...]  # sorted security group ids
+# tx.notes key: the ports whose events the pool code itself accounted for in the hints.
+HANDLED = "pools.handled"
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    """What a claim needs of a pool row."""
+
+    id: str
+    host: str
+    project_id: str
+    network_id: str
+    security_groups: Bucket
+    sizing: Sizing
+
+
+class Ready:
+    """The ready ports of one pool as this process knows them: per bucket, (idle_since, port id) in idle order."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[Bucket, list[tuple[datetime, str]]] = {}
+        self.size = 0
+
+    def add(self, port_id: str, bucket: Bucket, idle: datetime) -> None:
+        bisect.insort(self.buckets.setdefault(bucket, []), (idle, port_id))
+        self.size += 1
+
+    def pop(self, bucket: Bucket) -> tuple[str, Bucket, datetime] | None:
+        """Kuryr's choice: the most recently idle port of the bucket (warm on its host), else the least recently
+        idle port of any bucket (its groups are rewritten)."""
+        same = self.buckets.get(bucket)
+        if same:
+            idle, port_id = same.pop()
+        else:
+            oldest = min(((lst[0], b) for b, lst in self.buckets.items() if lst), default=None)
+            if oldest is None:
+                return None
+            (idle, port_id), bucket = oldest
+            self.buckets[bucket].pop(0)
+        self.size -= 1
+        return port_id, bucket, idle
+
+    def ports(self) -> Iterator[str]:
+        for lst in self.buckets.values():
+            for _idle, port_id in lst:
+                yield port_id
 
 
 @dataclass
 class Manager:
-    """Per-store scheduling state: defaults, background refills, per-pool locks and maintenance times."""
+    """Per-store state: defaults, background refills, per-pool locks and maintenance times, and hints."""
 
     defaults: Defaults = field(default_factory=Defaults)
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(4, "cloudnet-pools"))
@@ -95,12 +155,70 @@ class Manager:
     maintained: dict[str, float] = field(default_factory=dict)
     failed: dict[str, float] = field(default_factory=dict)
     guard: threading.Lock = field(default_factory=threading.Lock)
-    # Pools whose refill the current thread's open transaction asked for; kicked when it commits.
-    deferred: threading.local = field(default_factory=threading.local)
+    # Hints (see the module doc), under hint_lock; `generation` guards fills against concurrent invalidations.
+    hint_lock: threading.Lock = field(default_factory=threading.Lock)
+    generation: int = 0
+    pools: dict[tuple[str, str, str], PoolInfo] = field(default_factory=dict)
+    ready: dict[str, Ready] = field(default_factory=dict)  # pool id -> its ready ports
+    where: dict[str, str] = field(default_factory=dict)  # port id -> pool id, for the ports in `ready`
+    taking: set[str] = field(default_factory=set)  # ports popped by claims whose transaction is still open
 
     def lock(self, pool_id: str) -> threading.Lock:
         with self.guard:
             return self.locks.setdefault(pool_id, threading.Lock())
+
+    # -- hints --
+
+    def forget(self, pool_id: str | None = None) -> None:
+        """Drop the hints of one pool, or all hints and pool rows."""
+        with self.hint_lock:
+            self.generation += 1
+            if pool_id is None:
+                self.pools.clear()
+                self.ready.clear()
+                self.where.clear()
+                return
+            ready = self.ready.pop(pool_id, None)
+            if ready is not None:
+                for port_id in ready.ports():
+                    self.where.pop(port_id, None)
+
+    def changed(self, events: Sequence[Event] | None, tx: Tx | None) -> None:
+        """Watcher of the revision log (store/changes.py)."""
+        if events is None:
+            self.forget()
+            return
+        handled = tx.notes.get(HANDLED, ()) if tx is not None else ()
+        for e in events:
+            if e.resource in ("network", "security_group"):  # pools deleted, buckets rewritten
+                self.forget()
+                return
+            if e.resource != "port" or e.resource_id in handled:
+                continue
+            if tx is None:  # another process changed a port: maybe claimed, released or refilled one of ours
+                self.forget()
+                return
+            pool_id = self.where.get(e.resource_id)
+            if pool_id is not None:  # one of our ready ports was changed outside the pool code
+                self.forget(pool_id)
+
+    def taken(self, port_id: str, back: tuple[str, Bucket, datetime] | None = None) -> None:
+        """The claim that popped the port ended; `back`: it rolled back, the port is ready again."""
+        with self.hint_lock:
+            self.taking.discard(port_id)
+        if back is not None:
+            self.add_ready(back[0], [(port_id, back[1], back[2])])
+
+    def add_ready(self, pool_id: str, items: list[tuple[str, Bucket, datetime]]) -> None:
+        """Ports that became ready in a committed transaction of this process (refill, release)."""
+        with self.hint_lock:
+            ready = self.ready.get(pool_id)
+            if ready is None:
+                return  # not loaded: the next claim reads them all from the database
+            for port_id, bucket, idle in items:
+                if port_id not in self.where:
+                    ready.add(port_id, bucket, idle)
+                    self.where[port_id] = pool_id
 
 
 _managers: weakref.WeakKeyDictionary[Store, Manager] = weakref.WeakKeyDictionary()
@@ -112,12 +230,14 @@ def manager(store: Store) -> Manager:
         m = _managers.get(store)
         if m is None:
             m = _managers[store] = Manager()
+            store.changes.watch(m.changed)
         return m
 
 
 def configure(store: Store, defaults: Defaults) -> None:
-    manager(store).defaults = defaults
-    register(store)
+    mgr = manager(store)
+    mgr.defaults = defaults
+    mgr.forget()  # cached sizing used the old defaults
 
 
 def kick(store: Store, pool_id: str) -> None:
@@ -155,8 +275,9 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _ready_cond(pool_id: str) -> Any:
-    return and_(M.c.pool_id == pool_id, P.c.id == M.c.port_id, P.c.device_owner == FREE_OWNER)
+def _naive(value: datetime) -> datetime:
+    """idle_since as stored by either database, comparable with `_now()`."""
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
 
 
 def _count_ready(conn: Connection, pool_id: str) -> int:
@@ -164,16 +285,35 @@ def _count_ready(conn: Connection, pool_id: str) -> int:
         M.c.pool_id == pool_id, P.c.device_owner == FREE_OWNER)).scalar_one())  # fmt: skip
 
 
-def _bucket_cond(sgs: tuple[str, ...]) -> Any:
-    """The port's security groups are exactly `sgs`."""
-    other = exists().where(PSG.c.port_id == P.c.id, PSG.c.security_group_id.not_in(sgs) if sgs else True)
-    conds = [~other] + [exists().where(PSG.c.port_id == P.c.id, PSG.c.security_group_id == sg) for sg in sgs]
-    return and_(*conds)
+def _pool_key(host: str, project_id: str, network_id: str) -> Any:
+    return (PP.c.host == host, PP.c.project_id == project_id, PP.c.network_id == network_id)
+
+
+def _info(row: Any, defaults: Defaults) -> PoolInfo:
+    return PoolInfo(row.id, row.host, row.project_id, row.network_id, tuple(row.security_groups or ()),
+                    Sizing.of(row, defaults))  # fmt: skip
+
+
+def _find_pool(tx: Tx, mgr: Manager, host: str, project_id: str, network_id: str) -> PoolInfo | None:
+    """The pool of (host, project, network) if it exists, from the cache when it can."""
+    key = (host, project_id, network_id)
+    tx.sync()
+    info = mgr.pools.get(key)
+    if info is None:
+        generation = mgr.generation
+        row = tx.conn.execute(select(PP).where(*_pool_key(host, project_id, network_id))).first()
+        if row is None:
+            return None
+        info = _info(row, mgr.defaults)
+        with mgr.hint_lock:
+            if mgr.generation == generation:
+                mgr.pools[key] = info
+    return info
 
 
 def _ensure_pool(tx: Tx, host: str, project_id: str, network_id: str, sgs: tuple[str, ...]) -> Any:
     """The pool of (host, project, network), created on first demand (concurrent creators agree)."""
-    key = (PP.c.host == host, PP.c.project_id == project_id, PP.c.network_id == network_id)
+    key = _pool_key(host, project_id, network_id)
     row = tx.conn.execute(select(PP).where(*key)).first()
     if row is not None:
         return row
@@ -191,33 +331,133 @@ def _resolve_sgs(tx: Tx, ctx: Context, project_id: str, requested: list[str] | N
     return tuple(sorted(security_groups.check_usable(tx.conn, ctx, requested, project_id)))
 
 
-def _take(tx: Tx, pool_id: str, sgs: tuple[str, ...], values: dict[str, Any]) -> tuple[str, bool] | None:
-    """Take a ready port, writing `values` to it; returns it (and whether its security groups already
-    match), or None."""
-    pg = tx.conn.dialect.name == "postgresql"
-    for cond in (_bucket_cond(sgs), None):
-        stmt = select(P.c.id).select_from(M.join(P, P.c.id == M.c.port_id)).where(
-            M.c.pool_id == pool_id, P.c.device_owner == FREE_OWNER)  # fmt: skip
-        # Same bucket: most recently idle first (a recycled port is warm on its host). Another bucket:
-        # least recently idle first, as Kuryr takes from its least recently used bucket.
-        # No tie-break column: the (pool_id, idle_since) index then yields the rows in order, no sort.
-        if cond is not None:
-            stmt = stmt.where(cond).order_by(M.c.idle_since.desc())
-        else:
-            stmt = stmt.order_by(M.c.idle_since.asc())
-        for _attempt in range(8):
-            pick = stmt.limit(1)
-            if pg:
-                pick = pick.with_for_update(of=P, skip_locked=True)
-            port_id = tx.conn.execute(pick).scalar()
-            if port_id is None:
+def _related(dialect: str) -> list[Any]:
+    """What else the claimed port's API shape needs, as three JSON arrays beside its row: fixed IPs as
+    [subnet, address] pairs, security groups, tags."""
+    pg = dialect == "postgresql"
+    agg, pair = (func.json_agg, func.json_build_array) if pg else (func.json_group_array, func.json_array)
+    queries = [
+        select(agg(pair(A.c.subnet_id, A.c.ip_address))).where(A.c.port_id == P.c.id),
+        select(agg(PSG.c.security_group_id)).where(PSG.c.port_id == P.c.id),
+        select(agg(t.tags.c.tag)).where(t.tags.c.resource_id == P.c.id),
+    ]
+    return [q.scalar_subquery().label(f"related_{i}") for i, q in enumerate(queries)]
+
+
+def _claim_stmt(dialect: str) -> Executable:
+    # The guard that makes a double hand-out impossible: only a port still ready is taken.
+    cond = [P.c.id == bindparam("port_id"), P.c.device_owner == FREE_OWNER]
+    values = {k: bindparam(k, type_=P.c[k].type) for k in ("name", "device_id", "device_owner", "updated_at")}
+    stmt = update(P).values(**values, revision_number=P.c.revision_number + 1)
+    if dialect != "postgresql":  # SQLite: a RETURNING costs more than the SELECT after it (_PORT_ROW)
+        return stmt.where(*cond)
+    # Skip a port another transaction is taking right now instead of waiting for it.
+    locked = select(P.c.id).where(P.c.id == bindparam("port_id")).with_for_update(skip_locked=True)
+    return stmt.where(*cond, P.c.id == locked.scalar_subquery()).returning(*P.c, *_related(dialect))
+
+
+_CLAIM = Prepared(_claim_stmt)
+_PORT_ROW = Prepared(lambda dialect: select(*P.c, *_related(dialect)).where(P.c.id == bindparam("port_id")))
+_PORT_COLUMNS = tuple(c.name for c in P.c)
+_pid = bindparam("port_id", type_=String)
+_DELETE_PSG = Prepared(delete(PSG).where(PSG.c.port_id == _pid))
+_INSERT_PSG = BulkInsert(PSG, ["port_id", "security_group_id"])
+_SET_POOL_GROUPS = Prepared(
+    update(PP)
+    .where(PP.c.id == bindparam("pool_id"))
+    .values(security_groups=bindparam("groups", type_=PP.c.security_groups.type))
+)
+_READY_PORTS = (
+    select(M.c.port_id, M.c.idle_since, PSG.c.security_group_id)
+    .select_from(M.join(P, P.c.id == M.c.port_id).outerjoin(PSG, PSG.c.port_id == M.c.port_id))
+    .where(M.c.pool_id == bindparam("pool_id"), P.c.device_owner == FREE_OWNER)
+)
+# Hinted ports tried before the hints are reloaded (each failure means another process took the port).
+MAX_STALE = 8
+
+
+def _load_ready(tx: Tx, mgr: Manager, pool_id: str) -> Ready:
+    """Every ready port of the pool, read from the database into the hints (but the ports that claims of this
+    process are taking right now: committed or not, they are not for another claim)."""
+    generation = mgr.generation
+    groups: dict[str, list[str]] = {}
+    idle: dict[str, datetime] = {}
+    for port_id, since, sg in tx.conn.execute(_READY_PORTS, {"pool_id": pool_id}):
+        idle[port_id] = _naive(since) if since is not None else datetime.min
+        if sg is not None:
+            groups.setdefault(port_id, []).append(sg)
+    ready = Ready()
+    with mgr.hint_lock:
+        for port_id, since in idle.items():
+            if port_id not in mgr.taking:
+                ready.add(port_id, tuple(sorted(groups.get(port_id, []))), since)
+        if mgr.generation == generation:
+            old = mgr.ready.pop(pool_id, None)
+            for port_id in old.ports() if old is not None else ():
+                mgr.where.pop(port_id, None)
+            mgr.ready[pool_id] = ready
+            for port_id in ready.ports():
+                mgr.where[port_id] = pool_id
+    return ready
+
+
+def _pop(mgr: Manager, pool_id: str, sgs: Bucket) -> tuple[str, Bucket, datetime] | None:
+    with mgr.hint_lock:
+        ready = mgr.ready.get(pool_id)
+        got = ready.pop(sgs) if ready is not None else None
+        if got is not None:
+            mgr.where.pop(got[0], None)
+            mgr.taking.add(got[0])
+        return got
+
+
+def _claim_port(tx: Tx, port_id: str, values: dict[str, Any]) -> tuple[Any, ...] | None:
+    params = {**values, "port_id": port_id}
+    if tx.conn.dialect.name == "postgresql":
+        return _CLAIM.first(tx.conn, params)
+    return _PORT_ROW.first(tx.conn, params) if _CLAIM.rowcount(tx.conn, params) == 1 else None
+
+
+def _take(tx: Tx, mgr: Manager, pool_id: str, sgs: Bucket, values: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Take a ready port, writing `values` to it; its row (as updated), or None when the pool has none."""
+    for fresh in (False, True):
+        if fresh or pool_id not in mgr.ready:
+            _load_ready(tx, mgr, pool_id)
+            fresh = True
+        for _attempt in range(MAX_STALE):
+            got = _pop(mgr, pool_id, sgs)
+            if got is None:
                 break
-            # The guard that makes a double hand-out impossible, also without SKIP LOCKED.
-            won = tx.conn.execute(
-                update(P).where(P.c.id == port_id, P.c.device_owner == FREE_OWNER).values(**values)
-            ).rowcount
-            if won == 1:
-                return str(port_id), cond is not None
+            port_id, bucket, idle = got
+            try:
+                row = _claim_port(tx, port_id, values)
+            except BaseException:
+                mgr.taken(port_id, back=(pool_id, bucket, idle))
+                raise
+            if row is None:  # another server's claim has it
+                mgr.taken(port_id)
+                continue
+            # Taken ahead of the commit (reloads of the hints leave it out); back in them if the claim fails.
+            tx.after_commit(lambda p=port_id: mgr.taken(p))
+            tx.after_rollback(lambda p=port_id, b=bucket, i=idle: mgr.taken(p, back=(pool_id, b, i)))
+            return row
+        if fresh:
+            break
+    if tx.conn.dialect.name != "postgresql":
+        return None  # SQLite: the reload above was exact (one writer at a time)
+    # PostgreSQL: other servers' claims may hold every hinted port; ask the database for one nobody holds.
+    pick = (
+        select(P.c.id).select_from(M.join(P, P.c.id == M.c.port_id))
+        .where(M.c.pool_id == pool_id, P.c.device_owner == FREE_OWNER)
+        .limit(1).with_for_update(of=P, skip_locked=True)
+    )  # fmt: skip
+    for _attempt in range(MAX_STALE):
+        port_id = tx.conn.execute(pick).scalar()
+        if port_id is None:
+            return None
+        row = _claim_port(tx, str(port_id), values)
+        if row is not None:
+            return row
     return None
 
 
@@ -251,37 +491,69 @@ def claim_in_tx(
     """Take a ready port of the pool for `tx`'s caller (the pool is created on first demand unless not
     `create`); an empty pool is filled within `tx` (a savepoint) when `fill`. None when no port can be had;
     the caller then creates its port the ordinary way (instance create) or answers 503 (the claim API)."""
+    got = _claim(tx, ctx, host, project_id, network_id, security_groups, name, device_id, device_owner,
+                 fill=fill, create=create)  # fmt: skip
+    return None if got is None else str(got["id"])
+
+
+def _claim(
+    tx: Tx, ctx: Context, host: str, project_id: str, network_id: str, requested: list[str] | None, name: str,
+    device_id: str, device_owner: str, *, fill: bool, create: bool,
+) -> dict[str, Any] | None:  # fmt: skip
+    """claim_in_tx, answering the claimed port in its API shape (built from what the claim wrote and read)."""
     if device_owner == FREE_OWNER:
         raise InvalidInput(f"device_owner {FREE_OWNER} is reserved for ready pool ports")
-    networks.get_visible(tx.conn, ctx, network_id)
-    if not create and not tx.conn.execute(select(PP.c.id).where(
-            PP.c.host == host, PP.c.project_id == project_id, PP.c.network_id == network_id)).first():  # fmt: skip
+    assert tx.store is not None
+    mgr = manager(tx.store)
+    networks.visible_in_tx(tx, ctx, network_id)
+    pool = _find_pool(tx, mgr, host, project_id, network_id)
+    if pool is None and not create:
         return None
-    sgs = _resolve_sgs(tx, ctx, project_id, security_groups)
-    pool = _ensure_pool(tx, host, project_id, network_id, sgs)
-    values = {"name": name, "device_id": device_id, "device_owner": device_owner, "updated_at": tx.now,
-              "revision_number": P.c.revision_number + 1}  # fmt: skip
-    taken = _take(tx, pool.id, sgs, values)
-    if taken is None and fill:
+    sgs = _resolve_sgs(tx, ctx, project_id, requested)
+    if pool is None:
+        pool = _info(_ensure_pool(tx, host, project_id, network_id, sgs), mgr.defaults)
+    values = {"name": name, "device_id": device_id, "device_owner": device_owner, "updated_at": tx.now}
+    row = _take(tx, mgr, pool.id, sgs, values)
+    if row is None and fill:
         try:
-            _fill_one_at_least(tx, pool, sgs, manager_of_tx(tx).defaults)
+            _fill_one_at_least(tx, tx.conn.execute(select(PP).where(PP.c.id == pool.id)).one(), sgs, mgr.defaults)
         except CloudnetError as exc:
             log.info("port pool %s cannot be filled: %s", pool.id, exc.message)
             return None
-        taken = _take(tx, pool.id, sgs, values)
-    if taken is None:
+        row = _take(tx, mgr, pool.id, sgs, values)
+    if row is None:
         return None
-    port_id, same_bucket = taken
-    if not same_bucket:
-        tx.conn.execute(delete(PSG).where(PSG.c.port_id == port_id))
-        if sgs:
-            tx.conn.execute(insert(PSG), [{"port_id": port_id, "security_group_id": sg} for sg in sgs])
-    if list(sgs) != list(pool.security_groups):
-        tx.conn.execute(update(PP).where(PP.c.id == pool.id).values(security_groups=list(sgs)))
-    tx.conn.execute(update(M).where(M.c.port_id == port_id).values(idle_since=None))
+    n = len(_PORT_COLUMNS)
+    port = dict(zip(_PORT_COLUMNS, row[:n], strict=True))
+    port_id = port["id"]
+    # JSON arrays: decoded by psycopg, text from SQLite; NULL (PostgreSQL) when empty.
+    ips, groups, tags = (json.loads(v) if isinstance(v, str) else list(v or ()) for v in row[n : n + 3])
+    fixed = [{"subnet_id": a, "ip_address": b} for a, b in ips]
+    if set(groups) != set(sgs):  # a port of another bucket: its groups are rewritten
+        _DELETE_PSG.cursor(tx.conn, {"port_id": port_id})
+        _INSERT_PSG.run(tx.conn, [{"port_id": port_id, "security_group_id": sg} for sg in sgs])
+        groups = list(sgs)
+    if sgs != pool.security_groups:  # refills now make ports of the latest claim's bucket
+        _SET_POOL_GROUPS.cursor(tx.conn, {"pool_id": pool.id, "groups": list(sgs)})
     tx.record("port", port_id, "update", project_id)
-    _after_commit(tx, pool.id)
-    return port_id
+    tx.notes.setdefault(HANDLED, set()).add(port_id)
+    assert tx.store is not None
+    store, info = tx.store, pool
+    tx.after_commit(lambda: _claimed(store, mgr, info, sgs))
+    return ports.port_dict(port, fixed, groups, sorted(tags))
+
+
+def _claimed(store: Store, mgr: Manager, pool: PoolInfo, sgs: Bucket) -> None:
+    """After a claim's commit: remember the pool's new bucket; top it up in the background below min (never
+    during the claim: a refill that ran earlier would still count the claimed port as ready)."""
+    with mgr.hint_lock:
+        key = (pool.host, pool.project_id, pool.network_id)
+        if sgs != pool.security_groups and key in mgr.pools:
+            mgr.pools[key] = PoolInfo(pool.id, *key, sgs, pool.sizing)
+        ready = mgr.ready.get(pool.id)
+        enough = ready is not None and ready.size >= pool.sizing.min
+    if not enough:
+        kick(store, pool.id)
 
 
 def release_in_tx(tx: Tx, port_row: Any) -> bool:
@@ -296,7 +568,9 @@ def release_in_tx(tx: Tx, port_row: Any) -> bool:
     pool = tx.conn.execute(select(PP).where(PP.c.id == member.pool_id)).first()
     if pool is None:
         return False
-    sizing = Sizing.of(pool, manager_of_tx(tx).defaults)
+    assert tx.store is not None
+    mgr = manager(tx.store)
+    sizing = Sizing.of(pool, mgr.defaults)
     if sizing.max > 0 and _count_ready(tx.conn, pool.id) >= sizing.max:
         ports.delete_in_tx(tx, port_row)
         return True
@@ -311,61 +585,36 @@ def release_in_tx(tx: Tx, port_row: Any) -> bool:
         tx.conn.execute(delete(PSG).where(PSG.c.port_id == port_row.id))
         if target:
             tx.conn.execute(insert(PSG), [{"port_id": port_row.id, "security_group_id": sg} for sg in sorted(target)])
-    tx.conn.execute(update(M).where(M.c.port_id == port_row.id).values(idle_since=_now()))
+    idle = _now()
+    tx.conn.execute(update(M).where(M.c.port_id == port_row.id).values(idle_since=idle))
     tx.record("port", port_row.id, "update", port_row.project_id)
+    tx.notes.setdefault(HANDLED, set()).add(port_row.id)
+    back = [(str(port_row.id), tuple(sorted(target)), idle)]
+    tx.after_commit(lambda: mgr.add_ready(str(pool.id), back))
     return True
 
 
-# Claims in a transaction cannot reach the store; the manager is found through the connection's engine.
-_store_of_engine: weakref.WeakValueDictionary[int, Store] = weakref.WeakValueDictionary()
-_fallback = Manager()
+@overload
+def claim(store: Store, ctx: Context, body: dict[str, Any], wait: Literal[True] = True) -> dict[str, Any]: ...
+@overload
+def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool) -> dict[str, Any] | None: ...
 
 
-def register(store: Store) -> None:
-    """Make the store's manager reachable from its transactions, and kick deferred refills at commit."""
-    if _store_of_engine.get(id(store.engine)) is store:
-        return
-    _store_of_engine[id(store.engine)] = store
-    mgr = manager(store)
+def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool = True) -> dict[str, Any] | None:
+    """POST /v2.0/port-pools/claim: a ready port, now owned by the caller (201), or 503 + Retry-After.
 
-    def committed(_revision: int) -> None:
-        kicks = getattr(mgr.deferred, "pools", None)
-        if kicks:
-            mgr.deferred.pools = set()
-            for pool_id in kicks:
-                kick(store, pool_id)
-
-    store.on_commit(committed)
-
-
-def manager_of_tx(tx: Tx) -> Manager:
-    store = _store_of_engine.get(id(tx.conn.engine))
-    return manager(store) if store is not None else _fallback
-
-
-def _after_commit(tx: Tx, pool_id: str) -> None:
-    """Top the pool up in the background once the claim's transaction has committed (never during it:
-    a refill that ran earlier would still count the claimed port as ready)."""
-    mgr = manager_of_tx(tx)
-    kicks = getattr(mgr.deferred, "pools", None)
-    if kicks is None:
-        kicks = mgr.deferred.pools = set()
-    kicks.add(pool_id)
-
-
-def claim(store: Store, ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    """POST /v2.0/port-pools/claim: a ready port, now owned by the caller (201), or 503 + Retry-After."""
+    Not `wait`: only a claim of a ready port (one short transaction, no other lock taken); None when the pool
+    has none, and the caller claims again with `wait`, which fills the pool first."""
     spec = parse(ClaimSpec, body)
     project = common.owner_project(ctx, spec.project_id)
-    register(store)
+    args = (ctx, spec.host, project, spec.network_id, spec.security_groups, spec.name, spec.device_id,
+            spec.device_owner)  # fmt: skip
     with store.write() as tx:
-        _check_host(tx.conn, spec.host)
-        port_id = claim_in_tx(tx, ctx, spec.host, project, spec.network_id, spec.security_groups, spec.name,
-                              spec.device_id, spec.device_owner, fill=False)  # fmt: skip
-        if port_id is not None:
-            return ports.load(tx.conn, [port_id])[0]
-        key = (PP.c.host == spec.host, PP.c.project_id == project, PP.c.network_id == spec.network_id)
-        pool_id = tx.conn.execute(select(PP.c.id).where(*key)).scalar_one()
+        _check_host(tx, spec.host)
+        port = _claim(tx, *args, fill=False, create=True)
+        if port is not None or not wait:
+            return port
+        pool_id = tx.conn.execute(select(PP.c.id).where(*_pool_key(spec.host, project, spec.network_id))).scalar_one()
     # Empty: fill synchronously (outside the claim's transaction, so the claim holds no lock meanwhile).
     # Concurrent claimers take turns at the pool lock; one whose fill found ports already made by another
     # (and lost them to other claimers) tries again, a bounded number of times.
@@ -377,10 +626,9 @@ def claim(store: Store, ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             reason = f": {exc.message}"
             break
         with store.write() as tx:
-            port_id = claim_in_tx(tx, ctx, spec.host, project, spec.network_id, spec.security_groups, spec.name,
-                                  spec.device_id, spec.device_owner, fill=False)  # fmt: skip
-            if port_id is not None:
-                return ports.load(tx.conn, [port_id])[0]
+            port = _claim(tx, *args, fill=False, create=True)
+            if port is not None:
+                return port
     raise ServiceUnavailable(
         f"Port pool {pool_id} has no ready port and could not be filled{reason}", retry_after=RETRY_AFTER,
         type="PortPoolExhausted")  # fmt: skip
@@ -393,7 +641,6 @@ class ReleaseSpec(Body):
 def release(store: Store, ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     """POST /v2.0/port-pools/release: {"port_id"}; answers whether the port was recycled or deleted."""
     spec = parse(ReleaseSpec, body)
-    register(store)
     with store.write() as tx:
         row = common.get_row(tx.conn, P, "port", spec.port_id, ctx)
         if not release_in_tx(tx, row):
@@ -402,8 +649,8 @@ def release(store: Store, ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         return {"port_id": spec.port_id, "recycled": kept, "deleted": not kept}
 
 
-def _check_host(conn: Connection, host: str) -> None:
-    if not conn.execute(select(t.hosts.c.name).where(t.hosts.c.name == host)).first():
+def _check_host(tx: Tx, host: str) -> None:
+    if not cache.host_known(tx, host):
         raise InvalidInput(f"host {host} is not a registered host (no agent has reported from it)")
 
 
@@ -441,6 +688,9 @@ def _fill(
     idle = _now()
     tx.conn.execute(insert(M), [{"port_id": pid, "pool_id": pool.id, "idle_since": idle} for pid in ids])
     tx.conn.execute(update(PP).where(PP.c.id == pool.id).values(last_refill=tx.now))
+    if tx.store is not None:  # the next claim reads the pool's ready ports afresh (one query per refill)
+        mgr, pool_id = manager(tx.store), str(pool.id)
+        tx.after_commit(lambda: mgr.forget(pool_id))
     return len(ids)
 
 
@@ -529,9 +779,9 @@ def maintain(store: Store) -> None:
 def recover(store: Store) -> dict[str, int]:
     """After a start: rebuild pool membership from the database alone (device_owner and the pool tag).
 
-    Tagged ports missing from `pool_ports` are added; `idle_since` is set on ready ports and cleared on
-    claimed ones; ready pool-tagged ports of no pool (their pool is gone) are deleted, so nothing leaks."""
-    register(store)
+    Tagged ports missing from `pool_ports` are added; `idle_since` is set on ready ports that lack it (a claimed
+    port keeps the time it last became ready: nothing reads it until it is ready again); ready pool-tagged
+    ports of no pool (their pool is gone) are deleted, so nothing leaks."""
     fixed = {"adopted": 0, "idle_fixed": 0, "leaked_deleted": 0}
     with store.write() as tx:
         T = t.tags
@@ -548,9 +798,7 @@ def recover(store: Store) -> dict[str, int]:
             fixed["adopted"] = len(adopt)
         ready = select(P.c.id).where(P.c.device_owner == FREE_OWNER)
         r1 = tx.conn.execute(update(M).where(M.c.idle_since.is_(None), M.c.port_id.in_(ready)).values(idle_since=now))
-        r2 = tx.conn.execute(update(M).where(M.c.idle_since.is_not(None), M.c.port_id.not_in(ready)).values(
-            idle_since=None))  # fmt: skip
-        fixed["idle_fixed"] = r1.rowcount + r2.rowcount
+        fixed["idle_fixed"] = r1.rowcount
         pool_tagged = select(T.c.resource_id).where(T.c.tag.like(TAG_PREFIX + "%"))
         orphans = tx.conn.execute(select(P).where(
             P.c.device_owner == FREE_OWNER, P.c.id.in_(pool_tagged), P.c.id.not_in(select(M.c.port_id))))  # fmt: skip
@@ -562,6 +810,7 @@ def recover(store: Store) -> dict[str, int]:
         mgr.pending.clear()
         mgr.maintained.clear()
         mgr.failed.clear()
+    mgr.forget()
     return fixed
 
 
@@ -665,8 +914,10 @@ def update_pool(store: Store, ctx: Context, pool_id: str, body: dict[str, Any]) 
             raise InvalidInput(f"min ({s.min}) must not exceed max ({s.max})")
         del row
         result = _dicts(tx.conn, [new], manager(store).defaults)[0]
-    with manager(store).guard:
-        manager(store).maintained.pop(pool_id, None)
+    mgr = manager(store)
+    with mgr.guard:
+        mgr.maintained.pop(pool_id, None)
+    mgr.forget()  # the cached sizing of the pool
     kick(store, pool_id)
     return result
 

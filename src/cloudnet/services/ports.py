@@ -6,7 +6,7 @@ import ipaddress
 import re
 import secrets
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -15,13 +15,14 @@ from sqlalchemy import Connection, and_, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import common, ipam, networks, security_groups, uplinks
+from cloudnet.services import cache, common, ipam, networks, security_groups, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.ipam import SubnetInfo
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.validation import Body, check_ip, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
+from cloudnet.store.prepared import BulkInsert
 
 P = t.ports
 A = t.ip_allocations
@@ -273,32 +274,34 @@ class _Plan:
     tags: list[str] = field(default_factory=list)
 
 
+# A generated MAC that another port of the network already has is not an error: that port gets a new one.
+_INSERT_PORT = BulkInsert(P, [c.name for c in P.c], conflict=["network_id", "mac_address"], returning=["id"])
+_INSERT_PSG = BulkInsert(PSG, ["port_id", "security_group_id"])
+_INSERT_TAG = BulkInsert(t.tags, ["resource_id", "tag"])
+# Rounds of "generate MACs, insert, regenerate those that clashed": 16M MACs per network make a second rare.
+MAC_ATTEMPTS = 20
+
+
 class _Creator:
     """Plans, then writes, a batch of ports in one transaction with set-at-a-time queries."""
 
     def __init__(self, tx: Tx, ctx: Context) -> None:
         self.tx, self.ctx = tx, ctx
         self._networks: dict[str, Any] = {}
-        self._subnets: dict[str, list[SubnetInfo]] = {}
         self._default_sg: dict[str, str] = {}
+        self._usable: dict[tuple[str, ...], list[str]] = {}
         # port id -> the fixed IPs actually inserted for it, so results need no read-back.
         self.allocated: dict[str, list[dict[str, str]]] = defaultdict(list)
+        self._taken: dict[str, set[str]] = defaultdict(set)  # subnet id -> addresses allocated here
         self._external_in_use: set[str] | None = None
 
     def network(self, network_id: str) -> Any:
         if network_id not in self._networks:
-            self._networks[network_id] = networks.get_visible(self.tx.conn, self.ctx, network_id)
+            self._networks[network_id] = networks.visible_in_tx(self.tx, self.ctx, network_id)
         return self._networks[network_id]
 
-    def subnets(self, network_id: str) -> list[SubnetInfo]:
-        if network_id not in self._subnets:
-            rows = self.tx.conn.execute(
-                select(t.subnets)
-                .where(t.subnets.c.network_id == network_id)
-                .order_by(t.subnets.c.created_at, t.subnets.c.id)
-            ).all()
-            self._subnets[network_id] = [SubnetInfo.from_row(r) for r in rows]
-        return self._subnets[network_id]
+    def subnets(self, network_id: str) -> Sequence[SubnetInfo]:
+        return cache.subnets(self.tx, network_id)
 
     def plan(self, spec: PortCreate) -> _Plan:
         network = self.network(spec.network_id)
@@ -380,8 +383,11 @@ class _Creator:
                     type="PortSecurityPortHasSecurityGroup",
                 )
             return []
-        if requested is not None:
-            return security_groups.check_usable(self.tx.conn, self.ctx, requested, project)
+        if requested is not None:  # checked once per batch (a pool refill gives every port the same groups)
+            key = (project, *requested)
+            if key not in self._usable:
+                self._usable[key] = security_groups.check_usable(self.tx.conn, self.ctx, requested, project)
+            return list(self._usable[key])
         if project not in self._default_sg:
             self._default_sg[project] = security_groups.ensure_default(self.tx, project)
         return [self._default_sg[project]]
@@ -389,31 +395,22 @@ class _Creator:
     # -- writing --
 
     def write(self, plans: list[_Plan]) -> None:
-        self.assign_macs(plans)
+        self.check_requested_macs(plans)
         self.check_requested_free(plans)
-        rows = [p.row for p in plans]
-        try:
-            self.tx.conn.execute(insert(P), rows)
-        except IntegrityError as exc:
-            if "foreign key" in str(exc.orig).lower():  # the network was deleted since plan() read it
-                raise not_found("network", rows[0]["network_id"]) from None
-            raise Conflict("A MAC address was taken concurrently; retry the request.", type="MacAddressInUse") from None
+        self.insert_ports(plans)
         self.allocate(plans)
-        sg_rows = [{"port_id": p.row["id"], "security_group_id": sg} for p in plans for sg in p.sgs]
-        if sg_rows:
-            self.tx.conn.execute(insert(PSG), sg_rows)
-        tag_rows = [{"resource_id": p.row["id"], "tag": tag} for p in plans for tag in sorted(set(p.tags))]
-        if tag_rows:
-            self.tx.conn.execute(insert(t.tags), tag_rows)
+        conn = self.tx.conn
+        _INSERT_PSG.run(conn, [{"port_id": p.row["id"], "security_group_id": sg} for p in plans for sg in p.sgs])
+        _INSERT_TAG.run(conn, [{"resource_id": p.row["id"], "tag": tag} for p in plans for tag in sorted(set(p.tags))])
         for p in plans:
             self.tx.record("port", p.row["id"], "create", p.row["project_id"])
 
-    def assign_macs(self, plans: list[_Plan]) -> None:
-        by_network: dict[str, list[_Plan]] = defaultdict(list)
+    def check_requested_macs(self, plans: list[_Plan]) -> None:
+        by_network: dict[str, list[str]] = defaultdict(list)
         for p in plans:
-            by_network[p.row["network_id"]].append(p)
-        for network_id, group in by_network.items():
-            chosen = [p.row["mac_address"] for p in group if p.row["mac_address"]]
+            if p.row["mac_address"]:
+                by_network[p.row["network_id"]].append(p.row["mac_address"])
+        for network_id, chosen in by_network.items():
             taken = self._macs_in_use(network_id, chosen)
             if taken or len(set(chosen)) != len(chosen):
                 mac = taken[0] if taken else next(m for m in chosen if chosen.count(m) > 1)
@@ -421,34 +418,34 @@ class _Creator:
                     f"Unable to complete operation for network {network_id}. The mac address {mac} is in use.",
                     type="MacAddressInUse",
                 )
-            used = set(chosen)
-            missing = [p for p in group if not p.row["mac_address"]]
-            while missing:
-                fresh: list[str] = []
-                while len(fresh) < len(missing):
-                    b = secrets.token_bytes(3)
-                    mac = f"{MAC_PREFIX}:{b[0]:02x}:{b[1]:02x}:{b[2]:02x}"
-                    if mac not in used:
-                        used.add(mac)
-                        fresh.append(mac)
-                clash = set(self._macs_in_use(network_id, fresh))
-                still: list[_Plan] = []
-                for p, mac in zip(missing, fresh, strict=True):
-                    if mac in clash:
-                        still.append(p)
-                    else:
-                        p.row["mac_address"] = mac
-                missing = still
+
+    def insert_ports(self, plans: list[_Plan]) -> None:
+        """Insert the port rows, generating the MACs not given; a generated one that clashes is replaced."""
+        generated = {p.row["id"] for p in plans if not p.row["mac_address"]}
+        used = {(p.row["network_id"], p.row["mac_address"]) for p in plans if p.row["mac_address"]}
+        pending = plans
+        for _attempt in range(MAC_ATTEMPTS):
+            for p in pending:
+                if p.row["id"] in generated:
+                    p.row["mac_address"] = _fresh_mac(p.row["network_id"], used)
+            try:
+                inserted = {r[0] for r in _INSERT_PORT.run(self.tx.conn, [p.row for p in pending])}
+            except IntegrityError as exc:
+                if "foreign key" in str(exc.orig).lower():  # the network was deleted since plan() read it
+                    raise not_found("network", pending[0].row["network_id"]) from None
+                raise
+            pending = [p for p in pending if p.row["id"] not in inserted]
+            if not pending:
+                return
+            if any(p.row["id"] not in generated for p in pending):
+                break
+        raise Conflict("A MAC address was taken concurrently; retry the request.", type="MacAddressInUse")
 
     def _macs_in_use(self, network_id: str, macs: list[str]) -> list[str]:
         out: list[str] = []
         for chunk in common.chunks(macs, 5000):
-            out += [
-                r[0]
-                for r in self.tx.conn.execute(
-                    select(P.c.mac_address).where(P.c.network_id == network_id, P.c.mac_address.in_(chunk))
-                )
-            ]
+            stmt = select(P.c.mac_address).where(P.c.network_id == network_id, P.c.mac_address.in_(chunk))
+            out += [r[0] for r in self.tx.conn.execute(stmt)]
         return out
 
     def external_in_use(self) -> set[str]:
@@ -492,17 +489,20 @@ class _Creator:
             _subnet_id, ip = next(iter(lost))
             raise ipam.already_allocated(ip, next(r["network_id"] for r in fixed_rows if r["ip_address"] == ip))
         for _key, requests in want.items():
-            pending = requests
-            # Every address lost to a race is now taken for good, so this ends: all allocated, or
+            # First the addresses after the cursor, unchecked (almost always free); then scans replace the
+            # taken ones. Every address lost is now taken for good, so this ends: all allocated, or
             # _allocate_group finds the pool exhausted (the bound only guards against endless churn).
+            pending = self._allocate_group(requests, optimistic=True)
             for _attempt in range(ipam.MAX_ATTEMPTS):
-                pending = self._allocate_group(pending)
                 if not pending:
                     break
+                pending = self._allocate_group(pending)
             if pending:
                 raise ipam.generation_failed(pending[0][0].network.id)
 
-    def _allocate_group(self, requests: list[tuple[_Plan, SubnetInfo | None, int | None]]) -> list[Any]:
+    def _allocate_group(
+        self, requests: list[tuple[_Plan, SubnetInfo | None, int | None]], *, optimistic: bool = False
+    ) -> list[Any]:
         """Allocate for requests that share one subnet (or one network and IP version)."""
         plan0, subnet0, version = requests[0]
         candidates = [subnet0] if subnet0 is not None else [
@@ -514,7 +514,10 @@ class _Creator:
         for subnet in candidates:
             if not remaining:
                 break
-            free = ipam.find_free(self.tx.conn, subnet, len(remaining), exclude)
+            if optimistic:  # not the addresses this transaction took already (requested ones)
+                free = ipam.next_after_cursor(subnet, len(remaining), exclude | self._taken[subnet.id])
+            else:
+                free = ipam.find_free(self.tx.conn, subnet, len(remaining), exclude)
             for ip in free:
                 req = remaining.pop(0)
                 rows.append(self._alloc_row(req[0], subnet, ip))
@@ -528,7 +531,7 @@ class _Creator:
 
     def _insert_allocations(self, rows: list[dict[str, str]]) -> set[tuple[str, str]]:
         try:
-            lost = ipam.insert_allocations(self.tx.conn, self.tx.conn.dialect.name, rows)
+            lost = ipam.insert_allocations(self.tx.conn, rows)
         except IntegrityError as exc:
             if "foreign key" in str(exc.orig).lower():  # a subnet was deleted since it was read
                 raise not_found("subnet", rows[0]["subnet_id"]) from None
@@ -536,6 +539,7 @@ class _Creator:
         for r in rows:
             if (r["subnet_id"], r["ip_address"]) not in lost:
                 self.allocated[r["port_id"]].append({"subnet_id": r["subnet_id"], "ip_address": r["ip_address"]})
+                self._taken[r["subnet_id"]].add(r["ip_address"])
         return lost
 
     def results(self, plans: list[_Plan]) -> list[dict[str, Any]]:
@@ -545,6 +549,15 @@ class _Creator:
     @staticmethod
     def _alloc_row(plan: _Plan, subnet: SubnetInfo, ip: str) -> dict[str, str]:
         return {"subnet_id": subnet.id, "ip_address": ip, "network_id": subnet.network_id, "port_id": plan.row["id"]}
+
+
+def _fresh_mac(network_id: str, used: set[tuple[str, str]]) -> str:
+    while True:
+        b = secrets.token_bytes(3)
+        mac = f"{MAC_PREFIX}:{b[0]:02x}:{b[1]:02x}:{b[2]:02x}"
+        if (network_id, mac) not in used:
+            used.add((network_id, mac))
+            return mac
 
 
 def create_in_tx(tx: Tx, ctx: Context, specs: list[PortCreate]) -> list[str]:

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, delete, insert, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cloudnet.errors import Conflict, not_found
-from cloudnet.services import common
+from cloudnet.services import cache, common
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int, to_time
 from cloudnet.services.validation import Body, check_tags, parse
@@ -200,9 +200,9 @@ def _rule_dict(r: Any) -> dict[str, Any]:
 
 def ensure_default(tx: Tx, project_id: str) -> str:
     """Id of the project's `default` group, created with Neutron's default rules on first use."""
-    existing = tx.conn.execute(select(SG.c.id).where(SG.c.default_for_project == project_id)).scalar()
+    existing = cache.default_group(tx, project_id)
     if existing:
-        return str(existing)
+        return existing
     sg_id = common.new_id()
     module = postgresql if tx.conn.dialect.name == "postgresql" else sqlite
     # RETURNING, not rowcount: psycopg reports rowcount -1 here, which would read as "inserted".
