@@ -4,9 +4,10 @@
   50 simultaneous claims (threads, one connection each): time until all are served
   refill of a batch of 10 (pools.refill: one transaction, one bulk create), in process: median
 
-Not measured here (needs the agent half): instance attach time from a warm pool vs unpooled.
+  instance attach (POST /v2.0/instances -> ping gateway, `cloudnet up`, root): pools disabled vs a warm
+  pool vs a warm pool with parked devices, p50/p99 over --attach instances (bench/attach.py; 0 skips it)
 
-Usage: .venv/bin/python bench/pools.py [--backend sqlite|postgresql|both] [--claims N]
+Usage: .venv/bin/python bench/pools.py [--backend sqlite|postgresql|both] [--claims N] [--attach N]
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--claims", type=int, default=300)
+    parser.add_argument("--attach", type=int, default=50, help="instances per attach mode (0: skip)")
     args = parser.parse_args()
     pin_client(1)
     machine_load()
@@ -160,6 +162,11 @@ def main() -> None:
                 # live server; the benchmark fills its pool faster than that, so it asks for them).
                 run_api(url, args.claims, analyze=lambda: analyze(db))
             run_refill(db)
+    if args.attach:
+        import attach  # bench/attach.py: needs root (namespaces)
+
+        modes = ("unpooled", "pool", "park")
+        attach.report({mode: attach.run(mode, args.attach) for mode in modes}, args.attach)
 
 
 if __name__ == "__main__":
