@@ -13,7 +13,6 @@ found by the next one.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,17 +63,8 @@ class Cache:
                 table[key] = value
 
 
-_caches: weakref.WeakKeyDictionary[Store, Cache] = weakref.WeakKeyDictionary()
-_guard = threading.Lock()
-
-
 def of(store: Store) -> Cache:
-    with _guard:
-        cache = _caches.get(store)
-        if cache is None:
-            cache = _caches[store] = Cache()
-            store.changes.watch(cache.changed)
-        return cache
+    return store.changes.follower(Cache)
 
 
 def _ready(tx: Tx) -> Cache | None:

@@ -22,7 +22,6 @@ import json
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -221,17 +220,8 @@ class Manager:
                     self.where[port_id] = pool_id
 
 
-_managers: weakref.WeakKeyDictionary[Store, Manager] = weakref.WeakKeyDictionary()
-_managers_guard = threading.Lock()
-
-
 def manager(store: Store) -> Manager:
-    with _managers_guard:
-        m = _managers.get(store)
-        if m is None:
-            m = _managers[store] = Manager()
-            store.changes.watch(m.changed)
-        return m
+    return store.changes.follower(Manager)
 
 
 def configure(store: Store, defaults: Defaults) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import bindparam, select
 
@@ -42,6 +42,13 @@ class Event:
 
 
 Watcher = Callable[[Sequence[Event] | None, "Tx | None"], None]
+
+
+class _Follower(Protocol):
+    def changed(self, events: Sequence[Event] | None, tx: Tx | None) -> None: ...
+
+
+F = TypeVar("F", bound=_Follower)
 # Beyond this many foreign events, forgetting everything is cheaper than reading them.
 MAX_FOREIGN = 1000
 
@@ -58,6 +65,7 @@ class Changes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._watchers: list[Watcher] = []
+        self._followers: dict[Callable[[], Any], Any] = {}
         # Every change up to this revision has reached the watchers (None: nothing cached yet, nothing to tell).
         self.seen: int | None = None
         # Revision ranges this process committed above `seen` (its transactions end out of order).
@@ -72,6 +80,16 @@ class Changes:
     def watch(self, watcher: Watcher) -> None:
         with self._lock:
             self._watchers.append(watcher)
+
+    def follower(self, factory: Callable[[], F]) -> F:
+        """The store's one `factory()` object (a cache, the pool manager), made on first use and told of
+        every change from then on."""
+        with self._lock:
+            found = self._followers.get(factory)
+            if found is None:
+                found = self._followers[factory] = factory()
+                self._watchers.append(found.changed)
+            return found  # type: ignore[no-any-return]
 
     def _tell(self, events: Sequence[Event] | None, tx: Tx | None) -> None:
         for watcher in list(self._watchers):
