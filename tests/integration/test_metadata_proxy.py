@@ -388,6 +388,8 @@ def test_imdsv2_session_through_the_proxy(env: Env) -> None:
     forwarded = {"X-aws-ec2-metadata-token-ttl-seconds": "60", "X-Forwarded-For": "10.91.0.10"}
     r = guest_request(inst["netns"], "/latest/api/token", "PUT", headers=forwarded)
     assert r.status == 403
+    # Also when the path is spelled with percent-escapes the API would decode.
+    assert guest_request(inst["netns"], "/latest/api/%74oken", "PUT", headers=forwarded).status == 403
 
 
 def test_serving_follows_the_state_and_the_namespaces(env: Env) -> None:

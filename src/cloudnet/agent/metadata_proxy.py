@@ -351,7 +351,7 @@ class MetadataProxy:
         wait = self._limiter.take(caller.instance_id)
         if wait:
             return http1.plain(429, "Too many metadata requests.", ("Retry-After", RateLimiter.retry_after(wait)))
-        if request.method == "PUT" and guest_forwarded(request) and trees.is_token_request(_path(request.target)):
+        if request.method == "PUT" and guest_forwarded(request) and trees.is_token_request(request.path):
             # IMDSv2 hardening (AWS): a token request that went through a forwarding proxy inside the guest
             # is refused, so an SSRF-able web proxy in the instance cannot obtain a session token.
             return http1.plain(403, "Forbidden: token requests must not carry X-Forwarded-For.")
@@ -363,10 +363,3 @@ class MetadataProxy:
                 self._last_warning = now
                 log.warning("metadata API %s unreachable: %s", self._upstream.url, exc)
             return unavailable()
-
-
-def _path(target: str) -> str:
-    if not target.startswith("/"):
-        rest = target.split("://", 1)[-1]
-        target = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-    return target.split("?", 1)[0]
