@@ -166,7 +166,7 @@ def main() -> None:
         import attach  # bench/attach.py: needs root (namespaces)
 
         modes = ("unpooled", "pool", "park")
-        attach.report({mode: attach.run(mode, args.attach) for mode in modes}, args.attach)
+        attach.report(attach.measure(modes, args.attach), args.attach)
 
 
 if __name__ == "__main__":

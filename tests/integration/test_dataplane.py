@@ -260,3 +260,17 @@ def test_full_passes_repair_what_changed_behind_the_agents_back_even_under_stead
         stop.set()
         worker.join(timeout=10)
     assert ping(a["netns"], b["nets"][0]["fixed_ips"][0]["ip_address"])
+
+
+def test_a_plug_replaces_a_device_left_by_an_interrupted_one(cloud: Cloud) -> None:
+    """A host end already named like the port's (a plug interrupted before it could finish): the fresh
+    plug clears it and its peer, and the instance passes traffic."""
+    cloud.start_agent()
+    net, _ = cloud.network("stale", "10.69.0.0/24")
+    port = cloud.create("ports", "port", {"network_id": net["id"]})
+    host_ns, tap = names.host_ns(cloud.host), names.tap(port["id"])
+    ns_run(host_ns, "ip", "link", "add", tap, "type", "veth", "peer", "name", "eth0", check=True)
+    inst = cloud.instance("st", [{"port": port["id"]}])
+    assert ping(inst["netns"], "169.254.169.254")
+    assert port["mac_address"] in ns_run(inst["netns"], "ip", "-o", "link", "show", "eth0").stdout
+    assert "eth0" not in _host_links(cloud)
