@@ -10,6 +10,7 @@ Topology per network (built here; in production the dataplane driver builds it):
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import shutil
@@ -467,7 +468,10 @@ def test_slow_guests_and_a_silent_api_are_cut_off(env: Env) -> None:
             slow = socket.create_connection(("169.254.169.254", 80), timeout=10)
         slow.sendall(b"GET /openstack HTTP/1.1\r\nHost: x\r\n")
         started = time.monotonic()
-        assert slow.recv(1024) == b""  # closed by the proxy, no answer
+        # Closed by the proxy, no answer (or dropped with a reset, the HTTP server's way with a request it gave
+        # up on: no answer either); a proxy still waiting would let recv time out.
+        with contextlib.suppress(ConnectionResetError):
+            assert slow.recv(1024) == b""
         assert time.monotonic() - started < 5
         slow.close()
     finally:

@@ -78,6 +78,26 @@ def test_a_wrong_signature_is_a_403(md: httpx.Client, instance: dict[str, Any]) 
     assert r.status_code == 403
 
 
+def test_identified_heads_are_remembered_only_when_signed_and_small(
+    md: httpx.Client, metadata: RunningMetadata[Any], instance: dict[str, Any]
+) -> None:
+    good = identity(SECRET, instance["id"], instance["project_id"])
+    path = "/openstack/latest/meta_data.json"
+    assert md.get(path, headers=good).status_code == 200
+    assert md.get(path, headers=good).status_code == 200  # answered from the remembered identity
+    remembered = len(metadata.app._identified)
+    assert remembered >= 1
+    # The same lines but for the signature: checked again, and a forgery is never remembered.
+    forged = {**good, "X-Instance-ID-Signature": signing.sign("another-secret", instance["id"])}
+    for _ in range(2):
+        assert md.get(path, headers=forged).status_code == 403
+    assert len(metadata.app._identified) == remembered
+    # A long (guest-chosen) header: answered, not remembered.
+    r = md.get(path, headers={**good, "User-Agent": "x" * 4096})
+    assert r.status_code == 200
+    assert len(metadata.app._identified) == remembered
+
+
 def test_unknown_instance_or_other_project_is_a_404(md: httpx.Client, instance: dict[str, Any]) -> None:
     unknown = "6b8f0c39-2f5e-4f3c-9d1e-0a6c1b2d3e4f"
     r = md.get("/openstack/latest/meta_data.json", headers=identity(SECRET, unknown, instance["project_id"]))

@@ -448,3 +448,135 @@ def test_sigterm_with_open_metadata_connections_exits_cleanly(tmp_path: Path) ->
         proc.send_signal(signal.SIGTERM)
         assert c.closed()  # the idle keep-alive connection is closed, not waited for
         assert proc.wait(timeout=15) == 0
+
+
+# -- admission, and what the application is asked -------------------------------------------------------
+
+
+class OnlyTwo:
+    """A Gate admitting two connections at a time; it records what it was told."""
+
+    def __init__(self) -> None:
+        self.open: list[Any] = []
+        self.released: list[Any] = []
+
+    def admit(self, peer: Any) -> Response | None:
+        self.open.append(peer)
+        if len(self.open) > 2:
+            return Response(429, [("Retry-After", "1")], b"Too many connections.")
+        return None
+
+    def release(self, peer: Any) -> None:
+        self.open.remove(peer)
+        self.released.append(peer)
+
+
+def test_a_gate_refuses_connections_and_requests_carry_the_peer() -> None:
+    gate = OnlyTwo()
+    running = RunningMetadata.start(EchoApp(), gate=gate)
+    try:
+        first, second = Client(("127.0.0.1", port_of(running))), Client(("127.0.0.1", port_of(running)))
+        for c in (first, second):
+            c.send(get("/x"))
+            assert c.echo()["path"] == "/x"
+        third = Client(("127.0.0.1", port_of(running)))
+        status, headers, body = third.answer()
+        assert status == 429 and headers["retry-after"] == "1" and headers["connection"] == "close"
+        assert body == b"Too many connections." and third.closed()
+        assert third.sock.getsockname() in gate.released  # told about the refused one too
+        first.close()
+        deadline = time.monotonic() + 10
+        while len(gate.open) > 1:
+            assert time.monotonic() < deadline, "the gate was not told about the closed connection"
+            time.sleep(0.01)
+        fourth = Client(("127.0.0.1", port_of(running)))  # room again
+        fourth.send(get("/y"))
+        assert fourth.echo()["path"] == "/y"
+        assert [peer[0] for peer in gate.open] == ["127.0.0.1", "127.0.0.1"]
+        for c in (second, third, fourth):
+            c.close()
+    finally:
+        running.stop()
+
+
+class Counting(EchoApp):
+    """Counts the calls of `answer_now`, per path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: dict[str, int] = {}
+        self.peers: list[Any] = []
+
+    def answer_now(self, request: Request) -> Response | None:
+        self.asked[request.path] = self.asked.get(request.path, 0) + 1
+        self.peers.append(request.peer)
+        return super().answer_now(request)
+
+
+def test_answer_now_is_asked_once_per_request() -> None:
+    # An application may count what it is asked (the proxy's rate limit): a request it hands to `answer`
+    # is not put to `answer_now` again, alone or pipelined behind others.
+    running = RunningMetadata.start(Counting())
+    try:
+        c = Client(("127.0.0.1", port_of(running)))
+        c.send(get("/async/one"))
+        assert c.echo()["path"] == "/async/one"
+        c.send(get("/async/two") + get("/async/three") + get("/now"))
+        assert [c.echo()["path"] for _ in range(3)] == ["/async/two", "/async/three", "/now"]
+        assert running.app.asked == {"/async/one": 1, "/async/two": 1, "/async/three": 1, "/now": 1}
+        assert {peer for peer in running.app.peers} == {c.sock.getsockname()}
+        c.close()
+    finally:
+        running.stop()
+
+
+class Prerendered(EchoApp):
+    """Answers /wire with a response rendered ahead whose `wire` differs from what rendering would give, so
+    a test can tell which one went out."""
+
+    BODY = b"the body"
+    WIRE = b"HTTP/1.1 200 OK\r\nX-Wire: 1\r\nContent-Length: 8\r\nConnection: keep-alive\r\n\r\nthe body"
+
+    def answer_now(self, request: Request) -> Response | None:
+        if request.path == "/wire":
+            return Response(200, [("X-Rendered", "1")], self.BODY, wire=self.WIRE)
+        return super().answer_now(request)
+
+
+def test_a_response_rendered_ahead_goes_out_as_it_is_on_a_kept_alive_get() -> None:
+    running = RunningMetadata.start(Prerendered())
+    try:
+        c = Client(("127.0.0.1", port_of(running)))
+        # Pipelined: the answers of one read go out together, and in order.
+        c.send(get("/wire") + get("/other") + get("/wire"))
+        for _ in range(2):
+            status, headers, body = c.answer()
+            assert status == 200 and headers["x-wire"] == "1" and body == Prerendered.BODY
+            if _ == 0:
+                assert c.echo()["path"] == "/other"
+        # HEAD, HTTP/1.0 and a last answer are rendered from status, headers and body instead.
+        c.send(b"HEAD /wire HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, body = c.answer("HEAD")
+        assert headers["x-rendered"] == "1" and headers["content-length"] == "8" and body == b""
+        c.send(get("/wire", "Connection: close"))
+        status, headers, body = c.answer()
+        assert headers["x-rendered"] == "1" and headers["connection"] == "close" and body == Prerendered.BODY
+        assert c.closed()
+        c.close()
+    finally:
+        running.stop()
+
+
+def test_expect_100_continue_behind_an_answer_in_progress(echo: RunningMetadata[EchoApp], client: Client) -> None:
+    # The interim answer must not overtake the answer still due before it: it follows that one.
+    client.send(get("/gate/1") + b"POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
+    time.sleep(0.2)
+    assert select.select([client.sock], [], [], 0)[0] == []  # nothing yet: neither the answer nor the 100
+    echo.app.gate.set()
+    assert client.echo()["path"] == "/gate/1"
+    while b"\r\n\r\n" not in client.buffer:
+        assert client._fill()
+    assert client.buffer == b"HTTP/1.1 100 Continue\r\n\r\n"
+    client.buffer = b""
+    client.send(b"abc")
+    assert client.echo()["body"] == "abc"

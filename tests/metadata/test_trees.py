@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -83,6 +84,35 @@ def test_meta_data_keys_by_version() -> None:
     # Everything but random_seed is rendered once; the seed is new in every answer.
     assert reply.random_seed and json.loads(reply.payload())["random_seed"] != latest["random_seed"]
     assert "random_seed" not in json.loads(reply.body) and not get("/openstack/2012-08-10/meta_data.json").random_seed
+
+
+def test_random_seeds_are_512_random_bytes_in_canonical_base64() -> None:
+    seeds = [trees.random_seed() for _ in range(2000)]  # more than one draw of the pool
+    assert len(set(seeds)) == len(seeds)
+    counts = [0] * 256
+    for seed in seeds:
+        assert len(seed) == 684 and seed.endswith(b"=") and not seed.endswith(b"==")
+        raw = base64.b64decode(seed, validate=True)
+        assert len(raw) == 512 and base64.b64encode(raw) == seed  # canonical: re-encodes to itself
+        for byte in raw:
+            counts[byte] += 1
+    # Every byte value about equally often (1,024,000 bytes: 4,000 each, give or take a few hundred).
+    assert min(counts) > 3500 and max(counts) < 4500
+
+
+def test_answers_are_rendered_once_and_seeded_ones_get_a_fresh_seed() -> None:
+    from cloudnet.agent.http1 import render_response
+    from cloudnet.metadata.answers import Answer
+
+    plain = Answer(get("/latest/meta-data/hostname"))
+    first, second = plain.response(), plain.response()
+    assert first is second and first.body == b"web.novalocal"
+    assert first.wire == render_response(200, [("Content-Type", trees.TEXT)], b"web.novalocal", True)
+    seeded = Answer(get("/openstack/latest/meta_data.json"))
+    one, two = seeded.response(), seeded.response()
+    assert json.loads(one.body)["random_seed"] != json.loads(two.body)["random_seed"]
+    assert one.wire == render_response(200, [("Content-Type", trees.JSON)], one.body, True)
+    assert json.loads(one.body)["uuid"] == VIEW.id
 
 
 def test_hostname_domain() -> None:

@@ -4,14 +4,16 @@ request, and the rate limiter."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import pytest
 
-from cloudnet.agent import http1
+from cloudnet.agent import http1, metadata_upstream
 from cloudnet.agent.metadata_relay import (
     Callers,
     Upstream,
+    UpstreamUnavailable,
     canonical_ip,
     guest_forwarded,
     mac_of_link_local,
@@ -19,6 +21,7 @@ from cloudnet.agent.metadata_relay import (
 )
 from cloudnet.agent.ratelimit import RateLimiter
 from cloudnet.metadata import signing
+from tests.support.metadata import RunningMetadata
 
 
 def read(data: bytes, **kw: Any) -> http1.Request | None:
@@ -175,3 +178,140 @@ def test_rate_limiter() -> None:
     assert RateLimiter.retry_after(0.01) == "1"
     with pytest.raises(ValueError):
         RateLimiter(burst=0, rate=1)
+
+
+def test_a_request_decodes_its_header_lines_when_asked() -> None:
+    raw = [(b"Host", b"x"), (b"X-Two", b"a  "), (b"x-two", b"b")]
+    req = http1.Request("GET", "/p%41th?q", "HTTP/1.1", None, b"", raw, ("10.0.0.1", 5))
+    assert req.raw_headers is raw and req.peer == ("10.0.0.1", 5) and req.path == "/pAth"
+    assert req.headers == [("host", "x"), ("x-two", "a"), ("x-two", "b")]
+    made = http1.Request("GET", "/", "HTTP/1.0", [("connection", "keep-alive")])
+    assert made.raw_headers == [(b"connection", b"keep-alive")] and made.keep_alive
+
+
+class Paths:
+    """A metadata-server application answering with the path it was asked (/slow/ ones by its coroutine)."""
+
+    def answer_now(self, request: http1.Request) -> http1.Response | None:
+        if request.path.startswith("/slow/"):
+            return None
+        return http1.Response(200, [("Content-Type", "text/plain")], request.path.encode())
+
+    async def answer(self, request: http1.Request) -> http1.Response:
+        await asyncio.sleep(0.05)
+        return http1.Response(200, [("X-Slow", "1")], request.path.encode())
+
+    def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+def test_upstream_pipelines_requests_and_hands_answers_back_in_order() -> None:
+    running = RunningMetadata.start(Paths(), idle_timeout=0.3)
+    try:
+
+        async def go() -> None:
+            upstream = Upstream(running.url)
+            ask = [f"GET /{'slow/' if n % 7 == 0 else ''}{n} HTTP/1.1\r\nHost: m\r\n\r\n".encode() for n in range(40)]
+            answers = await asyncio.gather(*(upstream.exchange(data) for data in ask))
+            assert [a.body for a in answers] == [f"/{'slow/' if n % 7 == 0 else ''}{n}".encode() for n in range(40)]
+            assert all(a.status == 200 and a.keep_alive for a in answers)
+            assert ("x-slow", "1") in answers[0].headers and ("content-type", "text/plain") in answers[1].headers
+            # 40 requests at once share a few connections (MAX_DEPTH each), not one each.
+            assert 1 <= len(running.server.connections) <= 40 // metadata_upstream.MAX_DEPTH + 1
+            await asyncio.sleep(0.8)  # the server closes the idle connections: the next request opens anew
+            assert (await upstream.exchange(ask[1])).body == b"/1"
+            head = await upstream.exchange(b"GET /h HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n")
+            assert head.body == b"/h" and not head.keep_alive
+            await upstream.close()
+
+        asyncio.run(go())
+    finally:
+        running.stop()
+
+
+def test_upstream_unreachable_and_silent() -> None:
+    async def go() -> None:
+        with pytest.raises(UpstreamUnavailable):
+            await Upstream("unix:/nonexistent/metadata.sock").exchange(b"GET / HTTP/1.1\r\n\r\n")
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        upstream = Upstream(f"http://127.0.0.1:{silent.getsockname()[1]}", answer_timeout=0.2)
+        waiting = asyncio.ensure_future(upstream.exchange(b"GET / HTTP/1.1\r\n\r\n"))
+        await asyncio.sleep(0.3)
+        upstream.sweep(asyncio.get_running_loop().time())
+        with pytest.raises(UpstreamUnavailable, match=r"no answer within 0\.2 s"):
+            await waiting
+        await upstream.close()
+        silent.close()
+
+    asyncio.run(go())
+
+
+def test_the_guest_gets_the_answer_without_hop_headers_rendered_ahead() -> None:
+    from cloudnet.agent.metadata_relay import guest_answer
+
+    ttl = "x-aws-ec2-metadata-token-ttl-seconds"
+    api = http1.Response(200, [("content-type", "application/json"), ("content-length", "2"), ("server", "x"),
+                               ("connection", "keep-alive"), (ttl, "60")], b"{}")  # fmt: skip
+    for body in (b"{}", b"[1]"):  # the head is kept, the length is the body's
+        got = guest_answer(http1.Response(api.status, api.headers, body))
+        assert got.headers == [("content-type", "application/json"), (ttl, "60")]
+        assert got.wire == http1.render_response(200, got.headers, body, True) and got.body == body
+
+
+def test_upstream_does_not_queue_behind_a_slow_answer() -> None:
+    running = RunningMetadata.start(Paths())
+    try:
+
+        async def go() -> None:
+            upstream = Upstream(running.url)
+            slow = asyncio.ensure_future(upstream.exchange(b"GET /slow/1 HTTP/1.1\r\nHost: m\r\n\r\n"))
+            await asyncio.sleep(metadata_upstream.SLOW * 3)
+            fast = await upstream.exchange(b"GET /2 HTTP/1.1\r\nHost: m\r\n\r\n")
+            assert fast.body == b"/2" and not slow.done()  # on another connection, not behind the slow one
+            assert (await slow).body == b"/slow/1"
+            await upstream.close()
+
+        asyncio.run(go())
+    finally:
+        running.stop()
+
+
+def test_upstream_sends_again_only_what_may_be_repeated() -> None:
+    """The API closes a used connection without answering: a GET goes again on a fresh connection, a POST
+    (it may have been carried out) gets UpstreamUnavailable."""
+
+    async def go() -> None:
+        seen: list[bytes] = []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            # Each connection answers its first request and closes on the second, unanswered.
+            for n in range(2):
+                line = await reader.readline()
+                while (await reader.readline()) not in (b"\r\n", b""):
+                    pass
+                seen.append(line)
+                if n:
+                    break
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        upstream = Upstream(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        get = b"GET /x HTTP/1.1\r\nHost: m\r\n\r\n"
+        post = b"POST /p HTTP/1.1\r\nHost: m\r\nContent-Length: 0\r\n\r\n"
+        assert (await upstream.exchange(get)).body == b"ok"
+        assert (await upstream.exchange(get)).body == b"ok"  # lost on the used connection, sent again
+        with pytest.raises(UpstreamUnavailable):
+            await upstream.exchange(post, retry=False)  # lost on the used connection: not sent again
+        assert seen.count(b"POST /p HTTP/1.1\r\n") == 1
+        await upstream.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(go())

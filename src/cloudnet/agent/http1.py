@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import unquote
 
 MAX_HEAD = 64 * 1024
@@ -33,13 +34,46 @@ class HttpError(Exception):
         self.reason = reason
 
 
-@dataclass
 class Request:
-    method: str
-    target: str
-    version: str
-    headers: list[tuple[str, str]]  # names lower-cased, in order
-    body: bytes = b""
+    """One request. The HTTP servers hand over the header lines as parsed (`raw_headers`, bytes as sent):
+    decoding them all costs more than answering a cached metadata request, and most readers need two or
+    three of them. `headers` decodes them on first use: names lower-cased, values without surrounding blanks."""
+
+    __slots__ = ("_headers", "_raw_headers", "body", "method", "peer", "target", "version")
+
+    def __init__(
+        self,
+        method: str,
+        target: str,
+        version: str,
+        headers: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+        raw_headers: list[tuple[bytes, bytes]] | None = None,
+        peer: Any = None,
+    ) -> None:
+        self.method = method
+        self.peer = peer  # the client's socket address (`peername`), when a server knows it
+        self.target = target
+        self.version = version
+        self.body = body
+        self._headers = headers if headers is not None or raw_headers is not None else []
+        self._raw_headers = raw_headers
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = [
+                (n.decode("ascii").lower(), v.decode("latin-1").strip(" \t")) for n, v in self.raw_headers
+            ]
+        return headers
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        raw = self._raw_headers
+        if raw is None:
+            raw = self._raw_headers = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in self.headers]
+        return raw
 
     @property
     def keep_alive(self) -> bool:
@@ -53,13 +87,19 @@ class Request:
         """The target's path, percent-decoded and without its query; `http://host/x` (absolute-form) gives `/x`."""
         return _path(self.target)
 
+    def __repr__(self) -> str:
+        return f"Request({self.method!r}, {self.target!r}, {self.version!r}, {self.headers!r}, {self.body!r})"
 
-@dataclass
+
+@dataclass(slots=True)
 class Response:
     status: int
     headers: list[tuple[str, str]]
     body: bytes
     keep_alive: bool = True
+    # The whole answer to a GET on a kept-alive connection, rendered ahead: a cached answer is then written
+    # as it is (rendering it again for every request was a measurable share of the metadata API's work).
+    wire: bytes | None = None
 
 
 @functools.lru_cache(maxsize=1024)  # the same few dozen targets over and over

@@ -6,10 +6,11 @@ network's metadata namespace (`names.metadata_ns`, created and plugged by the da
 listening sockets are opened with this loop's thread inside the namespace (setns), then served from the
 agent's own namespace, so one thread serves every network (neutron runs one haproxy per network).
 
-Each request is answered by the relay (agent/metadata_relay.py) in the same process: the caller is the
-instance owning (network, source address) in the synced state, it is rate limited per instance, signed, and
-forwarded to the metadata API. Unknown callers get a 404, an unreachable API a 503 with Retry-After, an
-instance over its budget a 429 with Retry-After.
+Each socket is served by the metadata API's own HTTP server (metadata/http_server.py) with the network's
+guests as its application (agent/metadata_guest.py): the caller is the instance owning (network, source
+address) in the synced state (agent/metadata_relay.py), it is rate limited per instance, signed, and forwarded
+to the metadata API over pipelined, kept-alive connections (agent/metadata_upstream.py). Unknown callers get a
+404, an unreachable API a 503 with Retry-After, an instance over its budget a 429 with Retry-After.
 
 The agent asks `serving(network_id)` before reporting a port ACTIVE, so a guest never boots before its
 network's proxy answers.
@@ -24,27 +25,17 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cloudnet.agent import http1
-from cloudnet.agent.http1 import Request, Response
-from cloudnet.agent.metadata_relay import (
-    ANSWER_TIMEOUT,
-    Callers,
-    Upstream,
-    UpstreamUnavailable,
-    answer_headers,
-    canonical_ip,
-    guest_forwarded,
-    unavailable,
-    upstream_request,
-)
+from cloudnet.agent.metadata_guest import MAX_CONNECTIONS_PER_SOURCE, NetworkGuests, Relay
+from cloudnet.agent.metadata_relay import ANSWER_TIMEOUT, Callers, Upstream
 from cloudnet.agent.ratelimit import RateLimiter
 from cloudnet.dataplane.linux import names, netns
-from cloudnet.metadata import signing, trees
+from cloudnet.metadata import signing
+from cloudnet.metadata.http_server import HttpServer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,7 +47,8 @@ METADATA_V6 = "fe80::a9fe:a9fe"
 DEFAULT_BURST = 32
 DEFAULT_RATE = 4.0  # requests per second
 IDLE_TIMEOUT = 30.0  # haproxy's timeout http-request / keep-alive in neutron's template
-MAX_CONNECTIONS_PER_SOURCE = 64
+GRACE = 1.0  # a stopped listener lets answers in progress finish this long
+__all__ = ["MAX_CONNECTIONS_PER_SOURCE", "MetadataProxy"]
 
 
 @dataclass
@@ -64,24 +56,17 @@ class _Listener:
     network_id: str
     namespace: str
     identity: tuple[int, int]  # (st_dev, st_ino) of the namespace: a recreated namespace is a new one
-    v4: asyncio.Server | None = None
-    v6: asyncio.Server | None = None
-    # open guest connections -> since when they have been waiting for (the rest of) a request, or None
-    connections: dict[asyncio.StreamWriter, float | None] = field(default_factory=dict)
+    # One HTTP server per listening socket (each sweeps its own idle and slow connections).
+    v4: HttpServer | None = None
+    v6: HttpServer | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def close(self) -> None:
+        """Stop listening; connections close once idle (answers in progress get GRACE seconds)."""
         for server in (self.v4, self.v6):
             if server is not None:
-                server.close()
-        for writer in list(self.connections):
-            writer.close()
+                server.stop()
         self.v4 = self.v6 = None
-
-    def sweep(self, now: float, idle_timeout: float) -> None:
-        """Close connections that took too long to send a request (idle keep-alive, slow heads or bodies)."""
-        for writer, since in list(self.connections.items()):
-            if since is not None and now - since > idle_timeout:
-                writer.close()
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -132,10 +117,8 @@ class MetadataProxy:
         self._secret = secret
         self._upstream = Upstream(upstream, answer_timeout)
         self._limiter = RateLimiter(burst, rate)
-        self._callers = Callers({}, secret)
+        self._relay = Relay(self._upstream, self._limiter, Callers({}, secret))
         self._listeners: dict[str, _Listener] = {}
-        self._per_source: dict[tuple[str, str], int] = {}
-        self._last_warning = 0.0
         self._closed = False
         self._loop = _new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cloudnet-metadata-proxy", daemon=True)
@@ -161,7 +144,7 @@ class MetadataProxy:
             and self._thread.is_alive()
             and listener is not None
             and listener.v4 is not None
-            and listener.v4.is_serving()
+            and listener.v4.serving
         )
 
     def close(self) -> None:
@@ -182,11 +165,16 @@ class MetadataProxy:
 
     async def _apply(self, state: dict[str, Any]) -> None:
         callers = Callers(state, self._secret)
-        self._callers = callers
+        self._relay.callers = callers
         self._limiter.keep_only(callers.instances)
+        stopped: list[asyncio.Task[None]] = []
         for network_id in [n for n in self._listeners if n not in callers.networks]:
-            self._listeners.pop(network_id).close()
+            listener = self._listeners.pop(network_id)
+            listener.close()
+            stopped += listener.tasks
             log.info("metadata proxy for network %s stopped", network_id)
+        if stopped:  # not listening any more once the state is applied (answers in progress may finish)
+            await asyncio.wait(stopped, timeout=GRACE + 1)
         for network_id in sorted(callers.networks):
             try:
                 await self._ensure(network_id)
@@ -199,11 +187,8 @@ class MetadataProxy:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.retry_interval)
-            now = loop.time()
-            for listener in self._listeners.values():
-                listener.sweep(now, self.idle_timeout)
-            self._upstream.sweep(now)
-            for network_id in sorted(self._callers.networks):
+            self._upstream.sweep(loop.time())
+            for network_id in sorted(self._relay.callers.networks):
                 try:
                     await self._ensure(network_id)
                 except Exception:
@@ -213,7 +198,10 @@ class MetadataProxy:
         self._maintainer.cancel()
         for listener in self._listeners.values():
             listener.close()
+        servers = [t for listener in self._listeners.values() for t in listener.tasks]
         self._listeners.clear()
+        if servers:
+            await asyncio.wait(servers, timeout=GRACE + 1)
         await self._upstream.close()
         # Connection handlers still running (a request waiting for the API): end them before the loop stops.
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -278,88 +266,17 @@ class MetadataProxy:
                     log.debug("metadata proxy: [%s]:%d on %s: %s", METADATA_V6, self.port, name, exc)
         return None
 
-    async def _serve(self, listener: _Listener, sock: socket.socket) -> asyncio.Server:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            listener.connections[writer] = None
-            try:
-                await self._connection(listener, reader, writer)
-            finally:
-                listener.connections.pop(writer, None)
-
-        # Binds nothing: adopts the socket made in the namespace; the reader limit bounds request heads.
-        return await asyncio.start_server(handle, sock=sock, limit=http1.MAX_HEAD)
-
-    async def _connection(
-        self, listener: _Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        network_id = listener.network_id
-        peer = writer.get_extra_info("peername")
-        source = canonical_ip(str(peer[0])) if peer else None
-        key = (network_id, source or "")
-        self._per_source[key] = self._per_source.get(key, 0) + 1
-        try:
-            if source is None or self._per_source[key] > MAX_CONNECTIONS_PER_SOURCE:
-                response = http1.plain(429, "Too many connections.", ("Retry-After", "1"))
-                writer.write(http1.render_response(response.status, response.headers, response.body, False))
-                return
-            await self._requests(listener, source, reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass  # the guest went away or went quiet: nothing to answer
-        finally:
-            count = self._per_source.get(key, 1) - 1
-            if count:
-                self._per_source[key] = count
-            else:
-                self._per_source.pop(key, None)
-            writer.close()
-
-    async def _requests(
-        self, listener: _Listener, source: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        def send_continue() -> None:
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-
-        loop = asyncio.get_running_loop()
-        while True:
-            listener.connections[writer] = loop.time()  # the sweep closes us if the request takes too long
-            try:
-                request = await http1.read_request(reader, send_continue=send_continue)
-            except http1.HttpError as exc:
-                writer.write(http1.render_response(exc.status, [("Content-Type", "text/plain")],
-                                                   exc.reason.encode(), keep_alive=False))  # fmt: skip
-                await writer.drain()
-                return
-            listener.connections[writer] = None
-            if request is None:
-                return
-            response = await self._answer(listener.network_id, source, request)
-            keep = request.keep_alive
-            head_length = None
-            if request.method == "HEAD":
-                lengths = [v for n, v in response.headers if n == "content-length"]
-                head_length = int(lengths[0]) if lengths and lengths[0].isdigit() else len(response.body)
-            headers = answer_headers(response)
-            writer.write(http1.render_response(response.status, headers, response.body, keep, head_length))
-            await writer.drain()
-            if not keep:
-                return
-
-    async def _answer(self, network_id: str, source: str, request: Request) -> Response:
-        caller = self._callers.find(network_id, source)
-        if caller is None:
-            return http1.plain(404, f"Instance was not found on network {network_id}.")
-        wait = self._limiter.take(caller.instance_id)
-        if wait:
-            return http1.plain(429, "Too many metadata requests.", ("Retry-After", RateLimiter.retry_after(wait)))
-        if request.method == "PUT" and guest_forwarded(request) and trees.is_token_request(request.path):
-            # IMDSv2 hardening (AWS): a token request that went through a forwarding proxy inside the guest
-            # is refused, so an SSRF-able web proxy in the instance cannot obtain a session token.
-            return http1.plain(403, "Forbidden: token requests must not carry X-Forwarded-For.")
-        try:
-            return await self._upstream.exchange(request.method, upstream_request(request, caller, network_id, source))
-        except UpstreamUnavailable as exc:
-            now = time.monotonic()
-            if now - self._last_warning > 10:  # one line per outage, not one per guest request
-                self._last_warning = now
-                log.warning("metadata API %s unreachable: %s", self._upstream.url, exc)
-            return unavailable()
+    async def _serve(self, listener: _Listener, sock: socket.socket) -> HttpServer | None:
+        """Serve the network's guests on a socket made in its namespace (adopted by the loop, not bound)."""
+        guests = NetworkGuests(self._relay, listener.network_id)
+        server = HttpServer(guests, gate=guests, idle_timeout=self.idle_timeout, grace=GRACE,
+                            max_head=http1.MAX_HEAD, max_body=http1.MAX_BODY)  # fmt: skip
+        task = asyncio.get_running_loop().create_task(server.serve(sock))
+        listener.tasks = [t for t in listener.tasks if not t.done()] + [task]
+        while not server.serving:  # listening takes a step or two of the loop
+            if task.done():
+                sock.close()
+                task.result()  # raises what stopped it
+                return None
+            await asyncio.sleep(0)
+        return server

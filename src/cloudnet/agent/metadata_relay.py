@@ -9,29 +9,31 @@ the identity, its signature, and the few guest headers the API has a use for.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
 from cloudnet.agent import http1
 from cloudnet.agent.http1 import Request, Response
+from cloudnet.agent.metadata_upstream import ANSWER_TIMEOUT, Upstream, UpstreamUnavailable
 from cloudnet.metadata import signing
+
+__all__ = ["ANSWER_TIMEOUT", "Callers", "Upstream", "UpstreamUnavailable", "answer_headers", "canonical_ip",
+           "guest_answer", "guest_forwarded", "mac_of_link_local", "unavailable", "upstream_request"]  # fmt: skip
 
 # Guest headers worth passing on; everything else is dropped, so no identity header or look-alike of one
 # (X-Forwarded-For, X-Instance-ID*, X-Tenant-ID, X-Network-ID, X-OVN-*, X_Instance_ID, ...) can get through.
 FORWARDED_HEADERS = frozenset(
     {"user-agent", "accept", "content-type", "x-aws-ec2-metadata-token", "x-aws-ec2-metadata-token-ttl-seconds"}
 )
+_FORWARDED_RAW = frozenset(name.encode() for name in FORWARDED_HEADERS)
+_FORWARDED_LENGTHS = frozenset(len(name) for name in FORWARDED_HEADERS)  # others are passed over at a glance
 # Response headers that describe the hop, not the answer.
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "content-length", "te", "trailer",
      "upgrade", "server", "date"}
 )  # fmt: skip
-CONNECT_TIMEOUT = 5.0
-ANSWER_TIMEOUT = 60.0  # neutron's proxy waits 60 s for nova
-MAX_IDLE = 32
 RETRY_AFTER = "2"
 
 
@@ -41,7 +43,15 @@ class Caller:
     project_id: str
     signature: str
 
+    def identity(self, network_id: str, source: str) -> bytes:
+        """The header lines that say who is asking (the same for every request of the caller)."""
+        return (
+            f"X-Forwarded-For: {source}\r\nX-Network-ID: {network_id}\r\nX-Instance-ID: {self.instance_id}\r\n"
+            f"X-Tenant-ID: {self.project_id}\r\nX-Instance-ID-Signature: {self.signature}\r\n"
+        ).encode("latin-1")
 
+
+@functools.lru_cache(maxsize=4096)  # asked once per guest connection, and a guest connects again and again
 def canonical_ip(address: str) -> str | None:
     """The address as the state writes it: IPv4-mapped IPv6 as IPv4, no zone index."""
     try:
@@ -114,107 +124,54 @@ class Callers:
         return caller
 
 
-class UpstreamUnavailable(Exception):
-    pass
-
-
-class Upstream:
-    """The metadata API (`http://host:port` or `unix:/path`), over a small pool of kept-alive connections."""
-
-    def __init__(self, url: str, answer_timeout: float = ANSWER_TIMEOUT) -> None:
-        self.url = url
-        self.answer_timeout = answer_timeout
-        if url.startswith("unix:"):
-            self._path: str | None = url[len("unix:") :]
-            self._addr: tuple[str, int] | None = None
-        else:
-            hostport = url.removeprefix("http://").rstrip("/")
-            host, _sep, port = hostport.rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"metadata API address {url!r} must be http://HOST:PORT or unix:/PATH")
-            self._path, self._addr = None, (host.strip("[]"), int(port))
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-        self._busy: dict[asyncio.StreamWriter, float] = {}  # connections waiting for an answer, since when
-        self._expired: set[asyncio.StreamWriter] = set()  # closed by `sweep`: not to be retried
-
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        try:
-            if self._path is not None:
-                opening = asyncio.open_unix_connection(self._path)
-            else:
-                assert self._addr is not None
-                opening = asyncio.open_connection(*self._addr)
-            return await asyncio.wait_for(opening, CONNECT_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
-            raise UpstreamUnavailable(str(exc) or type(exc).__name__) from None
-
-    async def exchange(self, method: str, data: bytes) -> Response:
-        """Send one request (head and body), return the whole answer."""
-        for _attempt in range(2):
-            reused = bool(self._idle)
-            reader, writer = self._idle.pop() if reused else await self._connect()
-            self._busy[writer] = asyncio.get_running_loop().time()  # `sweep` enforces ANSWER_TIMEOUT
-            try:
-                writer.write(data)
-                response = await http1.read_response(reader, method)
-            except (ConnectionError, asyncio.IncompleteReadError) as exc:
-                writer.close()
-                if writer in self._expired:
-                    raise UpstreamUnavailable(f"no answer within {self.answer_timeout:g} s") from None
-                if reused and not getattr(exc, "partial", b""):
-                    continue  # the API closed an idle connection just as we used it: once more on a fresh one
-                raise UpstreamUnavailable(str(exc) or type(exc).__name__) from None
-            except (http1.HttpError, asyncio.LimitOverrunError) as exc:
-                writer.close()
-                raise UpstreamUnavailable(str(exc) or type(exc).__name__) from None
-            finally:
-                self._busy.pop(writer, None)
-                self._expired.discard(writer)
-            if response.keep_alive and len(self._idle) < MAX_IDLE:
-                self._idle.append((reader, writer))
-            else:
-                writer.close()
-            return response
-        raise UpstreamUnavailable("connection closed")
-
-    def sweep(self, now: float) -> None:
-        """Give up on answers that take longer than ANSWER_TIMEOUT: the waiting request gets a 503."""
-        for writer, since in list(self._busy.items()):
-            if now - since > self.answer_timeout:
-                self._expired.add(writer)
-                writer.close()
-
-    async def close(self) -> None:
-        idle, self._idle = self._idle, []
-        for _reader, writer in idle:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-
-
-def upstream_request(request: Request, caller: Caller, network_id: str, source: str) -> bytes:
-    """The request as the API gets it: same method, path and body; identity headers set, not passed on."""
+def upstream_request(request: Request, caller: Caller, network_id: str, source: str, method: str | None = None,
+                     identity: bytes | None = None) -> bytes:  # fmt: skip
+    """The request as the API gets it: same method (or `method`), path and body; identity headers set, not
+    passed on. `identity` is `caller.identity(network_id, source)`, when the caller has it already."""
     target = request.target
     if not target.startswith("/"):
         # absolute-form ("GET http://169.254.169.254/x"): only the path and query matter to the API
         rest = target.split("://", 1)[-1]
         target = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-    lines = [
-        f"{request.method} {target} HTTP/1.1",
-        "Host: metadata",
-        f"X-Forwarded-For: {source}",
-        f"X-Network-ID: {network_id}",
-        f"X-Instance-ID: {caller.instance_id}",
-        f"X-Tenant-ID: {caller.project_id}",
-        f"X-Instance-ID-Signature: {caller.signature}",
-    ]
-    lines += [f"{name}: {value}" for name, value in request.headers if name in FORWARDED_HEADERS]
-    lines.append(f"Content-Length: {len(request.body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + request.body
+    parts = [f"{method or request.method} {target} HTTP/1.1\r\nHost: metadata\r\n".encode("latin-1"),
+             identity or caller.identity(network_id, source)]  # fmt: skip
+    for name, value in request.raw_headers:
+        if len(name) in _FORWARDED_LENGTHS:
+            lowered = name.lower()
+            if lowered in _FORWARDED_RAW:
+                parts.append(b"%s: %s\r\n" % (lowered, value.strip(b" \t")))
+    body = request.body
+    if body or request.method not in ("GET", "HEAD"):
+        parts.append(b"Content-Length: %d\r\n" % len(body))
+    parts.append(b"\r\n")
+    parts.append(body)
+    return b"".join(parts)
 
 
 def answer_headers(response: Response) -> list[tuple[str, str]]:
     return [(name, value) for name, value in response.headers if name not in HOP_HEADERS]
+
+
+# (status, the API's headers) -> what the guest gets of them, and its answer's head up to Content-Length. The
+# API answers a guest's usual questions with a handful of different heads.
+_GUEST_HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[list[tuple[str, str]], bytes]] = {}
+_FRAMING_TAIL = b"Content-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+
+
+def guest_answer(response: Response) -> Response:
+    """The API's answer as the guest gets it: hop headers dropped, rendered ahead for a kept-alive GET."""
+    key = (response.status, tuple(response.headers))
+    head = _GUEST_HEADS.get(key)
+    if head is None:
+        headers = answer_headers(response)
+        rendered = http1.render_response(response.status, headers, b"", True, 0)
+        if len(_GUEST_HEADS) >= 256:
+            _GUEST_HEADS.clear()
+        _GUEST_HEADS[key] = head = (headers, rendered[: -len(_FRAMING_TAIL)])
+    headers, start = head
+    body = response.body
+    wire = b"%sContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%s" % (start, len(body), body)
+    return Response(response.status, headers, body, wire=wire)
 
 
 def guest_forwarded(request: Request) -> bool:

@@ -8,7 +8,8 @@ limits and the response rendering are the ones the agent's proxy uses (agent/htt
 
 What it guarantees on a connection:
 - answers go out in request order, pipelined requests included: while one request waits for an asynchronous
-  answer, later ones queue behind it and the connection stops reading;
+  answer, later ones queue behind it and the connection stops reading (from the second one on: pausing and
+  resuming costs two system calls, which a client asking one question at a time need not pay);
 - HTTP/1.0 and `Connection: close` are honoured; `Expect: 100-continue` is answered before the body is read;
 - a malformed request is answered 400 (an oversized head 431, an oversized body 413) and the connection closed;
 - a client that leaves a request incomplete, idles between requests or stops reading its answers for longer
@@ -25,7 +26,7 @@ import logging
 import socket
 import struct
 from collections import deque
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import httptools
 
@@ -39,22 +40,18 @@ IDLE_TIMEOUT = 30.0
 GRACE = 5.0
 BACKLOG = 1024  # a boot storm opens many connections at once
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_HELD_BACK = 16 * 1024  # answers larger than this are not held back for one write with others
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, with no time: close() resets the connection
 _INTERNAL_ERROR = HttpError(500, "An unknown error has occurred. Please try your request again.")
 _VERSIONS = {"1.1": "HTTP/1.1", "1.0": "HTTP/1.0"}
-# Header names as the agents' relay spells them, lower-cased ahead (any other name is lower-cased as it comes).
-_NAMES = {
-    name.encode(): name.lower()
-    for name in ("Host", "X-Forwarded-For", "X-Network-ID", "X-Instance-ID", "X-Tenant-ID", "X-Instance-ID-Signature",
-                 "User-Agent", "Accept", "Content-Type", "Content-Length", "X-aws-ec2-metadata-token",
-                 "X-aws-ec2-metadata-token-ttl-seconds", "Connection")
-}  # fmt: skip
-_FRAMING = frozenset({"content-length", "expect"})
+_FRAMING_LENGTHS = frozenset({len(b"content-length"), len(b"expect")})  # other names are passed over at a glance
+_METHODS = {m.encode(): m for m in ("GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH")}
 
 
 class Application(Protocol):
     """What the server serves. `answer_now` answers without waiting, or returns None to have `answer` (a
-    coroutine) asked instead; neither raises for a bad request, they answer it."""
+    coroutine) asked instead; each is asked once per request; neither raises for a bad request, they answer it.
+    The request carries its header lines as received (`raw_headers`) and the client's address (`peer`)."""
 
     def answer_now(self, request: Request) -> Response | None: ...
 
@@ -63,6 +60,16 @@ class Application(Protocol):
     def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+class Gate(Protocol):
+    """Admission of connections (optional): `admit` is asked when a client connects, with its address
+    (`peername`), and answers None to serve it or the refusal to send before closing; `release` is told when
+    any connection it was asked about, admitted or not, is gone."""
+
+    def admit(self, peer: Any) -> Response | None: ...
+
+    def release(self, peer: Any) -> None: ...
 
 
 class _Closed(Exception):
@@ -85,8 +92,10 @@ class HttpServer:
         grace: float = GRACE,
         max_head: int = MAX_HEAD,
         max_body: int = MAX_BODY,
+        gate: Gate | None = None,
     ) -> None:
         self.app = app
+        self.gate = gate
         self.idle_timeout = idle_timeout
         self.grace = grace
         self.max_head = max_head
@@ -169,9 +178,10 @@ class _Connection(asyncio.Protocol):
     """One client connection: parses requests as they arrive and writes their answers in order."""
 
     __slots__ = (
-        "_body", "_body_size", "_busy", "_expect", "_failure", "_head_bytes", "_head_size", "_headers", "_in_head",
-        "_in_message", "_keep_alive", "_last", "_max_body", "_max_head", "_parser", "_queue", "_reading_paused",
-        "_server", "_stopped", "_transport", "_url", "_version", "_writing_paused", "waiting_since",
+        "_body", "_body_size", "_busy", "_continue_due", "_expect", "_failure", "_head_bytes", "_head_size",
+        "_headers", "_in_head", "_in_message", "_keep_alive", "_last", "_max_body", "_max_head", "_out", "_parser",
+        "_peer", "_queue", "_reading_paused", "_server", "_stopped", "_transport", "_url", "_version",
+        "_writing_paused", "waiting_since",
     )  # fmt: skip
 
     def __init__(self, server: HttpServer) -> None:
@@ -179,20 +189,23 @@ class _Connection(asyncio.Protocol):
         self._max_head, self._max_body = server.max_head, server.max_body
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
+        self._peer: Any = None
+        self._out: list[bytes] | None = None  # answers held back while a read is parsed
         # The request being parsed.
         self._url = b""
         self._version = "HTTP/1.1"
-        self._headers: list[tuple[str, str]] = []
+        self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
         self._body_size = 0
         self._head_size = 0  # bytes of the head parsed so far (request line and headers)
         self._head_bytes = 0  # bytes received since the read in which an unfinished head began
-        self._in_head = self._in_message = self._expect = False
+        self._in_head = self._in_message = self._expect = self._continue_due = False
         self._keep_alive = True
         # Requests not answered yet, in order (with whether to keep the connection after each). Empty while
         # answers go out as requests arrive; filled while an answer is worked out asynchronously (`_busy`, for
         # the first one) or the client is not reading its answers (`_writing_paused`).
-        self._queue: deque[tuple[Request, bool]] = deque()
+        # (request, keep the connection after it, `answer_now` already said None)
+        self._queue: deque[tuple[Request, bool, bool]] = deque()
         self._busy = False
         self._failure: HttpError | None = None  # to answer once the queue is done
         self._stopped = False  # nothing more is read: an error, an upgrade, the end of the input, a close
@@ -207,17 +220,31 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not inherit asyncio's
         self._server.connections.add(self)
+        self._peer = peer = transport.get_extra_info("peername")
+        gate = self._server.gate
+        if gate is not None:
+            refusal = gate.admit(peer)
+            if refusal is not None:
+                self._stopped = True
+                self._transport.write(render_response(refusal.status, refusal.headers, refusal.body, False))
+                self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stopped = True
         self._queue.clear()
         self._server.connections.discard(self)
+        gate = self._server.gate
+        if gate is not None:
+            gate.release(self._peer)
 
     def data_received(self, data: bytes) -> None:
         if self._stopped:
             return
         if self._in_head:
             self._head_bytes += len(data)
+        # Answers to the requests of this read go out in one write (a pipelining client, such as the agents'
+        # proxy, sends many at once; one write each would wake it once each).
+        self._out = []
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -234,6 +261,21 @@ class _Connection(asyncio.Protocol):
         else:
             if self._in_head and self._head_bytes > self._max_head:
                 self._fail(HttpError(431, "Request head too large."))
+        finally:
+            out, self._out = self._out, None
+            if out:  # (as `_flush`, inline: this is every request's path)
+                transport = self._transport
+                if transport is not None and not transport.is_closing():
+                    transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _flush(self) -> None:
+        """Write the answers held back during a read (before anything else is written or the end)."""
+        out = self._out
+        if out:
+            transport = self._transport
+            if transport is not None and not transport.is_closing():
+                transport.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
 
     def eof_received(self) -> bool | None:
         # Reading pauses while answers are due, so the end of the input is normally seen after them.
@@ -258,7 +300,7 @@ class _Connection(asyncio.Protocol):
         self._body = []
         self._body_size = self._head_size = self._head_bytes = 0
         self._in_head = self._in_message = True
-        self._expect = False
+        self._expect = self._continue_due = False
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -270,16 +312,16 @@ class _Connection(asyncio.Protocol):
         size = self._head_size = self._head_size + len(name) + len(value) + 4
         if size > self._max_head:
             raise HttpError(431, "Request head too large.")
-        # llhttp admits only token characters in names, and drops a value's leading white space, not trailing.
-        key = _NAMES.get(name) or name.decode("ascii").lower()
-        text = value.decode("latin-1").rstrip(" \t")
-        self._headers.append((key, text))
-        if key in _FRAMING:
-            if key == "content-length":
-                if int(text) > self._max_body:  # llhttp has checked that it is a number
+        # Kept as received (Request decodes them when asked): llhttp admits only token characters in names,
+        # and drops a value's leading white space, not trailing.
+        self._headers.append((name, value))
+        if len(name) in _FRAMING_LENGTHS:
+            key = name.lower()
+            if key == b"content-length":
+                if int(value) > self._max_body:  # llhttp has checked that it is a number
                     raise HttpError(413, "Request body too large.")
-            else:
-                self._expect = text.lower() == "100-continue"
+            elif key == b"expect":
+                self._expect = value.strip(b" \t").lower() == b"100-continue"
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -288,8 +330,12 @@ class _Connection(asyncio.Protocol):
             raise HttpError(505, "HTTP version not supported.")
         self._version = version
         self._keep_alive = self._parser.should_keep_alive()
-        if self._expect and not self._queue and self._transport is not None:
-            self._transport.write(_CONTINUE)  # no earlier answer is still to come, so it may go out now
+        if self._expect and self._transport is not None:
+            if self._queue:
+                self._continue_due = True  # after the answers still to come (see `_pump`)
+            else:
+                self._flush()
+                self._transport.write(_CONTINUE)  # no earlier answer is still to come, so it may go out now
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -298,12 +344,14 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        self._in_message = False
+        self._in_message = self._continue_due = False
         if self._stopped:
             raise _Closed
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        request = Request(self._parser.get_method().decode("ascii"), self._url.decode("latin-1"), self._version,
-                          self._headers, body)  # fmt: skip
+        method = self._parser.get_method()
+        request = Request(_METHODS.get(method) or method.decode("ascii"), self._url.decode("latin-1"), self._version,
+                          None, body, self._headers, self._peer)  # fmt: skip
+        asked = False
         if not (self._queue or self._busy or self._writing_paused):
             response = self._server.app.answer_now(request)
             if response is not None:  # the usual case: answered at once
@@ -311,7 +359,8 @@ class _Connection(asyncio.Protocol):
                 if self._stopped:
                     raise _Closed
                 return
-        self._queue.append((request, self._keep_alive))
+            asked = True  # not asked again: an application may count what it is asked (a rate limit)
+        self._queue.append((request, self._keep_alive, asked))
         if len(self._queue) > MAX_QUEUED:
             # Pipelined far ahead of its answers: answer those, then close (the client sends the rest again).
             self._fail(None)
@@ -324,12 +373,22 @@ class _Connection(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         keep_alive = keep_alive and response.keep_alive and not self._last
-        head_length = len(response.body) if request.method == "HEAD" else None
-        transport.write(render_response(response.status, response.headers, response.body, keep_alive, head_length))
+        data = response.wire  # rendered ahead (a cached answer)
+        if data is None or not keep_alive or request.method == "HEAD":
+            head_length = len(response.body) if request.method == "HEAD" else None
+            data = render_response(response.status, response.headers, response.body, keep_alive, head_length)
+        out = self._out
+        if out is None:
+            transport.write(data)
+        else:
+            out.append(data)  # held back until the end of the read
+            if len(data) > _HELD_BACK or len(out) > MAX_QUEUED // 4:
+                self._flush()  # a large answer goes now: a client that does not read is then paused at once
         self.waiting_since = self._server.now
         if not keep_alive:
             self._stopped = True
             self._queue.clear()
+            self._flush()
             transport.close()
 
     def _pump(self) -> None:
@@ -337,8 +396,8 @@ class _Connection(asyncio.Protocol):
         application's coroutine is answered in a task, which pumps again when done."""
         app = self._server.app
         while self._queue and not self._busy and not self._writing_paused:
-            request, keep_alive = self._queue[0]
-            response = app.answer_now(request)
+            request, keep_alive, asked = self._queue[0]
+            response = None if asked else app.answer_now(request)
             if response is None:
                 self._busy = True
                 self.waiting_since = None
@@ -348,6 +407,10 @@ class _Connection(asyncio.Protocol):
             self._send(request, response, keep_alive)
         if self._queue or self._busy:
             self._update_reading()  # no more requests until these are answered
+        elif self._continue_due and self._transport is not None:
+            self._continue_due = False
+            self._transport.write(_CONTINUE)  # the request read meanwhile may now send its body
+            self._update_reading()
         elif self._stopped:
             self._close(self._failure)
         else:
@@ -380,6 +443,7 @@ class _Connection(asyncio.Protocol):
 
     def _close(self, error: HttpError | None = None) -> None:
         self._stopped = True
+        self._flush()
         transport = self._transport
         if transport is None or transport.is_closing():
             return
@@ -402,7 +466,7 @@ class _Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing() or (self._stopped and not (self._queue or self._busy)):
             return  # (a stopped connection with nothing left to answer is closing, or lingering)
-        pause = bool(self._queue) or self._busy or self._writing_paused or self._stopped
+        pause = len(self._queue) > 1 or self._writing_paused or self._stopped
         if pause != self._reading_paused:
             self._reading_paused = pause
             if pause:

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from cloudnet.agent.http1 import Request, Response
 from cloudnet.metadata import passwords, signing, trees
+from cloudnet.metadata.answers import Answer
 from cloudnet.metadata.model import REQUIRED, Settings
 from cloudnet.metadata.tokens import TOKEN_HEADER, TTL_HEADER, TokenIssuer, parse_ttl
 from cloudnet.metadata.trees import Reply
@@ -33,19 +34,33 @@ from cloudnet.store.db import Store
 
 log = logging.getLogger(__name__)
 
+# Header name (lower-case) -> what the checks call it.
 _WANTED = {
-    "x-instance-id": "instance",
-    "x-tenant-id": "tenant",
-    "x-instance-id-signature": "signature",
-    "x-forwarded-for": "forwarded",
-    TOKEN_HEADER: "token",
-    TTL_HEADER: "ttl",
-    "content-length": "length",
+    b"x-instance-id": "instance",
+    b"x-tenant-id": "tenant",
+    b"x-instance-id-signature": "signature",
+    b"x-forwarded-for": "forwarded",
+    TOKEN_HEADER.encode(): "token",
+    TTL_HEADER.encode(): "ttl",
+    b"content-length": "length",
 }
+# The same, also as the agents' relay spells them: the usual request is matched without lower-casing a name.
+_SPELLED = {
+    **_WANTED,
+    **{name.encode(): _WANTED[name.lower().encode()] for name in (
+        "X-Instance-ID", "X-Tenant-ID", "X-Instance-ID-Signature", "X-Forwarded-For", "X-aws-ec2-metadata-token",
+        "X-aws-ec2-metadata-token-ttl-seconds", "Content-Length")},
+}  # fmt: skip
+_WANTED_LENGTHS = frozenset(len(name) for name in _WANTED)  # any other header is passed over at a glance
+MAX_IDENTIFIED = 4096
+# Only heads this small are remembered (a proxied head is about 400 bytes): a guest's long User-Agent must not
+# grow the table to MAX_IDENTIFIED times the head limit.
+MAX_IDENTIFIED_HEAD = 2048
+_ROOT = trees.tokens("/")
 
 
 def _answer(reply: Reply, *headers: tuple[str, str]) -> Response:
-    return Response(reply.status, [("Content-Type", reply.content_type), *headers], reply.payload())
+    return Answer(reply, *headers).response()
 
 
 def _plain(status: int, text: str, *headers: tuple[str, str]) -> Response:
@@ -69,6 +84,7 @@ UNAVAILABLE = _plain(503, "The metadata service cannot reach its database; try a
 FAILED = _plain(500, "An unknown error has occurred. Please try your request again.")
 NOT_FOUND = _answer(trees.NOT_FOUND)
 EMPTY = _answer(Reply(200, b""))
+VERSIONS = Answer(trees.ec2_versions())
 
 
 class MetadataApp:
@@ -92,6 +108,9 @@ class MetadataApp:
         self.views = ViewCache(store, max_age=max_age, poll_interval=poll_interval)
         self.tokens = TokenIssuer(secret) if clock is None else TokenIssuer(secret, clock)
         self._signatures: dict[str, bytes] = {}  # instance id -> its (verified) signature
+        # Header lines as received -> the identity they proved (steps 2 and 3 passed). A proxy sends the same
+        # lines for every request of one guest, and reading them was the largest part of a cached answer.
+        self._identified: dict[tuple[tuple[bytes, bytes], ...], tuple[str, dict[str, str]]] = {}
 
     # -- the HTTP server's side (http_server.Application) -------------------------------------------
 
@@ -106,7 +125,7 @@ class MetadataApp:
         """The answer when it needs no I/O (the usual case: a cached view); None when `answer` must be asked."""
         try:
             path = request.path
-            checked = self._identify(path, request.headers)
+            checked = self._identify(path, request.raw_headers)
             if isinstance(checked, Response):
                 return checked
             instance_id, found = checked
@@ -119,7 +138,7 @@ class MetadataApp:
     async def answer(self, request: Request) -> Response:
         try:
             path = request.path
-            checked = self._identify(path, request.headers)
+            checked = self._identify(path, request.raw_headers)
             if isinstance(checked, Response):
                 return checked
             instance_id, found = checked
@@ -139,24 +158,39 @@ class MetadataApp:
 
     # -- the checks, in nova's order ----------------------------------------------------------------
 
-    def _identify(self, path: str, headers: list[tuple[str, str]]) -> Response | tuple[str, dict[str, str]]:
+    def _identify(self, path: str, headers: list[tuple[bytes, bytes]]) -> Response | tuple[str, dict[str, str]]:
         """Steps 1 to 3: the answer that ends the request (the version list, a refusal), or the signed instance
-        id and the headers of interest."""
-        if trees.is_root(path):
-            return _answer(trees.ec2_versions())
+        id and the headers of interest (from the header lines as received)."""
+        if trees.tokens(path) == _ROOT:  # trees.is_root, without a call of its own on every request
+            return VERSIONS.response()
+        lines = tuple(headers)
+        known = self._identified.get(lines)
+        if known is not None:
+            return known  # the same lines as a request already identified: the same answer
         found: dict[str, str] = {}
-        for name, value in headers:
-            key = _WANTED.get(name)
-            if key is not None:
-                # A repeated header joins as webob does ("a, b"): a second identity can only spoil the first.
-                found[key] = f"{found[key]}, {value}" if key in found else value
+        for name, raw in headers:
+            key = _SPELLED.get(name)
+            if key is None:
+                if len(name) not in _WANTED_LENGTHS:
+                    continue
+                key = _WANTED.get(name.lower())
+                if key is None:
+                    continue
+            value = raw.decode("latin-1").strip(" \t")
+            # A repeated header joins as webob does ("a, b"): a second identity can only spoil the first.
+            found[key] = f"{found[key]}, {value}" if key in found else value
         for key in ("instance", "signature", "tenant"):
             if key not in found:
                 return _plain(400, MISSING[key])
         instance_id = found["instance"]
         if not self._signed(instance_id, found["signature"]):
-            return FORBIDDEN
-        return instance_id, found
+            return FORBIDDEN  # never kept: a forger cannot fill the table
+        identified = (instance_id, found)
+        if sum(len(n) + len(v) for n, v in lines) <= MAX_IDENTIFIED_HEAD:
+            if len(self._identified) >= MAX_IDENTIFIED:
+                self._identified.clear()  # guests whose lines change with every request (tokens, lengths)
+            self._identified[lines] = identified
+        return identified
 
     def _respond(self, method: str, path: str, found: dict[str, str], entry: Entry | None) -> Response | None:
         """Steps 4 to 6 for the instance's cached entry; None for a password to store (a database write)."""
@@ -176,16 +210,17 @@ class MetadataApp:
             return UNAUTHORIZED
         if method not in ("GET", "HEAD") and trees.is_password(path):
             return None if method == "POST" else PASSWORD_METHODS
-        reply = entry.replies.get(path)
-        if reply is None:
+        answer = entry.replies.get(path)
+        if answer is None:
             forwarded = found.get("forwarded")
             remote = forwarded.rsplit(",", 1)[-1].strip() if forwarded else None
             reply = trees.render(view, self.settings, path, remote_ip=remote)
+            answer = Answer(reply)
             if reply.cacheable and len(entry.replies) < MAX_REPLIES:
-                entry.replies[path] = reply
-        if method not in ("GET", "HEAD") and reply.status != 404:
+                entry.replies[path] = answer
+        if method not in ("GET", "HEAD") and answer.status != 404:
             return NOT_ALLOWED  # it exists, but the guest may only read it
-        return _answer(reply)
+        return answer.response()
 
     def _signed(self, instance_id: str, signature: str) -> bool:
         """signing.verify, with the expected signature of recently seen instances kept (an HMAC per request

@@ -23,8 +23,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from cloudnet.metadata.answers import Answer
 from cloudnet.metadata.model import OPTIONAL, InstanceView, Port, Subnet
-from cloudnet.metadata.trees import Reply
 from cloudnet.services import metadata_ports as metadata_ports_service
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -46,7 +46,7 @@ class Entry:
     view: InstanceView
     loaded_at: float
     depends_on: frozenset[str]
-    replies: dict[str, Reply] = field(default_factory=dict)
+    replies: dict[str, Answer] = field(default_factory=dict)  # path -> its rendered answer
 
 
 def load_view(conn: Connection, instance_id: str) -> tuple[InstanceView, frozenset[str]] | None:

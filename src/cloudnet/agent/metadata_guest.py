@@ -1,0 +1,121 @@
+"""The metadata proxy's side towards the guests: what one network's listener answers, and whom it admits.
+
+Served by the metadata API's own HTTP/1.1 server (metadata/http_server.py: asyncio.Protocol and llhttp), one
+per listening socket. A request is answered at once when the proxy alone can answer it (an unknown caller,
+an instance over its rate limit, a forwarded IMDSv2 token request); any other is forwarded to the API.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from cloudnet.agent import http1
+from cloudnet.agent.http1 import Request, Response
+from cloudnet.agent.metadata_relay import (
+    Callers,
+    Upstream,
+    UpstreamUnavailable,
+    canonical_ip,
+    guest_answer,
+    guest_forwarded,
+    unavailable,
+    upstream_request,
+)
+from cloudnet.agent.ratelimit import RateLimiter
+from cloudnet.metadata import trees
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS_PER_SOURCE = 64
+TOO_MANY_CONNECTIONS = http1.plain(429, "Too many connections.", ("Retry-After", "1"))
+TOKEN_FORWARDED = http1.plain(403, "Forbidden: token requests must not carry X-Forwarded-For.")
+
+
+class Relay:
+    """What every network's listener shares: who is who, the rate limit, the API and the connection counts."""
+
+    def __init__(self, upstream: Upstream, limiter: RateLimiter, callers: Callers) -> None:
+        self.upstream = upstream
+        self.limiter = limiter
+        self.callers = callers
+        self.per_source: dict[tuple[str, str], int] = {}
+        self._last_warning = 0.0
+
+    def warn_unreachable(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last_warning > 10:  # one line per outage, not one per guest request
+            self._last_warning = now
+            log.warning("metadata API %s unreachable: %s", self.upstream.url, exc)
+
+
+def _address(peer: Any) -> str:
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+
+
+class NetworkGuests:
+    """The guests of one network: an http_server Application and Gate for one of its listening sockets."""
+
+    def __init__(self, relay: Relay, network_id: str) -> None:
+        self.relay = relay
+        self.network_id = network_id
+
+    # -- Gate ---------------------------------------------------------------------------------------
+
+    def _key(self, peer: Any) -> tuple[tuple[str, str], bool]:
+        source = canonical_ip(_address(peer))
+        return (self.network_id, source or ""), source is not None
+
+    def admit(self, peer: Any) -> Response | None:
+        key, known = self._key(peer)
+        count = self.relay.per_source[key] = self.relay.per_source.get(key, 0) + 1
+        return TOO_MANY_CONNECTIONS if not known or count > MAX_CONNECTIONS_PER_SOURCE else None
+
+    def release(self, peer: Any) -> None:
+        key, _known = self._key(peer)
+        count = self.relay.per_source.get(key, 1) - 1
+        if count > 0:
+            self.relay.per_source[key] = count
+        else:
+            self.relay.per_source.pop(key, None)
+
+    # -- Application ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    def answer_now(self, request: Request) -> Response | None:
+        """The proxy's own answers; None to forward the request (asked once per request)."""
+        caller = self.relay.callers.find(self.network_id, _address(request.peer))
+        if caller is None:
+            return http1.plain(404, f"Instance was not found on network {self.network_id}.")
+        wait = self.relay.limiter.take(caller.instance_id)
+        if wait:
+            return http1.plain(429, "Too many metadata requests.", ("Retry-After", RateLimiter.retry_after(wait)))
+        if request.method == "PUT" and guest_forwarded(request) and trees.is_token_request(request.path):
+            # IMDSv2 hardening (AWS): a token request that went through a forwarding proxy inside the guest
+            # is refused, so an SSRF-able web proxy in the instance cannot obtain a session token.
+            return TOKEN_FORWARDED
+        return None
+
+    async def answer(self, request: Request) -> Response:
+        address = _address(request.peer)
+        caller = self.relay.callers.find(self.network_id, address)
+        if caller is None:  # the state changed since `answer_now`
+            return http1.plain(404, f"Instance was not found on network {self.network_id}.")
+        source = canonical_ip(address) or address
+        # A HEAD goes to the API as a GET: the server here answers it with the GET's length and no body, and
+        # the API's answer has the same head either way.
+        method = "GET" if request.method == "HEAD" else request.method
+        try:
+            response = await self.relay.upstream.exchange(
+                upstream_request(request, caller, self.network_id, source, method), retry=method != "POST"
+            )
+        except UpstreamUnavailable as exc:
+            self.relay.warn_unreachable(exc)
+            return unavailable()
+        return guest_answer(response)
