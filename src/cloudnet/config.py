@@ -35,6 +35,9 @@ class ServerConfig:
     pool_batch: int = 10  # ports per bulk refill
     pool_ttl: int = 0  # seconds a ready port may stay idle while the pool is above min; 0: off
     pool_update_interval: int = 20  # seconds between maintenance passes of a pool
+    # Instance creates make the pool of (host, project, network) on first demand and claim from it (Kuryr's
+    # pool driver). Off by default, like Kuryr's noop driver: a pool holds addresses its network may need.
+    instance_pools: bool = False
 
     @property
     def database_url(self) -> str:

@@ -6,29 +6,16 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.api import create
-from tests.support.process import serve
 
 Json = dict[str, Any]
 HOST = "node-1"
-
-
-@pytest.fixture
-def other(tmp_path: Path, db_url: str) -> Iterator[httpx.Client]:
-    """An admin client of a second server process on the same database."""
-    with (
-        serve(tmp_path / "other", "--db", db_url, "--metadata-listen", "off", "--pool-min", "0") as (_proc, url),
-        httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=60) as client,
-    ):
-        yield client
 
 
 def addresses(port: Json) -> list[str]:

@@ -77,7 +77,7 @@ async def release(request: Request) -> Response:
 async def recover_pools(st: AppState) -> None:
     """At start, before the API answers: pool defaults, and pool state rebuilt from the database (a claim or
     a pool listing never sees a half-recovered pool)."""
-    pools.configure(st.store, defaults_of(st))
+    pools.configure(st.store, defaults_of(st), instance_pools=st.config.instance_pools)
     try:
         fixed = await call(pools.recover, st.store)
         if any(fixed.values()):

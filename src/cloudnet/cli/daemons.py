@@ -39,6 +39,14 @@ PoolMax = Annotated[int, typer.Option(min=0, help="Ready ports a pool holds at m
 PoolBatch = Annotated[int, typer.Option(min=1, help="Ports created per pool refill (one bulk create).")]
 PoolTtl = Annotated[int, typer.Option(min=0, help="Seconds a ready pool port may idle above min (0: forever).")]
 PoolUpdateInterval = Annotated[int, typer.Option(min=1, help="Seconds between maintenance passes of a pool.")]
+InstancePools = Annotated[
+    bool,
+    typer.Option(
+        "--instance-pools/--no-instance-pools",
+        help="Instance creates make the port pool of their host and network on first demand and claim from it "
+        "(off: they only use pools that exist; a pool holds addresses).",
+    ),
+]
 AgentHost = Annotated[str | None, typer.Option("--agent-host", help="This host's name (default: hostname).")]
 Uplink = Annotated[
     list[str] | None,
@@ -116,12 +124,13 @@ def register(app: typer.Typer) -> None:
         pool_batch: PoolBatch = 10,
         pool_ttl: PoolTtl = 0,
         pool_update_interval: PoolUpdateInterval = 20,
+        instance_pools: InstancePools = False,
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
         _serve(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                             metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
-                            pool_update_interval=pool_update_interval))  # fmt: skip
+                            pool_update_interval=pool_update_interval, instance_pools=instance_pools))  # fmt: skip
 
     @app.command("agent")
     def agent(
@@ -177,12 +186,13 @@ def register(app: typer.Typer) -> None:
         pool_batch: PoolBatch = 10,
         pool_ttl: PoolTtl = 0,
         pool_update_interval: PoolUpdateInterval = 20,
+        instance_pools: InstancePools = False,
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                               metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                               pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
-                              pool_update_interval=pool_update_interval)  # fmt: skip
+                              pool_update_interval=pool_update_interval, instance_pools=instance_pools)  # fmt: skip
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
                                    token=_admin_token(config.tokens_file), state_dir=state_dir,

@@ -182,9 +182,10 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
             if not is_uuid(port_spec.network_id):
                 raise not_found("network", port_spec.network_id)
             claimed = None
-            if not fixed:  # a ready port of the host's pool for this network, if it has one
+            if not fixed:  # a ready port of the host's pool for this network (made on first demand if enabled)
                 claimed = pools.claim_in_tx(tx, ctx, host, row["project_id"], port_spec.network_id, None,
-                                            port_spec.name, instance_id, DEVICE_OWNER, create=False)  # fmt: skip
+                                            port_spec.name, instance_id, DEVICE_OWNER,
+                                            create=pools.for_instances(tx.store))  # fmt: skip
             if claimed is None:
                 (claimed,) = ports.create_in_tx(tx, ctx, [port_spec])
             port_id = claimed

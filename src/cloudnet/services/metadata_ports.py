@@ -3,7 +3,7 @@ namespace of every host has on the network, and the next hop instances use for 1
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from cloudnet.services import ports
 from cloudnet.services.context import Context
@@ -13,14 +13,19 @@ from cloudnet.store.db import Tx
 DEVICE_OWNER = "network:distributed"
 
 
+def find(conn: Connection, network_id: str) -> str | None:
+    """The network's metadata port, if it has one."""
+    P = t.ports
+    stmt = select(P.c.id).where(P.c.network_id == network_id, P.c.device_owner == DEVICE_OWNER)
+    existing = conn.execute(stmt).scalar()
+    return str(existing) if existing else None
+
+
 def ensure(tx: Tx, network_id: str) -> str | None:
     """The network's metadata port, created with an address on each of its subnets; None without subnets."""
-    P = t.ports
-    existing = tx.conn.execute(
-        select(P.c.id).where(P.c.network_id == network_id, P.c.device_owner == DEVICE_OWNER)
-    ).scalar()
+    existing = find(tx.conn, network_id)
     if existing:
-        return str(existing)
+        return existing
     network = tx.conn.execute(select(t.networks.c.project_id).where(t.networks.c.id == network_id)).first()
     has_subnet = tx.conn.execute(select(t.subnets.c.id).where(t.subnets.c.network_id == network_id)).first()
     if network is None or has_subnet is None:

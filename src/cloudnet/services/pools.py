@@ -12,7 +12,9 @@ when each was last maintained, and for each pool the ready ports this process kn
 time, so that a claim picks its port without a query (Kuryr's in-memory pool; the database still decides,
 above). Hints follow the revision log (store/changes.py): a port event this process's pool code did not make
 itself (another server's claim, a port update through the API) drops the hints it may affect, and the next
-claim reloads them in one query. Pool rows (id, bucket, sizing) are cached the same way.
+claim reloads them in one query. Pool rows (id, bucket, sizing) are cached the same way. A claim that does
+not wait reads the revision counter in its own statement instead of before it (one round trip fewer) and
+rolls back if the counter shows changes that drop what it read from memory (`_deferred`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
 from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable
-from cloudnet.services import cache, common, networks, ports, security_groups
+from cloudnet.services import cache, common, metadata_ports, networks, ports, security_groups
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -161,6 +163,8 @@ class Manager:
     ready: dict[str, Ready] = field(default_factory=dict)  # pool id -> its ready ports
     where: dict[str, str] = field(default_factory=dict)  # port id -> pool id, for the ports in `ready`
     taking: set[str] = field(default_factory=set)  # ports popped by claims whose transaction is still open
+    # ServerConfig.instance_pools: instance creates make the pool of (host, project, network) on first demand.
+    instance_pools: bool = False
 
     def lock(self, pool_id: str) -> threading.Lock:
         with self.guard:
@@ -224,10 +228,16 @@ def manager(store: Store) -> Manager:
     return store.changes.follower(Manager)
 
 
-def configure(store: Store, defaults: Defaults) -> None:
+def configure(store: Store, defaults: Defaults, *, instance_pools: bool = False) -> None:
     mgr = manager(store)
     mgr.defaults = defaults
+    mgr.instance_pools = instance_pools
     mgr.forget()  # cached sizing used the old defaults
+
+
+def for_instances(store: Store | None) -> bool:
+    """Whether instance creates make pools on first demand (else they only use pools that exist)."""
+    return store is not None and manager(store).instance_pools
 
 
 def kick(store: Store, pool_id: str) -> None:
@@ -334,6 +344,12 @@ def _related(dialect: str) -> list[Any]:
     return [q.scalar_subquery().label(f"related_{i}") for i, q in enumerate(queries)]
 
 
+def _revision() -> Any:
+    """The revision counter as the claim's statement sees it: a claim that deferred its sync checks it
+    (_deferred)."""
+    return select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1).scalar_subquery()
+
+
 def _claim_stmt(dialect: str) -> Executable:
     # The guard that makes a double hand-out impossible: only a port still ready is taken.
     cond = [P.c.id == bindparam("port_id"), P.c.device_owner == FREE_OWNER]
@@ -343,11 +359,13 @@ def _claim_stmt(dialect: str) -> Executable:
         return stmt.where(*cond)
     # Skip a port another transaction is taking right now instead of waiting for it.
     locked = select(P.c.id).where(P.c.id == bindparam("port_id")).with_for_update(skip_locked=True)
-    return stmt.where(*cond, P.c.id == locked.scalar_subquery()).returning(*P.c, *_related(dialect))
+    return stmt.where(*cond, P.c.id == locked.scalar_subquery()).returning(*P.c, *_related(dialect), _revision())
 
 
 _CLAIM = Prepared(_claim_stmt)
-_PORT_ROW = Prepared(lambda dialect: select(*P.c, *_related(dialect)).where(P.c.id == bindparam("port_id")))
+_PORT_ROW = Prepared(
+    lambda dialect: select(*P.c, *_related(dialect), _revision()).where(P.c.id == bindparam("port_id"))
+)
 _PORT_COLUMNS = tuple(c.name for c in P.c)
 _pid = bindparam("port_id", type_=String)
 _DELETE_PSG = Prepared(delete(PSG).where(PSG.c.port_id == _pid))
@@ -453,6 +471,36 @@ def _take(tx: Tx, mgr: Manager, pool_id: str, sgs: Bucket, values: dict[str, Any
 
 # -- claim and release ------------------------------------------------------------------------------
 
+# tx.notes key: a claim that does not wait uses the caches before it syncs them (_defer_sync, _deferred).
+DEFERRED = "pools.deferred_sync"
+
+
+class _Stale(Exception):
+    """A claim that deferred its sync found that what it read from the caches has changed: it rolls back."""
+
+
+def _defer_sync(tx: Tx) -> None:
+    """Skip the sync's read of the revision counter before the claim (PostgreSQL: one round trip of five); the
+    claim's statement reads the counter instead, where it takes the port, and `_deferred` checks it."""
+    if not tx.synced and tx.store is not None:
+        tx.synced = True
+        tx.notes[DEFERRED] = manager(tx.store).generation  # of the hints the claim will pick from
+
+
+def _deferred(tx: Tx, revision: int, generation: int) -> None:
+    """After a claim with a deferred sync: sync now if the counter the claim saw is beyond what this process
+    has seen. What a claim reads from the caches (network, default group, pool, hints) changes only with
+    events that make the pool manager drop its hints (a network, a security group, another process's port:
+    Manager.changed), so the claim stands if the hints it picked from are still current; else it rolls back
+    (also when another thread's sync told of such an event meanwhile)."""
+    assert tx.store is not None
+    seen = tx.store.changes.seen
+    if seen is None or revision > seen:
+        tx.synced = False
+        tx.sync()
+    if manager(tx.store).generation != generation:
+        raise _Stale()
+
 
 class ClaimSpec(Body):
     host: str = Field(..., min_length=1, max_length=255)
@@ -514,6 +562,9 @@ def _claim(
     if row is None:
         return None
     n = len(_PORT_COLUMNS)
+    generation = tx.notes.pop(DEFERRED, None)
+    if generation is not None:
+        _deferred(tx, int(row[n + 3]), generation)
     port = dict(zip(_PORT_COLUMNS, row[:n], strict=True))
     port_id = port["id"]
     # JSON arrays: decoded by psycopg, text from SQLite; NULL (PostgreSQL) when empty.
@@ -599,12 +650,18 @@ def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool = True) -
     project = common.owner_project(ctx, spec.project_id)
     args = (ctx, spec.host, project, spec.network_id, spec.security_groups, spec.name, spec.device_id,
             spec.device_owner)  # fmt: skip
-    with store.write() as tx:
-        _check_host(tx, spec.host)
-        port = _claim(tx, *args, fill=False, create=True)
-        if port is not None or not wait:
-            return port
-        pool_id = tx.conn.execute(select(PP.c.id).where(*_pool_key(spec.host, project, spec.network_id))).scalar_one()
+    try:
+        with store.write() as tx:
+            if not wait:
+                _defer_sync(tx)
+            _check_host(tx, spec.host)
+            port = _claim(tx, *args, fill=False, create=True)
+            if port is not None or not wait:
+                return port
+            key = _pool_key(spec.host, project, spec.network_id)
+            pool_id = tx.conn.execute(select(PP.c.id).where(*key)).scalar_one()
+    except _Stale:
+        return None  # only without `wait`: the caller claims again, with `wait` and synced caches
     # Empty: fill synchronously (outside the claim's transaction, so the claim holds no lock meanwhile).
     # Concurrent claimers take turns at the pool lock; one whose fill found ports already made by another
     # (and lost them to other claimers) tries again, a bounded number of times.
@@ -678,10 +735,24 @@ def _fill(
     idle = _now()
     tx.conn.execute(insert(M), [{"port_id": pid, "pool_id": pool.id, "idle_since": idle} for pid in ids])
     tx.conn.execute(update(PP).where(PP.c.id == pool.id).values(last_refill=tx.now))
+    _plumb_metadata(tx, pool.network_id)
     if tx.store is not None:  # the next claim reads the pool's ready ports afresh (one query per refill)
         mgr, pool_id = manager(tx.store), str(pool.id)
         tx.after_commit(lambda: mgr.forget(pool_id))
     return len(ids)
+
+
+def _plumb_metadata(tx: Tx, network_id: str) -> None:
+    """The network's metadata port, made with the pool's first ports so that the first instance finds it.
+    Best effort, after the pool's own ports: an address too few for it must not cost the pool its ports (the
+    first instance create makes it, or fails, as without pools)."""
+    if metadata_ports.find(tx.conn, network_id) is not None:
+        return
+    try:
+        with tx.conn.begin_nested():
+            metadata_ports.ensure(tx, network_id)
+    except CloudnetError as exc:
+        log.info("no metadata port for network %s yet: %s", network_id, exc.message)
 
 
 def _fill_one_at_least(tx: Tx, pool: Any, sgs: tuple[str, ...] | None, defaults: Defaults) -> int:
@@ -804,7 +875,23 @@ def recover(store: Store) -> dict[str, int]:
     return fixed
 
 
-# -- network and security group deletion ------------------------------------------------------------
+# -- host, network and security group deletion ------------------------------------------------------
+
+
+def drop_host(tx: Tx, host: str) -> int:
+    """A host is gone: delete its pools and their ready ports (Kuryr's removed-node cleanup), so that no
+    address stays reserved for it; returns how many ports were deleted. Its in-use pool ports stay with their
+    instances and, no longer in a pool, are deleted as ordinary ports when released."""
+    pool_ids = select(PP.c.id).where(PP.c.host == host)
+    ready = select(P).select_from(M.join(P, P.c.id == M.c.port_id))
+    rows = tx.conn.execute(ready.where(M.c.pool_id.in_(pool_ids), P.c.device_owner == FREE_OWNER)).all()
+    for row in rows:
+        ports.delete_in_tx(tx, row)
+    tx.conn.execute(delete(PP).where(PP.c.host == host))  # memberships go with them (ON DELETE CASCADE)
+    if tx.store is not None:  # the cached pool rows of the host (its ports' events drop only their hints)
+        mgr = manager(tx.store)
+        tx.after_commit(mgr.forget)
+    return len(rows)
 
 
 def forget_security_group(tx: Tx, sg_id: str) -> None:
@@ -917,6 +1004,8 @@ __all__ = [
     "claim",
     "claim_in_tx",
     "configure",
+    "drop_host",
+    "for_instances",
     "forget_security_group",
     "list_pools",
     "maintain",
