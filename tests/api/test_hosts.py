@@ -1,16 +1,21 @@
 """/v2.0/hosts: registration and heartbeats, admin-only access, each host's desired state, port status
-reports, and a dead host's ports reported DOWN. The agent is simulated through the API."""
+reports, a dead host's ports reported DOWN, and deleting a dead host with its port pools. The agent is simulated
+through the API."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from cloudnet.config import ServerConfig
+from cloudnet.store import tables
+from cloudnet.store.db import Store
 from tests.support.api import create, error
 
 Json = dict[str, Any]
@@ -331,3 +336,96 @@ def test_dead_host_ports_go_down(fast_api: httpx.Client) -> None:
     assert hosts_by_name(api)["node-1"]["alive"] is True
     assert report(api, "node-1", active(p1)).json()["updated"] == [p1]
     assert get_port(api, p1)["status"] == "ACTIVE"
+
+
+# -- deleting hosts -----------------------------------------------------------------------------
+
+POOL_FREE = "compute:cloudnet-pool"
+
+
+def silence(store: Store, name: str) -> None:
+    """The host's agent stopped an hour ago (far beyond agent_down_time), without waiting for it."""
+    with store.write() as tx:
+        tx.conn.execute(update(tables.hosts).where(tables.hosts.c.name == name).values(
+            heartbeat_at=tx.now - timedelta(hours=1)))  # fmt: skip
+
+
+def claim(api: httpx.Client, host: str, network_id: str) -> httpx.Response:
+    return api.post("/port-pools/claim", json={"claim": {"host": host, "network_id": network_id}})
+
+
+def pools_of(api: httpx.Client, host: str) -> list[Json]:
+    r = api.get("/port-pools")
+    assert r.status_code == 200, r.text
+    return [p for p in r.json()["port_pools"] if p["host"] == host]
+
+
+def ready_ids(api: httpx.Client, pool_id: str) -> set[str]:
+    r = api.get("/ports", params={"device_owner": POOL_FREE, "tags": f"cloudnet.pool={pool_id}"})
+    assert r.status_code == 200, r.text
+    return {p["id"] for p in r.json()["ports"]}
+
+
+def test_delete_host_is_admin_only(users: dict[str, httpx.Client], store: Store) -> None:
+    admin, alice = users["admin"], users["alice"]
+    heartbeat(admin, "node-1")
+    silence(store, "node-1")  # deletable: only the caller is wrong
+    error(alice.delete("/hosts/node-1"), 403, "PolicyNotAuthorized")
+    error(alice.delete("/hosts/node-9"), 403, "PolicyNotAuthorized")  # no probing for host names either
+    assert list(hosts_by_name(admin)) == ["node-1"]
+
+
+def test_delete_unknown_host(api: httpx.Client) -> None:
+    heartbeat(api, "node-1")
+    error(api.delete("/hosts/node-2"), 404, "HostNotFound")
+    assert list(hosts_by_name(api)) == ["node-1"]
+
+
+def test_delete_host_frees_its_pools(api: httpx.Client, store: Store) -> None:
+    heartbeat(api, "node-1")
+    heartbeat(api, "node-2")
+    net, _ = network_with_subnet(api, "10.0.0.0/24")
+    r = claim(api, "node-1", net["id"])  # makes node-1's pool and fills it
+    assert r.status_code == 201, r.text
+    in_use = r.json()["port"]
+    assert claim(api, "node-2", net["id"]).status_code == 201
+    (pool,) = pools_of(api, "node-1")
+    ready = ready_ids(api, pool["id"])
+    assert ready
+    (other,) = pools_of(api, "node-2")
+    other_ready = ready_ids(api, other["id"])
+
+    # Alive: its agent would register it again at the next heartbeat; nothing is deleted.
+    message = error(api.delete("/hosts/node-1"), 409, "HostAlive")
+    assert "stop its agent first" in message
+    assert hosts_by_name(api)["node-1"]["alive"] is True
+    assert [p["id"] for p in pools_of(api, "node-1")] == [pool["id"]]
+    assert ready_ids(api, pool["id"]) == ready
+
+    silence(store, "node-1")
+    rev = latest_revision(api)
+    r = api.delete("/hosts/node-1")
+    assert r.status_code == 204, r.text
+    assert r.content == b""
+    assert list(hosts_by_name(api)) == ["node-2"]
+    error(api.get("/hosts/node-1"), 404, "HostNotFound")
+    assert pools_of(api, "node-1") == []
+    for port_id in ready:
+        assert api.get(f"/ports/{port_id}").status_code == 404
+    # The claimed port stays with whoever claimed it; node-2's pool is untouched.
+    kept = get_port(api, in_use["id"])
+    assert (kept["device_owner"], kept["binding:host_id"]) == (in_use["device_owner"], "node-1")
+    assert ready_ids(api, other["id"]) == other_ready
+    events, _ = events_since(api, rev)
+    assert ("host", "node-1", "delete") in [(e["resource"], e["resource_id"], e["operation"]) for e in events]
+    assert {e["resource_id"] for e in events if e["resource"] == "port" and e["operation"] == "delete"} == ready
+
+    error(api.delete("/hosts/node-1"), 404, "HostNotFound")
+    error(claim(api, "node-1", net["id"]), 400)  # no longer a registered host, also to this server's cache
+
+    # The machine comes back (or a new one takes the name): it registers as a new host, with a new pool.
+    again = heartbeat(api, "node-1")
+    assert again["alive"] is True
+    assert claim(api, "node-1", net["id"]).status_code == 201
+    (new_pool,) = pools_of(api, "node-1")
+    assert new_pool["id"] != pool["id"]

@@ -1,4 +1,5 @@
-"""/v2.0/hosts: agents register and heartbeat, fetch their desired state, and report port status."""
+"""/v2.0/hosts: agents register and heartbeat, fetch their desired state, and report port status; admins delete
+decommissioned hosts."""
 
 from __future__ import annotations
 
@@ -38,6 +39,14 @@ async def heartbeat(request: Request, name: str) -> Response:
     body = neutron.unwrap_one(await neutron.body_of(request), "host")
     item = await call(hosts.heartbeat, st.store, context(request), name, body, st.config.agent_down_time)
     return neutron.JSON({"host": item})
+
+
+@router.delete("/v2.0/hosts/{name}")
+async def delete_host(request: Request, name: str) -> Response:
+    st = state(request)
+    freed = await call(hosts.delete_host, st.store, context(request), name, st.config.agent_down_time)
+    log.info("host %s deleted; %d ready pool ports freed", name, freed)
+    return Response(status_code=204)
 
 
 @router.get("/v2.0/hosts/{name}/state")

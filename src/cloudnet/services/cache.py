@@ -33,7 +33,7 @@ class Cache:
         self.networks: dict[str, Any] = {}
         self.subnets: dict[str, tuple[SubnetInfo, ...]] = {}
         self.default_groups: dict[str, str] = {}  # project -> its default security group
-        self.hosts: set[str] = set()  # registered hosts (never deleted)
+        self.hosts: set[str] = set()  # registered hosts
 
     def changed(self, events: Sequence[Event] | None, _tx: Tx | None) -> None:
         """Watcher of the revision log (store/changes.py)."""
@@ -56,6 +56,9 @@ class Cache:
                 elif e.resource == "security_group":
                     self.generation += 1
                     self.default_groups.clear()
+                elif e.resource == "host" and e.operation == "delete":  # (DELETE /v2.0/hosts/{name})
+                    self.generation += 1
+                    self.hosts.discard(e.resource_id)
 
     def put(self, table: dict[str, Any], key: str, value: Any, generation: int) -> None:
         with self.lock:
@@ -112,12 +115,14 @@ def default_group(tx: Tx, project_id: str) -> str | None:
 
 
 def host_known(tx: Tx, host: str) -> bool:
-    """Whether an agent has registered the host (hosts are never deleted)."""
+    """Whether an agent has registered the host (and it has not been deleted since)."""
     cache = _ready(tx)
     if cache and host in cache.hosts:
         return True
+    generation = cache.generation if cache else 0
     known = tx.conn.execute(select(H.c.name).where(H.c.name == host)).first() is not None
     if cache and known:
         with cache.lock:
-            cache.hosts.add(host)
+            if cache.generation == generation:  # not deleted meanwhile
+                cache.hosts.add(host)
     return known

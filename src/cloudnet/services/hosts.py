@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import Field
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
-from cloudnet.errors import Forbidden, NotFound
-from cloudnet.services import common, metadata_ports, network_config, networks, ports, sriov, uplinks
+from cloudnet.errors import Conflict, Forbidden, NotFound
+from cloudnet.services import common, metadata_ports, network_config, networks, pools, ports, sriov, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -51,13 +51,16 @@ def _naive_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=None)
 
 
+def _alive(row: Any, now: datetime, down_time: float) -> bool:
+    return _naive_utc(row.heartbeat_at) >= now - timedelta(seconds=down_time)
+
+
 def _host_dict(row: Any, now: datetime, down_time: float) -> dict[str, Any]:
-    alive = _naive_utc(row.heartbeat_at) >= now - timedelta(seconds=down_time)
     return {
         "name": row.name,
         "agent_version": row.agent_version,
         "heartbeat_at": common.fmt_time(row.heartbeat_at),
-        "alive": alive,
+        "alive": _alive(row, now, down_time),
         "created_at": common.fmt_time(row.created_at),
         "updated_at": common.fmt_time(row.updated_at),
         "report": row.report,
@@ -106,6 +109,33 @@ def get_host(store: Store, ctx: Context, name: str, down_time: float) -> dict[st
         if row is None:
             raise NotFound(f"Host {name} could not be found.", type="HostNotFound")
         return _with_sriov(conn, row, _host_dict(row, utcnow(), down_time))
+
+
+def delete_host(store: Store, ctx: Context, name: str, down_time: float) -> int:
+    """Forget a decommissioned host (Neutron's `DELETE /v2.0/agents/{id}`, Kuryr's removed-node cleanup): its
+    port pools and their ready ports go, so that their addresses are free again; returns how many ports that
+    deleted. Only a host whose agent stopped heart-beating: a live one would register again at its next
+    heartbeat. Instances bound to the host (and their ports, pooled or not) and its SR-IOV VF reservations are
+    left alone: they belong to their owners, who delete or move them."""
+    _admin(ctx)
+    with store.write() as tx:
+        stmt = select(H).where(H.c.name == name)
+        if tx.conn.dialect.name == "postgresql":  # a heartbeat committing meanwhile waits, then finds no row
+            stmt = stmt.with_for_update()
+        row = tx.conn.execute(stmt).first()
+        if row is None:
+            raise NotFound(f"Host {name} could not be found.", type="HostNotFound")
+        if _alive(row, tx.now, down_time):
+            raise Conflict(
+                f"Host {name} is alive (heartbeat at {common.fmt_time(row.heartbeat_at)}): stop its agent first, "
+                f"else it registers again at its next heartbeat; delete it once it has been silent for "
+                f"{down_time:g} s.",
+                type="HostAlive",
+            )
+        freed = pools.drop_host(tx, name)
+        tx.conn.execute(delete(H).where(H.c.name == name))
+        tx.record("host", name, "delete")  # (every server's cache of registered hosts follows it)
+    return freed
 
 
 def _with_sriov(conn: Connection, row: Any, item: dict[str, Any]) -> dict[str, Any]:
