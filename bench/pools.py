@@ -6,7 +6,8 @@
   refill of a batch of 10 (pools.refill: one transaction, one bulk create), in process: median
 
   instance attach (POST /v2.0/instances -> ping gateway, `cloudnet up`, root): pools disabled vs a warm
-  pool vs a warm pool with parked devices, p50/p99 over --attach instances (bench/attach.py; 0 skips it)
+  pool vs a warm pool with parked devices, in namespaces the caller makes and in namespaces cloudnet provides
+  (bench/attach.py), p50/p99 over --attach instances (0 skips it)
 
 Usage: .venv/bin/python bench/pools.py [--backend sqlite|postgresql|both] [--claims N] [--attach N]
 """
@@ -216,7 +217,7 @@ def main() -> None:
     if args.attach:
         import attach  # bench/attach.py: needs root (namespaces)
 
-        modes = ("unpooled", "pool", "park")
+        modes = ("unpooled", "pool", "park", "unpooled+made", "park+made")
         attach.report(attach.measure(modes, args.attach), args.attach)
 
 

@@ -12,15 +12,19 @@ import json
 import socket
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 import typer
 import yaml
+from sqlalchemy import update
 from typer.testing import CliRunner
 
 from cloudnet.cli.main import app
+from cloudnet.store import tables
+from cloudnet.store.db import Store
 from tests.support.server import RunningServer
 
 # `CliRunner.invoke(app, ...)` rebuilds the click command from the typer app on every call (~30 ms);
@@ -1046,3 +1050,29 @@ def test_network_routes_of_an_external_network(cli: Cli, api: httpx.Client) -> N
     assert api.get(f"/networks/{net['id']}").json()["network"]["cloudnet:routes"] == []
     cli.json("network", "create", "inner")
     assert "only be set on an external network" in cli.fail("network", "set", "inner", "--route", "10.0.0.0/8")
+
+
+# -- hosts ------------------------------------------------------------------------------------------
+
+
+def test_host_delete(cli: Cli, api: httpx.Client, store: Store) -> None:
+    assert api.put("/hosts/node-1", json={"host": {"agent_version": "1"}}).status_code == 200
+    line = cli.fail("host", "delete", "node-1")
+    assert line.startswith("Error: Host node-1 is alive") and line.endswith("(409 HostAlive)")
+    with store.write() as tx:  # its agent stopped an hour ago
+        tx.conn.execute(update(tables.hosts).where(tables.hosts.c.name == "node-1").values(
+            heartbeat_at=tx.now - timedelta(hours=1)))  # fmt: skip
+    assert cli.ok("host", "delete", "node-1").stdout == ""
+    assert api.get("/hosts").json()["hosts"] == []
+    assert cli.fail("host", "delete", "node-1") == "Error: Host node-1 could not be found. (404 HostNotFound)"
+
+
+def test_instance_create_with_and_without_a_namespace(cli: Cli, api: httpx.Client) -> None:
+    assert api.put("/hosts/node-1", json={"host": {"agent_version": "1"}}).status_code == 200
+    net = api.post("/networks", json={"network": {"name": "inet"}}).json()["network"]
+    assert api.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": "10.9.0.0/24"}}).is_success
+    own = cli.json("instance", "create", "own", "--netns", "ns-own", "--nets", "network=inet")
+    assert own["netns"] == "ns-own" and len(own["nets"]) == 1
+    made = cli.json("instance", "create", "made", "--nets", "network=inet")
+    assert made["netns"].startswith("cloudnet-ns-")  # cloudnet provides it, and says which
+    assert "reserved" in cli.fail("instance", "create", "bad", "--netns", "cloudnet-ns-x")

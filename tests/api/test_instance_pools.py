@@ -14,7 +14,7 @@ from cloudnet.config import ServerConfig
 from cloudnet.errors import Conflict
 from cloudnet.services import pools
 from cloudnet.store.db import Store
-from tests.support.api import create
+from tests.support.api import network_on_host, pool_config
 from tests.support.server import RunningServer
 
 Json = dict[str, Any]
@@ -23,17 +23,9 @@ FREE = "compute:cloudnet-pool"
 OWNER = "compute:cloudnet"
 
 
-def config(tmp_path: Path, *, instance_pools: bool) -> ServerConfig:
-    state = tmp_path / "state"
-    state.mkdir(exist_ok=True)
-    # Small pools; maintenance that does not run on its own during a test (update_interval 3600).
-    return ServerConfig(state_dir=state, pool_min=2, pool_batch=4, pool_update_interval=3600,
-                        instance_pools=instance_pools)  # fmt: skip
-
-
 @pytest.fixture
 def server_config(tmp_path: Path) -> ServerConfig:
-    return config(tmp_path, instance_pools=True)
+    return pool_config(tmp_path, instance_pools=True)
 
 
 @pytest.fixture
@@ -42,11 +34,7 @@ def net(api: httpx.Client) -> Json:
 
 
 def make_net(api: httpx.Client) -> Json:
-    r = api.put(f"/hosts/{HOST}", json={"host": {"agent_version": "test"}})
-    assert r.status_code == 200, r.text
-    network = create(api, "networks", "network", name="inst-pooled")
-    create(api, "subnets", "subnet", network_id=network["id"], cidr="10.0.0.0/24")
-    return network
+    return network_on_host(api, HOST, "inst-pooled", "10.0.0.0/24")
 
 
 def new_instance(api: httpx.Client, name: str, network_id: str) -> Json:
@@ -117,7 +105,7 @@ def test_a_pool_that_cannot_serve_falls_back_to_an_ordinary_port(
 
 
 def test_off_instances_make_no_pool(store: Store, tmp_path: Path) -> None:
-    server = RunningServer.start(config(tmp_path, instance_pools=False), store)
+    server = RunningServer.start(pool_config(tmp_path, instance_pools=False), store)
     try:
         with httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30) as api:
             check_no_pool(api)

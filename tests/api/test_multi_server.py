@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.api import create
+from tests.support.api import create, network_on_host
 
 Json = dict[str, Any]
 HOST = "node-1"
@@ -72,10 +72,7 @@ def test_a_default_group_deleted_by_another_server_is_made_again(api: httpx.Clie
 
 @pytest.fixture
 def pooled(api: httpx.Client) -> Json:
-    assert api.put(f"/hosts/{HOST}", json={"host": {"agent_version": "test"}}).status_code == 200
-    net = create(api, "networks", "network", name="pooled")
-    create(api, "subnets", "subnet", network_id=net["id"], cidr="10.0.0.0/22")
-    return net
+    return network_on_host(api, HOST, "pooled", "10.0.0.0/22")
 
 
 def claim(client: httpx.Client, network_id: str, **body: Any) -> Json:

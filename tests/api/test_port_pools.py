@@ -23,7 +23,7 @@ from cloudnet.services import ports as port_service
 from cloudnet.services.context import Context
 from cloudnet.store import tables
 from cloudnet.store.db import Store
-from tests.support.api import create, error
+from tests.support.api import create, error, network_on_host, pool_config
 from tests.support.server import RunningServer
 
 Json = dict[str, Any]
@@ -33,19 +33,12 @@ FREE = "compute:cloudnet-pool"
 
 @pytest.fixture
 def server_config(tmp_path: Path) -> ServerConfig:
-    state = tmp_path / "state"
-    state.mkdir(exist_ok=True)
-    # Small pools, and maintenance that does not run on its own during a test (update_interval 3600).
-    return ServerConfig(state_dir=state, pool_min=2, pool_batch=4, pool_update_interval=3600)
+    return pool_config(tmp_path)
 
 
 @pytest.fixture
 def net(api: httpx.Client) -> Json:
-    r = api.put(f"/hosts/{HOST}", json={"host": {"agent_version": "test"}})
-    assert r.status_code == 200, r.text
-    network = create(api, "networks", "network", name="pooled")
-    create(api, "subnets", "subnet", network_id=network["id"], cidr="10.0.0.0/22")
-    return network
+    return network_on_host(api, HOST, "pooled", "10.0.0.0/22")
 
 
 @pytest.fixture
@@ -369,8 +362,9 @@ def test_claim_in_tx_and_release_in_tx(store: Store) -> None:
     with store.write() as tx:
         assert pools.claim_in_tx(tx, *args, create=False) is None  # no pool yet, and none made
     with store.write() as tx:
-        port_id = pools.claim_in_tx(tx, *args)  # empty pool: filled within the transaction
-        assert port_id is not None
+        claimed = pools.claim_in_tx(tx, *args)  # empty pool: filled within the transaction
+        assert claimed is not None
+        port_id = claimed["id"]
         row = tx.conn.execute(tables.ports.select().where(tables.ports.c.id == port_id)).one()
         assert (row.device_id, row.device_owner, row.name, row.host_id) == ("inst-1", "compute:cloudnet",
                                                                             "vm-eth0", HOST)  # fmt: skip
@@ -381,7 +375,8 @@ def test_claim_in_tx_and_release_in_tx(store: Store) -> None:
         row = conn.execute(tables.ports.select().where(tables.ports.c.id == port_id)).one()
         assert (row.device_id, row.device_owner, row.name) == ("", FREE, "")
     with store.write() as tx:
-        assert pools.claim_in_tx(tx, *args) == port_id  # the recycled port comes back first
+        again = pools.claim_in_tx(tx, *args)
+        assert again is not None and again["id"] == port_id  # the recycled port comes back first
     (plain_port,) = port_service.create_ports(store, ctx, [{"network_id": network["id"]}])
     with store.write() as tx:
         row = tx.conn.execute(tables.ports.select().where(tables.ports.c.id == plain_port["id"])).one()

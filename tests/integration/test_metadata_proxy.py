@@ -279,10 +279,33 @@ def test_same_address_on_two_networks_gets_two_answers(env: Env) -> None:
 def test_unknown_caller_is_a_404(env: Env) -> None:
     net, _sub = env.network("10.85.0.0/24")
     inst = env.instance(net, "10.85.0.10", "vm")
-    env.proxy()
+    env.proxy(miss_wait=0.2)
     sh("ip", "-n", inst["netns"], "addr", "add", "10.85.0.99/24", "dev", "eth0")
     r = guest_request(inst["netns"], "/openstack/latest/meta_data.json", source="10.85.0.99")
     assert r.status == 404 and f"Instance was not found on network {net['id']}".encode() in r.body
+
+
+def test_a_caller_not_synced_yet_is_answered_once_the_state_knows_it(env: Env) -> None:
+    """An instance that takes over a parked namespace can ask before the agent's state has its claim: the
+    request waits for the next state instead of getting a 404."""
+    net, _sub = env.network("10.89.0.0/24")
+    first = env.instance(net, "10.89.0.10", "known")
+    proxy = env.proxy(miss_wait=30)
+    late = env.instance(net, "10.89.0.11", "late")  # not in the state the proxy has
+    answers: list[Any] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(guest_request(late["netns"], "/openstack/latest/meta_data.json"))
+    )
+    asking.start()
+    deadline = time.monotonic() + 10
+    while not proxy._relay._updates:  # the request is waiting for a newer state
+        assert time.monotonic() < deadline and asking.is_alive(), answers
+        time.sleep(0.01)
+    proxy.update(env.state())
+    asking.join(timeout=20)
+    (r,) = answers
+    assert r.status == 200 and r.json()["uuid"] == late["id"]
+    assert guest_request(first["netns"], "/openstack/latest/meta_data.json").json()["uuid"] == first["id"]
 
 
 def test_ipv6_link_local_callers_are_found_by_their_mac(env: Env) -> None:

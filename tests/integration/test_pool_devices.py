@@ -1,6 +1,9 @@
 """Port pools on the host (root): instances from a pool pass traffic; with --park-pool-devices every ready
-pool port has a pre-plumbed veth parked in the host's holding namespace, attach moves it into the
-instance, release parks it again, devices beyond the pool are removed, and an agent restart reuses them."""
+pool port has a pre-plumbed veth parked as eth0 in a namespace of its own, configured and offered as the
+port's `prepared_netns`. An instance created without a namespace takes that namespace over (ping-able as soon
+as the API answers); one with its own namespace gets the device moved in; release parks the device again;
+devices beyond the pool are removed, and an agent restart reuses what is parked. Instances created without a
+namespace and no parked device get one the agent makes, and loses with the instance."""
 
 from __future__ import annotations
 
@@ -25,6 +28,11 @@ def _links(ns: str) -> dict[str, tuple[int, str]]:
     return found
 
 
+def _global_addresses(ns: str, dev: str) -> set[str]:
+    out = ns_run(ns, "ip", "-o", "-4", "addr", "show", "dev", dev, "scope", "global").stdout
+    return {line.split()[3].split("/")[0] for line in out.splitlines()}
+
+
 def _ready(cloud: Cloud, network_id: str) -> dict[str, dict[str, Any]]:
     r = cloud.api.get("/ports", params={"network_id": network_id, "device_owner": FREE_OWNER})
     assert r.status_code == 200, r.text
@@ -42,20 +50,28 @@ def _warm_pool(cloud: Cloud, network_id: str) -> dict[str, Any]:
     return dict(pool)
 
 
-def _parked_ok(cloud: Cloud, ready: dict[str, dict[str, Any]]) -> bool:
-    """Every ready port has its device parked (peer with the port's MAC in the holding namespace, host
-    end on the network's bridge), and nothing else is parked."""
-    park = names.park_ns(cloud.host)
-    if not netns.exists(park):
-        return False
-    parked = {n: mac for n, (_i, mac) in _links(park).items() if n != "lo"}
-    want = {names.tap_peer(pid): p["mac_address"] for pid, p in ready.items()}
-    if parked != want:
-        return False
+def _parked_namespaces(cloud: Cloud) -> set[str]:
+    return set(netns.names(names.managed_ns_prefix(cloud.host)))
+
+
+def _parked_ok(cloud: Cloud, ready: dict[str, dict[str, Any]], gateway: str) -> bool:
+    """Every ready port is reported ACTIVE with the namespace its device is parked in: eth0 there has the
+    port's MAC, addresses and default route, its host end is on the network's bridge."""
     host = ns_run(names.host_ns(cloud.host), "ip", "-o", "link", "show").stdout
-    return all(f"{names.tap(pid)}@" in host and f"master {names.bridge(p['network_id'])}" in
-               next(line for line in host.splitlines() if f" {names.tap(pid)}@" in line)
-               for pid, p in ready.items())  # fmt: skip
+    for pid, p in ready.items():
+        ns = p["binding:vif_details"].get("prepared_netns")
+        if p["status"] != "ACTIVE" or not ns or not names.is_managed_ns(cloud.host, ns) or not netns.exists(ns):
+            return False
+        if _links(ns).get("eth0", (0, ""))[1] != p["mac_address"]:
+            return False
+        if _global_addresses(ns, "eth0") != {f["ip_address"] for f in p["fixed_ips"]}:
+            return False
+        if f"default via {gateway} dev eth0" not in ns_run(ns, "ip", "route").stdout:
+            return False
+        line = next((x for x in host.splitlines() if f" {names.tap(pid)}@" in x), "")
+        if f"master {names.bridge(p['network_id'])}" not in line:
+            return False
+    return True
 
 
 def test_instance_from_a_pool_passes_traffic_and_its_network_is_plumbed_ahead(cloud: Cloud) -> None:
@@ -69,7 +85,7 @@ def test_instance_from_a_pool_passes_traffic_and_its_network_is_plumbed_ahead(cl
     # No instance yet, but the host already has the network's bridge and router: plumbed ahead.
     cloud.wait_for(lambda: names.bridge(net["id"]) in _links(names.host_ns(cloud.host)), what="bridge ahead")
     cloud.wait_for(lambda: netns.exists(names.router_ns(cloud.host, router["id"])), what="router ahead")
-    assert not netns.exists(names.park_ns(cloud.host))  # parking is off by default
+    assert not _parked_namespaces(cloud)  # parking is off by default
     a = cloud.instance("pa", [{"network": net["id"]}])
     b = cloud.instance("pb", [{"network": net["id"]}])
     assert a["nets"][0]["port_id"] in ready and b["nets"][0]["port_id"] in ready  # both came from the pool
@@ -79,61 +95,106 @@ def test_instance_from_a_pool_passes_traffic_and_its_network_is_plumbed_ahead(cl
 
 def test_parked_devices_attach_release_prune_and_survive_an_agent_restart(cloud: Cloud) -> None:
     cloud.start_agent(park=True)
-    net, _ = cloud.network("parked", "10.82.0.0/24")
+    net, sub = cloud.network("parked", "10.82.0.0/24")
+    gw = sub["gateway_ip"]
     _warm_pool(cloud, net["id"])
+    assert len(_ready(cloud, net["id"])) >= 3
+    cloud.wait_for(lambda: _parked_ok(cloud, _ready(cloud, net["id"]), gw), what="every ready port parked")
     ready = _ready(cloud, net["id"])
-    assert len(ready) >= 2
-    cloud.wait_for(lambda: _parked_ok(cloud, _ready(cloud, net["id"])), what="every ready port parked")
+    parked = {pid: p["binding:vif_details"]["prepared_netns"] for pid, p in ready.items()}
+    assert len(set(parked.values())) == len(parked)  # a namespace each
     host_ns = names.host_ns(cloud.host)
     taps = {pid: _links(host_ns)[names.tap(pid)][0] for pid in ready}
 
-    # Attach: the instance gets the parked device itself (its host end is not recreated).
+    # Attach into the caller's namespace: the parked device is moved in (its host end is not recreated) and
+    # its parked namespace goes.
     a = cloud.instance("qa", [{"network": net["id"]}])
-    b = cloud.instance("qb", [{"network": net["id"]}])
-    pa, pb = a["nets"][0]["port_id"], b["nets"][0]["port_id"]
-    assert pa in ready and pb in ready
+    pa = a["nets"][0]["port_id"]
+    assert pa in ready
     assert _links(host_ns)[names.tap(pa)][0] == taps[pa]
     assert _links(a["netns"])["eth0"][1] == ready[pa]["mac_address"]
-    assert names.tap_peer(pa) not in _links(names.park_ns(cloud.host))
-    assert ping(a["netns"], b["nets"][0]["fixed_ips"][0]["ip_address"])
+    cloud.wait_for(lambda: not netns.exists(parked[pa]), what="the emptied parked namespace removed")
 
-    # Release: the device is parked again, not destroyed (same host end), and the instance loses it.
-    assert cloud.api.delete(f"/instances/{a['id']}").status_code == 204
-    cloud.wait_for(lambda: names.tap_peer(pa) in _links(names.park_ns(cloud.host)), what="device parked again")
-    assert _links(host_ns)[names.tap(pa)][0] == taps[pa]
+    # Taken over: an instance without a namespace of its own gets a parked one, configured, at once.
+    r = cloud.api.post("/instances", json={"instance": {"name": "qb", "host": cloud.host,
+                                                        "nets": [{"network": net["id"]}]}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    b = r.json()["instance"]
+    pb = b["nets"][0]["port_id"]
+    assert b["netns"] == parked[pb] and b["status"] == "ACTIVE"
+    assert ping(b["netns"], a["nets"][0]["fixed_ips"][0]["ip_address"])  # before the agent even looked
+    cloud.wait_active(b["id"])
+    assert _links(host_ns)[names.tap(pb)][0] == taps[pb] and _links(b["netns"])["eth0"][1] == ready[pb]["mac_address"]
+
+    # Release: each device is parked again, not destroyed (same host end), in a new namespace of its own,
+    # configured again; the instance's own namespace loses it, the one it took over goes.
+    for inst in (a, b):
+        assert cloud.api.delete(f"/instances/{inst['id']}").status_code == 204
+
+    def parked_again() -> bool:
+        now = _ready(cloud, net["id"])
+        return {pa, pb} <= set(now) and _parked_ok(cloud, now, gw)
+
+    cloud.wait_for(parked_again, what="devices parked again")
+    now = _ready(cloud, net["id"])
+    for pid in (pa, pb):
+        assert now[pid]["binding:vif_details"]["prepared_netns"] not in (parked[pid], a["netns"], b["netns"])
+        assert _links(host_ns)[names.tap(pid)][0] == taps[pid]
     assert "eth0" not in _links(a["netns"])
-    assert not ns_run(names.park_ns(cloud.host), "ip", "-o", "addr", "show", "dev", names.tap_peer(pa),
-                      "scope", "global").stdout  # fmt: skip
+    cloud.wait_for(lambda: not netns.exists(b["netns"]), what="the taken-over namespace removed")
 
-    # Agent restart: the parked devices are found and reused, none recreated.
+    # Agent restart: the parked devices and their namespaces are found and reused, none recreated.
     before = {n: i for n, (i, _mac) in _links(host_ns).items() if n.startswith(names.TAP)}
+    offered = {pid: p["binding:vif_details"]["prepared_netns"] for pid, p in now.items()}
     cloud.stop_agent()
     cloud.start_agent(park=True)
-    cloud.wait_for(lambda: _parked_ok(cloud, _ready(cloud, net["id"])), what="parked after restart")
+    cloud.wait_for(lambda: _parked_ok(cloud, _ready(cloud, net["id"]), gw), what="parked after restart")
     after = {n: i for n, (i, _mac) in _links(host_ns).items() if n.startswith(names.TAP)}
     assert {n: i for n, i in after.items() if n in before} == before
+    assert {pid: p["binding:vif_details"]["prepared_netns"] for pid, p in _ready(cloud, net["id"]).items()} == offered
+    assert _parked_namespaces(cloud) == set(offered.values())
     c = cloud.instance("qc", [{"network": net["id"]}])
     pc = c["nets"][0]["port_id"]
     assert _links(host_ns)[names.tap(pc)][0] == before[names.tap(pc)]
-    assert ping(c["netns"], b["nets"][0]["fixed_ips"][0]["ip_address"])
+    d = cloud.create("instances", "instance", {"name": "qd", "host": cloud.host, "nets": [{"network": net["id"]}]})
+    assert d["netns"] == offered[d["nets"][0]["port_id"]]
+    assert ping(d["netns"], c["nets"][0]["fixed_ips"][0]["ip_address"])
 
-    # Beyond the pool: a ready port deleted through the API takes its parked device with it.
-    spare = next(iter(_ready(cloud, net["id"])))
+    # Beyond the pool: a ready port deleted through the API takes its parked device and namespace with it.
+    spare, port = next(iter(_ready(cloud, net["id"]).items()))
     assert cloud.api.delete(f"/ports/{spare}").status_code == 204
     cloud.wait_for(lambda: names.tap(spare) not in _links(host_ns), what="pruned device")
-    assert names.tap_peer(spare) not in _links(names.park_ns(cloud.host))
+    cloud.wait_for(lambda: not netns.exists(port["binding:vif_details"]["prepared_netns"]), what="pruned namespace")
 
 
 @pytest.mark.parametrize("park", [True, False])
-def test_turning_parking_off_removes_the_holding_namespace(cloud: Cloud, park: bool) -> None:
+def test_turning_parking_off_removes_the_parked_namespaces(cloud: Cloud, park: bool) -> None:
     cloud.start_agent(park=True)
-    net, _ = cloud.network("toggle", "10.83.0.0/24")
+    net, sub = cloud.network("toggle", "10.83.0.0/24")
     _warm_pool(cloud, net["id"])
-    cloud.wait_for(lambda: _parked_ok(cloud, _ready(cloud, net["id"])), what="parked")
+    cloud.wait_for(lambda: _parked_ok(cloud, _ready(cloud, net["id"]), sub["gateway_ip"]), what="parked")
     cloud.stop_agent()
     cloud.start_agent(park=park)
     if park:
-        assert _parked_ok(cloud, _ready(cloud, net["id"]))
+        assert _parked_ok(cloud, _ready(cloud, net["id"]), sub["gateway_ip"])
     else:
-        assert not netns.exists(names.park_ns(cloud.host))
+        assert not _parked_namespaces(cloud)
         assert not [n for n in _links(names.host_ns(cloud.host)) if n.startswith(names.TAP)]
+        # ... and the ready ports offer no namespace any more: an instance without one gets a new one.
+        cloud.wait_for(lambda: all(not p["binding:vif_details"] for p in _ready(cloud, net["id"]).values()),
+                       what="no namespace offered")  # fmt: skip
+
+
+def test_an_instance_without_a_namespace_gets_one_made_and_removed(cloud: Cloud) -> None:
+    cloud.start_agent()
+    net, _sub = cloud.network("made", "10.84.0.0/24")
+    other = cloud.instance("peer", [{"network": net["id"]}])
+    inst = cloud.create("instances", "instance", {"name": "own", "host": cloud.host,
+                                                  "nets": [{"network": net["id"]}]})  # fmt: skip
+    assert names.is_managed_ns(cloud.host, inst["netns"])
+    inst = cloud.wait_active(inst["id"])
+    assert netns.exists(inst["netns"])
+    assert ping(inst["netns"], other["nets"][0]["fixed_ips"][0]["ip_address"])
+    assert cloud.api.delete(f"/instances/{inst['id']}").status_code == 204
+    cloud.wait_for(lambda: not netns.exists(inst["netns"]), what="the made namespace removed")
+    assert netns.exists(other["netns"])  # a namespace the caller made is never cloudnet's to remove

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from cloudnet.config import ServerConfig
 
 Json = dict[str, Any]
 
@@ -42,3 +45,21 @@ def create_network(client: httpx.Client, **attrs: Any) -> Json:
 
 def create_subnet(client: httpx.Client, network_id: str, cidr: str, **attrs: Any) -> Json:
     return create(client, "subnets", "subnet", network_id=network_id, cidr=cidr, **attrs)
+
+
+def network_on_host(client: httpx.Client, host: str, name: str, cidr: str) -> Json:
+    """A registered host (as its agent would register it) and a network with one subnet."""
+    r = client.put(f"/hosts/{host}", json={"host": {"agent_version": "test"}})
+    assert r.status_code == 200, r.text
+    network = create_network(client, name=name)
+    create_subnet(client, network["id"], cidr)
+    return network
+
+
+def pool_config(tmp_path: Path, **options: Any) -> ServerConfig:
+    """A server with small pools whose maintenance does not run on its own during a test (update_interval
+    3600); `options` override the rest."""
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    return ServerConfig(**{"state_dir": state, "pool_min": 2, "pool_batch": 4, "pool_update_interval": 3600,
+                           **options})  # fmt: skip

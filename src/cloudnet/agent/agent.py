@@ -124,8 +124,9 @@ class Agent:
             observer.update(state)
         changed = []
         self.held_back = False
+        pool_ports = state.get("pool_ports", {})
         for r in reports:
-            known = state["ports"].get(r.port_id, {})
+            known = state["ports"].get(r.port_id) or pool_ports.get(r.port_id, {})  # (a parked pool port's)
             body = r.as_api()
             if body["status"] == "ACTIVE" and not self._metadata_served(state, known.get("network_id")):
                 # A booting guest must never race its metadata proxy: ACTIVE only once it answers.

@@ -7,6 +7,8 @@ an instance over its rate limit, a forwarded IMDSv2 token request); any other is
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 from cloudnet.agent import http1
 from cloudnet.agent.http1 import Request, Response
 from cloudnet.agent.metadata_relay import (
+    Caller,
     Callers,
     Upstream,
     UpstreamUnavailable,
@@ -29,6 +32,7 @@ from cloudnet.metadata import trees
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS_PER_SOURCE = 64
+MISS_WAIT = 2.0  # seconds an unknown caller's request waits for the agent's next states before its 404
 TOO_MANY_CONNECTIONS = http1.plain(429, "Too many connections.", ("Retry-After", "1"))
 TOKEN_FORWARDED = http1.plain(403, "Forbidden: token requests must not carry X-Forwarded-For.")
 
@@ -36,12 +40,39 @@ TOKEN_FORWARDED = http1.plain(403, "Forbidden: token requests must not carry X-F
 class Relay:
     """What every network's listener shares: who is who, the rate limit, the API and the connection counts."""
 
-    def __init__(self, upstream: Upstream, limiter: RateLimiter, callers: Callers) -> None:
+    def __init__(
+        self, upstream: Upstream, limiter: RateLimiter, callers: Callers, miss_wait: float = MISS_WAIT
+    ) -> None:
         self.upstream = upstream
         self.limiter = limiter
         self.callers = callers
+        self.miss_wait = miss_wait
         self.per_source: dict[tuple[str, str], int] = {}
         self._last_warning = 0.0
+        self._updates: list[asyncio.Future[None]] = []  # requests waiting for the next state
+
+    def update(self, callers: Callers) -> None:
+        """A new synced state (on the proxy's loop): requests from callers it did not know look again."""
+        self.callers = callers
+        waiting, self._updates = self._updates, []
+        for future in waiting:
+            if not future.done():
+                future.set_result(None)
+
+    async def find(self, network_id: str, address: str) -> Caller | None:
+        """The caller, waiting up to `miss_wait` seconds for the agent's next states when it is not known yet:
+        an instance given a parked namespace can boot and ask before the agent has synced its claim."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.miss_wait
+        while (caller := self.callers.find(network_id, address)) is None:
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            future = loop.create_future()
+            self._updates.append(future)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(future, left)
+        return caller
 
     def warn_unreachable(self, exc: Exception) -> None:
         now = time.monotonic()
@@ -89,10 +120,12 @@ class NetworkGuests:
         pass
 
     def answer_now(self, request: Request) -> Response | None:
-        """The proxy's own answers; None to forward the request (asked once per request)."""
+        """The proxy's own answers; None to forward the request, or to look for an unknown caller again
+        once the state is newer (asked once per request)."""
         caller = self.relay.callers.find(self.network_id, _address(request.peer))
-        if caller is None:
-            return http1.plain(404, f"Instance was not found on network {self.network_id}.")
+        return None if caller is None else self._refusal(caller, request)
+
+    def _refusal(self, caller: Caller, request: Request) -> Response | None:
         wait = self.relay.limiter.take(caller.instance_id)
         if wait:
             return http1.plain(429, "Too many metadata requests.", ("Retry-After", RateLimiter.retry_after(wait)))
@@ -105,8 +138,13 @@ class NetworkGuests:
     async def answer(self, request: Request) -> Response:
         address = _address(request.peer)
         caller = self.relay.callers.find(self.network_id, address)
-        if caller is None:  # the state changed since `answer_now`
-            return http1.plain(404, f"Instance was not found on network {self.network_id}.")
+        if caller is None:  # not known (yet): `answer_now` passed it on without checks
+            caller = await self.relay.find(self.network_id, address)
+            if caller is None:
+                return http1.plain(404, f"Instance was not found on network {self.network_id}.")
+            refusal = self._refusal(caller, request)
+            if refusal is not None:
+                return refusal
         source = canonical_ip(address) or address
         # A HEAD goes to the API as a GET: the server here answers it with the GET's length and no body, and
         # the API's answer has the same head either way.

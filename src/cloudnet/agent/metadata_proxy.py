@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cloudnet.agent import http1
-from cloudnet.agent.metadata_guest import MAX_CONNECTIONS_PER_SOURCE, NetworkGuests, Relay
+from cloudnet.agent.metadata_guest import MAX_CONNECTIONS_PER_SOURCE, MISS_WAIT, NetworkGuests, Relay
 from cloudnet.agent.metadata_relay import ANSWER_TIMEOUT, Callers, Upstream
 from cloudnet.agent.ratelimit import RateLimiter
 from cloudnet.dataplane.linux import names, netns
@@ -107,6 +107,7 @@ class MetadataProxy:
         retry_interval: float = 2.0,
         idle_timeout: float = IDLE_TIMEOUT,
         answer_timeout: float = ANSWER_TIMEOUT,
+        miss_wait: float = MISS_WAIT,
     ) -> None:
         if not secret:
             raise signing.SecretError("the metadata proxy needs the shared secret to sign instance identities")
@@ -117,7 +118,7 @@ class MetadataProxy:
         self._secret = secret
         self._upstream = Upstream(upstream, answer_timeout)
         self._limiter = RateLimiter(burst, rate)
-        self._relay = Relay(self._upstream, self._limiter, Callers({}, secret))
+        self._relay = Relay(self._upstream, self._limiter, Callers({}, secret), miss_wait)
         self._listeners: dict[str, _Listener] = {}
         self._closed = False
         self._loop = _new_loop()
@@ -165,7 +166,7 @@ class MetadataProxy:
 
     async def _apply(self, state: dict[str, Any]) -> None:
         callers = Callers(state, self._secret)
-        self._relay.callers = callers
+        self._relay.update(callers)
         self._limiter.keep_only(callers.instances)
         stopped: list[asyncio.Task[None]] = []
         for network_id in [n for n in self._listeners if n not in callers.networks]:

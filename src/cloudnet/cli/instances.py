@@ -48,10 +48,16 @@ def _net(client: Client, text: str) -> dict[str, Any]:
 def create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Name of the new instance.")],
-    netns: Annotated[str, typer.Option(help="The instance's network namespace: a name or /proc/PID/ns/net.")],
     nets: Annotated[
         list[str] | None,
         typer.Option(metavar="port=ID | network=NAME[,v4-fixed-ip=IP]", help="A NIC, in order (repeatable)."),
+    ] = None,
+    netns: Annotated[
+        str | None,
+        typer.Option(
+            help="The instance's network namespace: a name or /proc/PID/ns/net (default: cloudnet provides one, "
+            "a parked pool device's when there is one; the answer names it)."
+        ),
     ] = None,
     host: Annotated[str | None, typer.Option(help="Host that runs it (default: the only registered host).")] = None,
     hostname: Annotated[str | None, typer.Option(help="Hostname (default: the name).")] = None,
@@ -66,7 +72,9 @@ def create(
 ) -> None:
     """Create an instance and plug its ports."""
     client = client_of(ctx)
-    body: dict[str, Any] = {"name": name, "netns": netns, "nets": [_net(client, n) for n in nets or []]}
+    body: dict[str, Any] = {"name": name, "nets": [_net(client, n) for n in nets or []]}
+    if netns:
+        body["netns"] = netns
     if host:
         body["host"] = host
     if hostname:

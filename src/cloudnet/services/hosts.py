@@ -185,9 +185,9 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
             counter = counter.with_for_update()
         before = int(tx.conn.execute(counter).scalar() or 0)
         rows = tx.conn.execute(
-            select(P.c.id, P.c.project_id, P.c.status, P.c.vif_type, P.c.vif_details, P.c.host_id).where(
-                P.c.id.in_(list(wanted))
-            )
+            select(
+                P.c.id, P.c.project_id, P.c.status, P.c.vif_type, P.c.vif_details, P.c.host_id, P.c.device_owner
+            ).where(P.c.id.in_(list(wanted)))
         ).all()
         found = {r.id: r for r in rows}
         for port_id, item in wanted.items():
@@ -199,8 +199,13 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
                 values["status"] = item.status
             if item.vif_type is not None and row.vif_type != item.vif_type:
                 values["vif_type"] = item.vif_type
-            if item.vif_details is not None and row.vif_details != item.vif_details:
-                values["vif_details"] = item.vif_details
+            details = item.vif_details
+            if details is not None and "prepared_netns" in details and row.device_owner != networks.POOL_FREE_OWNER:
+                # A parked namespace is offered only by a ready port: a report read before a claim must not
+                # offer the namespace of a port that is in use by now.
+                details = {k: v for k, v in details.items() if k != "prepared_netns"}
+            if details is not None and row.vif_details != details:
+                values["vif_details"] = details
             if values:
                 common.touch(tx, P, port_id, "port", row.project_id, values)
                 updated.append(port_id)
@@ -233,11 +238,20 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         # router, metadata namespace and proxy), and the agent may park a device for each of them.
         PP, M = t.port_pools, t.pool_ports
         pool_rows = conn.execute(  # through the pools' (host, ...) and members' (pool_id, ...) indexes
-            select(P.c.id, P.c.network_id, P.c.mac_address)
+            select(
+                P.c.id, P.c.network_id, P.c.mac_address, P.c.admin_state_up, P.c.status, P.c.vif_type, P.c.vif_details
+            )
             .select_from(PP.join(M, M.c.pool_id == PP.c.id).join(P, P.c.id == M.c.port_id))
             .where(PP.c.host == host, P.c.device_owner == networks.POOL_FREE_OWNER, P.c.host_id == host)
         ).all()
         network_ids |= {r.network_id for r in pool_rows}
+        # Their addresses: a parked device is configured as the instance that takes it will want it.
+        A = t.ip_allocations
+        pool_ips: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for port_id, subnet_id, address in conn.execute(
+            select(A.c.port_id, A.c.subnet_id, A.c.ip_address).where(A.c.port_id.in_([r.id for r in pool_rows]))
+        ):
+            pool_ips[port_id].append({"subnet_id": subnet_id, "ip_address": address})
         routers = _routers(conn, network_ids)
         router_ports = [r["gateway"]["port_id"] for r in routers if r["gateway"]] + [
             i["port_id"] for r in routers for i in r["interfaces"]
@@ -264,8 +278,8 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         }
         for s in subs
     }  # fmt: skip
-    for p in port_dicts.values():
-        for f in p["fixed_ips"]:
+    for fixed_ips in [p["fixed_ips"] for p in port_dicts.values()] + list(pool_ips.values()):
+        for f in fixed_ips:
             f["prefixlen"] = ipaddress.ip_network(subnets[f["subnet_id"]]["cidr"]).prefixlen
     for r in routers:
         r["ports"] = {pid: port_dicts[pid] for pid in _router_port_ids(r) if pid in port_dicts}
@@ -295,7 +309,13 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "routers": routers,
         "sriov": direct,
         "pool_ports": {
-            r.id: {"id": r.id, "network_id": r.network_id, "mac_address": r.mac_address} for r in pool_rows
+            r.id: {
+                "id": r.id, "network_id": r.network_id, "mac_address": r.mac_address,
+                "admin_state_up": r.admin_state_up, "status": r.status, "binding:vif_type": r.vif_type,
+                "binding:vif_details": r.vif_details or {},
+                "fixed_ips": sorted(pool_ips.get(r.id, []), key=lambda f: (f["subnet_id"], f["ip_address"])),
+            }
+            for r in pool_rows
         },
     }  # fmt: skip
 

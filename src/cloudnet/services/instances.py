@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from sqlalchemy import Connection, delete, insert, select
 
+from cloudnet.dataplane.linux import names
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
 from cloudnet.metadata import mdata_keys
 from cloudnet.services import common, metadata_ports, pools, ports, sriov
@@ -62,13 +63,25 @@ class InstanceCreate(Body):
     project_id: str | None = Field(None, max_length=255)
     tenant_id: str | None = Field(None, max_length=255)
     host: str | None = Field(None, min_length=1, max_length=255)
-    netns: str = Field(..., min_length=1, max_length=4096)
+    # A name under /run/netns or a path such as /proc/PID/ns/net; left out, cloudnet provides one (a claimed
+    # pool port's parked namespace, ready at once, or a new one the host's agent makes).
+    netns: str | None = Field(None, min_length=1, max_length=4096)
     user_data: str | None = Field(None, max_length=65535)
     metadata: dict[str, str] = Field(default_factory=dict)
     ssh_keys: list[SshKey] = Field(default_factory=list)
     nets: list[Net] = Field(default_factory=list)
     # IMDSv2: "required" makes every metadata request carry a session token (PUT /latest/api/token).
     metadata_tokens: MetadataTokens = "optional"
+
+    @field_validator("netns")
+    @classmethod
+    def _not_reserved(cls, value: str | None) -> str | None:
+        if value is not None and "/" not in value and value.startswith(names.RESERVED_NS_PREFIX):
+            raise ValueError(
+                f"names starting with '{names.RESERVED_NS_PREFIX}' are reserved for the namespaces cloudnet "
+                "makes; leave netns out to have one made"
+            )
+        return value
 
 
 class InstanceUpdate(Body):
@@ -162,7 +175,6 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
         hostname=spec.hostname or spec.name, host=host, netns=spec.netns, user_data=spec.user_data,
         meta=spec.metadata, ssh_keys=[k.model_dump() for k in spec.ssh_keys], metadata_tokens=spec.metadata_tokens,
     )  # fmt: skip
-    tx.conn.execute(insert(I).values(**row))
     instance_id = row["id"]
     binding = {"device_id": instance_id, "device_owner": DEVICE_OWNER, "host_id": host}
     links: list[dict[str, Any]] = []
@@ -185,10 +197,14 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
             if not fixed:  # a ready port of the host's pool for this network (made on first demand if enabled)
                 claimed = pools.claim_in_tx(tx, ctx, host, row["project_id"], port_spec.network_id, None,
                                             port_spec.name, instance_id, DEVICE_OWNER,
-                                            create=pools.for_instances(tx.store))  # fmt: skip
+                                            create=pools.for_instances(tx.store),
+                                            take_parked=position == 0 and row["netns"] is None)  # fmt: skip
             if claimed is None:
-                (claimed,) = ports.create_in_tx(tx, ctx, [port_spec])
-            port_id = claimed
+                (port_id,) = ports.create_in_tx(tx, ctx, [port_spec])
+            else:
+                port_id = claimed["id"]
+                if position == 0 and row["netns"] is None:
+                    row["netns"] = _parked_namespace(claimed, host)
             created = True
         links.append({"instance_id": instance_id, "port_id": port_id, "position": position,
                       "created_by_instance": created})  # fmt: skip
@@ -196,6 +212,10 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
             # A direct port's host binding was written with its VF (sriov.reserve_in_tx).
             extra = {k: v for k, v in binding.items() if not (direct and k == "host_id")}
             ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=extra)
+    if row["netns"] is None:
+        row["netns"] = names.new_managed_ns(host)  # made by the host's agent
+    # The row goes in once its namespace is known (a claimed port's parked one, or a new name).
+    tx.conn.execute(insert(I).values(**row))
     if links:
         tx.conn.execute(insert(IP), links)
     for network_id in sorted({r[0] for r in tx.conn.execute(select(P.c.network_id).where(
@@ -203,6 +223,13 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
         metadata_ports.ensure(tx, network_id)
     tx.record("instance", instance_id, "create", row["project_id"])
     return str(instance_id)
+
+
+def _parked_namespace(port: dict[str, Any], host: str) -> str | None:
+    """The namespace the host's agent parked a claimed pool port's device in, configured (--park-pool-devices):
+    the instance takes it over whole, with nothing left to plug. None when there is none (yet)."""
+    name = (port.get("binding:vif_details") or {}).get("prepared_netns")
+    return name if isinstance(name, str) and names.is_managed_ns(host, name) else None
 
 
 def _bind_existing(tx: Tx, ctx: Context, port_id: str, project_id: str, host: str, seen: set[str]) -> tuple[str, bool]:

@@ -368,6 +368,7 @@ _PORT_ROW = Prepared(
 )
 _PORT_COLUMNS = tuple(c.name for c in P.c)
 _pid = bindparam("port_id", type_=String)
+_UNPARKED = Prepared(update(P).where(P.c.id == _pid).values(status="DOWN", vif_details={}))
 _DELETE_PSG = Prepared(delete(PSG).where(PSG.c.port_id == _pid))
 _INSERT_PSG = BulkInsert(PSG, ["port_id", "security_group_id"])
 _SET_POOL_GROUPS = Prepared(
@@ -525,18 +526,21 @@ def claim_in_tx(
     *,
     fill: bool = True,
     create: bool = True,
-) -> str | None:
+    take_parked: bool = False,
+) -> dict[str, Any] | None:
     """Take a ready port of the pool for `tx`'s caller (the pool is created on first demand unless not
-    `create`); an empty pool is filled within `tx` (a savepoint) when `fill`. None when no port can be had;
-    the caller then creates its port the ordinary way (instance create) or answers 503 (the claim API)."""
-    got = _claim(tx, ctx, host, project_id, network_id, security_groups, name, device_id, device_owner,
-                 fill=fill, create=create)  # fmt: skip
-    return None if got is None else str(got["id"])
+    `create`); an empty pool is filled within `tx` (a savepoint) when `fill`. The port in its API shape, or
+    None when no port can be had; the caller then creates its port the ordinary way (instance create) or
+    answers 503 (the claim API). `take_parked`: the caller takes over the namespace the port's device is
+    parked in, if it has one (binding:vif_details.prepared_netns), so the port stays as the agent reported it;
+    otherwise the port is DOWN until its device is plugged where the caller wants it."""
+    return _claim(tx, ctx, host, project_id, network_id, security_groups, name, device_id, device_owner,
+                  fill=fill, create=create, take_parked=take_parked)  # fmt: skip
 
 
 def _claim(
     tx: Tx, ctx: Context, host: str, project_id: str, network_id: str, requested: list[str] | None, name: str,
-    device_id: str, device_owner: str, *, fill: bool, create: bool,
+    device_id: str, device_owner: str, *, fill: bool, create: bool, take_parked: bool = False,
 ) -> dict[str, Any] | None:  # fmt: skip
     """claim_in_tx, answering the claimed port in its API shape (built from what the claim wrote and read)."""
     if device_owner == FREE_OWNER:
@@ -567,6 +571,11 @@ def _claim(
         _deferred(tx, int(row[n + 3]), generation)
     port = dict(zip(_PORT_COLUMNS, row[:n], strict=True))
     port_id = port["id"]
+    if not take_parked and (port["status"] != "DOWN" or "prepared_netns" in (port["vif_details"] or {})):
+        # Its device is parked where this caller will not take it (--park-pool-devices): not ACTIVE for the
+        # caller until the agent has plugged it, and the parked namespace is no longer on offer.
+        _UNPARKED.cursor(tx.conn, {"port_id": port_id})
+        port["status"], port["vif_details"] = "DOWN", {}
     # JSON arrays: decoded by psycopg, text from SQLite; NULL (PostgreSQL) when empty.
     ips, groups, tags = (json.loads(v) if isinstance(v, str) else list(v or ()) for v in row[n : n + 3])
     fixed = [{"subnet_id": a, "ip_address": b} for a, b in ips]
@@ -618,7 +627,8 @@ def release_in_tx(tx: Tx, port_row: Any) -> bool:
     tx.conn.execute(
         update(P).where(P.c.id == port_row.id).values(
             name="", device_id="", device_owner=FREE_OWNER, status="DOWN", updated_at=tx.now,
-            revision_number=P.c.revision_number + 1)
+            # The instance's namespace is not the port's to offer again: the agent parks it anew and says where.
+            vif_details={}, revision_number=P.c.revision_number + 1)
     )  # fmt: skip
     current = {r[0] for r in tx.conn.execute(select(PSG.c.security_group_id).where(PSG.c.port_id == port_row.id))}
     target = set(pool.security_groups)

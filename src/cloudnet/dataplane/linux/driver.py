@@ -9,8 +9,14 @@ Layout on a host (all cloudnet's devices live in the host namespace `cloudnet-ho
                                         |
                                    uplink interface (--uplink physnet:IFACE), moved into the host netns
 
-    parked (with --park-pool-devices): cnt-<port> on its bridge --veth-- cni-<port>  in cloudnet-park-<hash>,
-    one per ready pool port of this host, with the port's MAC; attaching moves cni-<port> into the instance
+    parked (with --park-pool-devices): cnt-<port> on its bridge --veth-- eth0 in cloudnet-ns-<hash>-<random>,
+    one namespace per ready pool port of this host, eth0 configured as an instance's (MAC, MTU, addresses,
+    routes) and reported as the port's `prepared_netns`. An instance created without a namespace of its own
+    takes that namespace over whole: nothing is left to plug. An instance with its own namespace gets eth0
+    moved in (renamed ethN). A released device is moved back into a new namespace of its own.
+
+    cloudnet-ns-<hash>-<random> also names the namespace of an instance created without one and no parked
+    device to take: the agent makes it, and removes it with the instance.
 
 Every step checks the kernel before it changes it, so applying the same state twice changes nothing,
 and an agent restarted at any point converges without touching devices that are already right.
@@ -19,8 +25,9 @@ the pass before, trusting that what it applied is still there until the next ful
 
 Cost model measured on this kernel (6.18): moving a device into another namespace costs an RCU
 barrier, ~16 ms whatever the device; creating a veth with its peer directly inside the target
-namespace costs ~1 ms. Unpooled attaches therefore create the pair in place; a parked device needs
-one move to attach, which is why parking is an option, off by default.
+namespace costs ~1 ms; a namespace of our own costs ~0.5 ms. Unpooled attaches therefore create the pair
+in place. A parked device taken over with its namespace needs no kernel work at all, but one moved into a
+namespace the caller made costs the move: parking is an option, off by default.
 """
 
 from __future__ import annotations
@@ -31,8 +38,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyroute2 import IPRoute
@@ -145,6 +151,14 @@ def _fingerprint_of(*parts: Any) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
+@dataclass(frozen=True)
+class _Parked:
+    """A ready pool port's device, parked as eth0 in a namespace of its own."""
+
+    ns: str
+    applied: tuple[Any, ...]  # the instance fingerprint of what is configured inside, as eth0 of `ns`
+
+
 class LinuxDataplane:
     def __init__(
         self,
@@ -158,20 +172,21 @@ class LinuxDataplane:
         self.host_ns = names.host_ns(host)
         self.router_prefix = names.router_ns_prefix(host)
         self.metadata_prefix = names.metadata_ns_prefix(host)
-        self.park_ns = names.park_ns(host)
+        self.park_ns = names.park_ns(host)  # the shared holding namespace of earlier versions: removed
+        self.managed_prefix = names.managed_ns_prefix(host)
         self.uplinks = dict(uplinks or {})
         # Direct (SR-IOV) ports are plugged by their own driver: a VF instead of a veth.
         self.sriov = sriov
-        # Pre-plumbed devices for ready pool ports (Kuryr's CNI half), parked in self.park_ns.
+        # Pre-plumbed devices for ready pool ports (Kuryr's CNI half), each parked in a namespace of its own.
         self.park = park
         # port id -> fingerprint of the configuration last applied inside the instance; lets a
         # reconcile skip entering namespaces whose ports have not changed.
         self._applied: dict[str, tuple[Any, ...]] = {}
-        # What the last pass applied, for incremental passes: bridge -> (mtu, index), parked port -> (network,
-        # mac, mtu), "metadata:<net>"/"router:<id>" -> (fingerprint, devices it wants, its namespace),
-        # and the (devices, uplinks, namespaces) the last pass kept.
+        # What the last pass applied, for incremental passes: bridge -> (mtu, index), parked port -> its
+        # namespace and configuration, "metadata:<net>"/"router:<id>" -> (fingerprint, devices it wants, its
+        # namespace), and the (devices, uplinks, namespaces) the last pass kept.
         self._bridges: dict[str, tuple[int, int]] = {}  # bridge -> (mtu, ifindex)
-        self._parked: dict[str, tuple[str, str, int]] = {}
+        self._parked: dict[str, _Parked] = {}
         self._done: dict[str, tuple[str, frozenset[str], str]] = {}
         self._kept: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
         self.nat = nat.NatTables()
@@ -202,19 +217,23 @@ class LinuxDataplane:
 
     def _apply(self, state: DesiredState, full: bool) -> list[PortReport]:
         reports: list[PortReport] = []
-        with netns.iproute(self.host_ns) as host, self._parking() as park:
+        with netns.iproute(self.host_ns) as host:
             links = _Links(host, prefetch=full)
             wanted: set[str] = set()
+            wanted_ns: set[str] = set()
             networks = self._needed_networks(state)
             for net_id in networks:
                 wanted.add(self._ensure_bridge(host, links, state["networks"][net_id], full))
             uplinks = self._ensure_uplinks(host, state, networks)
             for inst in state["instances"]:
-                reports += self._apply_instance(host, links, inst, state, wanted, full, park)
+                if names.is_managed_ns(self.host, inst["netns"]):  # one cloudnet provides: made here
+                    if not netns.exists(inst["netns"]):
+                        netns.create(inst["netns"])
+                    wanted_ns.add(inst["netns"])
+                reports += self._apply_instance(host, links, inst, state, wanted, full)
             if self.sriov is not None:
                 reports += self.sriov.apply(state)
-            self._apply_parked(host, links, state, wanted, full, park)
-            wanted_ns = set()
+            reports += self._apply_parked(host, links, state, wanted, wanted_ns, full)
             for net_id in networks:
                 if state["networks"][net_id].get("metadata_port"):
                     wanted_ns.add(self._apply_metadata(host, links, state["networks"][net_id], wanted, full))
@@ -258,24 +277,6 @@ class LinuxDataplane:
         known = self._bridges.get(names.bridge(network_id))
         return known[1] if known else _index(host, names.bridge(network_id))
 
-    @contextmanager
-    def _parking(self) -> Iterator[Callable[[], IPRoute]]:
-        """An rtnetlink socket in the holding namespace, opened (and the namespace made) on first use."""
-        opened: list[IPRoute] = []
-
-        def get() -> IPRoute:
-            if not opened:
-                netns.ensure(self.park_ns)
-                with netns.entered(self.park_ns):
-                    opened.append(IPRoute())
-            return opened[0]
-
-        try:
-            yield get
-        finally:
-            for ipr in opened:
-                ipr.close()
-
     def _ensure_uplinks(self, host: IPRoute, state: DesiredState, networks: list[str]) -> set[str]:
         """Bridge each external flat network to the interface mapped to its physical network."""
         used: set[str] = set()
@@ -312,7 +313,6 @@ class LinuxDataplane:
         state: DesiredState,
         wanted: set[str],
         full: bool,
-        park: Callable[[], IPRoute],
     ) -> list[PortReport]:
         reports = []
         for position, port_id in enumerate(inst["ports"]):
@@ -328,7 +328,7 @@ class LinuxDataplane:
                 reports.append(PortReport(port_id, "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details))
                 continue
             try:
-                self._plug(host, links, inst, position, port, network, state, park)
+                self._plug(host, links, inst, position, port, network, state, fingerprint)
             except netns.NamespaceMissing:
                 log.warning("instance %s: network namespace %s does not exist", inst["id"], inst["netns"])
                 reports.append(PortReport(port_id, "DOWN", "binding_failed", {"reason": "netns missing"}))
@@ -370,9 +370,12 @@ class LinuxDataplane:
         port: dict[str, Any],
         network: dict[str, Any],
         state: DesiredState,
-        park: Callable[[], IPRoute],
+        fingerprint: tuple[Any, ...],
     ) -> None:
         tap, ifname, mac, mtu = names.tap(port["id"]), f"eth{position}", port["mac_address"], network["mtu"]
+        parked = self._parked.pop(port["id"], None)
+        if parked is not None and parked.ns == inst["netns"] and parked.applied == fingerprint:
+            return  # the instance took over the parked device's namespace, configured as it wants it
         bridge = self._bridge_index(host, port["network_id"])
         state_up = "up" if port["admin_state_up"] else "down"
         # Every netlink round trip through pyroute2 costs ~0.3-0.7 ms of Python, several times what the
@@ -387,7 +390,9 @@ class LinuxDataplane:
             else:
                 if current:  # a stale ethN from an earlier plug: its veth pair goes with it
                     _delete(guest, current[0])
-                unparked = self._unpark(host, links, park, port, inst["netns"], ifname)
+                unparked = None
+                if parked is not None and parked.ns != inst["netns"]:
+                    unparked = self._unpark(links, port, parked.ns, inst["netns"], ifname)
                 if unparked is None:
                     peer = {"ifname": ifname, "address": mac, "mtu": mtu}
                     idx = self._create_veth(host, links, tap, peer, inst["netns"], master=bridge)
@@ -433,87 +438,130 @@ class LinuxDataplane:
 
     # -- parked pool devices --------------------------------------------------------------------
 
-    def _unpark(
-        self, host: IPRoute, links: _Links, park: Callable[[], IPRoute], port: dict[str, Any], ns: str, ifname: str
-    ) -> int | None:
-        """Attach a pool port's parked device: one move into the instance (renamed ethN on the way).
-        Its ifindex in the instance, or None when there is no parked device to attach."""
-        if not self.park or names.tap(port["id"]) not in links or not netns.exists(self.park_ns):
-            return None
-        parked = park().link_lookup(ifname=names.tap_peer(port["id"]))
-        if not parked:
-            return None
-        fd = netns.fd_of(ns)
+    def _unpark(self, links: _Links, port: dict[str, Any], parked_ns: str, ns: str, ifname: str) -> int | None:
+        """Attach a parked device to an instance with a namespace of its own: one move (renamed ethN on the
+        way; its addresses stay behind). Its ifindex in the instance, or None when it is not there any more.
+        The parked namespace, empty now, goes."""
+        tap = names.tap(port["id"])
         try:
-            park().link("set", index=parked[0], net_ns_fd=fd, ifname=ifname)
+            with netns.iproute(parked_ns) as park:
+                found = park.link_lookup(ifname="eth0")
+                if not found or tap not in links:
+                    return None
+                fd = netns.fd_of(ns)
+                try:
+                    park.link("set", index=found[0], net_ns_fd=fd, ifname=ifname)
+                finally:
+                    os.close(fd)
+        except netns.NamespaceMissing:
+            return None
         finally:
-            os.close(fd)
-        self._parked.pop(port["id"], None)
-        links.refresh(names.tap(port["id"]))
-        return int(links[names.tap(port["id"])].get_attr("IFLA_LINK"))
+            netns.remove(parked_ns)
+        links.refresh(tap)
+        return int(links[tap].get_attr("IFLA_LINK"))
 
     def _apply_parked(
-        self, host: IPRoute, links: _Links, state: DesiredState, wanted: set[str], full: bool,
-        park: Callable[[], IPRoute],
-    ) -> None:  # fmt: skip
-        """One parked device per ready pool port of this host; devices beyond the pool are removed."""
-        pool = state.get("pool_ports", {}) if self.park else {}
+        self, host: IPRoute, links: _Links, state: DesiredState, wanted: set[str], wanted_ns: set[str], full: bool
+    ) -> list[PortReport]:
+        """One parked device per ready pool port of this host, each in its own namespace, reported with it
+        (`prepared_netns`); devices and namespaces beyond the pool are collected. Without parking, a ready
+        port still offering a namespace (parked before a restart) is reported as offering none."""
+        pool = state.get("pool_ports", {})
+        reports = []
+        if not self.park:
+            self._parked.clear()
+            for port_id, port in sorted(pool.items()):
+                if "prepared_netns" in (port.get("binding:vif_details") or {}):
+                    reports.append(PortReport(port_id, "DOWN", port.get("binding:vif_type") or "unbound", {}))
+            return reports
         for port_id, port in sorted(pool.items()):
             network = state["networks"].get(port["network_id"])
             if network is None:
                 continue
-            wanted.add(names.tap(port_id))
-            mark = (port["network_id"], port["mac_address"], network["mtu"])
-            if not full and self._parked.get(port_id) == mark:
-                continue
-            self._park(host, links, park(), port, network)
-            self._parked[port_id] = mark
-        gone = set(self._parked) - set(pool)
-        for port_id in gone:
-            del self._parked[port_id]
-        if (full or gone) and netns.exists(self.park_ns):
-            keep = {names.tap_peer(p) for p in pool}
-            for msg in park().get_links():
-                name = _ifname(msg)
-                if name != "lo" and name not in keep:
-                    _delete(park(), msg["index"])  # its host end goes with it
-        if full and not pool and netns.exists(self.park_ns):
-            netns.remove(self.park_ns)
+            tap = names.tap(port_id)
+            wanted.add(tap)
+            known = self._parked.get(port_id)
+            current = known is not None and known.applied == self._fingerprint({"netns": known.ns}, 0, port,
+                                                                                network, state)  # fmt: skip
+            if full or known is None or not current:
+                offered = (port.get("binding:vif_details") or {}).get("prepared_netns")
+                candidate = known.ns if known else offered if isinstance(offered, str) else None
+                ns = self._park(host, links, port, network, state, candidate)
+                known = self._parked[port_id] = _Parked(ns, self._fingerprint({"netns": ns}, 0, port, network, state))
+            wanted_ns.add(known.ns)
+            details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": "eth0",
+                       "prepared_netns": known.ns}  # fmt: skip
+            reports.append(PortReport(port_id, "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details))
+        for port_id in set(self._parked) - set(pool):
+            del self._parked[port_id]  # gone: its device and namespace are collected
+        return reports
 
-    def _park(self, host: IPRoute, links: _Links, park: IPRoute, port: dict[str, Any], network: dict[str, Any]) -> None:
-        tap, peer, mac, mtu = names.tap(port["id"]), names.tap_peer(port["id"]), port["mac_address"], network["mtu"]
-        found = park.link_lookup(ifname=peer)
-        if tap in links and found:  # parked already (e.g. by the agent before a restart): reuse it
-            msg = park.get_links(found[0])[0]
-            if _mac(msg) != mac or msg.get("mtu") != mtu:
-                park.link("set", index=found[0], address=mac, mtu=mtu)
-        elif not self._repark(host, links, park, port):
-            if found:
-                _delete(park, found[0])
-            self._create_veth(host, links, tap, {"ifname": peer, "address": mac, "mtu": mtu}, self.park_ns)
+    def _park(
+        self, host: IPRoute, links: _Links, port: dict[str, Any], network: dict[str, Any], state: DesiredState,
+        candidate: str | None,
+    ) -> str:  # fmt: skip
+        """The port's device parked and configured as eth0 of a namespace of its own; returns the namespace.
+        `candidate` (where it was parked before, e.g. by the agent before a restart) is reused when the device
+        is still there; a released device is moved back from its instance; otherwise a new pair is made."""
+        tap, mac, mtu = names.tap(port["id"]), port["mac_address"], network["mtu"]
         bridge = self._bridge_index(host, port["network_id"])
-        host.link("set", index=links[tap]["index"], master=bridge, mtu=mtu, state="up")
+        if candidate and names.is_managed_ns(self.host, candidate) and self._still_parked(links, candidate, tap, mac):
+            ns, fresh = candidate, False
+        else:
+            ns = names.new_managed_ns(self.host)
+            netns.create(ns)
+            fresh = not self._repark(links, port, ns)
+            if fresh:
+                if tap in links:  # its peer is lost (an instance namespace gone meanwhile, an agent restart)
+                    _delete(host, links[tap]["index"])
+                    links.discard(tap)
+                self._create_veth(host, links, tap, {"ifname": "eth0", "address": mac, "mtu": mtu}, ns, master=bridge)
+        with netns.iproute(ns) as park:
+            idx = park.link_lookup(ifname="eth0")[0]
+            if not fresh:
+                host.link("set", index=links[tap]["index"], master=bridge, mtu=mtu, state="up")
+                park.link("set", index=idx, address=mac, mtu=mtu)
+            park.link("set", index=idx, state="up" if port["admin_state_up"] else "down")
+            if port["admin_state_up"]:
+                _wait_forwarding(host, links[tap]["index"])  # taken over at once, it must pass traffic at once
+            self._configure_addresses(park, idx, port, fresh=fresh)
+            self._configure_routes(park, idx, port, state, default=True)
+        return ns
 
-    def _repark(self, host: IPRoute, links: _Links, park: IPRoute, port: dict[str, Any]) -> bool:
-        """A released port's device goes back to the holding namespace instead of being destroyed
-        (its addresses and routes go with the move)."""
-        applied = self._applied.get(port["id"])
+    @staticmethod
+    def _still_parked(links: _Links, ns: str, tap: str, mac: str) -> bool:
+        """Is `ns` the parked namespace of the device whose host end is `tap` (eth0 inside, its peer)?"""
+        if tap not in links:
+            return False
+        try:
+            with netns.iproute(ns) as park:
+                index = _index(park, "eth0")
+                eth0 = None if index is None else park.get_links(index)[0]
+        except netns.NamespaceMissing:
+            return False
+        return eth0 is not None and _mac(eth0) == mac and eth0.get_attr("IFLA_LINK") == links[tap]["index"]
+
+    def _repark(self, links: _Links, port: dict[str, Any], ns: str) -> bool:
+        """A released port's device goes back to a namespace of its own (`ns`, renamed eth0) instead of being
+        destroyed; its addresses and routes stay behind. False when it is not where its instance had it."""
+        applied = self._applied.pop(port["id"], None)
         if applied is None or names.tap(port["id"]) not in links:
             return False
-        ns, position, mac = applied[0], applied[1], applied[2]
+        old, position, mac = applied[0], applied[1], applied[2]
         try:
-            with netns.iproute(ns) as guest:
+            with netns.iproute(old) as guest:
                 found = guest.link_lookup(ifname=f"eth{position}")
                 if not found or _mac(guest.get_links(found[0])[0]) != mac:
                     return False
-                fd = netns.fd_of(self.park_ns)
+                fd = netns.fd_of(ns)
                 try:
                     guest.link("set", index=found[0], state="down")
-                    guest.link("set", index=found[0], net_ns_fd=fd, ifname=names.tap_peer(port["id"]))
+                    guest.link("set", index=found[0], net_ns_fd=fd, ifname="eth0")
                 finally:
                     os.close(fd)
         except netns.NamespaceMissing:
             return False
+        links.refresh(names.tap(port["id"]))
         return True
 
     @staticmethod
@@ -726,10 +774,18 @@ class LinuxDataplane:
             if ns not in namespaces:
                 netns.remove(ns)
                 self.nat.forget(ns)
+        # Namespaces cloudnet provided: of instances gone, of parked devices taken or gone. (What runs in one
+        # keeps it alive; only its name goes.)
+        for ns in netns.names(self.managed_prefix):
+            if ns not in namespaces:
+                netns.remove(ns)
+        netns.remove(self.park_ns)
 
     def teardown(self) -> None:
         """Remove everything of this host (routers, then the host namespace with its devices)."""
-        for ns in netns.names(self.router_prefix) + netns.names(self.metadata_prefix):
+        for ns in (
+            netns.names(self.router_prefix) + netns.names(self.metadata_prefix) + netns.names(self.managed_prefix)
+        ):
             netns.remove(ns)
             self.nat.forget(ns)
         netns.remove(self.park_ns)

@@ -7,11 +7,12 @@ never touches anybody else's devices. Namespaces carry the `cloudnet-` prefix.
 from __future__ import annotations
 
 import hashlib
+import uuid
 
 IFNAMSIZ = 15
 BRIDGE = "cnb-"  # a network's bridge, in the host namespace
 TAP = "cnt-"  # host end of an instance port's veth
-TAP_PEER = "cni-"  # instance end, before it is moved and renamed ethN
+TAP_PEER = "cni-"  # instance end parked by earlier versions (still collected when found)
 ROUTER_LEG = "cnq-"  # host end of a router interface's veth
 GATEWAY_LEG = "cng-"  # host end of a router gateway's veth
 METADATA_LEG = "cnm-"  # host end of a metadata namespace's veth
@@ -22,7 +23,11 @@ PREFIXES = (BRIDGE, TAP, TAP_PEER, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADA
 HOST_NS_PREFIX = "cloudnet-host-"
 ROUTER_NS_PREFIX = "cloudnet-router-"
 METADATA_NS_PREFIX = "cloudnet-meta-"
-PARK_NS_PREFIX = "cloudnet-park-"
+PARK_NS_PREFIX = "cloudnet-park-"  # (the shared holding namespace of earlier versions: removed when found)
+# Namespaces cloudnet provides: an instance's, when its create named none, and each parked pool device's own
+# (handed to the instance that claims the port). The name is chosen once, at random, and never reused.
+MANAGED_NS_PREFIX = "cloudnet-ns-"
+RESERVED_NS_PREFIX = "cloudnet-"  # callers may not name their namespaces so
 
 
 def _short(resource_id: str, prefix: str) -> str:
@@ -35,10 +40,6 @@ def bridge(network_id: str) -> str:
 
 def tap(port_id: str) -> str:
     return _short(port_id, TAP)
-
-
-def tap_peer(port_id: str) -> str:
-    return _short(port_id, TAP_PEER)
 
 
 def router_leg(port_id: str) -> str:
@@ -92,8 +93,22 @@ def metadata_ns(host: str, network_id: str) -> str:
 
 
 def park_ns(host: str) -> str:
-    """The holding namespace of a host's parked pool devices (veth peers waiting for an instance)."""
+    """The shared holding namespace earlier versions parked pool devices in (now one namespace per device)."""
     return f"{PARK_NS_PREFIX}{hashlib.sha1(host.encode()).hexdigest()[:6]}"
+
+
+def managed_ns_prefix(host: str) -> str:
+    # Per host, like routers: two agents on one machine never collect each other's namespaces.
+    return f"{MANAGED_NS_PREFIX}{hashlib.sha1(host.encode()).hexdigest()[:6]}-"
+
+
+def new_managed_ns(host: str) -> str:
+    """A fresh name for a namespace cloudnet provides on `host`."""
+    return managed_ns_prefix(host) + uuid.uuid4().hex
+
+
+def is_managed_ns(host: str, name: str) -> bool:
+    return name.startswith(managed_ns_prefix(host))
 
 
 def is_ours(ifname: str) -> bool:

@@ -7,7 +7,10 @@ nftables sockets opened inside belong to that namespace without forking a helper
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
+import socket
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +20,7 @@ from pyroute2 import netns as pr_netns
 
 RUN_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -33,13 +37,73 @@ def exists(name_or_path: str) -> bool:
     return os.path.exists(path_of(name_or_path))
 
 
+MS_BIND = 4096
+MS_REC = 16384
+MS_SHARED = 1 << 20
+_shared_run_dir = False
+
+
+def _share_run_dir() -> None:
+    """Make RUN_DIR a shared mount, as `ip netns add` does, so that namespaces mounted here are seen from
+    other mount namespaces (a container runtime's) too. Once per process."""
+    global _shared_run_dir
+    if _shared_run_dir:
+        return
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    target = str(RUN_DIR).encode()
+
+    def share() -> bool:
+        return _libc.mount(b"none", target, b"none", MS_SHARED | MS_REC, None) == 0
+
+    # Not a mount point yet: bind it onto itself first.
+    if not share() and (_libc.mount(target, target, b"none", MS_BIND | MS_REC, None) != 0 or not share()):
+        err = ctypes.get_errno()
+        raise OSError(err, f"sharing {RUN_DIR}: {os.strerror(err)}")
+    _shared_run_dir = True
+
+
+def create(name: str) -> None:
+    """A new, empty namespace mounted at RUN_DIR/name. Made on the calling thread (unshare, bind-mount its
+    namespace, setns back): about 0.5 ms, where pyroute2's netns.create forks a process (about 5 ms)."""
+    _share_run_dir()
+    path = path_of(name)
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0))
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc.unshare(CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            os.unlink(path)
+            raise OSError(err, f"unshare: {os.strerror(err)}")
+        try:
+            if _libc.mount(b"/proc/thread-self/ns/net", path.encode(), b"none", MS_BIND, None) != 0:
+                err = ctypes.get_errno()
+                os.unlink(path)
+                raise OSError(err, f"mounting namespace {name}: {os.strerror(err)}")
+            _loopback_up()
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
+
+
+def _loopback_up() -> None:
+    """Bring up `lo` of the calling thread's namespace (two ioctls: cheaper than a netlink socket)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = bytearray(struct.pack("16sH22x", b"lo", 0))
+        fcntl.ioctl(sock, SIOCGIFFLAGS, request)
+        flags = struct.unpack_from("H", request, 16)[0]
+        if not flags & IFF_UP:
+            struct.pack_into("H", request, 16, flags | IFF_UP)
+            fcntl.ioctl(sock, SIOCSIFFLAGS, request)
+
+
 def ensure(name: str) -> None:
+    """The namespace exists, with `lo` up."""
     if not exists(name):
-        pr_netns.create(name)
-    with iproute(name) as ipr:
-        lo = ipr.link_lookup(ifname="lo")
-        if lo:
-            ipr.link("set", index=lo[0], state="up")
+        create(name)
+        return
+    with entered(name):
+        _loopback_up()
 
 
 def remove(name: str) -> None:
