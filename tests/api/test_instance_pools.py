@@ -65,6 +65,7 @@ def ready_ids(api: httpx.Client, pool_id: str) -> set[str]:
 def test_first_instance_creates_the_pool_and_claims_from_it(api: httpx.Client, net: Json) -> None:
     assert the_pools(api) == []
     first = new_instance(api, "vm1", net["id"])
+    assert api.get(f"/instances/{first['id']}").json()["instance"] == first  # (its port's shape from the claim)
     (pool,) = the_pools(api)
     assert (pool["host"], pool["network_id"], pool["project_id"]) == (HOST, net["id"], first["project_id"])
     # Filled synchronously with one batch of 4; the instance holds one of them.

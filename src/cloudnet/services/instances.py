@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -92,6 +93,32 @@ class InstanceUpdate(Body):
     metadata_tokens: MetadataTokens | None = None
 
 
+def _net(p: dict[str, Any]) -> dict[str, Any]:
+    """An instance's NIC, from its port's API shape."""
+    keys = ("network_id", "mac_address", "fixed_ips", "status", "binding:vnic_type")
+    return {"port_id": p["id"], **{k: p[k] for k in keys}}
+
+
+def _shape(r: Mapping[str, Any], tags: list[str] | None, nets: list[dict[str, Any]]) -> dict[str, Any]:
+    """The API shape of an instance, from its column values, tags and NICs."""
+    d = common.standard_fields(r, tags)
+    d.update(
+        {
+            "hostname": r["hostname"],
+            "host": r["host"],
+            "netns": r["netns"],
+            "user_data": r["user_data"],
+            "metadata": r["meta"],
+            "ssh_keys": r["ssh_keys"],
+            "metadata_tokens": r["metadata_tokens"],
+            "nets": nets,
+            # ACTIVE once every port is plugged and reported by the host's agent.
+            "status": "ACTIVE" if {n["status"] for n in nets} <= {"ACTIVE"} else "BUILD",
+        }
+    )
+    return d
+
+
 def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
     links = conn.execute(
@@ -103,33 +130,9 @@ def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     for iid, pid in links:
         p = port_info.get(pid)
         if p is not None:
-            nets[iid].append(
-                {
-                    "port_id": pid, "network_id": p["network_id"], "mac_address": p["mac_address"],
-                    "fixed_ips": p["fixed_ips"], "status": p["status"], "binding:vnic_type": p["binding:vnic_type"],
-                }
-            )  # fmt: skip
+            nets[iid].append(_net(p))
     tags = common.load_tags(conn, ids)
-    out = []
-    for r in rows:
-        d = common.standard_fields(r, tags.get(r.id))
-        statuses = {n["status"] for n in nets.get(r.id, [])}
-        d.update(
-            {
-                "hostname": r.hostname,
-                "host": r.host,
-                "netns": r.netns,
-                "user_data": r.user_data,
-                "metadata": r.meta,
-                "ssh_keys": r.ssh_keys,
-                "metadata_tokens": r.metadata_tokens,
-                "nets": nets.get(r.id, []),
-                # ACTIVE once every port is plugged and reported by the host's agent.
-                "status": "ACTIVE" if statuses <= {"ACTIVE"} else "BUILD",
-            }
-        )
-        out.append(d)
-    return out
+    return [_shape(r._mapping, tags.get(r.id), nets.get(r.id, [])) for r in rows]
 
 
 def _visible(ctx: Context) -> Any:
@@ -162,11 +165,12 @@ def _default_host(tx: Tx) -> str:
 def create_instances(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     specs = [parse(InstanceCreate, b) for b in bodies]
     with store.write() as tx:
-        ids = [_create(tx, ctx, spec) for spec in specs]
-        return [_reload(tx.conn, i) for i in ids]
+        return [_create(tx, ctx, spec) for spec in specs]
 
 
-def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
+def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
+    """Create one instance; its API shape, built from what was written (a claimed port's shape comes with
+    the claim; only other ports are read back)."""
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
     host = spec.host or _default_host(tx)
     if spec.host and not tx.conn.execute(select(t.hosts.c.name).where(t.hosts.c.name == host)).first():
@@ -178,6 +182,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
     instance_id = row["id"]
     binding = {"device_id": instance_id, "device_owner": DEVICE_OWNER, "host_id": host}
     links: list[dict[str, Any]] = []
+    claimed_ports: dict[str, dict[str, Any]] = {}
     seen: set[str] = set()
     for position, net in enumerate(spec.nets):
         direct = False
@@ -203,6 +208,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
                 (port_id,) = ports.create_in_tx(tx, ctx, [port_spec])
             else:
                 port_id = claimed["id"]
+                claimed_ports[port_id] = claimed
                 if position == 0 and row["netns"] is None:
                     row["netns"] = _parked_namespace(claimed, host)
             created = True
@@ -222,7 +228,11 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> str:
             P.c.id.in_([link["port_id"] for link in links])))}):  # fmt: skip
         metadata_ports.ensure(tx, network_id)
     tx.record("instance", instance_id, "create", row["project_id"])
-    return str(instance_id)
+    others = [link["port_id"] for link in links if link["port_id"] not in claimed_ports]
+    if others:
+        rows = tx.conn.execute(select(P).where(P.c.id.in_(others))).all()
+        claimed_ports.update((p["id"], p) for p in ports.to_dicts(tx.conn, list(rows)))
+    return _shape(row, [], [_net(claimed_ports[link["port_id"]]) for link in links])
 
 
 def _parked_namespace(port: dict[str, Any], host: str) -> str | None:
