@@ -234,7 +234,7 @@ def report(results: dict[str, dict[str, float]], instances: int) -> None:
         row(f"{labels[mode]}: POST -> ping gateway, p50", ms(fig["p50"]), "< 150 ms", fig["p50"] < 0.150)
         row(f"{labels[mode]}: POST -> ping gateway, p99", ms(fig["p99"]), "(no target)")
         row(f"{labels[mode]}: POST /v2.0/instances answer, median", ms(fig["api"]), "(no target)")
-        what = "until their devices are gone" if mode == "unpooled" else "(ports back to the pool)"
+        what = "until their devices are gone" if mode.startswith("unpooled") else "(ports back to the pool)"
         row(f"{labels[mode]}: delete all {instances} {what}", ms(fig["delete"]), "(no target)")
     for mode, base, target in RATIOS:
         if mode in results and base in results:
