@@ -83,7 +83,7 @@ class AgentConfig:
     sriov: dict[str, list[str]] = field(default_factory=dict)
     sriov_exclude: dict[str, set[str]] = field(default_factory=dict)
     sysfs_root: Path = Path("/sys")
-    # Pre-plumbed devices for ready pool ports, parked in a holding namespace (--park-pool-devices).
+    # Pre-plumbed devices for ready pool ports, each in a namespace of its own (--park-pool-devices).
     park_pool_devices: bool = False
 
     @property

@@ -30,8 +30,9 @@ ParkPoolDevices = Annotated[
     bool,
     typer.Option(
         "--park-pool-devices/--no-park-pool-devices",
-        help="Pre-plumb a veth for each ready pool port, parked in a holding namespace (attach = one namespace "
-        "move; on kernels where a move costs an RCU barrier this is slower than creating in place).",
+        help="Pre-plumb a veth for each ready pool port, configured as eth0 of a namespace of its own: an "
+        "instance created without a namespace takes it over (nothing to plug); into an instance's own "
+        "namespace it is one move, which on kernels where a move costs an RCU barrier is slower than a new veth.",
     ),
 ]
 PoolMin = Annotated[int, typer.Option(min=0, help="Ready ports every port pool keeps (refilled below it).")]
