@@ -473,6 +473,47 @@ def test_behind_the_agent_and_the_linux_dataplane(cloud: Cloud, server: RunningS
         metadata.stop()
 
 
+@pytest.mark.skipif(not _cloud_init_available(), reason="Debian package cloud-init is not installed")
+def test_a_taken_over_parked_namespace_reads_its_metadata_at_once(cloud: Cloud, server: RunningServer) -> None:
+    """--park-pool-devices: an instance created without a namespace takes over a parked one and boots at once;
+    cloud-init's reader, started as the API answers, gets the instance's own metadata."""
+    app = MetadataApp(server.store, SECRET, Settings(), poll_interval=0.05)
+    metadata = RunningMetadata.start(app)
+    proxy = MetadataProxy(cloud.host, metadata.url, SECRET, retry_interval=0.1, burst=200)
+    try:
+        cloud.agent = Agent(ApiClient(server.url, cloud.host, "admin"), LinuxDataplane(cloud.host, park=True),
+                            heartbeat_interval=0.5, poll_timeout=1, observers=[proxy])  # fmt: skip
+        cloud._thread = threading.Thread(target=cloud.agent.run, daemon=True)
+        cloud._thread.start()
+        assert cloud.agent.synced.wait(15)
+        net, _sub = cloud.network("ho", "10.96.0.0/24")
+        r = cloud.api.post("/port-pools/claim", json={"claim": {"host": cloud.host, "network_id": net["id"]}})
+        assert r.status_code == 201, r.text
+        ready = {"network_id": net["id"], "device_owner": "compute:cloudnet-pool"}
+
+        def parked() -> bool:  # every ready port offered with its namespace, ACTIVE (the proxy serves)
+            found = cloud.api.get("/ports", params=ready).json()["ports"]
+            return bool(found) and all(p["status"] == "ACTIVE" and p["binding:vif_details"].get("prepared_netns")
+                                       for p in found)  # fmt: skip
+
+        cloud.wait_for(parked, what="parked ready ports")
+        r = cloud.api.post("/instances", json={"instance": {"name": "ho-vm", "hostname": "ho-vm", "host": cloud.host,
+                                                            "nets": [{"network": net["id"]}]}})  # fmt: skip
+        assert r.status_code == 201, r.text
+        inst = r.json()["instance"]
+        assert inst["status"] == "ACTIVE" and names.is_managed_ns(cloud.host, inst["netns"])
+        run = subprocess.run(["ip", "netns", "exec", inst["netns"], DEBIAN_PYTHON, READER, "http://169.254.169.254"],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        got = json.loads(run.stdout)
+        assert got["openstack"]["metadata"]["uuid"] == inst["id"]
+        assert got["ec2_metadata"]["local-ipv4"] == inst["nets"][0]["fixed_ips"][0]["ip_address"]
+    finally:
+        cloud.stop_agent()
+        proxy.close()
+        metadata.stop()
+
+
 def test_slow_guests_and_a_silent_api_are_cut_off(env: Env) -> None:
     net, _sub = env.network("10.95.0.0/24")
     inst = env.instance(net, "10.95.0.10", "vm")

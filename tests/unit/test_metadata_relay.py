@@ -130,6 +130,14 @@ def test_callers_by_network_and_address() -> None:
     assert callers.networks == {"n1", "n2", "n3"} and callers.instances == {"i-a", "i-b", "i-c", "i-d"}
 
 
+def test_networks_with_only_pool_ports_are_served_too() -> None:
+    # A network whose metadata namespace the dataplane built ahead (pool ports, no instance yet) is served, so
+    # that a guest taking over a parked namespace finds the proxy listening; one without a metadata port is not.
+    state = {**STATE, "networks": {"n4": {"metadata_port": {"id": "m4"}}, "n5": {"metadata_port": None}}}
+    callers = Callers(state, "s")
+    assert callers.networks == {"n1", "n2", "n3", "n4"} and callers.find("n4", "10.0.0.10") is None
+
+
 def test_address_helpers() -> None:
     assert canonical_ip("::ffff:192.0.2.1") == "192.0.2.1" and canonical_ip("x") is None
     assert mac_of_link_local("fe80::a8bb:ccff:fedd:eeff") == "aa:bb:cc:dd:ee:ff"

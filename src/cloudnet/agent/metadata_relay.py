@@ -106,7 +106,10 @@ class Callers:
             if instance_id not in signatures:
                 signatures[instance_id] = signing.sign(secret, instance_id)  # once per instance, not per request
             self._table[key] = Caller(instance_id, project_id, signatures[instance_id])
-        self.networks = frozenset(net for net, _a in found)
+        # Served: the networks of this host's instances, and every network the dataplane made a metadata
+        # namespace for (pool ports plumb theirs ahead: a guest taking over a parked device asks at once).
+        served = {nid for nid, net in state.get("networks", {}).items() if net.get("metadata_port")}
+        self.networks = frozenset(served | {net for net, _a in found})
         self.instances = frozenset(inst["id"] for inst in state.get("instances", []))
 
     def find(self, network_id: str, source: str) -> Caller | None:
