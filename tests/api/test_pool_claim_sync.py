@@ -8,7 +8,8 @@ from typing import Any
 
 import httpx
 
-from tests.support.api import create
+from cloudnet.store.db import Store
+from tests.support.api import create, network_on_host
 
 Json = dict[str, Any]
 HOST = "node-1"
@@ -33,3 +34,27 @@ def test_a_network_unshared_by_another_server_is_no_longer_claimed_from(
     r = claim_r(alice, net["id"])
     assert r.status_code == 404, r.text
     assert r.json()["NeutronError"]["type"] == "NetworkNotFound"
+
+
+def test_a_claim_publishing_its_own_event_keeps_the_log_and_the_caches_exact(
+    api: httpx.Client, other: httpx.Client, store: Store
+) -> None:
+    """On PostgreSQL a claim writes its event in its own statement; a claim that then syncs (another server
+    wrote meanwhile) syncs only what was committed, never its own uncommitted revision; the log stays gap-free."""
+    net = network_on_host(api, HOST, "logged", "10.0.0.0/24")
+    for _ in range(2):  # pool made and filled, hints loaded
+        assert claim_r(api, net["id"]).status_code == 201
+    for i in range(3):
+        create(other, "networks", "network", name=f"foreign-{i}")  # another server's writes meanwhile
+        r = claim_r(api, net["id"])
+        assert r.status_code == 201, r.text
+        assert store.changes.seen is not None and store.changes.seen <= store.current_revision()
+    events = api.get("/events", params={"since": 0, "limit": 1000}).json()["events"]
+    revisions = [e["revision"] for e in events]
+    assert revisions == list(range(revisions[0], revisions[0] + len(revisions)))  # no gap, no repeat
+    claimed = [e for e in events if e["resource"] == "port" and e["resource_id"] == r.json()["port"]["id"]]
+    assert claimed and claimed[-1]["operation"] == "update"
+    # Nothing stale: a network another server makes now is claimed from at once.
+    late = create(other, "networks", "network", name="late")
+    create(other, "subnets", "subnet", network_id=late["id"], cidr="10.1.0.0/24")
+    assert claim_r(api, late["id"]).status_code == 201

@@ -159,6 +159,30 @@ def test_revisions_of_own_transactions_still_finishing_are_not_foreign(store: St
     assert seen.told == [([("network", "theirs")], False)]
 
 
+def test_a_sync_after_an_own_uncommitted_bump_goes_only_up_to_what_was_committed(store: Store, second: Store) -> None:
+    """A transaction that bumped the counter itself (a PostgreSQL claim publishing its event with its statement)
+    and then syncs: up to the revision it saw before its bump, never to its own, uncommitted one (which a
+    rollback undoes, and which another transaction may then commit with another event)."""
+    seen = Recorder()
+    store.changes.watch(seen)
+    sync(store)
+    write(second, ("network", "theirs"))  # foreign, committed
+    committed = store.current_revision()
+    seen.told.clear()
+    with pytest.raises(RuntimeError), store.write() as tx:
+        tx.synced = True  # a deferred sync (services/pools.py)
+        tx.conn.execute(update(t.revision_counter).values(value=t.revision_counter.c.value + 1))  # own bump
+        tx.synced = False
+        tx.sync(upto=committed)
+        assert store.changes.seen == committed
+        raise RuntimeError("rolled back")
+    assert store.changes.seen == committed == store.current_revision()
+    assert seen.told == [([("network", "theirs")], False)]  # told once, and never of a full reset
+    write(second, ("network", "next"))  # the revision the rolled-back bump had: theirs now, and seen
+    sync(store)
+    assert seen.told[-1] == ([("network", "next")], False)
+
+
 def test_caches_follow_a_network_change_made_elsewhere(store: Store, second: Store) -> None:
     ctx = Context.admin("p")
     alice = Context(project_id="alice")

@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, overload
 
 from pydantic import Field
-from sqlalchemy import Connection, String, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, String, bindparam, delete, func, insert, literal, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
@@ -362,7 +362,31 @@ def _claim_stmt(dialect: str) -> Executable:
     return stmt.where(*cond, P.c.id == locked.scalar_subquery()).returning(*P.c, *_related(dialect), _revision())
 
 
+def _claim_publishing_stmt(dialect: str) -> Executable:
+    """PostgreSQL, a claim alone in its transaction: the claim's UPDATE also bumps the revision counter and
+    writes the claim's event row (only when it took the port), one round trip instead of two."""
+    claimed = _claim_stmt(dialect).cte("claimed")
+    C, E = t.revision_counter, t.events
+    bumped = (
+        update(C).where(C.c.id == 1, select(claimed.c.id).exists())
+        .values(value=C.c.value + 1).returning(C.c.value).cte("bumped")
+    )  # fmt: skip
+    columns = ("revision", "resource", "resource_id", "operation", "project_id", "created_at")
+    written = select(
+        bumped.c.value,
+        literal("port"),
+        claimed.c.id,
+        literal("update"),
+        bindparam("project_id", type_=E.c.project_id.type),
+        bindparam("created_at", type_=E.c.created_at.type),
+    ).select_from(bumped.join(claimed, true()))
+    event = insert(E).from_select(list(columns), written).returning(E.c.revision).cte("event")
+    # (`event` runs whether or not the final SELECT reads it: PostgreSQL runs every data-modifying CTE once.)
+    return select(claimed, bumped.c.value.label("published")).select_from(claimed.join(bumped, true())).add_cte(event)
+
+
 _CLAIM = Prepared(_claim_stmt)
+_CLAIM_PUBLISHING = Prepared(_claim_publishing_stmt)
 _PORT_ROW = Prepared(
     lambda dialect: select(*P.c, *_related(dialect), _revision()).where(P.c.id == bindparam("port_id"))
 )
@@ -420,15 +444,26 @@ def _pop(mgr: Manager, pool_id: str, sgs: Bucket) -> tuple[str, Bucket, datetime
         return got
 
 
-def _claim_port(tx: Tx, port_id: str, values: dict[str, Any]) -> tuple[Any, ...] | None:
+def _claim_port(tx: Tx, port_id: str, values: dict[str, Any], project_id: str | None) -> tuple[Any, ...] | None:
+    """Take the port if it is still ready; its row as updated, or None. `project_id`: PostgreSQL may publish the
+    claim's event with the claim itself (a transaction with no event yet: `Tx.record_published`)."""
     params = {**values, "port_id": port_id}
-    if tx.conn.dialect.name == "postgresql":
+    if tx.conn.dialect.name != "postgresql":
+        return _PORT_ROW.first(tx.conn, params) if _CLAIM.rowcount(tx.conn, params) == 1 else None
+    if project_id is None or tx.events:
         return _CLAIM.first(tx.conn, params)
-    return _PORT_ROW.first(tx.conn, params) if _CLAIM.rowcount(tx.conn, params) == 1 else None
+    row = _CLAIM_PUBLISHING.first(tx.conn, {**params, "project_id": project_id, "created_at": tx.now})
+    if row is None:
+        return None
+    tx.record_published(Event("port", port_id, "update", project_id), int(row[-1]))
+    return row[:-1]
 
 
-def _take(tx: Tx, mgr: Manager, pool_id: str, sgs: Bucket, values: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Take a ready port, writing `values` to it; its row (as updated), or None when the pool has none."""
+def _take(
+    tx: Tx, mgr: Manager, pool_id: str, sgs: Bucket, values: dict[str, Any], publish: str | None = None
+) -> tuple[Any, ...] | None:
+    """Take a ready port, writing `values` to it; its row (as updated), or None when the pool has none.
+    `publish`: the project of the claim's event, which the claim may publish itself (see `_claim_port`)."""
     for fresh in (False, True):
         if fresh or pool_id not in mgr.ready:
             _load_ready(tx, mgr, pool_id)
@@ -439,7 +474,7 @@ def _take(tx: Tx, mgr: Manager, pool_id: str, sgs: Bucket, values: dict[str, Any
                 break
             port_id, bucket, idle = got
             try:
-                row = _claim_port(tx, port_id, values)
+                row = _claim_port(tx, port_id, values, publish)
             except BaseException:
                 mgr.taken(port_id, back=(pool_id, bucket, idle))
                 raise
@@ -464,7 +499,7 @@ def _take(tx: Tx, mgr: Manager, pool_id: str, sgs: Bucket, values: dict[str, Any
         port_id = tx.conn.execute(pick).scalar()
         if port_id is None:
             return None
-        row = _claim_port(tx, str(port_id), values)
+        row = _claim_port(tx, str(port_id), values, publish)
         if row is not None:
             return row
     return None
@@ -498,7 +533,9 @@ def _deferred(tx: Tx, revision: int, generation: int) -> None:
     seen = tx.store.changes.seen
     if seen is None or revision > seen:
         tx.synced = False
-        tx.sync()
+        # Up to what the claim saw, not the counter as this transaction reads it now: a claim that published
+        # its own event has bumped it, and its revision is not committed (nor ours to skip) before the commit.
+        tx.sync(upto=revision)
     if manager(tx.store).generation != generation:
         raise _Stale()
 
@@ -541,8 +578,10 @@ def claim_in_tx(
 def _claim(
     tx: Tx, ctx: Context, host: str, project_id: str, network_id: str, requested: list[str] | None, name: str,
     device_id: str, device_owner: str, *, fill: bool, create: bool, take_parked: bool = False,
+    alone: bool = False,
 ) -> dict[str, Any] | None:  # fmt: skip
-    """claim_in_tx, answering the claimed port in its API shape (built from what the claim wrote and read)."""
+    """claim_in_tx, answering the claimed port in its API shape (built from what the claim wrote and read).
+    `alone`: the claim is all its transaction writes (the claim API), so it may publish its event itself."""
     if device_owner == FREE_OWNER:
         raise InvalidInput(f"device_owner {FREE_OWNER} is reserved for ready pool ports")
     assert tx.store is not None
@@ -555,14 +594,15 @@ def _claim(
     if pool is None:
         pool = _info(_ensure_pool(tx, host, project_id, network_id, sgs), mgr.defaults)
     values = {"name": name, "device_id": device_id, "device_owner": device_owner, "updated_at": tx.now}
-    row = _take(tx, mgr, pool.id, sgs, values)
+    publish = project_id if alone else None
+    row = _take(tx, mgr, pool.id, sgs, values, publish)
     if row is None and fill:
         try:
             _fill_one_at_least(tx, tx.conn.execute(select(PP).where(PP.c.id == pool.id)).one(), sgs, mgr.defaults)
         except CloudnetError as exc:
             log.info("port pool %s cannot be filled: %s", pool.id, exc.message)
             return None
-        row = _take(tx, mgr, pool.id, sgs, values)
+        row = _take(tx, mgr, pool.id, sgs, values, publish)
     if row is None:
         return None
     n = len(_PORT_COLUMNS)
@@ -585,7 +625,8 @@ def _claim(
         groups = list(sgs)
     if sgs != pool.security_groups:  # refills now make ports of the latest claim's bucket
         _SET_POOL_GROUPS.cursor(tx.conn, {"pool_id": pool.id, "groups": list(sgs)})
-    tx.record("port", port_id, "update", project_id)
+    if not (tx.events and tx.events[0].resource_id == port_id and tx.prepublished is not None):
+        tx.record("port", port_id, "update", project_id)  # (else published with the claim)
     tx.notes.setdefault(HANDLED, set()).add(port_id)
     assert tx.store is not None
     store, info = tx.store, pool
@@ -665,7 +706,7 @@ def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool = True) -
             if not wait:
                 _defer_sync(tx)
             _check_host(tx, spec.host)
-            port = _claim(tx, *args, fill=False, create=True)
+            port = _claim(tx, *args, fill=False, create=True, alone=True)
             if port is not None or not wait:
                 return port
             key = _pool_key(spec.host, project, spec.network_id)
@@ -683,7 +724,7 @@ def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool = True) -
             reason = f": {exc.message}"
             break
         with store.write() as tx:
-            port = _claim(tx, *args, fill=False, create=True)
+            port = _claim(tx, *args, fill=False, create=True, alone=True)
             if port is not None:
                 return port
     raise ServiceUnavailable(

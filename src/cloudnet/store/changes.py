@@ -95,13 +95,14 @@ class Changes:
         for watcher in list(self._watchers):
             watcher(events, tx)
 
-    def sync(self, tx: Tx) -> None:
-        """Bring the caches up to the committed revision (once per transaction)."""
+    def sync(self, tx: Tx, upto: int | None = None) -> None:
+        """Bring the caches up to the committed revision, or to `upto` (a committed revision the transaction saw
+        in an earlier statement), once per transaction."""
         if tx.synced:
             return
         tx.synced = True
         before = self.seen  # the counter never goes back: below this, the log was reset
-        current = int(_REVISION.scalar(tx.conn) or 0)
+        current = upto if upto is not None else int(_REVISION.scalar(tx.conn) or 0)
         # After reading the counter: every own transaction at or below it is then told, or pending.
         with self._lock:
             seen, own, pending = self.seen, list(self._own), dict(self._pending)

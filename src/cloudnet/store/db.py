@@ -75,16 +75,28 @@ class Tx:
     synced: bool = False
     # What the services note about the transaction for their cache watchers (e.g. pool ports a claim took).
     notes: dict[str, Any] = field(default_factory=dict)
+    # The revision of an event its own statement already published (counter bumped, event row written: a
+    # PostgreSQL claim saves a round trip so); it is then the transaction's first event.
+    prepublished: int | None = None
     _on_commit: list[Callable[[], None]] = field(default_factory=list)
     _on_rollback: list[Callable[[], None]] = field(default_factory=list)
 
     def record(self, resource: str, resource_id: str, operation: str, project_id: str | None = None) -> None:
         self.events.append(Event(resource, resource_id, operation, project_id))
 
-    def sync(self) -> None:
-        """Bring this process's caches up to the committed revision before using them (once per transaction)."""
+    def record_published(self, event: Event, revision: int) -> None:
+        """An event whose statement bumped the counter to `revision` and wrote its row; only as the first event
+        of the transaction (the counter row stays locked until commit, so later events follow it directly)."""
+        if self.events or self.prepublished is not None:
+            raise RuntimeError("a pre-published event must be the transaction's first")
+        self.events.append(event)
+        self.prepublished = revision
+
+    def sync(self, upto: int | None = None) -> None:
+        """Bring this process's caches up to the committed revision before using them (once per transaction);
+        `upto`: a committed revision this transaction saw, instead of reading the counter."""
         if self.store is not None and not self.synced:
-            self.store.changes.sync(self)
+            self.store.changes.sync(self, upto)
 
     def after_commit(self, fn: Callable[[], None]) -> None:
         """Run `fn` once the transaction has committed (in-memory bookkeeping only: it must not fail)."""
@@ -275,6 +287,17 @@ class Store:
         """Bump the revision by the number of events and write their rows; the revisions they got."""
         if not tx.events:
             return None
+        if tx.prepublished is not None:
+            first, rest = tx.prepublished, tx.events[1:]
+            if rest:  # after it, as its bump keeps the counter row locked: first+1 ..
+                last = int(_BUMP.scalar(tx.conn, {"n": len(rest)}))
+                _INSERT_EVENTS.run(tx.conn, [
+                    {"revision": last - len(rest) + 1 + i, "resource": e.resource, "resource_id": e.resource_id,
+                     "operation": e.operation, "project_id": e.project_id, "created_at": tx.now}
+                    for i, e in enumerate(rest)
+                ])  # fmt: skip
+                return first, last
+            return first, first
         n = len(tx.events)
         if n == 1 and not self.is_sqlite:
             e = tx.events[0]
