@@ -446,46 +446,51 @@ def test_serving_follows_the_state_and_the_namespaces(env: Env) -> None:
 # -- with the real agent and dataplane --------------------------------------------------------------
 
 
-@pytest.mark.skipif(not _cloud_init_available(), reason="Debian package cloud-init is not installed")
-def test_behind_the_agent_and_the_linux_dataplane(cloud: Cloud, server: RunningServer) -> None:
-    """The proxy as the agent will run it: an observer of the desired state, in the namespaces the driver builds."""
+@contextlib.contextmanager
+def agent_with_proxy(cloud: Cloud, server: RunningServer, park: bool = False) -> Iterator[MetadataProxy]:
+    """The host's agent with the proxy as it runs it (an observer of the desired state, in the namespaces the
+    driver builds), and a metadata API on the server's store."""
     app = MetadataApp(server.store, SECRET, Settings(), poll_interval=0.05)
     metadata = RunningMetadata.start(app)
     proxy = MetadataProxy(cloud.host, metadata.url, SECRET, retry_interval=0.1, burst=200)  # 3 boots of reads
     try:
-        cloud.agent = Agent(ApiClient(server.url, cloud.host, "admin"), LinuxDataplane(cloud.host),
+        cloud.agent = Agent(ApiClient(server.url, cloud.host, "admin"), LinuxDataplane(cloud.host, park=park),
                             heartbeat_interval=0.5, poll_timeout=1, observers=[proxy])  # fmt: skip
         cloud._thread = threading.Thread(target=cloud.agent.run, daemon=True)
         cloud._thread.start()
         assert cloud.agent.synced.wait(15)
-        net, _sub = cloud.network("dp", "10.94.0.0/24")
-        inst = cloud.instance("dp-vm", [{"network": net["id"]}])
-        cloud.wait_for(lambda: proxy.serving(net["id"]), what="the proxy in the driver's metadata namespace")
-        run = subprocess.run(["ip", "netns", "exec", inst["netns"], DEBIAN_PYTHON, READER, "http://169.254.169.254"],
-                             capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        got = json.loads(run.stdout)
-        assert got["openstack"]["metadata"]["uuid"] == inst["id"]
-        assert got["ec2_metadata"]["local-ipv4"] == inst["nets"][0]["fixed_ips"][0]["ip_address"]
+        yield proxy
     finally:
         cloud.stop_agent()
         proxy.close()
         metadata.stop()
 
 
+def read_as_cloud_init(inst: dict[str, Any]) -> None:
+    """cloud-init's OpenStack and EC2 readers, run inside the instance, get its own metadata."""
+    run = subprocess.run(["ip", "netns", "exec", inst["netns"], DEBIAN_PYTHON, READER, "http://169.254.169.254"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["openstack"]["metadata"]["uuid"] == inst["id"]
+    assert got["ec2_metadata"]["local-ipv4"] == inst["nets"][0]["fixed_ips"][0]["ip_address"]
+
+
+@pytest.mark.skipif(not _cloud_init_available(), reason="Debian package cloud-init is not installed")
+def test_behind_the_agent_and_the_linux_dataplane(cloud: Cloud, server: RunningServer) -> None:
+    """The proxy as the agent will run it: an observer of the desired state, in the namespaces the driver builds."""
+    with agent_with_proxy(cloud, server) as proxy:
+        net, _sub = cloud.network("dp", "10.94.0.0/24")
+        inst = cloud.instance("dp-vm", [{"network": net["id"]}])
+        cloud.wait_for(lambda: proxy.serving(net["id"]), what="the proxy in the driver's metadata namespace")
+        read_as_cloud_init(inst)
+
+
 @pytest.mark.skipif(not _cloud_init_available(), reason="Debian package cloud-init is not installed")
 def test_a_taken_over_parked_namespace_reads_its_metadata_at_once(cloud: Cloud, server: RunningServer) -> None:
     """--park-pool-devices: an instance created without a namespace takes over a parked one and boots at once;
     cloud-init's reader, started as the API answers, gets the instance's own metadata."""
-    app = MetadataApp(server.store, SECRET, Settings(), poll_interval=0.05)
-    metadata = RunningMetadata.start(app)
-    proxy = MetadataProxy(cloud.host, metadata.url, SECRET, retry_interval=0.1, burst=200)
-    try:
-        cloud.agent = Agent(ApiClient(server.url, cloud.host, "admin"), LinuxDataplane(cloud.host, park=True),
-                            heartbeat_interval=0.5, poll_timeout=1, observers=[proxy])  # fmt: skip
-        cloud._thread = threading.Thread(target=cloud.agent.run, daemon=True)
-        cloud._thread.start()
-        assert cloud.agent.synced.wait(15)
+    with agent_with_proxy(cloud, server, park=True):
         net, _sub = cloud.network("ho", "10.96.0.0/24")
         r = cloud.api.post("/port-pools/claim", json={"claim": {"host": cloud.host, "network_id": net["id"]}})
         assert r.status_code == 201, r.text
@@ -502,16 +507,7 @@ def test_a_taken_over_parked_namespace_reads_its_metadata_at_once(cloud: Cloud, 
         assert r.status_code == 201, r.text
         inst = r.json()["instance"]
         assert inst["status"] == "ACTIVE" and names.is_managed_ns(cloud.host, inst["netns"])
-        run = subprocess.run(["ip", "netns", "exec", inst["netns"], DEBIAN_PYTHON, READER, "http://169.254.169.254"],
-                             capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        got = json.loads(run.stdout)
-        assert got["openstack"]["metadata"]["uuid"] == inst["id"]
-        assert got["ec2_metadata"]["local-ipv4"] == inst["nets"][0]["fixed_ips"][0]["ip_address"]
-    finally:
-        cloud.stop_agent()
-        proxy.close()
-        metadata.stop()
+        read_as_cloud_init(inst)
 
 
 def test_slow_guests_and_a_silent_api_are_cut_off(env: Env) -> None:
