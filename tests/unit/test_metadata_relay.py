@@ -10,15 +10,8 @@ from typing import Any
 import pytest
 
 from cloudnet.agent import http1, metadata_upstream
-from cloudnet.agent.metadata_relay import (
-    Callers,
-    Upstream,
-    UpstreamUnavailable,
-    canonical_ip,
-    guest_forwarded,
-    mac_of_link_local,
-    upstream_request,
-)
+from cloudnet.agent.metadata_relay import Callers, canonical_ip, guest_forwarded, mac_of_link_local, upstream_request
+from cloudnet.agent.metadata_upstream import Upstream, UpstreamUnavailable
 from cloudnet.agent.ratelimit import RateLimiter
 from cloudnet.metadata import signing
 from tests.support.metadata import RunningMetadata
@@ -229,7 +222,11 @@ def test_upstream_pipelines_requests_and_hands_answers_back_in_order() -> None:
             assert ("x-slow", "1") in answers[0].headers and ("content-type", "text/plain") in answers[1].headers
             # 40 requests at once share a few connections (MAX_DEPTH each), not one each.
             assert 1 <= len(running.server.connections) <= 40 // metadata_upstream.MAX_DEPTH + 1
-            await asyncio.sleep(0.8)  # the server closes the idle connections: the next request opens anew
+            deadline = asyncio.get_running_loop().time() + 10
+            while running.server.connections:  # the server closes the idle connections (0.3 s) ...
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.02)
+            # ... and the upstream notices: the next request opens a new one.
             assert (await upstream.exchange(ask[1])).body == b"/1"
             head = await upstream.exchange(b"GET /h HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n")
             assert head.body == b"/h" and not head.keep_alive

@@ -18,14 +18,13 @@ from cloudnet.agent.http1 import Request, Response
 from cloudnet.agent.metadata_relay import (
     Caller,
     Callers,
-    Upstream,
-    UpstreamUnavailable,
     canonical_ip,
     guest_answer,
     guest_forwarded,
     unavailable,
     upstream_request,
 )
+from cloudnet.agent.metadata_upstream import Upstream, UpstreamUnavailable
 from cloudnet.agent.ratelimit import RateLimiter
 from cloudnet.metadata import trees
 

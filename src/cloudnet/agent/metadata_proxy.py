@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cloudnet.agent import http1
-from cloudnet.agent.metadata_guest import MAX_CONNECTIONS_PER_SOURCE, MISS_WAIT, NetworkGuests, Relay
-from cloudnet.agent.metadata_relay import ANSWER_TIMEOUT, Callers, Upstream
+from cloudnet.agent.metadata_guest import MISS_WAIT, NetworkGuests, Relay
+from cloudnet.agent.metadata_relay import Callers
+from cloudnet.agent.metadata_upstream import ANSWER_TIMEOUT, Upstream
 from cloudnet.agent.ratelimit import RateLimiter
 from cloudnet.dataplane.linux import names, netns
 from cloudnet.metadata import signing
@@ -48,7 +49,6 @@ DEFAULT_BURST = 32
 DEFAULT_RATE = 4.0  # requests per second
 IDLE_TIMEOUT = 30.0  # haproxy's timeout http-request / keep-alive in neutron's template
 GRACE = 1.0  # a stopped listener lets answers in progress finish this long
-__all__ = ["MAX_CONNECTIONS_PER_SOURCE", "MetadataProxy"]
 
 
 @dataclass

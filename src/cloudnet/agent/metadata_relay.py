@@ -16,11 +16,7 @@ from typing import Any
 
 from cloudnet.agent import http1
 from cloudnet.agent.http1 import Request, Response
-from cloudnet.agent.metadata_upstream import ANSWER_TIMEOUT, Upstream, UpstreamUnavailable
 from cloudnet.metadata import signing
-
-__all__ = ["ANSWER_TIMEOUT", "Callers", "Upstream", "UpstreamUnavailable", "answer_headers", "canonical_ip",
-           "guest_answer", "guest_forwarded", "mac_of_link_local", "unavailable", "upstream_request"]  # fmt: skip
 
 # Guest headers worth passing on; everything else is dropped, so no identity header or look-alike of one
 # (X-Forwarded-For, X-Instance-ID*, X-Tenant-ID, X-Network-ID, X-OVN-*, X_Instance_ID, ...) can get through.
@@ -127,17 +123,18 @@ class Callers:
         return caller
 
 
-def upstream_request(request: Request, caller: Caller, network_id: str, source: str, method: str | None = None,
-                     identity: bytes | None = None) -> bytes:  # fmt: skip
+def upstream_request(
+    request: Request, caller: Caller, network_id: str, source: str, method: str | None = None
+) -> bytes:
     """The request as the API gets it: same method (or `method`), path and body; identity headers set, not
-    passed on. `identity` is `caller.identity(network_id, source)`, when the caller has it already."""
+    passed on."""
     target = request.target
     if not target.startswith("/"):
         # absolute-form ("GET http://169.254.169.254/x"): only the path and query matter to the API
         rest = target.split("://", 1)[-1]
         target = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
     parts = [f"{method or request.method} {target} HTTP/1.1\r\nHost: metadata\r\n".encode("latin-1"),
-             identity or caller.identity(network_id, source)]  # fmt: skip
+             caller.identity(network_id, source)]  # fmt: skip
     for name, value in request.raw_headers:
         if len(name) in _FORWARDED_LENGTHS:
             lowered = name.lower()

@@ -262,11 +262,8 @@ class _Connection(asyncio.Protocol):
             if self._in_head and self._head_bytes > self._max_head:
                 self._fail(HttpError(431, "Request head too large."))
         finally:
-            out, self._out = self._out, None
-            if out:  # (as `_flush`, inline: this is every request's path)
-                transport = self._transport
-                if transport is not None and not transport.is_closing():
-                    transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._flush()
+            self._out = None
 
     def _flush(self) -> None:
         """Write the answers held back during a read (before anything else is written or the end)."""

@@ -44,14 +44,6 @@ _WANTED = {
     TTL_HEADER.encode(): "ttl",
     b"content-length": "length",
 }
-# The same, also as the agents' relay spells them: the usual request is matched without lower-casing a name.
-_SPELLED = {
-    **_WANTED,
-    **{name.encode(): _WANTED[name.lower().encode()] for name in (
-        "X-Instance-ID", "X-Tenant-ID", "X-Instance-ID-Signature", "X-Forwarded-For", "X-aws-ec2-metadata-token",
-        "X-aws-ec2-metadata-token-ttl-seconds", "Content-Length")},
-}  # fmt: skip
-_WANTED_LENGTHS = frozenset(len(name) for name in _WANTED)  # any other header is passed over at a glance
 MAX_IDENTIFIED = 4096
 # Only heads this small are remembered (a proxied head is about 400 bytes): a guest's long User-Agent must not
 # grow the table to MAX_IDENTIFIED times the head limit.
@@ -168,14 +160,10 @@ class MetadataApp:
         if known is not None:
             return known  # the same lines as a request already identified: the same answer
         found: dict[str, str] = {}
-        for name, raw in headers:
-            key = _SPELLED.get(name)
+        for name, raw in headers:  # (only for lines not seen before: a proxy repeats its lines)
+            key = _WANTED.get(name.lower())
             if key is None:
-                if len(name) not in _WANTED_LENGTHS:
-                    continue
-                key = _WANTED.get(name.lower())
-                if key is None:
-                    continue
+                continue
             value = raw.decode("latin-1").strip(" \t")
             # A repeated header joins as webob does ("a, b"): a second identity can only spoil the first.
             found[key] = f"{found[key]}, {value}" if key in found else value

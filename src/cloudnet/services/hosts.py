@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field
 from sqlalchemy import Connection, delete, insert, select, update
 
-from cloudnet.errors import Conflict, Forbidden, NotFound
+from cloudnet.errors import Conflict, Forbidden, not_found
 from cloudnet.services import common, metadata_ports, network_config, networks, pools, ports, sriov, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
@@ -107,7 +107,7 @@ def get_host(store: Store, ctx: Context, name: str, down_time: float) -> dict[st
     with store.read() as conn:
         row = conn.execute(select(H).where(H.c.name == name)).first()
         if row is None:
-            raise NotFound(f"Host {name} could not be found.", type="HostNotFound")
+            raise not_found("host", name)
         return _with_sriov(conn, row, _host_dict(row, utcnow(), down_time))
 
 
@@ -124,7 +124,7 @@ def delete_host(store: Store, ctx: Context, name: str, down_time: float) -> int:
             stmt = stmt.with_for_update()
         row = tx.conn.execute(stmt).first()
         if row is None:
-            raise NotFound(f"Host {name} could not be found.", type="HostNotFound")
+            raise not_found("host", name)
         if _alive(row, tx.now, down_time):
             raise Conflict(
                 f"Host {name} is alive (heartbeat at {common.fmt_time(row.heartbeat_at)}): stop its agent first, "

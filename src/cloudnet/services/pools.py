@@ -444,26 +444,31 @@ def _pop(mgr: Manager, pool_id: str, sgs: Bucket) -> tuple[str, Bucket, datetime
         return got
 
 
-def _claim_port(tx: Tx, port_id: str, values: dict[str, Any], project_id: str | None) -> tuple[Any, ...] | None:
-    """Take the port if it is still ready; its row as updated, or None. `project_id`: PostgreSQL may publish the
-    claim's event with the claim itself (a transaction with no event yet: `Tx.record_published`)."""
+def _claim_port(tx: Tx, port_id: str, values: dict[str, Any], project_id: str, alone: bool) -> tuple[Any, ...] | None:
+    """Take the port if it is still ready, and record the claim's event; its row as updated, or None. `alone`:
+    the claim is all the transaction writes, so on PostgreSQL its statement publishes the event itself
+    (`Tx.record_published`: one round trip fewer)."""
     params = {**values, "port_id": port_id}
+    event = Event("port", port_id, "update", project_id)
     if tx.conn.dialect.name != "postgresql":
-        return _PORT_ROW.first(tx.conn, params) if _CLAIM.rowcount(tx.conn, params) == 1 else None
-    if project_id is None or tx.events:
-        return _CLAIM.first(tx.conn, params)
-    row = _CLAIM_PUBLISHING.first(tx.conn, {**params, "project_id": project_id, "created_at": tx.now})
-    if row is None:
-        return None
-    tx.record_published(Event("port", port_id, "update", project_id), int(row[-1]))
-    return row[:-1]
+        row = _PORT_ROW.first(tx.conn, params) if _CLAIM.rowcount(tx.conn, params) == 1 else None
+    elif not alone or tx.events:
+        row = _CLAIM.first(tx.conn, params)
+    else:
+        published = _CLAIM_PUBLISHING.first(tx.conn, {**params, "project_id": project_id, "created_at": tx.now})
+        if published is not None:
+            tx.record_published(event, int(published[-1]))
+        return None if published is None else published[:-1]
+    if row is not None:
+        tx.record(event.resource, port_id, event.operation, project_id)
+    return row
 
 
 def _take(
-    tx: Tx, mgr: Manager, pool_id: str, sgs: Bucket, values: dict[str, Any], publish: str | None = None
+    tx: Tx, mgr: Manager, pool_id: str, sgs: Bucket, values: dict[str, Any], project_id: str, alone: bool
 ) -> tuple[Any, ...] | None:
-    """Take a ready port, writing `values` to it; its row (as updated), or None when the pool has none.
-    `publish`: the project of the claim's event, which the claim may publish itself (see `_claim_port`)."""
+    """Take a ready port, writing `values` to it; its row (as updated), or None when the pool has none. The
+    claim's event is recorded in `project_id` (see `_claim_port` for `alone`)."""
     for fresh in (False, True):
         if fresh or pool_id not in mgr.ready:
             _load_ready(tx, mgr, pool_id)
@@ -474,7 +479,7 @@ def _take(
                 break
             port_id, bucket, idle = got
             try:
-                row = _claim_port(tx, port_id, values, publish)
+                row = _claim_port(tx, port_id, values, project_id, alone)
             except BaseException:
                 mgr.taken(port_id, back=(pool_id, bucket, idle))
                 raise
@@ -499,7 +504,7 @@ def _take(
         port_id = tx.conn.execute(pick).scalar()
         if port_id is None:
             return None
-        row = _claim_port(tx, str(port_id), values, publish)
+        row = _claim_port(tx, str(port_id), values, project_id, alone)
         if row is not None:
             return row
     return None
@@ -594,15 +599,14 @@ def _claim(
     if pool is None:
         pool = _info(_ensure_pool(tx, host, project_id, network_id, sgs), mgr.defaults)
     values = {"name": name, "device_id": device_id, "device_owner": device_owner, "updated_at": tx.now}
-    publish = project_id if alone else None
-    row = _take(tx, mgr, pool.id, sgs, values, publish)
+    row = _take(tx, mgr, pool.id, sgs, values, project_id, alone)
     if row is None and fill:
         try:
             _fill_one_at_least(tx, tx.conn.execute(select(PP).where(PP.c.id == pool.id)).one(), sgs, mgr.defaults)
         except CloudnetError as exc:
             log.info("port pool %s cannot be filled: %s", pool.id, exc.message)
             return None
-        row = _take(tx, mgr, pool.id, sgs, values, publish)
+        row = _take(tx, mgr, pool.id, sgs, values, project_id, alone)
     if row is None:
         return None
     n = len(_PORT_COLUMNS)
@@ -625,8 +629,6 @@ def _claim(
         groups = list(sgs)
     if sgs != pool.security_groups:  # refills now make ports of the latest claim's bucket
         _SET_POOL_GROUPS.cursor(tx.conn, {"pool_id": pool.id, "groups": list(sgs)})
-    if not (tx.events and tx.events[0].resource_id == port_id and tx.prepublished is not None):
-        tx.record("port", port_id, "update", project_id)  # (else published with the claim)
     tx.notes.setdefault(HANDLED, set()).add(port_id)
     assert tx.store is not None
     store, info = tx.store, pool

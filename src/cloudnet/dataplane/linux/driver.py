@@ -483,7 +483,7 @@ class LinuxDataplane:
             known = self._parked.get(port_id)
             current = known is not None and known.applied == self._fingerprint({"netns": known.ns}, 0, port,
                                                                                 network, state)  # fmt: skip
-            if full or known is None or not current:
+            if full or not current:
                 offered = (port.get("binding:vif_details") or {}).get("prepared_netns")
                 candidate = known.ns if known else offered if isinstance(offered, str) else None
                 ns = self._park(host, links, port, network, state, candidate)
