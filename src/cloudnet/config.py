@@ -21,6 +21,8 @@ class ServerConfig:
     default_mtu: int = 1500
     # Long-poll ceiling for /v2.0/events, so a client cannot hold a worker forever.
     max_event_wait: float = 60.0
+    # Largest request body (bytes): 413 beyond it, unread. A bulk create of thousands of ports fits.
+    max_body_size: int = 1 << 20
     # A host whose agent has not reported for this long is dead: its ports are reported DOWN.
     agent_down_time: float = 30.0
     # The metadata API: HOST:PORT or unix:/PATH ("off": none in this process), and what it answers that is

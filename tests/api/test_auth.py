@@ -166,7 +166,7 @@ def test_non_loopback_bind_needs_a_tokens_file(tmp_path: Path) -> None:
     store, auth = prepare(config)
     try:
         assert not auth.open_mode
-        assert auth.context("t", None).is_admin
+        assert auth.authenticate("t", None).is_admin
         assert store.current_revision() == 0
     finally:
         store.dispose()
@@ -177,6 +177,6 @@ def test_loopback_bind_may_run_open(tmp_path: Path, host: str) -> None:
     store, auth = prepare(ServerConfig(host=host, state_dir=tmp_path / "state"))
     try:
         assert auth.open_mode
-        assert auth.context(None, None).is_admin
+        assert auth.authenticate(None, None).is_admin
     finally:
         store.dispose()

@@ -251,3 +251,57 @@ def test_tags_respect_projects(users: dict[str, httpx.Client]) -> None:
     # filters never reveal other projects' resources
     assert ids(alice.get("/networks", params={"tags": "bob"}), "networks") == set()
     assert ids(alice.get("/networks", params={"not-tags": "nothing"}), "networks") == {mine["id"], shared["id"]}
+
+
+# -- bounds: the same rules for every resource, on both databases -------------------------------------------------
+
+BAD_TAG_LISTS = {
+    "too many": [f"t{i}" for i in range(51)],
+    "too long": ["x" * 256],
+    "empty": [""],
+    "comma": ["a,b"],
+    "slash": ["a/b"],
+    "duplicate": ["a", "b", "a"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TAG_LISTS))
+def test_bad_tags_are_refused_in_create_bodies_of_every_kind(api: httpx.Client, case: str) -> None:
+    net = create(api, "networks", "network", name="holder")
+    bodies = {
+        "networks": {"name": "n"},
+        "subnets": {"network_id": net["id"], "cidr": "10.9.0.0/24"},
+        "ports": {"network_id": net["id"]},
+        "routers": {"name": "r"},
+        "security-groups": {"name": "g"},
+    }
+    for collection, body in bodies.items():
+        r = api.post(f"/{collection}", json={MEMBER[collection]: {**body, "tags": BAD_TAG_LISTS[case]}})
+        assert "tags" in error(r, 400), (collection, case)
+        assert api.get(f"/{collection}", params={"tags": "a"}).json()[f"{MEMBER[collection]}s"] == []
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TAG_LISTS))
+def test_bad_tags_are_refused_by_the_tag_api(api: httpx.Client, resources: dict[str, Any], case: str) -> None:
+    for collection, res in resources.items():
+        error(api.put(f"/{collection}/{res['id']}/tags", json={"tags": BAD_TAG_LISTS[case]}), 400)
+        assert api.get(f"/{collection}/{res['id']}/tags").json() == {"tags": []}
+
+
+def test_fifty_tags_fit_and_a_fifty_first_is_refused(api: httpx.Client, resources: dict[str, Any]) -> None:
+    fifty = [f"t{i:02d}" for i in range(50)]
+    for collection, res in resources.items():
+        base = f"/{collection}/{res['id']}/tags"
+        assert api.put(base, json={"tags": fifty}).status_code == 200
+        assert "at most 50" in error(api.put(f"{base}/one-more"), 400)
+        assert api.put(f"{base}/t07").status_code == 201  # one it already has: still fine
+        assert api.get(base).json() == {"tags": fifty}
+
+
+def test_a_huge_tag_list_is_refused_in_linear_time(api: httpx.Client) -> None:
+    # 40,000 distinct tags used to cost seconds of CPU (a quadratic duplicate check) before failing.
+    many = [f"tag-{i}" for i in range(40_000)]
+    r = api.post("/networks", json={"network": {"name": "n", "tags": many}})
+    assert "at most 50" in error(r, 400)
+    r = api.post("/networks", json={"network": {"name": "n"}})
+    assert api.put(f"/networks/{r.json()['network']['id']}/tags", json={"tags": many}).status_code == 400

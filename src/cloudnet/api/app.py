@@ -21,6 +21,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import DataError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -28,6 +29,7 @@ from starlette.routing import BaseRoute, Route
 from cloudnet.api import events, extensions, forwards, hosts, instance_metadata, port_pools, resources, tags
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState
+from cloudnet.api.guard import Guard
 from cloudnet.api.neutron import JSON, error_response
 from cloudnet.config import ServerConfig
 from cloudnet.errors import BadRequest, CloudnetError
@@ -135,11 +137,13 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         DataError: data_error,
         Exception: unexpected,
     }
+    auth = auth or Authenticator(config.tokens_file)
     app = Starlette(
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
                        hosts.router, forwards.router, instance_metadata.router]),
         exception_handlers=handlers,
+        middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size)],  # type: ignore[arg-type]
         lifespan=lifespan,
     )  # fmt: skip
-    app.state.cloudnet = AppState(config=config, store=store, auth=auth or Authenticator(config.tokens_file))
+    app.state.cloudnet = AppState(config=config, store=store, auth=auth)
     return app

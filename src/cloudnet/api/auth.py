@@ -1,9 +1,11 @@
 """X-Auth-Token -> Context, from `<state>/tokens.json`.
 
-The file maps each token to its project and role:
-    {"tokens": {"s3cret": {"project_id": "demo", "admin": false}, "root-token": {"project_id": "ops", "admin": true}}}
-Without the file (allowed on a loopback bind only) every request is an admin of the project named in
-`X-Project-Id`, or of "admin".
+The file maps each token to its project and role (services/context.py):
+    {"tokens": {"s3cret": {"project_id": "demo"},                       member (the default)
+                "zun-token": {"project_id": "services", "role": "service"},
+                "root-token": {"project_id": "ops", "role": "admin"}}}
+`"admin": true` is the older spelling of `"role": "admin"`. Without the file (allowed on a loopback bind only)
+every request is an admin of the project named in `X-Project-Id`, or of "admin".
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from cloudnet.errors import CloudnetError, NotAuthenticated
-from cloudnet.services.context import Context
+from cloudnet.services.context import ROLES, Context
 
 log = logging.getLogger(__name__)
 OPEN_PROJECT = "admin"
@@ -49,16 +52,13 @@ class Authenticator:
             return
         try:
             data = json.loads(self.path.read_text())
-            tokens = {
-                str(token): Context(project_id=str(entry["project_id"]), is_admin=bool(entry.get("admin", False)))
-                for token, entry in data["tokens"].items()
-            }
+            tokens = {str(token): _context(entry) for token, entry in data["tokens"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TokenConfigError(f"cannot read tokens file {self.path}: {exc}") from exc
         self._tokens, self._mtime = tokens, mtime
         log.info("loaded %d tokens from %s", len(tokens), self.path)
 
-    def context(self, token: str | None, project_header: str | None) -> Context:
+    def authenticate(self, token: str | None, project_header: str | None) -> Context:
         now = time.monotonic()
         if now - self._checked > 1.0:  # pick up edits to the file without a restart
             with self._lock:
@@ -75,3 +75,13 @@ class Authenticator:
         if ctx is None:
             raise NotAuthenticated("The request you have made requires authentication.")
         return ctx
+
+
+def _context(entry: dict[str, Any]) -> Context:
+    role = entry.get("role", "admin" if entry.get("admin") is True else "member")
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
+    project = entry["project_id"]
+    if not isinstance(project, str) or not project or len(project) > 255:
+        raise ValueError(f"project_id must be a string of 1-255 characters, not {project!r}")
+    return Context.of_role(project, role)

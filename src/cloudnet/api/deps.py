@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 
 from cloudnet.api.auth import Authenticator
+from cloudnet.api.guard import context_of
 from cloudnet.config import ServerConfig
 from cloudnet.services.context import Context
 from cloudnet.store.db import Store
@@ -33,7 +34,8 @@ def state(request: Request) -> AppState:
 
 
 def context(request: Request) -> Context:
-    return state(request).auth.context(request.headers.get("x-auth-token"), request.headers.get("x-project-id"))
+    """The caller, as the guard authenticated it before the body was read."""
+    return context_of(request.scope)
 
 
 # The worker threads of the service calls (as many as anyio's default thread limiter allows). A plain executor:

@@ -15,7 +15,6 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import call, context, state
-from cloudnet.errors import BadRequest
 from cloudnet.services import events
 
 router = APIRouter()
@@ -64,26 +63,13 @@ class Notifier:
             await asyncio.wait_for(marker.wait(), timeout)
 
 
-def _number(request: Request, name: str, default: float) -> float:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadRequest(f"Invalid input for {name}. Reason: '{raw}' is not a number.") from None
-    if value < 0:
-        raise BadRequest(f"Invalid input for {name}. Reason: must be 0 or greater.")
-    return value
-
-
 @router.get("/v2.0/events")
 async def list_events(request: Request) -> Response:
     st = state(request)
     ctx = context(request)
-    since = int(_number(request, "since", 0))
-    timeout = min(_number(request, "timeout", 0), st.config.max_event_wait)
-    limit = int(_number(request, "limit", events.MAX_BATCH)) or events.MAX_BATCH
+    params = request.query_params
+    q = events.follow(ctx, params.get("since"), params.get("limit"), params.get("timeout"), st.config.max_event_wait)
+    since, limit, timeout = q.since, q.limit, q.timeout
     notifier: Notifier = request.app.state.notifier
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

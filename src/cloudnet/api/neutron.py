@@ -15,6 +15,8 @@ from cloudnet.services.query import ListQuery, Page
 CONTROL_PARAMS = {"fields", "sort_key", "sort_dir", "limit", "marker", "page_reverse"}
 # A larger limit means "everything" (and must still fit the database's LIMIT).
 MAX_LIMIT = 2**31 - 2
+# Deepest JSON nesting a request body may have (Neutron's deepest bodies nest 4 levels).
+MAX_DEPTH = 32
 
 
 class JSON(Response):
@@ -93,9 +95,22 @@ async def body_of(request: Request) -> Any:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise BadRequest("Malformed request body") from None
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _too_deep(body):
+        raise BadRequest(f"Malformed request body: nested deeper than {MAX_DEPTH} levels")
     if b"\\u0000" in raw and _has_nul(body):
         raise BadRequest("Null characters are not allowed in the request body")
     return body
+
+
+def _too_deep(body: Any) -> bool:
+    """Whether containers nest deeper than MAX_DEPTH (iteratively: a deep body must not recurse here)."""
+    level: list[Any] = [body] if isinstance(body, dict | list) else []
+    for _depth in range(MAX_DEPTH + 1):
+        nested = [v for c in level for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, dict | list)]
+        if not nested:
+            return False
+        level = nested
+    return True
 
 
 def _has_nul(value: Any) -> bool:

@@ -13,7 +13,7 @@ from cloudnet.errors import Conflict, Forbidden, InvalidInput, not_found
 from cloudnet.services import cache, common, forwards, network_config
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
-from cloudnet.services.validation import Body, is_uuid, parse
+from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -53,7 +53,7 @@ class NetworkCreate(Body):
     network_type: Literal["flat", "vlan", "local"] | None = Field(None, alias="provider:network_type")
     physical_network: str | None = Field(None, alias="provider:physical_network", max_length=64, min_length=1)
     segmentation_id: int | None = Field(None, alias="provider:segmentation_id")
-    tags: list[str] = Field(default_factory=list)
+    tags: Tags
     port_security_enabled: bool = True
     availability_zone_hints: list[str] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)

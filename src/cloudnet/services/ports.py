@@ -19,7 +19,7 @@ from cloudnet.services import cache, common, ipam, networks, security_groups, up
 from cloudnet.services.context import Context
 from cloudnet.services.ipam import SubnetInfo
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
-from cloudnet.services.validation import Body, check_ip, parse
+from cloudnet.services.validation import Body, Tags, check_ip, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.store.prepared import BulkInsert
@@ -113,7 +113,7 @@ class PortCreate(Body):
     vnic_type: Literal["normal", "direct"] = Field("normal", alias="binding:vnic_type")
     host_id: str = Field("", alias="binding:host_id", max_length=255)
     profile: dict[str, Any] | None = Field(None, alias="binding:profile")
-    tags: list[str] = Field(default_factory=list)
+    tags: Tags
 
     _mac = field_validator("mac_address")(_mac)
 

@@ -6,14 +6,14 @@ import ipaddress
 from collections import defaultdict
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, not_found
 from cloudnet.services import common, networks, ports
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
-from cloudnet.services.validation import Body, check_tags, parse
+from cloudnet.services.validation import Body, Tags, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -42,9 +42,8 @@ class RouterCreate(Body):
     tenant_id: str | None = Field(None, max_length=255)
     admin_state_up: bool = True
     external_gateway_info: GatewayInfo | None = None
-    tags: list[str] = Field(default_factory=list)
+    tags: Tags
 
-    _tags = field_validator("tags")(check_tags)
 
 
 class RouterUpdate(Body):

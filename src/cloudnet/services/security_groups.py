@@ -14,7 +14,7 @@ from cloudnet.errors import Conflict, not_found
 from cloudnet.services import cache, common
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int, to_time
-from cloudnet.services.validation import Body, check_tags, parse
+from cloudnet.services.validation import Body, Tags, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -61,9 +61,8 @@ class GroupCreate(Body):
     project_id: str | None = Field(None, max_length=255)
     tenant_id: str | None = Field(None, max_length=255)
     stateful: bool = True
-    tags: list[str] = Field(default_factory=list)
+    tags: Tags
 
-    _tags = field_validator("tags")(check_tags)
 
 
 class GroupUpdate(Body):

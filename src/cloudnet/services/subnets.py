@@ -13,7 +13,7 @@ from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_f
 from cloudnet.services import common, networks
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
-from cloudnet.services.validation import Body, check_ip, is_uuid, parse
+from cloudnet.services.validation import Body, Tags, check_ip, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -76,7 +76,7 @@ class SubnetCreate(Body):
     ipv6_ra_mode: Ipv6Mode | None = None
     ipv6_address_mode: Ipv6Mode | None = None
     subnetpool_id: None = None
-    tags: list[str] = Field(default_factory=list)
+    tags: Tags
 
     _dns = field_validator("dns_nameservers")(lambda v: _dns_list(v))
 

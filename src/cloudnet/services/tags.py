@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, delete
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cloudnet.errors import BadRequest, Forbidden, InvalidInput, NotFound, not_found
+from cloudnet.errors import BadRequest, Forbidden, NotFound, not_found
 from cloudnet.services import common, networks, subnets
 from cloudnet.services.context import Context
+from cloudnet.services.validation import MAX_TAGS, check_tags, tag_error
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -23,8 +24,9 @@ TABLES = {
 
 
 def _check(tag: str) -> str:
-    if not tag or len(tag) > 255 or any(c in tag for c in ",/\x00"):
-        raise BadRequest(f"Invalid input for operation: '{tag}' is not a valid tag.")
+    why = tag_error(tag)
+    if why:
+        raise BadRequest(f"Invalid input for operation: {why}.")
     return tag
 
 
@@ -49,12 +51,13 @@ def _resource(tx: Tx, ctx: Context, collection: str, resource_id: str) -> tuple[
     return kind, row.project_id
 
 
-def replace(store: Store, ctx: Context, collection: str, resource_id: str, values: list[str]) -> list[str]:
-    clean = sorted({_check(v) for v in values})
-    if len(clean) != len(values):
-        raise InvalidInput(
-            f"Duplicate items in the list: '{', '.join(sorted(v for v in clean if values.count(v) > 1))}'"
-        )
+def replace(store: Store, ctx: Context, collection: str, resource_id: str, values: list[Any]) -> list[str]:
+    if not all(isinstance(v, str) for v in values):
+        raise BadRequest("Invalid input for tags: every tag must be a string")
+    try:
+        clean = sorted(check_tags(values))
+    except ValueError as exc:
+        raise BadRequest(f"Invalid input for operation: {exc}.") from None
     with store.write() as tx:
         kind, project = _resource(tx, ctx, collection, resource_id)
         common.set_tags(tx.conn, resource_id, clean)
@@ -66,6 +69,9 @@ def add(store: Store, ctx: Context, collection: str, resource_id: str, tag: str)
     _check(tag)
     with store.write() as tx:
         kind, project = _resource(tx, ctx, collection, resource_id)
+        count = select(func.count()).select_from(t.tags).where(t.tags.c.resource_id == resource_id, t.tags.c.tag != tag)
+        if tx.conn.execute(count).scalar_one() >= MAX_TAGS:
+            raise BadRequest(f"Invalid input for operation: a resource has at most {MAX_TAGS} tags.")
         # ON CONFLICT: two concurrent adds of one tag both succeed (PUT is idempotent), one of them changes it.
         module = postgresql if tx.conn.dialect.name == "postgresql" else sqlite
         stmt = module.insert(t.tags).values(resource_id=resource_id, tag=tag).on_conflict_do_nothing()

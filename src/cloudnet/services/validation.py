@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import uuid
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from cloudnet.errors import BadRequest
 
@@ -72,12 +72,34 @@ def check_ip(value: str) -> str:
         raise ValueError(f"'{value}' is not a valid IP address") from None
 
 
+# Neutron's limits (MAX_TAGS_COUNT, MAX_TAG_LEN), the same for every taggable resource.
+MAX_TAGS = 50
+MAX_TAG_LENGTH = 255
+
+
+def tag_error(tag: str) -> str | None:
+    """Why `tag` is not a valid tag (1-255 characters, no ',', '/' or NUL), else None."""
+    if not tag or len(tag) > MAX_TAG_LENGTH or "," in tag or "/" in tag or "\x00" in tag:
+        return f"'{tag[:MAX_TAG_LENGTH]}' is not a valid tag"
+    return None
+
+
 def check_tags(values: list[str]) -> list[str]:
-    """Tags given in a create body: the same rules as the tag API (unique, 1-255 characters, no ',' or '/')."""
+    """A resource's tags, in a create body or the tag API: at most MAX_TAGS, each valid, no duplicates (checked
+    in one pass: the count is bounded first, so a long list costs nothing more than reading it)."""
+    if len(values) > MAX_TAGS:
+        raise ValueError(f"a resource has at most {MAX_TAGS} tags, not {len(values)}")
+    seen: set[str] = set()
+    dups: set[str] = set()
     for v in values:
-        if not v or len(v) > 255 or "," in v or "/" in v:
-            raise ValueError(f"'{v}' is not a valid tag")
-    dups = sorted({v for v in values if values.count(v) > 1})
+        why = tag_error(v)
+        if why:
+            raise ValueError(why)
+        (dups if v in seen else seen).add(v)
     if dups:
-        raise ValueError(f"Duplicate items in the list: '{', '.join(dups)}'")
+        raise ValueError(f"Duplicate items in the list: '{', '.join(sorted(dups))}'")
     return values
+
+
+# The `tags` attribute of create bodies (pydantic reads at most MAX_TAGS + 1 items' worth of error).
+Tags = Annotated[list[str], Field(default_factory=list), AfterValidator(check_tags)]
