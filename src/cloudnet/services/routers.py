@@ -45,7 +45,6 @@ class RouterCreate(Body):
     tags: Tags
 
 
-
 class RouterUpdate(Body):
     name: str | None = Field(None, max_length=255)
     description: str | None = Field(None, max_length=255)

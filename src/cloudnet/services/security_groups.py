@@ -64,7 +64,6 @@ class GroupCreate(Body):
     tags: Tags
 
 
-
 class GroupUpdate(Body):
     name: str | None = Field(None, max_length=255)
     description: str | None = Field(None, max_length=255)
