@@ -36,8 +36,8 @@ from sqlalchemy import Connection, String, bindparam, delete, func, insert, lite
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
-from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable
-from cloudnet.services import cache, common, metadata_ports, networks, ports, security_groups
+from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable, not_found
+from cloudnet.services import cache, common, metadata_ports, networks, port_policy, ports, security_groups
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -587,11 +587,12 @@ def _claim(
 ) -> dict[str, Any] | None:  # fmt: skip
     """claim_in_tx, answering the claimed port in its API shape (built from what the claim wrote and read).
     `alone`: the claim is all its transaction writes (the claim API), so it may publish its event itself."""
-    if device_owner == FREE_OWNER:
-        raise InvalidInput(f"device_owner {FREE_OWNER} is reserved for ready pool ports")
     assert tx.store is not None
     mgr = manager(tx.store)
-    networks.visible_in_tx(tx, ctx, network_id)
+    network = networks.visible_in_tx(tx, ctx, network_id)
+    if network.project_id != project_id and not (network.shared or ctx.is_admin):
+        raise not_found("network", network_id)  # as for a port of its own (ports.py), an external network too
+    port_policy.check(tx.conn, ctx, device_owner, device_id, project_id, network)
     pool = _find_pool(tx, mgr, host, project_id, network_id)
     if pool is None and not create:
         return None

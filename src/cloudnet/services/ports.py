@@ -15,7 +15,7 @@ from sqlalchemy import Connection, and_, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import cache, common, ipam, networks, security_groups, uplinks
+from cloudnet.services import cache, common, ipam, networks, port_policy, security_groups, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.ipam import SubnetInfo
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
@@ -29,8 +29,8 @@ A = t.ip_allocations
 PSG = t.port_security_groups
 MAC_PREFIX = "fa:16:3e"
 MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
-ROUTER_INTERFACE = "network:router_interface"
-ROUTER_GATEWAY = "network:router_gateway"
+ROUTER_INTERFACE = port_policy.ROUTER_INTERFACE
+ROUTER_GATEWAY = port_policy.ROUTER_GATEWAY
 ROUTER_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
 VNIC_TYPES = ("normal", "direct")
 
@@ -306,7 +306,9 @@ class _Creator:
     def plan(self, spec: PortCreate) -> _Plan:
         network = self.network(spec.network_id)
         project = common.owner_project(self.ctx, spec.project_id or spec.tenant_id)
-        if network.project_id != project and not (network.shared or network.router_external or self.ctx.is_admin):
+        if network.project_id != project and not (network.shared or self.ctx.is_admin):
+            # Neutron's _validate_network_tenant_ownership: 404, an external network included (its addresses
+            # go to routers and forwards, not to ports of other projects).
             raise not_found("network", spec.network_id)
         if spec.mac_address is not None and not self.ctx.is_admin and network.project_id != project:
             raise Forbidden("Only admins may set mac_address on another project's network")
@@ -574,6 +576,9 @@ def create_ports(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
     with store.write() as tx:
         creator = _Creator(tx, ctx)
         plans = [creator.plan(s) for s in specs]
+        for p in plans:
+            row = p.row
+            port_policy.check(tx.conn, ctx, row["device_owner"], row["device_id"], row["project_id"], p.network)
         creator.write(plans)
         return creator.results(plans)
 
@@ -594,6 +599,11 @@ def update_port(store: Store, ctx: Context, port_id: str, body: dict[str, Any]) 
         raise BadRequest("Attribute 'network_id' not allowed in PUT")
     spec = parse(PortUpdate, body)
     with store.write() as tx:
+        if spec.device_owner is not None or spec.device_id is not None:
+            row = common.get_row(tx.conn, P, "port", port_id, ctx)
+            owner = row.device_owner if spec.device_owner is None else spec.device_owner
+            device = row.device_id if spec.device_id is None else spec.device_id
+            port_policy.check(tx.conn, ctx, owner, device, row.project_id, cache.network(tx, row.network_id))
         update_in_tx(tx, ctx, port_id, spec)
         return load(tx.conn, [port_id])[0]
 

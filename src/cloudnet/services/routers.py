@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
-from cloudnet.errors import BadRequest, Conflict, NotFound, not_found
+from cloudnet.errors import BadRequest, Conflict, Forbidden, NotFound, not_found
 from cloudnet.services import common, networks, ports
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
@@ -132,6 +132,13 @@ def _set_gateway(tx: Tx, ctx: Context, router: Any, info: GatewayInfo | None) ->
             tx.conn.execute(R.update().where(R.c.id == router.id).values(gw_port_id=None))
             ports.delete_in_tx(tx, current)
         return
+    if info.external_fixed_ips and not ctx.is_admin:
+        # Neutron's policy (create_router/update_router:external_gateway_info:external_fixed_ips): admin only; a
+        # member's gateway gets an address picked for it, as a member's port on the network would be refused.
+        raise Forbidden(
+            "(rule:update_router:external_gateway_info:external_fixed_ips) is disallowed by policy: only admins "
+            "may choose a router gateway's external fixed IPs"
+        )
     admin = Context.admin(ctx.project_id)
     network = networks.get_visible(tx.conn, ctx, info.network_id)
     if not network.router_external:
