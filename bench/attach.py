@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import ROOT, free_port, median, ms, percentile, pin_client, row
+from common import ROOT, UNLIMITED, free_port, median, ms, percentile, pin_client, row
 
 from cloudnet.dataplane.linux import names, netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
@@ -129,7 +129,8 @@ def run(mode: str, instances: int, cleanups: list[Callable[[], None]]) -> dict[s
     state = Path(tempfile.mkdtemp(prefix="cloudnet-attach-"))
     port = free_port()
     cmd = ["taskset", "-c", "0", str(ROOT / ".venv/bin/cloudnet"), "up", "--state-dir", str(state),
-           "--port", str(port), "--agent-host", host, "--metadata-listen", f"127.0.0.1:{free_port()}"]  # fmt: skip
+           "--port", str(port), "--agent-host", host, "--metadata-listen", f"127.0.0.1:{free_port()}",
+           *UNLIMITED]  # fmt: skip
     if pooling == "park":
         cmd.append("--park-pool-devices")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(state / "log", "w"))  # noqa: SIM115

@@ -33,12 +33,17 @@ def postgres_url() -> Iterator[str]:
         pg.stop()
 
 
+# Benchmarks measure speed at scale, not the per-project limits: every quota off.
+UNLIMITED = [arg for resource in ("network", "subnet", "port", "router", "security_group", "security_group_rule",
+                                  "floatingip", "forward") for arg in ("--quota", f"{resource}=-1")]  # fmt: skip
+
+
 @contextmanager
 def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0) -> Iterator[str]:
     """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker)."""
     state = Path(tempfile.mkdtemp(prefix="cloudnet-bench-"))
     port = free_port()
-    cmd = [str(ROOT / ".venv/bin/cloudnet"), "serve", "--state-dir", str(state), "--port", str(port)]
+    cmd = [str(ROOT / ".venv/bin/cloudnet"), "serve", "--state-dir", str(state), "--port", str(port), *UNLIMITED]
     if db_url:
         cmd += ["--db", db_url]
     if server_cpu is not None and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]

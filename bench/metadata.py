@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import ROOT, free_port, median, ms, percentile, row
+from common import ROOT, UNLIMITED, free_port, median, ms, percentile, row
 
 from cloudnet.dataplane.linux import names, netns
 from cloudnet.metadata import signing
@@ -210,7 +210,7 @@ asyncio.run(main())
 def server(state: Path) -> Any:
     port, md_port = free_port(), free_port()
     cmd = ["taskset", "-c", "0", str(ROOT / ".venv/bin/cloudnet"), "serve", "--state-dir", str(state), "--port",
-           str(port), "--metadata-listen", f"127.0.0.1:{md_port}"]  # fmt: skip
+           str(port), "--metadata-listen", f"127.0.0.1:{md_port}", *UNLIMITED]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(state / "server.log", "w"))  # noqa: SIM115
     try:
         deadline = time.monotonic() + 60

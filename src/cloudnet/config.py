@@ -23,6 +23,8 @@ class ServerConfig:
     max_event_wait: float = 60.0
     # Largest request body (bytes): 413 beyond it, unread. A bulk create of thousands of ports fits.
     max_body_size: int = 1 << 20
+    # Default quota limits per project, overriding services/quotas.DEFAULTS (-1: unlimited).
+    quotas: dict[str, int] = field(default_factory=dict)
     # A host whose agent has not reported for this long is dead: its ports are reported DOWN.
     agent_down_time: float = 30.0
     # The metadata API: HOST:PORT or unix:/PATH ("off": none in this process), and what it answers that is

@@ -91,10 +91,10 @@ def test_a_pool_that_cannot_serve_falls_back_to_an_ordinary_port(
     # and the claim); ordinary ports still can.
     real = pools.ports.create_in_tx
 
-    def no_pool_ports(tx: Any, ctx: Any, specs: list[Any]) -> list[str]:
+    def no_pool_ports(tx: Any, ctx: Any, specs: list[Any], **kwargs: Any) -> list[str]:
         if specs and specs[0].device_owner == FREE:
             raise Conflict("No more IP addresses available", type="IpAddressGenerationFailure")
-        return real(tx, ctx, specs)
+        return real(tx, ctx, specs, **kwargs)
 
     monkeypatch.setattr(pools.ports, "create_in_tx", no_pool_ports)
     inst = new_instance(api, "vm", net["id"])

@@ -48,10 +48,10 @@ def bulk_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = pools.ports.create_in_tx
 
-    def counting(tx: Any, ctx: Any, specs: list[Any]) -> list[str]:
+    def counting(tx: Any, ctx: Any, specs: list[Any], **kwargs: Any) -> list[str]:
         if specs and specs[0].device_owner == FREE:
             calls.append(len(specs))
-        return real(tx, ctx, specs)
+        return real(tx, ctx, specs, **kwargs)
 
     monkeypatch.setattr(pools.ports, "create_in_tx", counting)
     return calls

@@ -26,13 +26,25 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from cloudnet.api import events, extensions, forwards, hosts, instance_metadata, port_pools, resources, tags
+from cloudnet.api import (
+    events,
+    extensions,
+    forwards,
+    hosts,
+    identity,
+    instance_metadata,
+    port_pools,
+    quotas,
+    resources,
+    tags,
+)
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState
 from cloudnet.api.guard import Guard
 from cloudnet.api.neutron import JSON, error_response
 from cloudnet.config import ServerConfig
 from cloudnet.errors import BadRequest, CloudnetError
+from cloudnet.services import quotas as quota_service
 from cloudnet.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -138,9 +150,10 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         Exception: unexpected,
     }
     auth = auth or Authenticator(config.tokens_file)
+    quota_service.configure(store, config.quotas)
     app = Starlette(
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
-                       hosts.router, forwards.router, instance_metadata.router]),
+                       hosts.router, forwards.router, instance_metadata.router, quotas.router, identity.router]),
         exception_handlers=handlers,
         middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size)],  # type: ignore[arg-type]
         lifespan=lifespan,

@@ -58,6 +58,11 @@ class Authenticator:
         self._tokens, self._mtime = tokens, mtime
         log.info("loaded %d tokens from %s", len(tokens), self.path)
 
+    def projects(self) -> set[str] | None:
+        """The projects the tokens file names (None without one: any project exists)."""
+        tokens = self._tokens
+        return None if tokens is None else {ctx.project_id for ctx in tokens.values()}
+
     def authenticate(self, token: str | None, project_header: str | None) -> Context:
         now = time.monotonic()
         if now - self._checked > 1.0:  # pick up edits to the file without a restart

@@ -23,7 +23,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Version discovery answers anyone (keystoneauth asks before it authenticates).
-PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/"})
+PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/"})
 CONTEXT_KEY = "cloudnet.context"
 
 

@@ -20,6 +20,7 @@ from cloudnet.config import (
     metadata_url_of,
     parse_mappings,
 )
+from cloudnet.errors import CloudnetError
 
 StateDir = Annotated[Path, typer.Option(help="Where state lives (database, tokens.json, sockets).")]
 Db = Annotated[str | None, typer.Option(metavar="URL", help="Database URL (default: SQLite in the state dir).")]
@@ -62,6 +63,13 @@ SriovExclude = Annotated[
     typer.Option(metavar="PF:PCI[;PCI]", help="VFs (PCI slots) of PF never handed out (repeatable)."),
 ]
 SysfsRoot = Annotated[Path, typer.Option(help="Where sysfs is mounted (SR-IOV inventory).")]
+Quota = Annotated[
+    list[str] | None,
+    typer.Option(metavar="RESOURCE=N", help="Default quota of every project (-1: unlimited), e.g. port=1000; "
+                 "resources: network, subnet, port, router, security_group, security_group_rule, floatingip, "
+                 "forward (repeatable)."),
+]  # fmt: skip
+MaxBodySize = Annotated[int, typer.Option(min=1024, metavar="BYTES", help="Largest request body (413 beyond).")]
 MetadataListen = Annotated[
     str,
     typer.Option(
@@ -95,9 +103,25 @@ def _admin_token(tokens_file: Path) -> str:
     """The in-process agent of `up` acts as an admin: the first admin token of the tokens file, if any."""
     try:
         tokens = json.loads(tokens_file.read_text())["tokens"]
-    except (OSError, ValueError, KeyError, TypeError):
+        admin = (tok for tok, entry in tokens.items() if entry.get("role") == "admin" or entry.get("admin") is True)
+        return next(admin, "agent")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "agent"  # no (usable) tokens file: the server accepts any token on loopback
-    return next((tok for tok, entry in tokens.items() if entry.get("admin")), "agent")
+
+
+def _quotas(values: list[str] | None) -> dict[str, int]:
+    from cloudnet.services.quotas import check_limits  # (the server stack: not loaded for client commands)
+
+    limits: dict[str, str] = {}
+    for value in values or []:
+        resource, sep, limit = value.partition("=")
+        if not sep:
+            raise CliError(f"--quota must look like RESOURCE=N, not {value!r}")
+        limits[resource.strip()] = limit.strip()
+    try:
+        return check_limits(limits)
+    except CloudnetError as exc:
+        raise CliError(f"--quota: {exc.message}") from None
 
 
 def _serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
@@ -126,12 +150,15 @@ def register(app: typer.Typer) -> None:
         pool_ttl: PoolTtl = 0,
         pool_update_interval: PoolUpdateInterval = 20,
         instance_pools: InstancePools = False,
+        quota: Quota = None,
+        max_body_size: MaxBodySize = ServerConfig.max_body_size,
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
         _serve(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                             metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
-                            pool_update_interval=pool_update_interval, instance_pools=instance_pools))  # fmt: skip
+                            pool_update_interval=pool_update_interval, instance_pools=instance_pools,
+                            quotas=_quotas(quota), max_body_size=max_body_size))  # fmt: skip
 
     @app.command("agent")
     def agent(
@@ -188,12 +215,15 @@ def register(app: typer.Typer) -> None:
         pool_ttl: PoolTtl = 0,
         pool_update_interval: PoolUpdateInterval = 20,
         instance_pools: InstancePools = False,
+        quota: Quota = None,
+        max_body_size: MaxBodySize = ServerConfig.max_body_size,
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                               metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                               pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
-                              pool_update_interval=pool_update_interval, instance_pools=instance_pools)  # fmt: skip
+                              pool_update_interval=pool_update_interval, instance_pools=instance_pools,
+                              quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
                                    token=_admin_token(config.tokens_file), state_dir=state_dir,

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, PreconditionFailed
-from cloudnet.services import common, uplinks
+from cloudnet.services import common, quotas, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.uplinks import parse_ip, quoted
 from cloudnet.store import tables as t
@@ -315,6 +315,7 @@ def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[
         uplinks.check_external_address(tx.conn, uplink, net.id, listen, what="Listen address")
         _check_description(body.get("description"))
         validate(tx.conn, net.id, listen, body)
+        quotas.enforce(tx, net.project_id, "forward", 1)
         row = {
             "id": common.new_id(), "network_id": net.id, "listen_address": str(listen),
             "description": body.get("description") or "", "config": _clean_config(body.get("config") or {}),

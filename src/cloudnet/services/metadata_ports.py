@@ -34,5 +34,5 @@ def ensure(tx: Tx, network_id: str) -> str | None:
         network_id=network_id, project_id=network.project_id, name="metadata", device_id=f"ovnmeta-{network_id}",
         device_owner=DEVICE_OWNER,
     )  # fmt: skip
-    (port_id,) = ports.create_in_tx(tx, Context.admin(network.project_id), [spec])
+    (port_id,) = ports.create_in_tx(tx, Context.admin(network.project_id), [spec], quota=False)
     return port_id

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import cache, common, forwards, network_config
+from cloudnet.services import cache, common, forwards, network_config, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
@@ -197,6 +197,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
     if key is not None and tx.conn.execute(select(N.c.id).where(N.c.segment_key == key)).first():
         raise _segment_in_use(spec)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+    quotas.enforce(tx, row["project_id"], "network", 1)
     row.update(
         admin_state_up=spec.admin_state_up,
         shared=spec.shared,

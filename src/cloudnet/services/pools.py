@@ -37,7 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
 from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable, not_found
-from cloudnet.services import cache, common, metadata_ports, networks, port_policy, ports, security_groups
+from cloudnet.services import cache, common, metadata_ports, networks, port_policy, ports, quotas, security_groups
 from cloudnet.services.context import Context
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -604,6 +604,8 @@ def _claim(
     if row is None and fill:
         try:
             _fill_one_at_least(tx, tx.conn.execute(select(PP).where(PP.c.id == pool.id)).one(), sgs, mgr.defaults)
+        except quotas.OverQuota:
+            raise
         except CloudnetError as exc:
             log.info("port pool %s cannot be filled: %s", pool.id, exc.message)
             return None
@@ -723,6 +725,8 @@ def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool = True) -
     for _round in range(SYNC_ROUNDS):
         try:
             refill(store, pool_id, need_one=True)
+        except quotas.OverQuota:
+            raise  # the caller's own limit, not a pool that may fill later: 409, not "retry"
         except CloudnetError as exc:
             reason = f": {exc.message}"
             break

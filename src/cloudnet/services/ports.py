@@ -15,7 +15,7 @@ from sqlalchemy import Connection, and_, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import cache, common, ipam, networks, port_policy, security_groups, uplinks
+from cloudnet.services import cache, common, ipam, networks, port_policy, quotas, security_groups, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.ipam import SubnetInfo
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
@@ -285,8 +285,9 @@ MAC_ATTEMPTS = 20
 class _Creator:
     """Plans, then writes, a batch of ports in one transaction with set-at-a-time queries."""
 
-    def __init__(self, tx: Tx, ctx: Context) -> None:
+    def __init__(self, tx: Tx, ctx: Context, *, quota: bool = True) -> None:
         self.tx, self.ctx = tx, ctx
+        self.quota = quota  # checked for what a request creates, not for the ports cloudnet makes itself
         self._networks: dict[str, Any] = {}
         self._default_sg: dict[str, str] = {}
         self._usable: dict[tuple[str, ...], list[str]] = {}
@@ -397,6 +398,13 @@ class _Creator:
     # -- writing --
 
     def write(self, plans: list[_Plan]) -> None:
+        if self.quota:
+            per_project: dict[str, int] = defaultdict(int)
+            for p in plans:
+                if p.row["device_owner"] not in quotas.UNCOUNTED_PORT_OWNERS:
+                    per_project[p.row["project_id"]] += 1
+            for project, n in sorted(per_project.items()):
+                quotas.enforce(self.tx, project, "port", n)
         self.check_requested_macs(plans)
         self.check_requested_free(plans)
         self.insert_ports(plans)
@@ -562,8 +570,10 @@ def _fresh_mac(network_id: str, used: set[tuple[str, str]]) -> str:
             return mac
 
 
-def create_in_tx(tx: Tx, ctx: Context, specs: list[PortCreate]) -> list[str]:
-    creator = _Creator(tx, ctx)
+def create_in_tx(tx: Tx, ctx: Context, specs: list[PortCreate], *, quota: bool = True) -> list[str]:
+    """Create ports for a caller inside `tx`; `quota` False for the ports cloudnet makes for itself (a router's
+    interface and gateway, a network's metadata port), which Neutron does not check either."""
+    creator = _Creator(tx, ctx, quota=quota)
     plans = [creator.plan(s) for s in specs]
     creator.write(plans)
     return [p.row["id"] for p in plans]

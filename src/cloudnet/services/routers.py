@@ -10,7 +10,7 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, NotFound, not_found
-from cloudnet.services import common, networks, ports
+from cloudnet.services import common, networks, ports, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.validation import Body, Tags, parse
@@ -165,7 +165,7 @@ def _set_gateway(tx: Tx, ctx: Context, router: Any, info: GatewayInfo | None) ->
         fixed_ips=fixed or None,
     )
     # The gateway port belongs to no tenant's quota of addresses: created with admin rights, as Neutron does.
-    (port_id,) = ports.create_in_tx(tx, Context.admin(router.project_id), [spec])
+    (port_id,) = ports.create_in_tx(tx, Context.admin(router.project_id), [spec], quota=False)
     tx.conn.execute(R.update().where(R.c.id == router.id).values(gw_port_id=port_id, enable_snat=info.enable_snat))
 
 
@@ -178,6 +178,7 @@ def create_routers(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> 
         ids = []
         for spec in specs:
             row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+            quotas.enforce(tx, row["project_id"], "router", 1)
             row.update(admin_state_up=spec.admin_state_up, status="ACTIVE", gw_port_id=None, enable_snat=True)
             tx.conn.execute(insert(R).values(**row))
             # The router's event comes before its gateway port's, which refers to it.
@@ -283,7 +284,7 @@ def add_interface(store: Store, ctx: Context, router_id: str, body: dict[str, An
                 device_owner=ports.ROUTER_INTERFACE,
                 fixed_ips=[ports.FixedIp(subnet_id=subnet.id, ip_address=subnet.gateway_ip)],
             )
-            (port_id,) = ports.create_in_tx(tx, ctx, [spec])
+            (port_id,) = ports.create_in_tx(tx, ctx, [spec], quota=False)
             subnet_ids = [subnet.id]
             network_id = subnet.network_id
         else:

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, delete, insert, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cloudnet.errors import Conflict, not_found
-from cloudnet.services import cache, common
+from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int, to_time
 from cloudnet.services.validation import Body, Tags, parse
@@ -284,6 +284,8 @@ def create_groups(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> l
             row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
             row.update(stateful=spec.stateful, default_for_project=None)
             ensure_default(tx, row["project_id"])
+            quotas.enforce(tx, row["project_id"], "security_group", 1)
+            quotas.enforce(tx, row["project_id"], "security_group_rule", 2)  # its two egress rules
             tx.conn.execute(insert(SG).values(**row))
             tx.conn.execute(
                 insert(R),
@@ -387,6 +389,7 @@ def create_rules(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
             dup = tx.conn.execute(select(R.c.id).where(*same)).scalar()
             if dup:
                 raise Conflict(f"Security group rule already exists. Rule id is {dup}.", type="SecurityGroupRuleExists")
+            quotas.enforce(tx, group.project_id, "security_group_rule", 1)
             rule_id = common.new_id()
             tx.conn.execute(
                 insert(R).values(

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import common, networks
+from cloudnet.services import common, networks, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, Tags, check_ip, is_uuid, parse
@@ -302,6 +302,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     pools = _check_pools(cidr, spec.allocation_pools, gateway)
     _check_dns_versions(cidr, spec.dns_nameservers)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+    quotas.enforce(tx, row["project_id"], "subnet", 1)
     row.update(
         network_id=network.id,
         ip_version=cidr.version,

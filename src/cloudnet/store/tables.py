@@ -308,6 +308,17 @@ sriov_reservations = Table(
     PrimaryKeyConstraint("host", "pci_slot"),
 )
 
+# A project's limit of one resource (NULL: the server's default). On PostgreSQL a create locks its (project,
+# resource) row until commit, so concurrent creates count one after another (services/quotas.py).
+quotas = Table(
+    "quotas",
+    metadata,
+    Column("project_id", PROJECT, nullable=False),
+    Column("resource", String(64), nullable=False),
+    Column("limit", Integer, nullable=True),
+    PrimaryKeyConstraint("project_id", "resource"),
+)
+
 Index("ix_ports_network_id_device_owner", ports.c.network_id, ports.c.device_owner)
 Index("ix_ip_allocations_network_id_ip_address", ip_allocations.c.network_id, ip_allocations.c.ip_address)
 Index("ix_tags_tag", tags.c.tag)
@@ -327,6 +338,7 @@ __all__ = [
     "port_pools",
     "port_security_groups",
     "ports",
+    "quotas",
     "revision_counter",
     "routers",
     "security_group_rules",
