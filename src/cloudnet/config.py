@@ -89,6 +89,13 @@ class AgentConfig:
     sysfs_root: Path = Path("/sys")
     # Pre-plumbed devices for ready pool ports, each in a namespace of its own (--park-pool-devices).
     park_pool_devices: bool = False
+    # Seconds one object's dataplane step may take before it is marked failed (dataplane/steps.py).
+    step_timeout: float = 10.0
+    # SmartOS metadata sockets: an idle connection is closed after this many seconds; the longest request line;
+    # connections per instance socket (a guest can use them up only for itself).
+    mdata_idle_timeout: float = 300.0
+    mdata_max_line: int = 1 << 20
+    mdata_max_connections: int = 32
 
     @property
     def secret_file(self) -> Path:

@@ -244,7 +244,7 @@ def test_given_port_is_bound_then_released(api: httpx.Client, host: str, net: tu
     assert shown["status"] == "ACTIVE"
     assert [n["status"] for n in shown["nets"]] == ["ACTIVE", "ACTIVE"]
     report(api, host, created_port, "ERROR")
-    assert get(api, "instances", "instance", inst["id"])["status"] == "BUILD"
+    assert get(api, "instances", "instance", inst["id"])["status"] == "ERROR"  # one port failed: the instance did
 
     # Already bound: a second instance cannot take it.
     error(post_instance(api, "vm2", nets=[{"port": given["id"]}]), 409, "PortInUse")
@@ -322,8 +322,9 @@ def test_visibility_between_projects(users: dict[str, httpx.Client]) -> None:
     a_port = create(alice, "ports", "port", network_id=a_net["id"])
     b_port = create(bob, "ports", "port", network_id=b_net["id"])
 
-    a = new_instance(alice, "a", nets=[{"network": a_net["id"]}, {"port": a_port["id"]}])
-    b = new_instance(bob, "b", nets=[{"port": b_port["id"]}])
+    # (members name no namespace: cloudnet makes one)
+    a = new_instance(alice, "a", netns=None, nets=[{"network": a_net["id"]}, {"port": a_port["id"]}])
+    b = new_instance(bob, "b", netns=None, nets=[{"port": b_port["id"]}])
     assert a["project_id"] == "alice" and b["project_id"] == "bob"
     assert a["host"] == "node-1"
     assert all(get(alice, "ports", "port", p)["project_id"] == "alice" for p in port_ids(a))
@@ -340,9 +341,9 @@ def test_visibility_between_projects(users: dict[str, httpx.Client]) -> None:
 
     # Another project's port or network is not visible to alice; nor may she create for bob.
     c_port = create(bob, "ports", "port", network_id=b_net["id"])
-    error(post_instance(alice, "x", nets=[{"port": c_port["id"]}]), 404, "PortNotFound")
-    error(post_instance(alice, "x", nets=[{"network": b_net["id"]}]), 404, "NetworkNotFound")
-    error(post_instance(alice, "x", project_id="bob"), 403)
+    error(post_instance(alice, "x", netns=None, nets=[{"port": c_port["id"]}]), 404, "PortNotFound")
+    error(post_instance(alice, "x", netns=None, nets=[{"network": b_net["id"]}]), 404, "NetworkNotFound")
+    error(post_instance(alice, "x", netns=None, project_id="bob"), 403)
     assert get(bob, "ports", "port", c_port["id"])["device_id"] == ""
     # An admin creating an instance for alice cannot hand it bob's port.
     error(post_instance(admin, "x", project_id="alice", nets=[{"port": c_port["id"]}]), 409, "PortNotUsable")

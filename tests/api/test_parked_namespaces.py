@@ -124,7 +124,11 @@ def test_only_a_ready_port_offers_a_parked_namespace(api: httpx.Client, net: Jso
 
 
 def test_reserved_namespace_names_are_refused(api: httpx.Client, net: Json) -> None:
-    for name in ("cloudnet-ns-abc", "cloudnet-host-x"):
+    # however they are spelt: as a name, or as a path under /run/netns or /var/run/netns
+    for name in ("cloudnet-ns-abc", "cloudnet-host-x", "/run/netns/cloudnet-router-x", "/var/run/netns/cloudnet-x"):
         r = api.post("/instances", json={"instance": {"name": "vm", "host": HOST, "netns": name}})
         check_error(r, 400, "HTTPBadRequest", "reserved")
-    assert new_instance(api, "vm", net["id"], netns="cloudnet-like-but/a-path")["netns"] == "cloudnet-like-but/a-path"
+    for bad in ("relative/path", "/run/netns/../netns/x", "/run//netns/x", "/run/netns/", ".", "a b", "/x/./y"):
+        r = api.post("/instances", json={"instance": {"name": "vm", "host": HOST, "netns": bad}})
+        check_error(r, 400, "HTTPBadRequest", "netns")
+    assert new_instance(api, "vm", net["id"], netns="/proc/4242/ns/net")["netns"] == "/proc/4242/ns/net"

@@ -42,5 +42,3 @@ def cloud(server: RunningServer, api: httpx.Client) -> Iterator[Cloud]:
             netns.remove(name)
         for link in c.root_links:
             subprocess.run(["ip", "link", "del", link], capture_output=True)
-
-

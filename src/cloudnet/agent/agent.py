@@ -15,6 +15,7 @@ import httpx
 
 from cloudnet.agent.client import ApiClient
 from cloudnet.dataplane.base import Dataplane
+from cloudnet.dataplane.steps import StepTimedOut
 
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
@@ -70,6 +71,10 @@ class Agent:
                 log.warning("lost the API (%s); full sync again in %.1f s", exc, backoff)
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
+            except StepTimedOut:
+                # One object's step hung: it is marked failed and backs off; the next pass (on fresh sockets)
+                # converges everything else at once.
+                log.error("a dataplane step timed out; full sync again now")
             except Exception:
                 log.exception("reconcile failed; retrying with a full sync")
                 self.stop_event.wait(backoff)
@@ -108,6 +113,16 @@ class Agent:
             else:
                 self.revision = max(self.revision, latest)
 
+    def _report_failures(self) -> None:
+        """Objects the dataplane could not converge go into the host's report (`cloudnet host show`), at once."""
+        failures = [{k: v for k, v in f.items() if k != "retry_in"} for f in self.dataplane.failures()]
+        if failures != self.report.get("failures", []):
+            self.report["failures"] = failures
+            try:
+                self.client.heartbeat(self.report)
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                log.warning("heartbeat failed: %s", exc)
+
     def _metadata_served(self, state: dict[str, Any], network_id: str | None) -> bool:
         network = state["networks"].get(network_id or "")
         if not network or not network.get("metadata_port"):
@@ -119,9 +134,15 @@ class Agent:
         """Fetch the desired state, converge the dataplane, report what changed. A full pass checks
         every device; otherwise the dataplane touches only what changed since its last pass."""
         state = self.client.desired_state()
-        reports = self.dataplane.apply(state, full=full)
+        try:
+            reports = self.dataplane.apply(state, full=full)
+        finally:
+            self._report_failures()
         for observer in self.observers:
-            observer.update(state)
+            try:  # (each follows many objects and isolates them itself; this keeps one observer from the rest)
+                observer.update(state)
+            except Exception:
+                log.exception("%s could not follow revision %s", type(observer).__name__, state.get("revision"))
         changed = []
         self.held_back = False
         pool_ports = state.get("pool_ports", {})

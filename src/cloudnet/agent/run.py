@@ -36,13 +36,22 @@ def build(config: AgentConfig) -> Agent:
         # Shares `report` with the Agent: it refreshes report["sriov"] after each plug or release.
         sriov = SriovDataplane(config.host, config.state_dir, mappings=config.sriov, exclude=config.sriov_exclude,
                                sysfs_root=config.sysfs_root, report=report)  # fmt: skip
-    dataplane = LinuxDataplane(config.host, config.uplinks, sriov, park=config.park_pool_devices)
+    dataplane = LinuxDataplane(config.host, config.uplinks, sriov, park=config.park_pool_devices,
+                               step_timeout=config.step_timeout)  # fmt: skip
     observers: list[StateObserver] = []
     if config.metadata_url:
         # 169.254.169.254 in every network namespace of this host, signing with the server's secret.
         observers.append(MetadataProxy(config.host, config.metadata_url, signing.read_secret(config.secret_file)))
     # SmartOS metadata sockets under <state>/zonecontrol/<uuid>/ (guests' writes go through the API).
-    observers.append(MdataService(config.state_dir, client))
+    observers.append(
+        MdataService(
+            config.state_dir,
+            client,
+            idle_timeout=config.mdata_idle_timeout,
+            max_line=config.mdata_max_line,
+            max_connections=config.mdata_max_connections,
+        )
+    )
     return Agent(
         client, dataplane, report=report, heartbeat_interval=config.heartbeat_interval,
         observers=observers,

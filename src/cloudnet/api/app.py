@@ -43,8 +43,9 @@ from cloudnet.api.deps import AppState
 from cloudnet.api.guard import Guard
 from cloudnet.api.neutron import JSON, error_response
 from cloudnet.config import ServerConfig
-from cloudnet.errors import BadRequest, CloudnetError
+from cloudnet.errors import BadRequest, CloudnetError, ServiceUnavailable
 from cloudnet.services import quotas as quota_service
+from cloudnet.store import errors as store_errors
 from cloudnet.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,18 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         log.warning("database refused a value on %s %s: %s", request.method, request.url.path, reason)
         return error_response(BadRequest("Invalid input: a value in the request cannot be stored"))
 
+    async def database_error(request: Request, exc: Exception) -> Response:
+        # Handled here rather than as a bare Exception: Starlette re-raises those after answering, and the server
+        # then drops the kept-alive connection under the client.
+        why = store_errors.unavailable(exc)
+        if why is None:
+            return await unexpected(request, exc)
+        # a full disk, a read-only database: the service's trouble, for a while
+        log.error("database unavailable on %s %s: %s (%s)", request.method, request.url.path, why, exc)
+        return error_response(ServiceUnavailable(
+            f"The request could not be stored: {why}. Nothing was changed; try again once the operator has "
+            "fixed it.", retry_after=5, type="DatabaseUnavailable"))  # fmt: skip
+
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(CloudnetError("Request Failed: internal server error while processing your request."))
@@ -147,6 +160,7 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         CloudnetError: cloudnet_error,
         HTTPException: http_error,
         DataError: data_error,
+        store_errors.DatabaseError: database_error,
         Exception: unexpected,
     }
     auth = auth or Authenticator(config.tokens_file)

@@ -45,8 +45,11 @@ EXTENSIONS = [
     ("pagination", "Pagination support", "Extension that indicates that pagination is enabled."),
     ("quotas", "Quota management support", "Expose functions for quotas management per project"),
     ("quota_details", "Quota details management support", "Expose functions for quotas usage statistics per project"),
-    ("quota-check-limit", "Quota engine limit check", "Support for checking the resource usage before applying a new "
-     "quota limit"),
+    (
+        "quota-check-limit",
+        "Quota engine limit check",
+        "Support for checking the resource usage before applying a new quota limit",
+    ),
     ("sorting", "Sorting support", "Extension that indicates that sorting is enabled."),
     ("fields", "Field selection", "Extension that indicates that the fields parameter is supported."),
     ("filter-validation", "Filter parameters validation", "Provides validation on filter parameters."),

@@ -69,6 +69,14 @@ Quota = Annotated[
                  "resources: network, subnet, port, router, security_group, security_group_rule, floatingip, "
                  "forward (repeatable)."),
 ]  # fmt: skip
+StepTimeout = Annotated[
+    float, typer.Option(min=0.1, metavar="S", help="Seconds one object's dataplane step may take before it is "
+                        "marked failed (and retried with backoff) while the rest of the host converges."),
+]  # fmt: skip
+MdataIdle = Annotated[float, typer.Option(min=1, metavar="S", help="Close a SmartOS metadata connection idle this "
+                                          "long.")]  # fmt: skip
+MdataMaxLine = Annotated[int, typer.Option(min=4096, metavar="BYTES", help="Longest SmartOS metadata request line.")]
+MdataMaxConnections = Annotated[int, typer.Option(min=1, help="Connections per instance metadata socket.")]
 MaxBodySize = Annotated[int, typer.Option(min=1024, metavar="BYTES", help="Largest request body (413 beyond).")]
 MetadataListen = Annotated[
     str,
@@ -178,6 +186,10 @@ def register(app: typer.Typer) -> None:
         sriov_exclude: SriovExclude = None,
         sysfs_root: SysfsRoot = Path("/sys"),
         park_pool_devices: ParkPoolDevices = False,
+        step_timeout: StepTimeout = AgentConfig.step_timeout,
+        mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
+        mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
+        mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
         from cloudnet.agent.run import run
@@ -189,6 +201,8 @@ def register(app: typer.Typer) -> None:
         config.sriov, config.sriov_exclude = _sriov(sriov, sriov_exclude)
         config.sysfs_root = sysfs_root
         config.park_pool_devices = park_pool_devices
+        config.step_timeout, config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
+        config.mdata_max_line, config.mdata_max_connections = mdata_max_line, mdata_max_connections
         try:
             run(config)
         except SecretError as exc:
@@ -217,6 +231,10 @@ def register(app: typer.Typer) -> None:
         instance_pools: InstancePools = False,
         quota: Quota = None,
         max_body_size: MaxBodySize = ServerConfig.max_body_size,
+        step_timeout: StepTimeout = AgentConfig.step_timeout,
+        mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
+        mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
+        mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
@@ -232,4 +250,6 @@ def register(app: typer.Typer) -> None:
         agent_config.sriov, agent_config.sriov_exclude = _sriov(sriov, sriov_exclude)
         agent_config.sysfs_root = sysfs_root
         agent_config.park_pool_devices = park_pool_devices
+        agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
+        agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
         _serve(config, agent_config)

@@ -31,7 +31,13 @@ class PortReport:
 
 class Dataplane(Protocol):
     def apply(self, state: DesiredState, full: bool = True) -> list[PortReport]:
-        """Converge; with `full` False the driver may touch only what changed since its last pass."""
+        """Converge; with `full` False the driver may touch only what changed since its last pass. One object's
+        failure fails that object only (its ports are reported ERROR with the reason); an exception means the
+        pass as a whole could not run (or a step ran past its time limit) and the caller tries again."""
+        ...
+
+    def failures(self) -> list[dict[str, Any]]:
+        """Objects whose last attempt failed: {"object", "reason", "since", "attempts", "retry_in"}."""
         ...
 
     def close(self) -> None: ...

@@ -17,6 +17,7 @@ was deleted meanwhile) is reset and handed back to the host namespace, which fre
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -32,6 +33,8 @@ from cloudnet.dataplane import sriov_inventory as inv
 from cloudnet.dataplane.base import DesiredState, PortReport
 from cloudnet.dataplane.linux import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.dataplane.linux.ns_guard import InstanceNamespaces, NamespaceRefused
+from cloudnet.dataplane.steps import StepFailed, Steps
 
 log = logging.getLogger(__name__)
 VIF_TYPE = "hw_veb"
@@ -99,6 +102,7 @@ class SriovDataplane:
         # The agent's heartbeat report (the same dict): its "sriov" member is refreshed after changes.
         self.report = report
         self._applied: dict[str, tuple[Any, ...]] = {}
+        self.steps = Steps()  # (when applied on its own; the Linux driver passes its own)
 
     # -- inventory ----------------------------------------------------------------------------
 
@@ -134,7 +138,18 @@ class SriovDataplane:
 
     # -- the whole state ----------------------------------------------------------------------
 
-    def apply(self, state: DesiredState) -> list[PortReport]:
+    def step_keys(self, state: DesiredState) -> list[str]:
+        """The step keys of this driver's objects (see apply)."""
+        return [f"vf:{r['port_id']}" for r in state.get("sriov", [])] + [f"vf-release:{s}" for s in self.records()]
+
+    def apply(
+        self, state: DesiredState, steps: Steps | None = None, guard: InstanceNamespaces | None = None
+    ) -> list[PortReport]:
+        """Each VF plugged or released as a step of its own (a PF that refuses a VF's MAC or VLAN, as some NICs do,
+        fails that port only); instance namespaces are opened through `guard`, checked, as the veth driver does.
+        The Linux driver passes its own steps and pass view; alone, the driver keeps its own."""
+        steps = steps or self.steps
+        guard = guard or InstanceNamespaces(self.host, state["instances"])
         where: dict[str, tuple[dict[str, Any], int]] = {}
         for inst in state["instances"]:
             for position, pid in enumerate(inst["ports"]):
@@ -148,7 +163,8 @@ class SriovDataplane:
             same = (res is not None and res["port_id"] == rec["port_id"] and inst_pos is not None
                     and inst_pos[0]["netns"] == rec["netns"] and rec["ifname"] == f"eth{inst_pos[1]}")  # fmt: skip
             if not same:
-                self.release(rec)
+                with contextlib.suppress(StepFailed):
+                    steps.run(f"vf-release:{slot}", lambda r=rec: self.release(r, guard))
                 self._applied.pop(rec["port_id"], None)
                 changed = True
         reports = []
@@ -167,14 +183,15 @@ class SriovDataplane:
                 reports.append(PortReport(res["port_id"], up, VIF_TYPE, details))
                 continue
             try:
-                self.plug(inst, position, port, network, res, state)
-            except netns.NamespaceMissing:
-                log.warning("instance %s: network namespace %s does not exist", inst["id"], inst["netns"])
-                reports.append(PortReport(res["port_id"], "DOWN", "binding_failed", {"reason": "netns missing"}))
+                plugged = steps.run(f"vf:{res['port_id']}",
+                                    lambda i=inst, p=position, o=port, n=network, r=res: self._plug_step(
+                                        i, p, o, n, r, state, guard),
+                                    fingerprint)  # fmt: skip
+            except StepFailed as exc:
+                reports.append(PortReport(res["port_id"], "ERROR", "binding_failed", {"reason": exc.reason}))
                 continue
-            except VfUnavailable as exc:
-                log.error("instance %s: %s", inst["id"], exc)
-                reports.append(PortReport(res["port_id"], "ERROR", "binding_failed", {"reason": str(exc)}))
+            if not plugged:  # no namespace (yet): the runtime may still make it, so no ERROR
+                reports.append(PortReport(res["port_id"], "DOWN", "binding_failed", {"reason": "netns missing"}))
                 continue
             changed = True
             self._applied[res["port_id"]] = fingerprint
@@ -188,9 +205,26 @@ class SriovDataplane:
 
     # -- plug ---------------------------------------------------------------------------------
 
+    def _plug_step(
+        self, inst: dict[str, Any], position: int, port: dict[str, Any], network: dict[str, Any], res: dict[str, Any],
+        state: DesiredState, guard: InstanceNamespaces,
+    ) -> bool:  # fmt: skip
+        """Plug the VF; False (nothing changed) when the instance's namespace does not exist."""
+        try:
+            fd = guard.open(inst)
+        except netns.NamespaceMissing:
+            log.warning("instance %s: network namespace %s does not exist", inst["id"], inst["netns"])
+            return False
+        try:
+            self.plug(inst, fd, position, port, network, res, state)
+        finally:
+            os.close(fd)
+        return True
+
     def plug(
         self,
         inst: dict[str, Any],
+        ns_fd: int,  # the instance's namespace, opened and checked (ns_guard)
         position: int,
         port: dict[str, Any],
         network: dict[str, Any],
@@ -207,22 +241,22 @@ class SriovDataplane:
                 raise VfUnavailable(f"VF {slot} has no netdev in the host namespace")
             rec = {"pci_slot": slot, "pf": res["pf"], "vf_index": int(res["vf_index"]), "netdev": vf.netdev,
                    "port_id": port["id"], "netns": ns, "ifname": ifname}  # fmt: skip
-        fd = netns.fd_of(ns)  # NamespaceMissing before anything changes
-        try:
-            with netns.iproute(None) as root:
-                pf_index = _lookup(root, res["pf"])
-                if pf_index is None:
-                    raise VfUnavailable(f"Invalid Device {res['pf']}: Device not found")
+        with netns.iproute(None) as root:
+            pf_index = _lookup(root, res["pf"])
+            if pf_index is None:
+                raise VfUnavailable(f"Invalid Device {res['pf']}: Device not found")
+            try:
                 self.set_vf(vf_request(pf_index, int(res["vf_index"]), port["mac_address"], int(res["vlan"])))
-                idx = _lookup(root, rec["netdev"])
-                if idx is not None:  # still in the host namespace: move it
-                    self._write(rec)
-                    root.link("set", index=idx, state="down")
-                    root.link("set", index=idx, ifalias=_alias(slot, rec["netdev"]))
-                    root.link("set", index=idx, net_ns_fd=fd)
-        finally:
-            os.close(fd)
-        with netns.iproute(ns) as guest:
+            except NetlinkError as exc:  # e.g. EOPNOTSUPP: a PF whose driver does not set VFs over netlink
+                raise VfUnavailable(f"PF {res['pf']} refused the MAC and VLAN of VF {res['vf_index']}: "
+                                    f"{os.strerror(exc.code)} (errno {exc.code})") from None  # fmt: skip
+            idx = _lookup(root, rec["netdev"])
+            if idx is not None:  # still in the host namespace: move it
+                self._write(rec)
+                root.link("set", index=idx, state="down")
+                root.link("set", index=idx, ifalias=_alias(slot, rec["netdev"]))
+                root.link("set", index=idx, net_ns_fd=ns_fd)
+        with netns.iproute(ns_fd) as guest:
             idx = _lookup(guest, rec["netdev"])
             if idx is not None:
                 guest.link("set", index=idx, ifname=ifname)
@@ -240,8 +274,9 @@ class SriovDataplane:
 
     # -- release ------------------------------------------------------------------------------
 
-    def release(self, rec: dict[str, Any]) -> None:
-        """Reset the VF on its PF and hand its netdev back to the host namespace under its own name."""
+    def release(self, rec: dict[str, Any], guard: InstanceNamespaces) -> None:
+        """Reset the VF on its PF and hand its netdev back to the host namespace under its own name (from the
+        instance's namespace when that is still one to enter; else it comes home when that namespace goes)."""
         slot, alias = rec["pci_slot"], _alias(rec["pci_slot"], rec["netdev"])
         with netns.iproute(None) as root:
             pf_index = _lookup(root, rec["pf"])
@@ -251,17 +286,9 @@ class SriovDataplane:
                 except NetlinkError as exc:
                     log.error("SR-IOV: resetting VF %s on %s: %s", rec["vf_index"], rec["pf"], exc)
             idx = _lookup(root, rec["netdev"]) or _by_alias(root, alias)
-        if idx is None and netns.exists(rec["netns"]):
-            with netns.iproute(rec["netns"]) as guest:
-                gidx = _by_alias(guest, alias)
-                if gidx is not None:
-                    guest.link("set", index=gidx, state="down")
-                    guest.link("set", index=gidx, ifname=rec["netdev"])  # its own name before it goes home
-                    fd = netns.fd_of(f"/proc/{os.getpid()}/ns/net")
-                    try:
-                        guest.link("set", index=gidx, net_ns_fd=fd)
-                    finally:
-                        os.close(fd)
+        if idx is None:
+            with contextlib.suppress(netns.NamespaceMissing, NamespaceRefused):
+                self._bring_home(guard.open({"id": f"(released VF {slot})", "netns": rec["netns"]}), rec, alias)
         with netns.iproute(None) as root:
             idx = _lookup(root, rec["netdev"]) or _by_alias(root, alias)
             if idx is None:
@@ -272,6 +299,23 @@ class SriovDataplane:
                     root.link("set", index=idx, ifname=rec["netdev"])
                 root.link("set", index=idx, ifalias="")
         self._forget(slot)
+
+    @staticmethod
+    def _bring_home(guest_fd: int, rec: dict[str, Any], alias: str) -> None:
+        """Move the VF's netdev from the instance's namespace (`guest_fd`, closed here) back to the agent's."""
+        try:
+            with netns.iproute(guest_fd) as guest:
+                gidx = _by_alias(guest, alias)
+                if gidx is not None:
+                    guest.link("set", index=gidx, state="down")
+                    guest.link("set", index=gidx, ifname=rec["netdev"])  # its own name before it goes home
+                    fd = netns.fd_of(f"/proc/{os.getpid()}/ns/net")
+                    try:
+                        guest.link("set", index=gidx, net_ns_fd=fd)
+                    finally:
+                        os.close(fd)
+        finally:
+            os.close(guest_fd)
 
 
 class VfUnavailable(RuntimeError):

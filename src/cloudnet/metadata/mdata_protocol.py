@@ -64,7 +64,9 @@ class LineSplitter:
     """Splits a byte stream into LF-terminated lines, dropping any line longer than `max_line`.
 
     An over-long line is discarded as it arrives (nothing is buffered past the limit) up to its newline;
-    the lines after it are read normally, so one bad request never costs the connection.
+    the lines after it are read normally, so one bad request never costs the connection. Each byte is looked at
+    once: a line that arrives a byte at a time costs what it costs whole (a split of the whole buffer on every
+    read made a slow 1 MiB line cost seconds).
     """
 
     __slots__ = ("_buf", "_skipping", "dropped", "max_line")
@@ -76,32 +78,36 @@ class LineSplitter:
         self.dropped = 0
 
     def feed(self, data: bytes) -> list[bytes]:
-        if self._skipping:
-            end = data.find(b"\n")
-            if end < 0:
-                return []
+        out: list[bytes] = []
+        start = 0
+        if self._skipping:  # the rest of an over-long line: up to its newline
+            start = data.find(b"\n") + 1
+            if not start:
+                return out
             self._skipping = False
-            data = data[end + 1 :]
-        if not self._buf and data.endswith(b"\n") and data.find(b"\n") == len(data) - 1:
-            # The common case, one whole request per read: no copying.
-            if len(data) - 1 <= self.max_line:
-                return [data[:-1]]
-            self.dropped += 1
-            return []
-        self._buf += data
-        *lines, rest = self._buf.split(b"\n")
-        out = []
-        for line in lines:
-            if len(line) <= self.max_line:
-                out.append(bytes(line))
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                if start < len(data):
+                    if len(self._buf) + len(data) - start > self.max_line:
+                        self.dropped += 1
+                        self._skipping = True
+                        self._buf = bytearray()
+                    else:
+                        self._buf += memoryview(data)[start:]
+                return out
+            if self._buf:
+                if len(self._buf) + end - start <= self.max_line:
+                    self._buf += memoryview(data)[start:end]
+                    out.append(bytes(self._buf))
+                else:
+                    self.dropped += 1
+                self._buf = bytearray()
+            elif end - start <= self.max_line:
+                out.append(data[start:end])
             else:
                 self.dropped += 1
-        if len(rest) > self.max_line:
-            self.dropped += 1
-            self._skipping = True
-            rest = bytearray()
-        self._buf = rest
-        return out
+            start = end + 1
 
     @property
     def pending(self) -> int:

@@ -118,6 +118,7 @@ class MdataService:
         check_interval: float = 5.0,
         max_connections: int = 32,
         max_line: int = MAX_LINE,
+        idle_timeout: float = 300.0,
         write_rate: float = 10.0,
         write_burst: int = 50,
     ) -> None:
@@ -127,6 +128,7 @@ class MdataService:
         self.check_interval = check_interval
         self.max_connections = max_connections  # per instance: a guest cannot use up the agent's descriptors
         self.max_line = max_line
+        self.idle_timeout = idle_timeout  # a connection with no request for this long is closed
         self.write_rate, self.write_burst = write_rate, write_burst
         self._instances: dict[str, _Instance] = {}
         self._revision = -1
@@ -396,6 +398,9 @@ class _Connection(asyncio.Protocol):
         self.busy = False
         self.paused = False
         self.transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._active = self._loop.time()  # last request line (or reply) on this connection
+        self._idle: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
@@ -404,16 +409,32 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
             return
         self.inst.connections.add(self)
+        self._idle = self._loop.call_later(self.service.idle_timeout, self._check_idle)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.inst.connections.discard(self)
         self.transport = None
+        if self._idle is not None:
+            self._idle.cancel()
+
+    def _check_idle(self) -> None:
+        """Close a connection that sent nothing for `idle_timeout` (a guest holding its connections open would
+        keep them from the others it may have); a write still in flight is not idleness."""
+        left = self._active + self.service.idle_timeout - self._loop.time()
+        if self.transport is None:
+            return
+        if left > 0 or self.busy:
+            self._idle = self._loop.call_later(max(left, 1.0), self._check_idle)
+            return
+        log.debug("instance %s: closing an idle metadata connection", self.inst.id)
+        self.transport.close()
 
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        self._active = self._loop.time()
         lines = self.lines.feed(data)
         dropped, self.lines.dropped = self.lines.dropped, 0
         if dropped:

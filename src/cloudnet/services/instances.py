@@ -74,15 +74,34 @@ class InstanceCreate(Body):
     # IMDSv2: "required" makes every metadata request carry a session token (PUT /latest/api/token).
     metadata_tokens: MetadataTokens = "optional"
 
-    @field_validator("netns")
-    @classmethod
-    def _not_reserved(cls, value: str | None) -> str | None:
-        if value is not None and "/" not in value and value.startswith(names.RESERVED_NS_PREFIX):
-            raise ValueError(
-                f"names starting with '{names.RESERVED_NS_PREFIX}' are reserved for the namespaces cloudnet "
-                "makes; leave netns out to have one made"
-            )
-        return value
+    _netns = field_validator("netns")(lambda v: None if v is None else check_netns(v))
+
+
+# Where named namespaces live (`ip netns`), under either spelling.
+NETNS_DIRS = ("/run/netns/", "/var/run/netns/")
+
+
+def check_netns(value: str) -> str:
+    """An existing namespace as a name (under /run/netns) or an absolute path, spelt plainly. What it is, is the
+    host agent's to check before it enters it (dataplane/linux/ns_guard.py): this only refuses what can never be
+    right, and the namespaces cloudnet makes, however they are spelt."""
+    if "\x00" in value or any(c.isspace() for c in value):
+        raise ValueError("a namespace name or path has no NUL or white space")
+    if "/" in value:
+        parts = value.split("/")
+        if not value.startswith("/") or "" in parts[1:] or any(p in (".", "..") for p in parts):
+            raise ValueError("a namespace path must be absolute, without '.', '..' or empty components")
+        name = next((value[len(d) :] for d in NETNS_DIRS if value.startswith(d)), None)
+    else:
+        if value in (".", ".."):
+            raise ValueError(f"'{value}' is not a namespace name")
+        name = value
+    if name is not None and name.startswith(names.RESERVED_NS_PREFIX):
+        raise ValueError(
+            f"names starting with '{names.RESERVED_NS_PREFIX}' are reserved for the namespaces cloudnet makes; "
+            "leave netns out to have one made"
+        )
+    return value
 
 
 class InstanceUpdate(Body):
@@ -94,14 +113,25 @@ class InstanceUpdate(Body):
 
 
 def _net(p: dict[str, Any]) -> dict[str, Any]:
-    """An instance's NIC, from its port's API shape."""
-    keys = ("network_id", "mac_address", "fixed_ips", "status", "binding:vnic_type")
-    return {"port_id": p["id"], **{k: p[k] for k in keys}}
+    """An instance's NIC, from its port's API shape (with why its binding failed, when it did)."""
+    keys = ("network_id", "mac_address", "fixed_ips", "status", "binding:vnic_type", "binding:vif_type")
+    reason = (p["binding:vif_details"] or {}).get("reason") if p["binding:vif_type"] == "binding_failed" else None
+    return {"port_id": p["id"], **{k: p[k] for k in keys}, "binding_failure": reason}
+
+
+def _status(nets: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """ERROR when a port is, ACTIVE once every port is plugged and reported by the host's agent, else BUILD;
+    and why not ACTIVE, when the agent said why (Zun's status_reason)."""
+    statuses = {n["status"] for n in nets}
+    status = "ERROR" if "ERROR" in statuses else "ACTIVE" if statuses <= {"ACTIVE"} else "BUILD"
+    reasons = [f"port {n['port_id']}: {n['binding_failure']}" for n in nets if n["binding_failure"]]
+    return status, "; ".join(reasons) or None
 
 
 def _shape(r: Mapping[str, Any], tags: list[str] | None, nets: list[dict[str, Any]]) -> dict[str, Any]:
     """The API shape of an instance, from its column values, tags and NICs."""
     d = common.standard_fields(r, tags)
+    status, reason = _status(nets)
     d.update(
         {
             "hostname": r["hostname"],
@@ -112,8 +142,8 @@ def _shape(r: Mapping[str, Any], tags: list[str] | None, nets: list[dict[str, An
             "ssh_keys": r["ssh_keys"],
             "metadata_tokens": r["metadata_tokens"],
             "nets": nets,
-            # ACTIVE once every port is plugged and reported by the host's agent.
-            "status": "ACTIVE" if {n["status"] for n in nets} <= {"ACTIVE"} else "BUILD",
+            "status": status,
+            "status_reason": reason,
         }
     )
     return d
@@ -171,6 +201,10 @@ def create_instances(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -
 def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
     """Create one instance; its API shape, built from what was written (a claimed port's shape comes with
     the claim; only other ports are read back)."""
+    if spec.netns is not None and not ctx.names_host_resources:
+        # A host's namespaces are the runtime's (Nova, Zun: the service role) or an admin's to name.
+        raise Forbidden("Only admins and the service role may name an existing network namespace (netns); leave "
+                        "netns out to have cloudnet make one for the instance")  # fmt: skip
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
     host = spec.host or _default_host(tx)
     if spec.host and not tx.conn.execute(select(t.hosts.c.name).where(t.hosts.c.name == host)).first():

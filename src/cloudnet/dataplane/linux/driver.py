@@ -32,6 +32,7 @@ namespace the caller made costs the move: parking is an option, off by default.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -45,7 +46,8 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.base import DesiredState, PortReport
-from cloudnet.dataplane.linux import names, nat, netns
+from cloudnet.dataplane.linux import names, nat, netns, ns_guard
+from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 
 if TYPE_CHECKING:  # the SR-IOV driver builds on this module's helpers
     from cloudnet.dataplane.sriov import SriovDataplane
@@ -151,6 +153,16 @@ def _fingerprint_of(*parts: Any) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
+def _plugged(port: dict[str, Any], position: int) -> PortReport:
+    tap = names.tap(port["id"])
+    details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": f"eth{position}"}
+    return PortReport(port["id"], "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details)
+
+
+def _failed(port_id: str, reason: str) -> PortReport:
+    return PortReport(port_id, "ERROR", "binding_failed", {"reason": reason})
+
+
 @dataclass(frozen=True)
 class _Parked:
     """A ready pool port's device, parked as eth0 in a namespace of its own."""
@@ -167,6 +179,7 @@ class LinuxDataplane:
         sriov: SriovDataplane | None = None,
         *,
         park: bool = False,
+        step_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.host = host
         self.host_ns = names.host_ns(host)
@@ -190,6 +203,8 @@ class LinuxDataplane:
         self._done: dict[str, tuple[str, frozenset[str], str]] = {}
         self._kept: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
         self.nat = nat.NatTables()
+        # Every object's work: isolated, time-bounded, retried with backoff; on a worker in the host namespace.
+        self.steps = Steps(step_timeout, thread_init=lambda: netns.enter_for_good(self.host_ns))
 
     def close(self) -> None:
         self._forget()
@@ -208,48 +223,97 @@ class LinuxDataplane:
         the last pass is touched (the agent runs a full pass at start and periodically)."""
         if full or self._kept is None:
             full = True
+            if not netns.exists(self.host_ns):
+                self.steps.restart()  # its worker lives in the host namespace: a new one for a new namespace
             netns.ensure(self.host_ns)
         try:
             return self._apply(state, full)
-        except Exception:
+        except BaseException:
             self._kept = None  # whatever happened, the next pass reads everything again
             raise
 
+    def failures(self) -> list[dict[str, Any]]:
+        """Objects whose last step failed, with the reason (the agent puts them in its host report)."""
+        return self.steps.report()
+
     def _apply(self, state: DesiredState, full: bool) -> list[PortReport]:
+        """Every object's work is a step of its own (dataplane/steps.py): one that fails is reported failed (its
+        ports ERROR) and backs off, while the others converge; what it had stays (nothing is collected for it)."""
         reports: list[PortReport] = []
+        guard = ns_guard.InstanceNamespaces(self.host, state["instances"])
+        run = self.steps.run
         with netns.iproute(self.host_ns) as host:
             links = _Links(host, prefetch=full)
             wanted: set[str] = set()
             wanted_ns: set[str] = set()
             networks = self._needed_networks(state)
+            broken: dict[str, str] = {}  # network id -> why its bridge is not there
             for net_id in networks:
-                wanted.add(self._ensure_bridge(host, links, state["networks"][net_id], full))
-            uplinks = self._ensure_uplinks(host, state, networks)
+                network = state["networks"][net_id]
+                wanted.add(names.bridge(net_id))
+                try:
+                    run(f"network:{net_id}", lambda n=network: self._ensure_bridge(host, links, n, full),
+                        network["mtu"])  # fmt: skip
+                except StepFailed as exc:
+                    broken[net_id] = f"network {net_id}: {exc.reason}"
+            try:
+                uplinks = run("uplinks", lambda: self._ensure_uplinks(host, state, networks))
+            except StepFailed:
+                uplinks = set(self._kept[1]) if self._kept else set(self.uplinks.values())  # none handed back
             for inst in state["instances"]:
                 if names.is_managed_ns(self.host, inst["netns"]):  # one cloudnet provides: made here
-                    if not netns.exists(inst["netns"]):
-                        netns.create(inst["netns"])
                     wanted_ns.add(inst["netns"])
-                reports += self._apply_instance(host, links, inst, state, wanted, full)
+                reports += self._instance(host, links, inst, state, wanted, full, guard, broken)
             if self.sriov is not None:
-                reports += self.sriov.apply(state)
-            reports += self._apply_parked(host, links, state, wanted, wanted_ns, full)
+                reports += self.sriov.apply(state, self.steps, guard)
+            reports += self._apply_parked(host, links, state, wanted, wanted_ns, full, guard, broken)
             for net_id in networks:
-                if state["networks"][net_id].get("metadata_port"):
-                    wanted_ns.add(self._apply_metadata(host, links, state["networks"][net_id], wanted, full))
+                network = state["networks"][net_id]
+                if network.get("metadata_port") and net_id not in broken:
+                    leg, ns = names.metadata_leg(network["metadata_port"]["id"]), names.metadata_ns(self.host, net_id)
+                    wanted.add(leg)  # (kept whatever happens to the step)
+                    wanted_ns.add(ns)
+                    with contextlib.suppress(StepFailed):
+                        run(f"metadata:{net_id}", lambda n=network: self._apply_metadata(host, links, n, wanted, full),
+                            _fingerprint_of(network))  # fmt: skip
             for router in state["routers"]:
-                wanted_ns.add(self._apply_router(host, links, router, state, wanted, full))
+                wanted_ns.add(names.router_ns(self.host, router["id"]))
+                wanted.update(self._router_legs(router))
+                with contextlib.suppress(StepFailed):
+                    run(f"router:{router['id']}", lambda r=router: self._apply_router(host, links, r, state, wanted,
+                                                                                     full))  # fmt: skip
             kept = (frozenset(wanted), frozenset(uplinks), frozenset(wanted_ns))
             before = self._kept
             # Only something that went away leaves garbage: an incremental pass that only added skips it.
+            collected = True
             if full or before is None or not all(b <= k for b, k in zip(before, kept, strict=True)):
-                self._collect(host, wanted, uplinks, wanted_ns)
-            self._kept = kept
+                try:
+                    run("garbage", lambda: self._collect(host, wanted, uplinks, wanted_ns))
+                except StepFailed:
+                    collected = False  # the next pass is a full one, and collects again
+            self.steps.keep_only(self._step_keys(state, networks))
+            self._kept = kept if collected else None
             self._done = {k: v for k, v in self._done.items() if v[2] in wanted_ns}
             self._bridges = {k: v for k, v in self._bridges.items() if k in wanted}
         live = {r.port_id for r in reports}
         self._applied = {k: v for k, v in self._applied.items() if k in live}
         return reports
+
+    def _step_keys(self, state: DesiredState, networks: list[str]) -> list[str]:
+        """The step keys of every object of the desired state (failures of others are forgotten)."""
+        keys = ["uplinks", "garbage", *(f"network:{n}" for n in networks), *(f"metadata:{n}" for n in networks)]
+        keys += [f"instance:{i['id']}" for i in state["instances"]]
+        keys += [f"pool-port:{p}" for p in state.get("pool_ports", {})]
+        keys += [f"router:{r['id']}" for r in state["routers"]]
+        if self.sriov is not None:
+            keys += self.sriov.step_keys(state)
+        return keys
+
+    @staticmethod
+    def _router_legs(router: dict[str, Any]) -> set[str]:
+        """The host ends of a router's legs (kept while its step fails: what it had stays)."""
+        gw = router["gateway"]["port_id"] if router["gateway"] else None
+        return {names.gateway_leg(pid) if pid == gw else names.router_leg(pid) for pid in router["ports"]}
 
     @staticmethod
     def _needed_networks(state: DesiredState) -> list[str]:
@@ -305,36 +369,53 @@ class LinuxDataplane:
 
     # -- instances ----------------------------------------------------------------------------
 
+    def _instance(
+        self, host: IPRoute, links: _Links, inst: dict[str, Any], state: DesiredState, wanted: set[str], full: bool,
+        guard: ns_guard.InstanceNamespaces, broken: dict[str, str],
+    ) -> list[PortReport]:  # fmt: skip
+        """The instance's veth ports (a VF is the SR-IOV driver's; ethN positions stay as ordered), plugged as one
+        step: a namespace it may not use, or any failure, puts all of them in ERROR with the reason."""
+        mine = [(position, state["ports"][pid]) for position, pid in enumerate(inst["ports"])
+                if pid in state["ports"] and state["ports"][pid].get("binding:vnic_type") != "direct"]  # fmt: skip
+        wanted.update(names.tap(port["id"]) for _pos, port in mine)
+        prints = [self._fingerprint(inst, pos, port, state["networks"][port["network_id"]], state)
+                  for pos, port in mine]  # fmt: skip
+        down = next((broken[port["network_id"]] for _pos, port in mine if port["network_id"] in broken), None)
+        if down is not None:
+            return [_failed(port["id"], down) for _pos, port in mine]
+        current = all(self._applied.get(port["id"]) == fp and (not full or names.tap(port["id"]) in links)
+                      for (_pos, port), fp in zip(mine, prints, strict=True))  # fmt: skip
+        if current and (mine or not names.is_managed_ns(self.host, inst["netns"]) or netns.exists(inst["netns"])):
+            return [_plugged(port, pos) for pos, port in mine]  # nothing to do: no step, no namespace entered
+        try:
+            return self.steps.run(f"instance:{inst['id']}", lambda: self._apply_instance(host, links, inst, state,
+                                                                                       guard, mine, prints),
+                                  tuple(prints))  # fmt: skip
+        except StepFailed as exc:
+            return [_failed(port["id"], exc.reason) for _pos, port in mine]
+
     def _apply_instance(
-        self,
-        host: IPRoute,
-        links: _Links,
-        inst: dict[str, Any],
-        state: DesiredState,
-        wanted: set[str],
-        full: bool,
-    ) -> list[PortReport]:
+        self, host: IPRoute, links: _Links, inst: dict[str, Any], state: DesiredState,
+        guard: ns_guard.InstanceNamespaces, mine: list[tuple[int, dict[str, Any]]], prints: list[tuple[Any, ...]],
+    ) -> list[PortReport]:  # fmt: skip
+        if names.is_managed_ns(self.host, inst["netns"]) and not netns.exists(inst["netns"]):
+            netns.create(inst["netns"])  # one cloudnet provides: made here
+            guard.made(inst["netns"])
         reports = []
-        for position, port_id in enumerate(inst["ports"]):
-            port = state["ports"].get(port_id)
-            if port is None or port.get("binding:vnic_type") == "direct":
-                continue  # gone, or a VF (the SR-IOV driver's); ethN positions stay as ordered
-            tap = names.tap(port_id)
-            wanted.add(tap)
-            network = state["networks"][port["network_id"]]
-            fingerprint = self._fingerprint(inst, position, port, network, state)
-            details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": f"eth{position}"}
-            if self._applied.get(port_id) == fingerprint and (not full or tap in links):
-                reports.append(PortReport(port_id, "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details))
-                continue
-            try:
-                self._plug(host, links, inst, position, port, network, state, fingerprint)
-            except netns.NamespaceMissing:
-                log.warning("instance %s: network namespace %s does not exist", inst["id"], inst["netns"])
-                reports.append(PortReport(port_id, "DOWN", "binding_failed", {"reason": "netns missing"}))
-                continue
-            self._applied[port_id] = fingerprint
-            reports.append(PortReport(port_id, "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details))
+        try:
+            fd = guard.open(inst)
+        except netns.NamespaceMissing:
+            log.warning("instance %s: network namespace %s does not exist", inst["id"], inst["netns"])
+            return [PortReport(port["id"], "DOWN", "binding_failed", {"reason": "netns missing"}) for _p, port in mine]
+        try:
+            for (position, port), fingerprint in zip(mine, prints, strict=True):
+                if self._applied.get(port["id"]) != fingerprint or names.tap(port["id"]) not in links:
+                    network = state["networks"][port["network_id"]]
+                    self._plug(host, links, inst, fd, position, port, network, state, fingerprint)
+                    self._applied[port["id"]] = fingerprint
+                reports.append(_plugged(port, position))
+        finally:
+            os.close(fd)
         return reports
 
     @staticmethod
@@ -366,6 +447,7 @@ class LinuxDataplane:
         host: IPRoute,
         links: _Links,
         inst: dict[str, Any],
+        ns_fd: int,  # the instance's namespace, as ns_guard opened and checked it
         position: int,
         port: dict[str, Any],
         network: dict[str, Any],
@@ -380,7 +462,7 @@ class LinuxDataplane:
         state_up = "up" if port["admin_state_up"] else "down"
         # Every netlink round trip through pyroute2 costs ~0.3-0.7 ms of Python, several times what the
         # kernel does: a fresh plug sets what it can in the create call and looks nothing up it already knows.
-        with netns.iproute(inst["netns"]) as guest:
+        with netns.iproute(ns_fd) as guest:
             current = guest.link_lookup(ifname=ifname)
             plugged = bool(current) and tap in links and _mac(guest.get_links(current[0])[0]) == mac
             if plugged:
@@ -392,10 +474,10 @@ class LinuxDataplane:
                     _delete(guest, current[0])
                 unparked = None
                 if parked is not None and parked.ns != inst["netns"]:
-                    unparked = self._unpark(links, port, parked.ns, inst["netns"], ifname)
+                    unparked = self._unpark(links, port, parked.ns, ns_fd, ifname)
                 if unparked is None:
                     peer = {"ifname": ifname, "address": mac, "mtu": mtu}
-                    idx = self._create_veth(host, links, tap, peer, inst["netns"], master=bridge)
+                    idx = self._create_veth(host, links, tap, peer, ns_fd, master=bridge)
                     guest.link("set", index=idx, state=state_up)
                 else:
                     idx = unparked
@@ -409,7 +491,7 @@ class LinuxDataplane:
 
     @staticmethod
     def _create_veth(
-        host: IPRoute, links: _Links, name: str, peer: dict[str, Any], namespace: str, master: int | None = None
+        host: IPRoute, links: _Links, name: str, peer: dict[str, Any], namespace: str | int, master: int | None = None
     ) -> int:
         """A veth pair: `name` in the host namespace (on bridge `master`, up, when given), the peer created
         directly inside `namespace` (with its name, and MAC and MTU when given): no namespace move, so no
@@ -438,7 +520,7 @@ class LinuxDataplane:
 
     # -- parked pool devices --------------------------------------------------------------------
 
-    def _unpark(self, links: _Links, port: dict[str, Any], parked_ns: str, ns: str, ifname: str) -> int | None:
+    def _unpark(self, links: _Links, port: dict[str, Any], parked_ns: str, ns: int, ifname: str) -> int | None:
         """Attach a parked device to an instance with a namespace of its own: one move (renamed ethN on the
         way; its addresses stay behind). Its ifindex in the instance, or None when it is not there any more.
         The parked namespace, empty now, goes."""
@@ -448,11 +530,7 @@ class LinuxDataplane:
                 found = park.link_lookup(ifname="eth0")
                 if not found or tap not in links:
                     return None
-                fd = netns.fd_of(ns)
-                try:
-                    park.link("set", index=found[0], net_ns_fd=fd, ifname=ifname)
-                finally:
-                    os.close(fd)
+                park.link("set", index=found[0], net_ns_fd=ns, ifname=ifname)
         except netns.NamespaceMissing:
             return None
         finally:
@@ -461,8 +539,9 @@ class LinuxDataplane:
         return int(links[tap].get_attr("IFLA_LINK"))
 
     def _apply_parked(
-        self, host: IPRoute, links: _Links, state: DesiredState, wanted: set[str], wanted_ns: set[str], full: bool
-    ) -> list[PortReport]:
+        self, host: IPRoute, links: _Links, state: DesiredState, wanted: set[str], wanted_ns: set[str], full: bool,
+        guard: ns_guard.InstanceNamespaces, broken: dict[str, str],
+    ) -> list[PortReport]:  # fmt: skip
         """One parked device per ready pool port of this host, each in its own namespace, reported with it
         (`prepared_netns`); devices and namespaces beyond the pool are collected. Without parking, a ready
         port still offering a namespace (parked before a restart) is reported as offering none."""
@@ -481,12 +560,24 @@ class LinuxDataplane:
             tap = names.tap(port_id)
             wanted.add(tap)
             known = self._parked.get(port_id)
+            if known is not None:
+                wanted_ns.add(known.ns)
             current = known is not None and known.applied == self._fingerprint({"netns": known.ns}, 0, port,
                                                                                 network, state)  # fmt: skip
+            if port["network_id"] in broken:
+                reports.append(PortReport(port_id, "DOWN", "binding_failed", {"reason": broken[port["network_id"]]}))
+                continue
             if full or not current:
                 offered = (port.get("binding:vif_details") or {}).get("prepared_netns")
                 candidate = known.ns if known else offered if isinstance(offered, str) else None
-                ns = self._park(host, links, port, network, state, candidate)
+                try:
+                    ns = self.steps.run(f"pool-port:{port_id}",
+                                        lambda p=port, n=network, c=candidate: self._park(host, links, p, n, state, c,
+                                                                                          guard),
+                                        self._fingerprint({"netns": candidate}, 0, port, network, state))  # fmt: skip
+                except StepFailed as exc:
+                    reports.append(PortReport(port_id, "DOWN", "binding_failed", {"reason": exc.reason}))
+                    continue
                 known = self._parked[port_id] = _Parked(ns, self._fingerprint({"netns": ns}, 0, port, network, state))
             wanted_ns.add(known.ns)
             details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": "eth0",
@@ -498,7 +589,7 @@ class LinuxDataplane:
 
     def _park(
         self, host: IPRoute, links: _Links, port: dict[str, Any], network: dict[str, Any], state: DesiredState,
-        candidate: str | None,
+        candidate: str | None, guard: ns_guard.InstanceNamespaces,
     ) -> str:  # fmt: skip
         """The port's device parked and configured as eth0 of a namespace of its own; returns the namespace.
         `candidate` (where it was parked before, e.g. by the agent before a restart) is reused when the device
@@ -510,7 +601,7 @@ class LinuxDataplane:
         else:
             ns = names.new_managed_ns(self.host)
             netns.create(ns)
-            fresh = not self._repark(links, port, ns)
+            fresh = not self._repark(links, port, ns, guard)
             if fresh:
                 if tap in links:  # its peer is lost (an instance namespace gone meanwhile, an agent restart)
                     _delete(host, links[tap]["index"])
@@ -541,15 +632,20 @@ class LinuxDataplane:
             return False
         return eth0 is not None and _mac(eth0) == mac and eth0.get_attr("IFLA_LINK") == links[tap]["index"]
 
-    def _repark(self, links: _Links, port: dict[str, Any], ns: str) -> bool:
+    def _repark(self, links: _Links, port: dict[str, Any], ns: str, guard: ns_guard.InstanceNamespaces) -> bool:
         """A released port's device goes back to a namespace of its own (`ns`, renamed eth0) instead of being
-        destroyed; its addresses and routes stay behind. False when it is not where its instance had it."""
+        destroyed; its addresses and routes stay behind. False when it is not where its instance had it (or its
+        namespace is not one to enter any more: checked again, as any instance namespace)."""
         applied = self._applied.pop(port["id"], None)
         if applied is None or names.tap(port["id"]) not in links:
             return False
         old, position, mac = applied[0], applied[1], applied[2]
         try:
-            with netns.iproute(old) as guest:
+            old_fd = guard.open({"id": f"(released port {port['id']})", "netns": old})
+        except (netns.NamespaceMissing, ns_guard.NamespaceRefused):
+            return False
+        try:
+            with netns.iproute(old_fd) as guest:
                 found = guest.link_lookup(ifname=f"eth{position}")
                 if not found or _mac(guest.get_links(found[0])[0]) != mac:
                     return False
@@ -561,6 +657,8 @@ class LinuxDataplane:
                     os.close(fd)
         except netns.NamespaceMissing:
             return False
+        finally:
+            os.close(old_fd)
         links.refresh(names.tap(port["id"]))
         return True
 
@@ -790,4 +888,5 @@ class LinuxDataplane:
             self.nat.forget(ns)
         netns.remove(self.park_ns)
         netns.remove(self.host_ns)
+        self.steps.restart()
         self._forget()

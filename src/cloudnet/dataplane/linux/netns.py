@@ -19,6 +19,7 @@ from pyroute2 import IPRoute
 from pyroute2 import netns as pr_netns
 
 RUN_DIR = Path("/run/netns")
+AGENT_NS = f"/proc/{os.getpid()}/ns/net"  # the process's (its main thread's) network namespace
 CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -124,12 +125,10 @@ def _setns(fd: int) -> None:
 
 
 @contextmanager
-def entered(name_or_path: str) -> Iterator[None]:
-    """Run the body with the current thread inside the namespace; always comes back."""
-    try:
-        target = os.open(path_of(name_or_path), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise NamespaceMissing(name_or_path) from None
+def entered(ns: str | int) -> Iterator[None]:
+    """Run the body with the current thread inside the namespace (a name, a path, or an open descriptor, which
+    stays open); always comes back."""
+    target = fd_of(ns)
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         _setns(target)
@@ -143,24 +142,35 @@ def entered(name_or_path: str) -> Iterator[None]:
 
 
 @contextmanager
-def iproute(name_or_path: str | None) -> Iterator[IPRoute]:
-    """An rtnetlink socket bound to the namespace (None: the agent's own)."""
-    if name_or_path is None:
+def iproute(name_or_path: str | int | None) -> Iterator[IPRoute]:
+    """An rtnetlink socket bound to the namespace (None: the agent's own, the process's, whatever namespace this
+    thread is in). Use it on this thread only: pyroute2 opens a socket of its own for every other thread that
+    uses the object, in the namespace that thread is in at the time."""
+    with entered(AGENT_NS if name_or_path is None else name_or_path):
         ipr = IPRoute()
-    else:
-        with entered(name_or_path):
-            ipr = IPRoute()
     try:
         yield ipr
     finally:
         ipr.close()
 
 
-def fd_of(name_or_path: str) -> int:
+def fd_of(ns: str | int) -> int:
+    """A descriptor of the namespace (the caller closes it): opened by name or path, or a copy of one open."""
+    if isinstance(ns, int):
+        return os.dup(ns)
     try:
-        return os.open(path_of(name_or_path), os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(path_of(ns), os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise NamespaceMissing(name_or_path) from None
+        raise NamespaceMissing(ns) from None
+
+
+def enter_for_good(name: str) -> None:
+    """Move the calling thread into the namespace for the rest of its life (a worker that works there)."""
+    fd = fd_of(name)
+    try:
+        _setns(fd)
+    finally:
+        os.close(fd)
 
 
 def write_sysctl(name_or_path: str, key: str, value: str) -> None:
