@@ -46,7 +46,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.base import DesiredState, PortReport
-from cloudnet.dataplane.linux import names, nat, netns, ns_guard
+from cloudnet.dataplane.linux import firewall, names, nat, netns, nft, ns_guard
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 
 if TYPE_CHECKING:  # the SR-IOV driver builds on this module's helpers
@@ -153,9 +153,10 @@ def _fingerprint_of(*parts: Any) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
-def _plugged(port: dict[str, Any], position: int) -> PortReport:
+def _plugged(port: dict[str, Any], position: int, filtered: bool) -> PortReport:
     tap = names.tap(port["id"])
-    details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": f"eth{position}"}
+    details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": f"eth{position}",
+               "port_filter": filtered}  # fmt: skip
     return PortReport(port["id"], "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details)
 
 
@@ -203,6 +204,8 @@ class LinuxDataplane:
         self._done: dict[str, tuple[str, frozenset[str], str]] = {}
         self._kept: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
         self.nat = nat.NatTables()
+        # Security groups and port security of the instance ports (and parked devices), in the host namespace.
+        self.firewall = firewall.NftFirewall(self.host_ns, include_pool=park)
         # Every object's work: isolated, time-bounded, retried with backoff; on a worker in the host namespace.
         self.steps = Steps(step_timeout, thread_init=lambda: netns.enter_for_good(self.host_ns))
 
@@ -215,6 +218,7 @@ class LinuxDataplane:
         self._parked.clear()
         self._done.clear()
         self._kept = None
+        self.firewall.forget()
 
     # -- the whole state ----------------------------------------------------------------------
 
@@ -225,6 +229,7 @@ class LinuxDataplane:
             full = True
             if not netns.exists(self.host_ns):
                 self.steps.restart()  # its worker lives in the host namespace: a new one for a new namespace
+                self.firewall.forget()
             netns.ensure(self.host_ns)
         try:
             return self._apply(state, full)
@@ -247,7 +252,7 @@ class LinuxDataplane:
             wanted: set[str] = set()
             wanted_ns: set[str] = set()
             networks = self._needed_networks(state)
-            broken: dict[str, str] = {}  # network id -> why its bridge is not there
+            broken: dict[str, str] = {}  # network id -> why its bridge is not there; port id -> why it is not filtered
             for net_id in networks:
                 network = state["networks"][net_id]
                 wanted.add(names.bridge(net_id))
@@ -260,6 +265,8 @@ class LinuxDataplane:
                 uplinks = run("uplinks", lambda: self._ensure_uplinks(host, state, networks))
             except StepFailed:
                 uplinks = set(self._kept[1]) if self._kept else set(self.uplinks.values())  # none handed back
+            # Before any device is plugged: a port passes nothing until its filter is in place.
+            broken.update(self.firewall.apply(state, self.steps, full))
             for inst in state["instances"]:
                 if names.is_managed_ns(self.host, inst["netns"]):  # one cloudnet provides: made here
                     wanted_ns.add(inst["netns"])
@@ -305,6 +312,7 @@ class LinuxDataplane:
         keys += [f"instance:{i['id']}" for i in state["instances"]]
         keys += [f"pool-port:{p}" for p in state.get("pool_ports", {})]
         keys += [f"router:{r['id']}" for r in state["routers"]]
+        keys += self.firewall.step_keys()
         if self.sriov is not None:
             keys += self.sriov.step_keys(state)
         return keys
@@ -380,13 +388,14 @@ class LinuxDataplane:
         wanted.update(names.tap(port["id"]) for _pos, port in mine)
         prints = [self._fingerprint(inst, pos, port, state["networks"][port["network_id"]], state)
                   for pos, port in mine]  # fmt: skip
-        down = next((broken[port["network_id"]] for _pos, port in mine if port["network_id"] in broken), None)
+        down = next((broken.get(port["id"]) or broken[port["network_id"]] for _pos, port in mine
+                     if port["network_id"] in broken or port["id"] in broken), None)  # fmt: skip
         if down is not None:
             return [_failed(port["id"], down) for _pos, port in mine]
         current = all(self._applied.get(port["id"]) == fp and (not full or names.tap(port["id"]) in links)
                       for (_pos, port), fp in zip(mine, prints, strict=True))  # fmt: skip
         if current and (mine or not names.is_managed_ns(self.host, inst["netns"]) or netns.exists(inst["netns"])):
-            return [_plugged(port, pos) for pos, port in mine]  # nothing to do: no step, no namespace entered
+            return [_plugged(port, pos, self.firewall.enforced(port["id"])) for pos, port in mine]  # nothing to do
         try:
             return self.steps.run(f"instance:{inst['id']}", lambda: self._apply_instance(host, links, inst, state,
                                                                                        guard, mine, prints),
@@ -413,7 +422,7 @@ class LinuxDataplane:
                     network = state["networks"][port["network_id"]]
                     self._plug(host, links, inst, fd, position, port, network, state, fingerprint)
                     self._applied[port["id"]] = fingerprint
-                reports.append(_plugged(port, position))
+                reports.append(_plugged(port, position, self.firewall.enforced(port["id"])))
         finally:
             os.close(fd)
         return reports
@@ -564,8 +573,9 @@ class LinuxDataplane:
                 wanted_ns.add(known.ns)
             current = known is not None and known.applied == self._fingerprint({"netns": known.ns}, 0, port,
                                                                                 network, state)  # fmt: skip
-            if port["network_id"] in broken:
-                reports.append(PortReport(port_id, "DOWN", "binding_failed", {"reason": broken[port["network_id"]]}))
+            if port["network_id"] in broken or port_id in broken:
+                reason = broken.get(port_id) or broken[port["network_id"]]
+                reports.append(PortReport(port_id, "DOWN", "binding_failed", {"reason": reason}))
                 continue
             if full or not current:
                 offered = (port.get("binding:vif_details") or {}).get("prepared_netns")
@@ -581,7 +591,7 @@ class LinuxDataplane:
                 known = self._parked[port_id] = _Parked(ns, self._fingerprint({"netns": ns}, 0, port, network, state))
             wanted_ns.add(known.ns)
             details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": "eth0",
-                       "prepared_netns": known.ns}  # fmt: skip
+                       "prepared_netns": known.ns, "port_filter": self.firewall.enforced(port_id)}  # fmt: skip
             reports.append(PortReport(port_id, "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details))
         for port_id in set(self._parked) - set(pool):
             del self._parked[port_id]  # gone: its device and namespace are collected
@@ -888,5 +898,6 @@ class LinuxDataplane:
             self.nat.forget(ns)
         netns.remove(self.park_ns)
         netns.remove(self.host_ns)
+        nft.forget(self.host_ns)
         self.steps.restart()
         self._forget()

@@ -9,8 +9,12 @@ file's identity: a namespace deleted and recreated under the same name gets a ne
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import nftables
 
@@ -27,12 +31,43 @@ class NftError(RuntimeError):
 
 def run(namespace: str | None, script: str) -> None:
     """Apply `script` in the namespace as one transaction (all of it or none of it)."""
-    with _lock:
-        if namespace is None:
-            _run(None, script)
-        else:
-            with netns.entered(namespace):
-                _run(namespace, script)
+    with _lock, _inside(namespace):
+        _run(namespace, script)
+
+
+@contextlib.contextmanager
+def _inside(namespace: str | None) -> Iterator[None]:
+    """In the namespace (None: wherever the thread is)."""
+    if namespace is None:
+        yield
+    else:
+        with netns.entered(namespace):
+            yield
+
+
+def check(namespace: str | None, script: str) -> None:
+    """Have the kernel validate `script` as one transaction and abort it (nft --check): nothing changes."""
+    with _lock, _inside(namespace):
+        nft = _context(namespace)
+        nft.set_dry_run(True)
+        try:
+            _run(namespace, script)
+        finally:
+            nft.set_dry_run(False)
+
+
+def list_json(namespace: str | None, command: str) -> dict[str, Any]:
+    """The JSON answer to a `list` command (e.g. "list map inet cloudnet zones")."""
+    with _lock, _inside(namespace):
+        nft = _context(namespace)
+        nft.set_json_output(True)
+        try:
+            rc, out, err = nft.cmd(command)
+        finally:
+            nft.set_json_output(False)
+    if rc != 0:
+        raise NftError(err.strip() or f"nft failed with status {rc}")
+    return dict(json.loads(out))
 
 
 def forget(namespace: str | None) -> None:

@@ -1,0 +1,96 @@
+"""Cutting connections a new policy denies: their conntrack entries are deleted (as Neutron's drivers do).
+
+A stateful port passes every packet of a connection conntrack knows as established, whatever its rules say now. So
+after a change that takes something away from a port (a rule, a group, a remote member), each entry of the port's
+zone (its network) that involves one of its addresses is judged again, as the connection's first packet was: from
+the port when the port opened it (egress), towards it when the remote end did (ingress). Entries the new policy
+would not let start are deleted; the connection's next packet is then a new one, and is dropped.
+
+Runs in the host namespace (where the bridges' conntrack table is), through pyroute2's ctnetlink socket.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pyroute2 import NFCTSocket
+from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.nfnetlink.nfctsocket import IPCTNL_MSG_CT_DELETE, nfct_msg, terminate_error_msg
+
+from cloudnet.dataplane import security
+
+log = logging.getLogger(__name__)
+ICMP_ATTRS = {1: "CTA_PROTO_ICMP", 58: "CTA_PROTO_ICMPV6"}
+
+
+def _flow(direction: security.Direction, orig: Any, remote: str) -> security.Flow:
+    proto_attrs = orig.get_attr("CTA_TUPLE_PROTO")
+    protocol = int(proto_attrs.get_attr("CTA_PROTO_NUM"))
+    dport = icmp_type = icmp_code = None
+    if protocol in ICMP_ATTRS:
+        icmp_type = proto_attrs.get_attr(f"{ICMP_ATTRS[protocol]}_TYPE")
+        icmp_code = proto_attrs.get_attr(f"{ICMP_ATTRS[protocol]}_CODE")
+    elif protocol in security.PORT_PROTOCOLS:
+        dport = proto_attrs.get_attr("CTA_PROTO_DST_PORT")
+    address = ipaddress.ip_address(remote)
+    return security.Flow(direction, address.version, protocol, dport, icmp_type, icmp_code,
+                         ipaddress.ip_network(address))  # fmt: skip
+
+
+def denied(policy: security.HostPolicy, ports: Iterable[str], zones: Mapping[str, int], entries: Iterable[Any]
+           ) -> list[Any]:  # fmt: skip
+    """The entries (ctnetlink messages) of `ports` that `policy` would not let start any more."""
+    by_zone: dict[int, list[tuple[security.IPNetwork, security.PortPolicy]]] = {}
+    for port_id in ports:
+        port = policy.ports.get(port_id)
+        zone = zones.get(port.network_id) if port is not None else None
+        if port is not None and zone is not None and security.port_stateful(port, policy.groups):
+            by_zone.setdefault(zone, []).extend((net, port) for _mac, net in port.allowed)
+    out = []
+    for msg in entries:
+        mine = by_zone.get(msg.get_attr("CTA_ZONE") or 0)
+        if not mine:
+            continue
+        orig = msg.get_attr("CTA_TUPLE_ORIG")
+        ip = orig.get_attr("CTA_TUPLE_IP")
+        v = "V4" if msg["nfgen_family"] == socket.AF_INET else "V6"
+        src, dst = ip.get_attr(f"CTA_IP_{v}_SRC"), ip.get_attr(f"CTA_IP_{v}_DST")
+        src_ip, dst_ip = ipaddress.ip_address(src), ipaddress.ip_address(dst)
+        for net, port in mine:
+            if src_ip in net and not security.permits(policy, port, _flow("egress", orig, dst)):
+                out.append(msg)
+                break
+            if dst_ip in net and not security.permits(policy, port, _flow("ingress", orig, src)):
+                out.append(msg)
+                break
+    return out
+
+
+def sweep(policy: security.HostPolicy, ports: Iterable[str], zones: Mapping[str, int]) -> int:
+    """Delete the entries of `ports` that `policy` denies (in the calling thread's namespace); how many."""
+    ports = list(ports)
+    deleted = 0
+    for family in (socket.AF_INET, socket.AF_INET6):
+        ct = NFCTSocket(nfgen_family=family)
+        try:
+            for msg in denied(policy, ports, zones, list(ct.dump())):
+                request = nfct_msg()
+                request["attrs"] = [["CTA_TUPLE_ORIG", msg.get_attr("CTA_TUPLE_ORIG")],
+                                    ["CTA_ZONE", msg.get_attr("CTA_ZONE") or 0]]  # fmt: skip
+                try:
+                    ct.request(request, IPCTNL_MSG_CT_DELETE, msg_flags=NLM_F_REQUEST | NLM_F_ACK,
+                               terminate=terminate_error_msg)  # fmt: skip
+                    deleted += 1
+                except NetlinkError as exc:
+                    if exc.code != 2:  # ENOENT: gone meanwhile (closed, timed out)
+                        raise
+        finally:
+            ct.close()
+    if deleted:
+        log.info("cut %d connection(s) the new security group rules deny", deleted)
+    return deleted
