@@ -79,10 +79,11 @@ def _in_root(name: str) -> bool:
 
 
 def test_vf_request_is_exact() -> None:
-    """NEEDS HARDWARE to send: checked as built. `ip link set <pf> vf 2 mac fa:16:3e:00:00:01 vlan 100`."""
-    req = vf_request(7, 2, "fa:16:3e:00:00:01", 100)
-    assert req == {"index": 7, "vf": {"vf": 2, "mac": "fa:16:3e:00:00:01", "vlan": 100}}
-    vf_info = [("IFLA_VF_VLAN", {"vf": 2, "vlan": 100}), ("IFLA_VF_MAC", {"vf": 2, "mac": "fa:16:3e:00:00:01"})]
+    """NEEDS HARDWARE to send: checked as built. `ip link set <pf> vf 2 mac fa:16:3e:00:00:01 vlan 100 spoofchk on`."""
+    req = vf_request(7, 2, "fa:16:3e:00:00:01", 100, True)
+    assert req == {"index": 7, "vf": {"vf": 2, "mac": "fa:16:3e:00:00:01", "vlan": 100, "spoofchk": 1}}
+    vf_info = [("IFLA_VF_VLAN", {"vf": 2, "vlan": 100}), ("IFLA_VF_MAC", {"vf": 2, "mac": "fa:16:3e:00:00:01"}),
+               ("IFLA_VF_SPOOFCHK", {"vf": 2, "spoofchk": 1})]  # fmt: skip
     assert vf_nla(req) == {"IFLA_VFINFO_LIST": {"attrs": [("IFLA_VF_INFO", {"attrs": vf_info})]}}
     assert vf_nla(vf_request(7, 2, "00:00:00:00:00:00", 0))["IFLA_VFINFO_LIST"]["attrs"][0][1]["attrs"] == [
         ("IFLA_VF_VLAN", {"vf": 2, "vlan": 0}), ("IFLA_VF_MAC", {"vf": 2, "mac": "00:00:00:00:00:00"})]  # fmt: skip
@@ -91,15 +92,17 @@ def test_vf_request_is_exact() -> None:
 def test_plug_release_and_restart_reconcile(api: httpx.Client, store: Store, rig: Rig) -> None:
     register_host(api, rig.host, rig.sysfs, {"physnet2": [rig.pf]})
     net = vlan_network(api, vlan=100, cidr="10.9.0.0/24")
-    port = direct_port(api, net)
+    port = direct_port(api, net, port_security_enabled=True, security_groups=[])  # spoof checked, no groups
     inst = api.post("/instances", json={"instance": {"name": "vm", "host": rig.host, "netns": rig.ns}}).json()
     iid = inst["instance"]["id"]
     bind(store, port["id"], rig.host, iid)
     report: dict[str, Any] = {}
     dp = rig.dataplane(report)
     (r,) = dp.apply(_state(store, rig.host))
-    assert (r.port_id, r.status, r.vif_type, r.vif_details) == (port["id"], "ACTIVE", "hw_veb", {"vlan": "100"})
-    assert rig.requests == [vf_request(rig.pf_index(), 0, port["mac_address"], 100)]
+    # Groups cannot be enforced on a VF: the port says so (as Neutron's SR-IOV ports do); its spoof check is on.
+    assert (r.port_id, r.status, r.vif_type, r.vif_details) == (port["id"], "ACTIVE", "hw_veb",
+                                                                {"vlan": "100", "port_filter": False})  # fmt: skip
+    assert rig.requests == [vf_request(rig.pf_index(), 0, port["mac_address"], 100, True)]
     assert not _in_root(rig.vfs[0])
     link = ns_run(rig.ns, "ip", "-o", "link", "show", "eth0", check=True).stdout
     assert port["mac_address"] in link and "mtu 1500" in link and f"alias cloudnet-vf {rig.slots[0]}" in link
@@ -167,6 +170,8 @@ def test_instance_with_a_direct_port_through_the_api_and_the_agent(rig: Rig, ser
         assert port["mac_address"] in ns_run(rig.ns, "ip", "-o", "link", "show", "eth0").stdout
         assert not _in_root(rig.vfs[0])  # the VF netdev now lives in the instance
         assert rig.requests[-1]["vf"]["mac"] == port["mac_address"]  # PF request built (sending needs hardware)
+        assert rig.requests[-1]["vf"]["spoofchk"] == 0  # port security off: no spoof check (as Neutron's agent)
+        assert bound["binding:vif_details"]["port_filter"] is False
         assert api.delete(f"/instances/{inst['id']}").status_code == 204
         deadline = time.monotonic() + 15
         while not _in_root(rig.vfs[0]):  # readiness: the agent returned the VF to the host

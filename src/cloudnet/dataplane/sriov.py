@@ -1,8 +1,11 @@
 """SR-IOV direct ports on a Linux host, through netlink (pyroute2) — networking.md §3.3.
 
 Plug a reserved VF into its instance:
-  1. on the PF: `ip link set <pf> vf <i> mac <port mac> vlan <segmentation id or 0>` (IFLA_VFINFO_LIST
-     with IFLA_VF_MAC and IFLA_VF_VLAN; `vf_request` builds it, `PfNetlink` sends it);
+  1. on the PF: `ip link set <pf> vf <i> mac <port mac> vlan <segmentation id or 0> spoofchk on` (IFLA_VFINFO_LIST
+     with IFLA_VF_MAC, IFLA_VF_VLAN and IFLA_VF_SPOOFCHK; `vf_request` builds it, `PfNetlink` sends it). The spoof
+     check follows port security (as Neutron's SR-IOV agent sets it): the NIC drops frames the VF sends from
+     another MAC. It is all a VF gets: its traffic never crosses the host's bridges, so security groups (and IP
+     anti-spoofing) cannot be enforced on it, which the port shows as `binding:vif_details.port_filter: false`;
   2. the VF's netdev (found under sysfs `virtfn<i>/net/`) gets an alias naming the VF, moves into the
      instance namespace and is renamed to eth<position>; MAC, MTU, state, addresses and routes as the
      Linux dataplane sets them for a veth port (its static helpers);
@@ -44,9 +47,12 @@ ALIAS_PREFIX = "cloudnet-vf "
 VfSetter = Callable[[dict[str, Any]], None]
 
 
-def vf_request(pf_index: int, vf_index: int, mac: str, vlan: int) -> dict[str, Any]:
-    """The exact `IPRoute.link("set", **request)` that sets a VF's MAC and VLAN on its PF."""
-    return {"index": pf_index, "vf": {"vf": vf_index, "mac": mac, "vlan": vlan}}
+def vf_request(pf_index: int, vf_index: int, mac: str, vlan: int, spoofchk: bool | None = None) -> dict[str, Any]:
+    """The exact `IPRoute.link("set", **request)` that sets a VF's MAC and VLAN (and spoof check) on its PF."""
+    vf: dict[str, Any] = {"vf": vf_index, "mac": mac, "vlan": vlan}
+    if spoofchk is not None:
+        vf["spoofchk"] = int(spoofchk)
+    return {"index": pf_index, "vf": vf}
 
 
 def vf_nla(request: dict[str, Any]) -> dict[str, Any]:
@@ -61,6 +67,10 @@ class PfNetlink:
     def __call__(self, request: dict[str, Any]) -> None:
         with netns.iproute(None) as root:
             root.link("set", index=request["index"], vf=dict(request["vf"]))
+
+
+def _spoofchk(port: dict[str, Any]) -> bool:
+    return bool(port.get("port_security_enabled", True))
 
 
 def _alias(slot: str, netdev: str) -> str:
@@ -174,10 +184,10 @@ class SriovDataplane:
             if port is None:
                 continue
             network = state["networks"][port["network_id"]]
-            details = {"vlan": str(res["vlan"])}
+            details = {"vlan": str(res["vlan"]), "port_filter": False}  # groups cannot be enforced on a VF
             up = "ACTIVE" if port["admin_state_up"] else "DOWN"
             fingerprint = (
-                slot, res["vlan"], *LinuxDataplane._fingerprint(inst, position, port, network, state)
+                slot, res["vlan"], _spoofchk(port), *LinuxDataplane._fingerprint(inst, position, port, network, state)
             )  # fmt: skip
             if self._applied.get(res["port_id"]) == fingerprint and netns.exists(inst["netns"]):
                 reports.append(PortReport(res["port_id"], up, VIF_TYPE, details))
@@ -246,7 +256,8 @@ class SriovDataplane:
             if pf_index is None:
                 raise VfUnavailable(f"Invalid Device {res['pf']}: Device not found")
             try:
-                self.set_vf(vf_request(pf_index, int(res["vf_index"]), port["mac_address"], int(res["vlan"])))
+                self.set_vf(vf_request(pf_index, int(res["vf_index"]), port["mac_address"], int(res["vlan"]),
+                                       _spoofchk(port)))  # fmt: skip
             except NetlinkError as exc:  # e.g. EOPNOTSUPP: a PF whose driver does not set VFs over netlink
                 raise VfUnavailable(f"PF {res['pf']} refused the MAC and VLAN of VF {res['vf_index']}: "
                                     f"{os.strerror(exc.code)} (errno {exc.code})") from None  # fmt: skip
