@@ -51,6 +51,7 @@ bench: deps
 	$(BIN)/python bench/metadata.py
 	$(BIN)/python bench/forwards.py
 	$(BIN)/python bench/mdata.py
+	$(BIN)/python bench/security_groups.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

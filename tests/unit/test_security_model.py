@@ -139,6 +139,14 @@ def test_set_elements_cover_the_rules_exactly_and_never_overlap(seed: int) -> No
     assert fw_sets.elements(list(reversed(boxes))) == elements  # canonical: the same rules, the same elements
 
 
-def test_raw_ranges_are_128_bit_integers() -> None:
-    got = fw_sets.raw_ranges('"t"', [ipaddress.ip_network("fd00::/127"), ipaddress.ip_network("fd00::1/128")])
-    assert got == {'"t" . 0x' + "fd00" + "0" * 28 + "-0x" + "fd00" + "0" * 27 + "1"}
+def test_raw_addresses_are_128_bit_integers() -> None:
+    nets = [ipaddress.ip_network("fd00::/127"), ipaddress.ip_network("fd00::1/128"), ipaddress.ip_network("fe80::1")]
+    exact, ranges = fw_sets.raw_addresses('"t"', nets)
+    assert exact == {'"t" . 0x' + "fe80" + "0" * 27 + "1"}
+    assert ranges == {'"t" . 0x' + "fd00" + "0" * 28 + "-0x" + "fd00" + "0" * 27 + "1"}
+
+
+def test_single_addresses_go_to_a_hash_set() -> None:
+    boxes: list[fw_sets.Box] = [(("1",), None, ipaddress.ip_network("10.0.0.5/32")),
+                                (("1",), None, ipaddress.ip_network("10.0.0.0/24"))]  # fmt: skip
+    assert fw_sets.split(boxes) == ({"1 . 10.0.0.5"}, {"1 . 10.0.0.0/24"})

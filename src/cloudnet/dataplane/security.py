@@ -300,9 +300,10 @@ def losers(old: HostPolicy, new: HostPolicy) -> set[str]:
     """Filtered ports of `new` that may have lost something since `old` (a group, a rule, a remote member, their
     state): their established connections must be judged again. Ports that only gained keep them all."""
     changed = {g for g, group in old.groups.items()
-               if g not in new.groups or group.stateful != new.groups[g].stateful
-               or not set(group.rules) <= set(new.groups[g].rules)}  # fmt: skip
-    shrunk = {r for r, members in old.remotes.items() if not set(members) <= set(new.remotes.get(r, ()))}
+               if new.groups.get(g) is not group and (g not in new.groups or group.stateful != new.groups[g].stateful
+                                                      or not set(group.rules) <= set(new.groups[g].rules))}  # fmt: skip
+    shrunk = {r for r, members in old.remotes.items()
+              if new.remotes.get(r) is not members and not set(members) <= set(new.remotes.get(r, ()))}  # fmt: skip
     out = set()
     for pid, port in new.ports.items():
         before = old.ports.get(pid)
@@ -310,6 +311,8 @@ def losers(old: HostPolicy, new: HostPolicy) -> set[str]:
             if pid in old.unfiltered:
                 out.add(pid)  # port security turned on
             continue
+        if before is port and not changed and not shrunk:
+            continue  # (the same parsed object: nothing of its own changed)
         lost_group = bool(set(before.groups) - set(port.groups) or changed & set(port.groups))
         lost_member = any(shrunk & new.groups[g].remotes() for g in port.groups if g in new.groups)
         if lost_group or lost_member or set(before.allowed) != set(port.allowed):

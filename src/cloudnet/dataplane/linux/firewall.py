@@ -263,7 +263,9 @@ class NftFirewall:
 
     def _recheck(self, desired: dict[str, Part], steps: Steps) -> dict[str, str]:
         """Parts the kernel refused before, unchanged: checked alone (a dry run) once their backoff is over."""
-        bad = {}
+        bad: dict[str, str] = {}
+        if not steps.failures:
+            return bad
         for key, part in desired.items():
             failure = steps.failed(_step_key(key))
             if failure is not None and failure.fingerprint == part:
@@ -309,6 +311,8 @@ class NftFirewall:
 
     def _without(self, parts: dict[str, Part], bad: Mapping[str, str]) -> dict[str, Part]:
         """`parts` but for the `bad` ones, which keep what they had in the kernel (if anything)."""
+        if not bad:
+            return parts
         out = {k: p for k, p in parts.items() if k not in bad}
         out.update({k: self._applied[k] for k in bad if self._applied is not None and k in self._applied})
         return out

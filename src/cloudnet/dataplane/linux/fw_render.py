@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cloudnet.dataplane import security
-from cloudnet.dataplane.linux.fw_sets import Box, elements, raw_ranges
+from cloudnet.dataplane.linux.fw_sets import Box, elements, raw_addresses, split
 from cloudnet.dataplane.security import IPNetwork
 
 TABLE = "cloudnet"
@@ -58,11 +58,15 @@ def skeleton() -> str:
     bridge = f"""table bridge {TABLE} {{
   map ports {{ type ifname : mark; }}
   set unfiltered {{ type ifname; }}
-  set src4 {{ type ifname . ether_addr . ipv4_addr; flags interval; }}
-  set arp_src4 {{ type ifname . ether_addr . ether_addr . ipv4_addr; flags interval; }}
-  set src6 {{ type ifname . ether_addr . ipv6_addr; flags interval; }}
+  set src4 {{ type ifname . ether_addr . ipv4_addr; }}
+  set src4_nets {{ type ifname . ether_addr . ipv4_addr; flags interval; }}
+  set arp_src4 {{ type ifname . ether_addr . ether_addr . ipv4_addr; }}
+  set arp_src4_nets {{ type ifname . ether_addr . ether_addr . ipv4_addr; flags interval; }}
+  set src6 {{ type ifname . ether_addr . ipv6_addr; }}
+  set src6_nets {{ type ifname . ether_addr . ipv6_addr; flags interval; }}
   set dad_macs {{ type ifname . ether_addr; }}
-  set nd_targets {{ typeof iifname . @th,64,128; flags interval; }}
+  set nd_targets {{ typeof iifname . @th,64,128; }}
+  set nd_target_nets {{ typeof iifname . @th,64,128; flags interval; }}
   chain prerouting {{
     type filter hook prerouting priority -200; policy accept;
     meta mark set 0
@@ -73,10 +77,13 @@ def skeleton() -> str:
     ether type ip udp sport 67 udp dport 68 drop
     ether type ip6 udp sport 547 udp dport 546 drop
     ether type ip6 icmpv6 type {{ 134, 137 }} drop
-    ether type ip6 icmpv6 type 136 iifname . @th,64,128 != @nd_targets drop
+    ether type ip6 icmpv6 type 136 iifname . @th,64,128 != @nd_targets iifname . @th,64,128 != @nd_target_nets drop
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4 accept
+    ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4_nets accept
     ether type ip iifname . ether saddr . ip saddr @src4 accept
+    ether type ip iifname . ether saddr . ip saddr @src4_nets accept
     ether type ip6 iifname . ether saddr . ip6 saddr @src6 accept
+    ether type ip6 iifname . ether saddr . ip6 saddr @src6_nets accept
     ether type ip6 ip6 saddr :: icmpv6 type {{ 131, 135, 143 }} iifname . ether saddr @dad_macs accept
     drop
   }}
@@ -110,8 +117,10 @@ def skeleton() -> str:
   map e_remote {{ type mark : verdict; }}
   map i_remote {{ type mark : verdict; }}
 {chr(10).join(sets)}
-  set rgm4 {{ type mark . ipv4_addr; flags interval; }}
-  set rgm6 {{ type mark . ipv6_addr; flags interval; }}
+  set rgm4 {{ type mark . ipv4_addr; }}
+  set rgm4_nets {{ type mark . ipv4_addr; flags interval; }}
+  set rgm6 {{ type mark . ipv6_addr; }}
+  set rgm6_nets {{ type mark . ipv6_addr; flags interval; }}
   set p_any {{ type mark; }}
   set p_proto {{ type mark . inet_proto; }}
   set p_port {{ type mark . inet_proto . inet_service; flags interval; }}
@@ -129,17 +138,23 @@ def skeleton() -> str:
     type filter hook forward priority filter; policy accept;
     meta mark vmap @ingress_ports
   }}
-  chain nd_e {{
+  chain head_e {{
     icmpv6 type {{ {nd_out} }} accept
-  }}
-  chain nd_i {{
-    icmpv6 type {{ {nd_in} }} accept
-  }}
-  chain md_e {{
+    ct state vmap @ctstate
     ip daddr {md4} tcp dport {port4} accept
     ip6 daddr {md6} tcp dport {port6} accept
   }}
-  chain md_i {{
+  chain head_i {{
+    icmpv6 type {{ {nd_in} }} accept
+    ct state vmap @ctstate
+  }}
+  chain head_e_stateless {{
+    icmpv6 type {{ {nd_out} }} accept
+    ip daddr {md4} tcp dport {port4} accept
+    ip6 daddr {md6} tcp dport {port6} accept
+  }}
+  chain head_i_stateless {{
+    icmpv6 type {{ {nd_in} }} accept
     ip saddr {md4} tcp sport {port4} accept
     ip6 saddr {md6} tcp sport {port6} accept
   }}
@@ -193,17 +208,20 @@ def port_part(port: security.PortPolicy, tap: str, ident: str, number: int, stat
         else:
             boxes["src6"].append(((name, mac), None, net))
     for set_name, items in boxes.items():
-        els.update(("bridge", set_name, e) for e in elements(items))
-    els.update(("bridge", "nd_targets", e) for e in raw_ranges(name, (net for _mac, net in port.allowed)))
+        exact, nets = split(items)
+        els.update(("bridge", set_name, e) for e in exact)
+        els.update(("bridge", f"{set_name}_nets", e) for e in nets)
+    exact, nets = raw_addresses(name, (net for _mac, net in port.allowed))
+    els.update(("bridge", "nd_targets", e) for e in exact)
+    els.update(("bridge", "nd_target_nets", e) for e in nets)
     egress, ingress = port_chains(ident)
     els.add(("inet", "egress_ports", f"{number} : jump {egress}"))
     els.add(("inet", "ingress_ports", f"{number} : jump {ingress}"))
-    state = ["ct state vmap @ctstate"] if stateful else []
-    chains = (
-        (egress, ("jump nd_e", *state, "jump md_e", *(f"meta mark set {g} jump grp_e" for g in groups), "drop")),
-        (ingress, ("jump nd_i", *(state or ["jump md_i"]), *(f"meta mark set {g} jump grp_i" for g in groups),
-                   "drop")),
-    )  # fmt: skip
+    # What every instance needs (neighbour discovery, its metadata) and, when stateful, what conntrack lets pass
+    # (replies) or drops (invalid) first; then the port's groups, each under its number; then nothing else.
+    head = "" if stateful else "_stateless"
+    chains = tuple((chain, (f"jump head_{d}{head}", *(f"meta mark set {g} jump grp_{d}" for g in groups), "drop"))
+                   for d, chain in (("e", egress), ("i", ingress)))  # fmt: skip
     return Part(chains, frozenset(els))
 
 
@@ -227,10 +245,11 @@ def group_part(group: security.Group, ident: str, number: int, refs: Mapping[tup
             target = f"{d}_%s{v}"
         else:
             remote, pair = refs[(rule.remote, rule.direction, v)]
-            line = (f"meta mark set {remote} meta mark . {ADDR[v][0]} "
-                    f"{'daddr' if d == 'e' else 'saddr'} @rgm{v} meta mark set {pair} jump pair")  # fmt: skip
-            if line not in lines[d]:
-                lines[d].append(line)
+            for members in (f"rgm{v}", f"rgm{v}_nets"):
+                line = (f"meta mark set {remote} meta mark . {ADDR[v][0]} "
+                        f"{'daddr' if d == 'e' else 'saddr'} @{members} meta mark set {pair} jump pair")  # fmt: skip
+                if line not in lines[d]:
+                    lines[d].append(line)
             key, prefix, target = (str(pair),), None, "p_%s"
         if rule.protocol is None:
             if rule.remote is None:
@@ -262,4 +281,9 @@ def remote_part(number: int, members: Iterable[IPNetwork]) -> Part:
     boxes: dict[int, list[Box]] = {4: [], 6: []}
     for net in members:
         boxes[net.version].append(((str(number),), None, net))
-    return Part(elements=frozenset(("inet", f"rgm{v}", e) for v, items in boxes.items() for e in elements(items)))
+    els: set[Element] = set()
+    for v, items in boxes.items():
+        exact, nets = split(items)
+        els.update(("inet", f"rgm{v}", e) for e in exact)
+        els.update(("inet", f"rgm{v}_nets", e) for e in nets)
+    return Part(elements=frozenset(els))

@@ -23,9 +23,10 @@ BITS = {4: 32, 6: 128}
 
 
 def _merge(spans: Iterable[Span]) -> list[Span]:
+    """Overlapping ranges as one (adjacent ones stay apart: a rule added next to another is one element added)."""
     out: list[Span] = []
     for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1] + 1:
+        if out and lo <= out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], hi))
         else:
             out.append((lo, hi))
@@ -100,11 +101,27 @@ def elements(boxes: Iterable[Box]) -> set[str]:
     return out
 
 
-def raw_ranges(prefix: str, nets: Iterable[IPNetwork]) -> set[str]:
-    """Elements `prefix . <first>-<last>` with addresses as 128-bit integers (keys of a raw payload field, such as
-    the target of a neighbour advertisement, which nft cannot type as an IPv6 address)."""
-    out = set()
+def split(boxes: Iterable[Box]) -> tuple[set[str], set[str]]:
+    """Elements for a pair of sets: single addresses (a hash set: cheap to change at any size) and prefixes (an
+    interval set, which nft reads whole to delete an element from)."""
+    exact, nets = set(), []
+    for fixed, span, net in boxes:
+        if span is None and net is not None and net.prefixlen == net.max_prefixlen:
+            exact.add(" . ".join((*fixed, str(net.network_address))))
+        else:
+            nets.append((fixed, span, net))
+    return exact, elements(nets)
+
+
+def raw_addresses(prefix: str, nets: Iterable[IPNetwork]) -> tuple[set[str], set[str]]:
+    """Elements `prefix . <address>` (a hash set) and `prefix . <first>-<last>` (an interval set), addresses as
+    128-bit integers: the keys of a raw payload field, such as the target of a neighbour advertisement, which nft
+    cannot type as an IPv6 address."""
+    exact, ranges = set(), set()
     for net in ipaddress.collapse_addresses(n for n in nets if n.version == 6):  # type: ignore[arg-type,misc]
         first, last = int(net.network_address), int(net.broadcast_address)
-        out.add(f"{prefix} . 0x{first:032x}" + ("" if first == last else f"-0x{last:032x}"))
-    return out
+        if first == last:
+            exact.add(f"{prefix} . 0x{first:032x}")
+        else:
+            ranges.add(f"{prefix} . 0x{first:032x}-0x{last:032x}")
+    return exact, ranges
