@@ -145,12 +145,13 @@ class NftFirewall:
             self._check_br_netfilter()
         if self._applied is None and not self._zones_read:
             self._read_zones()
-        desired = self._render(state, policy)
+        bad: dict[str, str] = {}
+        desired = self._render(state, policy, bad)
         # Every object of the state keeps its failure (one that failed has no part), until it is gone from it.
         objects = {f"port:{p}" for p in candidates} | {f"group:{g}" for p in policy.ports.values() for g in p.groups}
         objects |= {f"remote:{r}" for g in policy.groups.values() for r in g.remotes()}
         self._keys = ["firewall", *sorted({_step_key(k) for k in desired.keys() | objects})]
-        bad = self._recheck(desired, steps)
+        bad.update(self._recheck(desired, steps))
         bad.update(self._converge(self._without(desired, bad), steps, full))
         for key, reason in bad.items():
             self._blame(key, reason, policy, failures)
@@ -212,7 +213,9 @@ class NftFirewall:
                 remotes[name] = () if kept.value is NOTHING else kept.value
         return security.HostPolicy(ports, unfiltered, groups, remotes)
 
-    def _render(self, state: dict[str, Any], policy: security.HostPolicy) -> dict[str, Part]:
+    def _render(self, state: dict[str, Any], policy: security.HostPolicy, bad: dict[str, str]) -> dict[str, Part]:
+        """Every object's part (re-rendered only when its inputs changed); one that cannot be rendered keeps what
+        it had and goes into `bad`."""
         numbers = self._numbers
         numbers["port"].keep(policy.ports)
         numbers["group"].keep(policy.groups)
@@ -225,7 +228,17 @@ class NftFirewall:
 
         def part(key: str, inputs: Any, make: Callable[[], Part]) -> None:
             cached = self._rendered.get(key)
-            desired[key] = cached[1] if cached is not None and cached[0] == inputs else make()
+            if cached is not None and cached[0] == inputs:
+                desired[key] = cached[1]
+                return
+            try:
+                desired[key] = make()
+            except Exception as exc:  # (a bug, or data the parsers let through): this object only
+                log.exception("firewall: %s cannot be rendered", key)
+                bad[key] = f"cannot be rendered: {exc}"
+                if self._applied is not None and key in self._applied:
+                    desired[key] = self._applied[key]
+                return
             self._rendered[key] = (inputs, desired[key])
 
         for bridge, zone in numbers["zone"].of.items():
