@@ -68,8 +68,12 @@ def test_spoofed_source_address_or_mac_is_dropped(rig: Rig, caught: frames.Catch
     frames.send(a.ns, udp_frame(a.mac, b, c.ip, other_ip))
     frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.99", made_up_ip))
     frames.send(a.ns, udp_frame(c.mac, b, a.ip, other_mac))
-    assert caught.seen(good, 3)
-    assert not any(caught.seen(m, BLOCKED) for m in (other_ip, made_up_ip, other_mac))
+    good6, other_ip6 = marker(), marker()
+    for source, mark in ((a.ip6, good6), (c.ip6, other_ip6)):
+        packet = frames.ipv6_udp(source, b.ip6, 40000, 5500, mark)
+        frames.send(a.ns, frames.ethernet(b.mac, a.mac, 0x86DD, packet))
+    assert caught.seen(good, 3) and caught.seen(good6, 3)
+    assert not any(caught.seen(m, BLOCKED) for m in (other_ip, made_up_ip, other_mac, other_ip6))
 
 
 def test_arp_and_neighbour_advertisements_for_a_neighbours_address_are_dropped(
@@ -88,7 +92,7 @@ def test_arp_and_neighbour_advertisements_for_a_neighbours_address_are_dropped(
     assert a.mac not in ns_run(b.ns, "ip", "neigh", "show", c.ip).stdout
 
 
-def test_rogue_router_advertisement_and_dhcp_offer_are_dropped(rig: Rig, caught: frames.Catcher) -> None:
+def test_rogue_router_advertisement_and_dhcp_server_replies_are_dropped(rig: Rig, caught: frames.Catcher) -> None:
     a, b, _c = rig_ports(rig)
     ra, echo, offer, not_offer = marker(), marker(), marker(), marker()
     link_local = str(security.link_local(a.mac).network_address)
@@ -98,8 +102,12 @@ def test_rogue_router_advertisement_and_dhcp_offer_are_dropped(rig: Rig, caught:
     for sport, mark in ((67, offer), (1067, not_offer)):  # a DHCP server's offer is from port 67 to port 68
         packet = frames.ipv4_udp(a.ip, "255.255.255.255", sport, 68, mark)
         frames.send(a.ns, frames.ethernet(frames.BROADCAST, a.mac, 0x0800, packet))
-    assert caught.seen(echo, 3) and caught.seen(not_offer, 3)
-    assert not caught.seen(ra, BLOCKED) and not caught.seen(offer, BLOCKED)
+    reply6, not_reply6 = marker(), marker()
+    for sport, mark in ((547, reply6), (1547, not_reply6)):  # a DHCPv6 server's reply: port 547 to port 546
+        packet = frames.ipv6_udp(link_local, "ff02::1", sport, 546, mark)
+        frames.send(a.ns, frames.ethernet("33:33:00:00:00:01", a.mac, 0x86DD, packet))
+    assert caught.seen(echo, 3) and caught.seen(not_offer, 3) and caught.seen(not_reply6, 3)
+    assert not caught.seen(ra, BLOCKED) and not caught.seen(offer, BLOCKED) and not caught.seen(reply6, BLOCKED)
     assert "default" not in ns_run(b.ns, "ip", "-6", "route").stdout
 
 

@@ -59,6 +59,14 @@ def ipv6_icmp(src: str, dst: str, icmp: bytes, hop_limit: int = 255) -> bytes:
     return struct.pack("!IHBB", 0x60000000, len(icmp), 58, hop_limit) + s + d + icmp
 
 
+def ipv6_udp(src: str, dst: str, sport: int, dport: int, data: bytes) -> bytes:
+    s, d = ipaddress.IPv6Address(src).packed, ipaddress.IPv6Address(dst).packed
+    length = 8 + len(data)
+    udp = struct.pack("!HHHH", sport, dport, length, 0) + data
+    udp = udp[:6] + struct.pack("!H", _checksum(s + d + struct.pack("!I3xB", length, 17) + udp) or 0xFFFF) + udp[8:]
+    return struct.pack("!IHBB", 0x60000000, length, 17, 64) + s + d + udp
+
+
 def router_advert(source_mac: str, marker: bytes) -> bytes:
     """An RA (type 134) offering itself as default router for 3600 s, with a source link-layer option."""
     body = struct.pack("!BBHBBHII", 134, 0, 0, 64, 0, 3600, 0, 0) + struct.pack("!BB", 1, 1) + _mac(source_mac)
