@@ -18,7 +18,7 @@ from cloudnet.dataplane import security
 from cloudnet.dataplane.linux import names, netns
 from tests.support import frames
 from tests.support.cloud import ns_run, ping
-from tests.support.netserve import Responder
+from tests.support.netserve import Responder, tcp_ask
 from tests.support.sg_rig import Net, Port, Rig, rule
 
 BLOCKED = 0.6
@@ -136,8 +136,8 @@ def test_an_allowed_address_pair_lets_exactly_that_address_through(rig: Rig, cau
         rig.converge()
         for address in ("10.82.0.200", "10.82.0.201"):
             ns_run(a.ns, "ip", "addr", "add", f"{address}/32", "dev", "eth0", check=True)
-        assert _ask_from(a.ns, "10.82.0.200", b.ip, 7500, 3).startswith("B 10.82.0.200 ")
-        assert _ask_from(a.ns, "10.82.0.201", b.ip, 7500, BLOCKED) == ""
+        assert tcp_ask(a.ns, b.ip, 7500, source="10.82.0.200").startswith("B 10.82.0.200 ")
+        assert tcp_ask(a.ns, b.ip, 7500, BLOCKED, source="10.82.0.201") == ""
         pair, beside = marker(), marker()
         frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.200", pair))
         frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.201", beside))
@@ -148,20 +148,6 @@ def test_an_allowed_address_pair_lets_exactly_that_address_through(rig: Rig, cau
             ns_run(a.ns, "ip", "addr", "del", f"{address}/32", "dev", "eth0")
         a.pairs = []
         rig.converge()
-
-
-def _ask_from(ns: str, source: str, address: str, port: int, timeout: float) -> str:
-    with netns.entered(ns):
-        s = socket.socket()
-    s.settimeout(timeout)
-    try:
-        s.bind((source, 0))
-        s.connect((address, port))
-        return s.recv(256).decode()
-    except OSError:
-        return ""
-    finally:
-        s.close()
 
 
 def test_conntrack_zones_keep_overlapping_networks_apart(rig: Rig) -> None:

@@ -72,12 +72,15 @@ class Responder:
             s.close()
 
 
-def tcp_ask(ns: str, address: str, port: int, timeout: float = 3.0) -> str:
-    """Connect from inside `ns` and return the responder's answer ('' if nothing answered)."""
+def tcp_ask(ns: str, address: str, port: int, timeout: float = 3.0, source: str | None = None) -> str:
+    """Connect from inside `ns` (from `source`, if given) and return the responder's answer ('' if nothing
+    answered)."""
     with netns.entered(ns):
         s = socket.socket(_family(address), socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
+        if source is not None:
+            s.bind((source, 0))
         s.connect((address, port))
         return s.recv(256).decode()
     except OSError:
