@@ -15,6 +15,7 @@ After a change that takes something away from a port, the port's connections are
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
 import os
@@ -30,6 +31,8 @@ from cloudnet.dataplane.steps import StepFailed, Steps
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 BR_NETFILTER = ("net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables")
+# Part keys ("port:<id>", "group:<id>", "remote:group:<id>", "zone:<bridge>") -> their objects' step keys.
+STEP_KEYS = {"port": "firewall:", "group": "security-group:", "remote": "remote-", "zone": "firewall-zone:"}
 
 
 class FirewallUnavailable(RuntimeError):
@@ -80,7 +83,7 @@ def _ident(object_id: str) -> str:
     try:
         return uuid.UUID(object_id).hex
     except ValueError:
-        return "x" + object_id.encode().hex()[:60]
+        return "x" + hashlib.sha256(object_id.encode()).hexdigest()[:40]
 
 
 def _port_print(port: dict[str, Any]) -> tuple[Any, ...]:
@@ -97,9 +100,7 @@ def _group_print(group: dict[str, Any]) -> tuple[Any, ...]:
 
 def _step_key(key: str) -> str:
     kind, _, ident = key.partition(":")
-    return {"port": "firewall", "group": "security-group", "remote": "remote", "zone": "firewall-zone"}[kind] + (
-        f":{ident}" if kind != "remote" else f"-{ident}"
-    )
+    return STEP_KEYS[kind] + ident
 
 
 class NftFirewall:
@@ -118,8 +119,8 @@ class NftFirewall:
         self._keys: list[str] = ["firewall"]
 
     def enforced(self, port_id: str) -> bool:
-        return self._policy is not None and port_id in self._policy.ports and f"port:{port_id}" in (self._applied
-                                                                                                   or {})  # fmt: skip
+        applied = self._applied or {}
+        return self._policy is not None and port_id in self._policy.ports and f"port:{port_id}" in applied
 
     def step_keys(self) -> list[str]:
         return list(self._keys)
