@@ -160,12 +160,16 @@ def test_removing_a_rule_cuts_an_open_connection(rig: Rig) -> None:
         conn.settimeout(3)
         conn.connect((b.ip, 7100))
         assert _round_trip(conn, b"one", 3)
+        kept = rig.groups[ssh]["rules"][0]
         rig.groups[ssh]["rules"].append(rule("ingress", protocol=6, lo=7101))  # only adds: nothing is cut
         rig.converge()
         assert _round_trip(conn, b"two", 3)
+        rig.groups[ssh]["rules"] = [kept]  # takes away: b's connections are judged again, this one still passes
+        rig.converge()
+        assert _round_trip(conn, b"three", 3)
         rig.groups[ssh]["rules"] = [rule("ingress", protocol=6, lo=7101)]  # the rule of this connection goes
         rig.converge()
-        assert not _round_trip(conn, b"three", BLOCKED)
+        assert not _round_trip(conn, b"four", BLOCKED)
         assert tcp_ask(a.ns, b.ip, 7100, BLOCKED) == ""
     finally:
         conn.close()

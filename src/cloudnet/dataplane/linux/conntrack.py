@@ -26,6 +26,7 @@ from cloudnet.dataplane import security
 
 log = logging.getLogger(__name__)
 ICMP_ATTRS = {1: "CTA_PROTO_ICMP", 58: "CTA_PROTO_ICMPV6"}
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def _flow(direction: security.Direction, orig: Any, remote: str) -> security.Flow:
@@ -42,32 +43,47 @@ def _flow(direction: security.Direction, orig: Any, remote: str) -> security.Flo
                          ipaddress.ip_network(address))  # fmt: skip
 
 
+class _Owners:
+    """Which of the ports to judge own an address, per zone: single addresses by lookup, prefixes by scan."""
+
+    def __init__(self, policy: security.HostPolicy, ports: Iterable[str], zones: Mapping[str, int]) -> None:
+        self.exact: dict[tuple[int, IPAddress], list[security.PortPolicy]] = {}
+        self.prefixes: dict[int, list[tuple[security.IPNetwork, security.PortPolicy]]] = {}
+        for port_id in ports:
+            port = policy.ports.get(port_id)
+            zone = zones.get(port.network_id) if port is not None else None
+            if port is None or zone is None or not security.port_stateful(port, policy.groups):
+                continue  # (a stateless port's chains never look at conntrack)
+            for _mac, net in port.allowed:
+                if net.prefixlen == net.max_prefixlen:
+                    self.exact.setdefault((zone, net.network_address), []).append(port)
+                else:
+                    self.prefixes.setdefault(zone, []).append((net, port))
+        self.zones = {z for z, _a in self.exact} | set(self.prefixes)
+
+    def of(self, zone: int, address: IPAddress) -> list[security.PortPolicy]:
+        found = list(self.exact.get((zone, address), ()))
+        found += [port for net, port in self.prefixes.get(zone, ()) if address in net and port not in found]
+        return found
+
+
 def denied(policy: security.HostPolicy, ports: Iterable[str], zones: Mapping[str, int], entries: Iterable[Any]
            ) -> list[Any]:  # fmt: skip
     """The entries (ctnetlink messages) of `ports` that `policy` would not let start any more."""
-    by_zone: dict[int, list[tuple[security.IPNetwork, security.PortPolicy]]] = {}
-    for port_id in ports:
-        port = policy.ports.get(port_id)
-        zone = zones.get(port.network_id) if port is not None else None
-        if port is not None and zone is not None and security.port_stateful(port, policy.groups):
-            by_zone.setdefault(zone, []).extend((net, port) for _mac, net in port.allowed)
+    owners = _Owners(policy, ports, zones)
     out = []
     for msg in entries:
-        mine = by_zone.get(msg.get_attr("CTA_ZONE") or 0)
-        if not mine:
+        zone = msg.get_attr("CTA_ZONE") or 0
+        if zone not in owners.zones:
             continue
         orig = msg.get_attr("CTA_TUPLE_ORIG")
         ip = orig.get_attr("CTA_TUPLE_IP")
         v = "V4" if msg["nfgen_family"] == socket.AF_INET else "V6"
         src, dst = ip.get_attr(f"CTA_IP_{v}_SRC"), ip.get_attr(f"CTA_IP_{v}_DST")
-        src_ip, dst_ip = ipaddress.ip_address(src), ipaddress.ip_address(dst)
-        for net, port in mine:
-            if src_ip in net and not security.permits(policy, port, _flow("egress", orig, dst)):
-                out.append(msg)
-                break
-            if dst_ip in net and not security.permits(policy, port, _flow("ingress", orig, src)):
-                out.append(msg)
-                break
+        flows = [(port, _flow("egress", orig, dst)) for port in owners.of(zone, ipaddress.ip_address(src))]
+        flows += [(port, _flow("ingress", orig, src)) for port in owners.of(zone, ipaddress.ip_address(dst))]
+        if any(not security.permits(policy, port, flow) for port, flow in flows):
+            out.append(msg)
     return out
 
 
