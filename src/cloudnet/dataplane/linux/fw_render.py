@@ -12,9 +12,13 @@ Anti-spoofing is stateless, in the bridge table: a frame from a filtered port pa
 port's own addresses. Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
 reach a filtered port, and an instance device the firewall does not know (yet) passes nothing.
 
-Rules of groups are set elements keyed by the group's number, so a new connection costs the same with 1 or 1,000
-rules, and a rule change is an element change. Remote groups are elements keyed by the remote set's number; a rule
-naming one is a "pair" (group, remote set, direction, IP version) number with its protocol/port elements.
+A port's chain starts with what every instance needs (neighbour discovery, its metadata) and, for a stateful port,
+conntrack's verdict (replies pass, invalid packets drop; a stateless port's chains never look at conntrack), then
+jumps to the shared group chain once per group, with the group's number as the mark. Rules are set elements keyed
+by that number, so a new connection costs the same with 1 or 1,000 rules, and a rule change is an element change.
+Remote groups are elements keyed by the remote set's number; a rule naming one is a "pair" (group, remote set,
+direction, IP version) number with its protocol/port elements. Single addresses go to hash sets and prefixes to
+interval sets: libnftables reads an interval set whole to delete an element from it.
 """
 
 from __future__ import annotations
