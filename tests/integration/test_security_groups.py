@@ -10,14 +10,16 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import ping
 from tests.support.netserve import Responder, tcp_ask, udp_ask
-from tests.support.sg_rig import Port, Rig, rule
+from tests.support.sg_rig import Net, Port, Rig, rule
 
 BLOCKED = 0.6  # seconds a blocked attempt is given
 
@@ -226,4 +228,41 @@ def test_port_security_off_filters_nothing_for_that_port(rig: Rig) -> None:
             b_server.stop()
     finally:
         c.security = True
+        rig.converge()
+
+
+def test_a_restarted_agent_keeps_open_connections_and_their_zones(rig: Rig) -> None:
+    """A new driver (an agent restart) rewrites the tables whole but keeps each network's conntrack zone: the
+    server's side of an open connection can still speak first (a has no ingress rule: only conntrack lets it in).
+    The other network, added later, sorts first: numbered afresh it would take the connection's zone."""
+    a, b, _c = ports(rig)
+    earlier = Net("00000000-0000-4000-8000-" + uuid.uuid4().hex[:12], "10.85.0.", "fd00:85::")
+    rig.nets.append(earlier)
+    ssh = rig.group("ssh", rule("ingress", protocol=6, lo=7150))
+    a.groups, b.groups = ["out"], ["out", ssh]
+    rig.converge()
+    zones = rig.nft("list", "map", "inet", "cloudnet", "zones").stdout
+    with netns.entered(b.ns):
+        listener = socket.socket()
+    with netns.entered(a.ns):
+        client = socket.socket()
+    try:
+        listener.bind((b.ip, 7150))
+        listener.listen(1)
+        client.settimeout(3)
+        client.connect((b.ip, 7150))
+        server, _peer = listener.accept()
+        server.sendall(b"before")
+        assert client.recv(100) == b"before"
+        rig.dp.close()
+        rig.dp = LinuxDataplane(rig.host)
+        rig.converge(full=True)
+        assert rig.nft("list", "map", "inet", "cloudnet", "zones").stdout == zones
+        server.sendall(b"after")
+        assert client.recv(100) == b"after"
+        server.close()
+    finally:
+        client.close()
+        listener.close()
+        rig.nets.remove(earlier)
         rig.converge()
