@@ -137,8 +137,9 @@ def main() -> None:
                 row(f"GET {key} p99", us(p99), "T11: <= 200 µs", p99 <= 200e-6)
                 row(f"GET {key} rate", f"{rate:,.0f}/s", ">= 10,000/s (T11: >= 20,000/s)", rate >= 10_000)
             cpu = _slow_line_cpu(path, child.pid)
-            row("slow 1 MiB line (64-byte pieces): service CPU", f"{cpu * 1000:.0f} ms", "linear (was 1.8 s)",
-                cpu < 0.5)
+            row(
+                "slow 1 MiB line (64-byte pieces): service CPU", f"{cpu * 1000:.0f} ms", "linear (was 1.8 s)", cpu < 0.5
+            )
         finally:
             child.send_signal(signal.SIGTERM)
             child.wait(timeout=30)
