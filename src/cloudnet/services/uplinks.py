@@ -107,9 +107,9 @@ def check_external_address(
         raise BadRequest(f"Uplink network does not contain {quoted(text)} in its routes")
     if text in _all_gateways(conn):
         raise BadRequest(f"{what} {quoted(text)} is already in use by a gateway")
-    port = conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first()
-    if port is not None:
-        raise BadRequest(f"{what} {quoted(text)} is already in use by port {port[0]}")
+    if conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first() is not None:
+        # Which port is not said: it may be another project's (a router gateway), not the caller's to know of.
+        raise BadRequest(f"{what} {quoted(text)} is already in use by a port")
     fwd = conn.execute(select(F.c.network_id, F.c.id).where(F.c.listen_address == text)).first()
     if fwd is not None and fwd.id != skip_forward and fwd.network_id != network_id:
         raise BadRequest(f"{what} {quoted(text)} overlaps with another network or NIC")
