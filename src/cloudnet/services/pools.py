@@ -1035,12 +1035,12 @@ def get_pool(store: Store, ctx: Context, pool_id: str) -> dict[str, Any]:
 
 def update_pool(store: Store, ctx: Context, pool_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """PUT: sizing overrides; null puts a value back to the server default."""
-    if not ctx.is_admin:
-        raise Forbidden("Only admins may change port pools")
     spec = parse(PoolUpdate, body)
     changes = {k: getattr(spec, k) for k in spec.model_fields_set if k in SIZING}
     with store.write() as tx:
-        row = common.get_row(tx.conn, PP, "port_pool", pool_id, ctx)
+        row = common.get_row(tx.conn, PP, "port_pool", pool_id, ctx)  # 404 first: another project's pool is unseen
+        if not ctx.is_admin:
+            raise Forbidden("Only admins may change port pools")
         tx.conn.execute(update(PP).where(PP.c.id == pool_id).values(
             **changes, updated_at=tx.now, revision_number=PP.c.revision_number + 1))  # fmt: skip
         new = tx.conn.execute(select(PP).where(PP.c.id == pool_id)).one()
