@@ -90,6 +90,8 @@ networks = Table(
     Column("config", JSON, nullable=False, default=dict),
     # cloudnet:routes of an external network: ranges routed to the uplink from outside (LXD ipv4.routes).
     Column("routes", JSON, nullable=False, default=list),
+    # What its new ports get when they say nothing (Neutron's port-security extension on networks).
+    Column("port_security_enabled", Boolean, nullable=False, default=True),
 )
 
 subnets = Table(
@@ -178,6 +180,17 @@ port_security_groups = Table(
     Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False),
     Column("security_group_id", ID, ForeignKey("security_groups.id"), nullable=False, index=True),
     PrimaryKeyConstraint("port_id", "security_group_id"),
+)
+
+# Neutron's allowed address pairs: more (IP or CIDR, MAC) a port may send from. The MAC is stored resolved (the
+# port's own when the pair gave none), as Neutron stores it.
+allowed_address_pairs = Table(
+    "allowed_address_pairs",
+    metadata,
+    Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False),
+    Column("mac_address", String(32), nullable=False),
+    Column("ip_address", String(64), nullable=False),
+    PrimaryKeyConstraint("port_id", "mac_address", "ip_address"),
 )
 
 routers = Table(
@@ -326,6 +339,7 @@ Index("ix_tags_tag", tags.c.tag)
 Index("ix_pool_ports_pool_id_idle_since", pool_ports.c.pool_id, pool_ports.c.idle_since)
 
 __all__ = [
+    "allowed_address_pairs",
     "events",
     "forwards",
     "hosts",
