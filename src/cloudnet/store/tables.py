@@ -178,7 +178,7 @@ port_security_groups = Table(
     "port_security_groups",
     metadata,
     Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False),
-    Column("security_group_id", ID, ForeignKey("security_groups.id"), nullable=False, index=True),
+    Column("security_group_id", ID, ForeignKey("security_groups.id"), nullable=False),
     PrimaryKeyConstraint("port_id", "security_group_id"),
 )
 
@@ -335,6 +335,9 @@ quotas = Table(
 Index("ix_ports_network_id_device_owner", ports.c.network_id, ports.c.device_owner)
 Index("ix_ip_allocations_network_id_ip_address", ip_allocations.c.network_id, ip_allocations.c.ip_address)
 Index("ix_tags_tag", tags.c.tag)
+# A group's members without reading the table: every host's desired state gathers its remote groups' members.
+Index("ix_port_security_groups_security_group_id_port_id", port_security_groups.c.security_group_id,
+      port_security_groups.c.port_id)  # fmt: skip
 # A claim walks one pool's ports in idle order and stops at the first ready one of its bucket.
 Index("ix_pool_ports_pool_id_idle_since", pool_ports.c.pool_id, pool_ports.c.idle_since)
 
