@@ -245,19 +245,11 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         # router, metadata namespace and proxy), and the agent may park a device for each of them.
         PP, M = t.port_pools, t.pool_ports
         pool_rows = conn.execute(  # through the pools' (host, ...) and members' (pool_id, ...) indexes
-            select(
-                P.c.id,
-                P.c.network_id,
-                P.c.mac_address,
-                P.c.admin_state_up,
-                P.c.status,
-                P.c.vif_type,
-                P.c.vif_details,
-                P.c.port_security_enabled,
-            )
+            select(P.c.id, P.c.network_id, P.c.mac_address, P.c.admin_state_up, P.c.status, P.c.vif_type,
+                   P.c.vif_details, P.c.port_security_enabled)
             .select_from(PP.join(M, M.c.pool_id == PP.c.id).join(P, P.c.id == M.c.port_id))
             .where(PP.c.host == host, P.c.device_owner == networks.POOL_FREE_OWNER, P.c.host_id == host)
-        ).all()
+        ).all()  # fmt: skip
         network_ids |= {r.network_id for r in pool_rows}
         # Their addresses: a parked device is configured as the instance that takes it will want it.
         A = t.ip_allocations
