@@ -17,11 +17,11 @@ from cloudnet.errors import BadRequest, Conflict, Forbidden
 from cloudnet.services import address_pairs, cache, security_groups
 from cloudnet.services.address_pairs import Pair
 from cloudnet.services.context import Context
+from cloudnet.services.port_policy import NETWORK_DEVICE
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 
 PSG = t.port_security_groups
-TRUSTED_PREFIX = "network:"
 # Attributes only the network's owner, the service role and admins may give a port (Neutron's policy): on
 # someone else's shared network, a member's ports are filtered and checked, whatever the member would like.
 OWNER_ONLY = ("port_security_enabled", "allowed_address_pairs")
@@ -57,7 +57,7 @@ def check_policy(ctx: Context, network: Any, given: Collection[str], action: str
 
 def for_new_port(network: Any, device_owner: str, requested: bool | None) -> bool:
     """Whether a new port has port security: never for trusted owners, else as asked, else its network's."""
-    if device_owner.startswith(TRUSTED_PREFIX):
+    if device_owner.startswith(NETWORK_DEVICE):
         return False
     return bool(network.port_security_enabled) if requested is None else requested
 
