@@ -2,6 +2,7 @@
 
   GET of one key over one socket (one connection, one request at a time, protocol v2 frames with CRC and
   request ids): p50/p99 latency and GETs per second
+  a slow 1 MiB line (sent in 64-byte pieces, then a GET): the service's CPU time for it (issue 15: it was 1.8 s)
 
 The metadata service (MdataService, fed the desired state of a real `cloudnet serve`) runs in its own
 process pinned to one core; this client runs pinned to the other, as T11 of reference/performance.md asks.
@@ -78,6 +79,29 @@ def _get_loop(path: str, key: str, n: int) -> list[float]:
     return times
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _slow_line_cpu(path: str, pid: int, size: int = 1 << 20, piece: int = 64) -> float:
+    """The service's CPU seconds for one `size`-byte line that arrives `piece` bytes at a time."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(path)
+        before = _cpu_seconds(pid)
+        chunk = b"x" * piece
+        for _ in range(size // piece):
+            s.sendall(chunk)
+        rid = new_reqid()
+        s.sendall(b"\n" + v2_request(rid, "GET", b"sdc:uuid"))
+        reply = b""
+        while not reply.endswith(b"\n"):
+            reply += s.recv(65536)
+        if rid not in reply:
+            raise RuntimeError(f"unexpected reply {reply!r}")
+        return _cpu_seconds(pid) - before
+
+
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} µs"
 
@@ -112,6 +136,10 @@ def main() -> None:
                 row(f"GET {key} p50", us(p50), "<= 100 µs (T11: <= 50 µs)", p50 <= 100e-6)
                 row(f"GET {key} p99", us(p99), "T11: <= 200 µs", p99 <= 200e-6)
                 row(f"GET {key} rate", f"{rate:,.0f}/s", ">= 10,000/s (T11: >= 20,000/s)", rate >= 10_000)
+            cpu = _slow_line_cpu(path, child.pid)
+            row(
+                "slow 1 MiB line (64-byte pieces): service CPU", f"{cpu * 1000:.0f} ms", "linear (was 1.8 s)", cpu < 0.5
+            )
         finally:
             child.send_signal(signal.SIGTERM)
             child.wait(timeout=30)

@@ -59,7 +59,8 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _new_db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def new_db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database of `backend` (also for module-scoped fixtures: tests/api/test_project_isolation.py)."""
     if backend == "sqlite":
         template: Path = request.getfixturevalue("sqlite_template")
         target = tmp_path / "state" / "cloudnet.db"
@@ -78,7 +79,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return _new_db_url(backend, request, tmp_path)
+    return new_db_url(backend, request, tmp_path)
 
 
 @pytest.fixture

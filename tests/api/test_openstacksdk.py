@@ -464,3 +464,57 @@ def test_security_groups(conn: openstack.connection.Connection, net: Any, api: h
     assert api.get(f"/security-groups/{sg.id}").status_code == 404
     with pytest.raises(exceptions.NotFoundException):
         conn.network.get_security_group(sg.id)
+
+
+def test_stateful_groups_and_rules(conn: openstack.connection.Connection, net: Any, api: httpx.Client) -> None:
+    sg = conn.network.create_security_group(name="udp", stateful=False)
+    assert sg.stateful is False
+    assert [g.id for g in conn.network.security_groups(stateful=False)] == [sg.id]
+    rule = conn.network.create_security_group_rule(
+        security_group_id=sg.id, direction="ingress", ethertype="IPv6", protocol="icmpv6", port_range_min=128
+    )
+    assert (rule.protocol, rule.port_range_min, rule.port_range_max) == ("ipv6-icmp", 128, None)
+    assert conn.network.update_security_group(sg, stateful=True).stateful is True
+    assert conn.network.get_security_group(sg.id).stateful is True
+    conn.network.update_security_group(sg, stateful=False)
+
+    port = conn.network.create_port(network_id=net.id, security_groups=[sg.id])
+    with pytest.raises(exceptions.ConflictException):  # in use: Neutron's SecurityGroupInUse
+        conn.network.update_security_group(sg, stateful=True)
+    stateful = conn.network.create_security_group(name="web")
+    with pytest.raises(exceptions.ConflictException):  # stateful and stateless on one port
+        conn.network.update_port(port, security_groups=[sg.id, stateful.id])
+    assert conn.network.get_port(port.id).security_group_ids == [sg.id]
+    assert api.get(f"/security-groups/{sg.id}").json()["security_group"]["stateful"] is False
+
+
+def test_port_security_and_allowed_address_pairs(
+    conn: openstack.connection.Connection, net: Any, subnet4: Any, api: httpx.Client
+) -> None:
+    plain = conn.network.create_network(name="no-psec", port_security_enabled=False)
+    assert plain.is_port_security_enabled is False
+    assert [n.id for n in conn.network.networks(is_port_security_enabled=False)] == [plain.id]
+    assert conn.network.update_network(plain, port_security_enabled=True).is_port_security_enabled is True
+    assert conn.network.get_network(plain.id).is_port_security_enabled is True
+
+    pairs = [{"ip_address": "10.20.0.200"}, {"ip_address": "10.20.9.0/24", "mac_address": "fa:16:3e:00:00:09"}]
+    port = conn.network.create_port(network_id=net.id, allowed_address_pairs=pairs)
+    assert port.is_port_security_enabled is True
+    expected = [{"ip_address": "10.20.0.200", "mac_address": port.mac_address}, pairs[1]]
+    assert sorted(port.allowed_address_pairs, key=str) == sorted(expected, key=str)
+    assert sorted(conn.network.get_port(port.id).allowed_address_pairs, key=str) == sorted(expected, key=str)
+
+    # Off with groups and pairs still attached: refused as Neutron refuses it, nothing changed.
+    with pytest.raises(exceptions.ConflictException):
+        conn.network.update_port(port, port_security_enabled=False)
+    with pytest.raises(exceptions.BadRequestException):  # more than max_allowed_address_pair (10)
+        conn.network.update_port(port, allowed_address_pairs=[{"ip_address": f"10.20.1.{i}"} for i in range(11)])
+    assert conn.network.get_port(port.id).is_port_security_enabled is True
+
+    off = conn.network.update_port(port, port_security_enabled=False, security_groups=[], allowed_address_pairs=[])
+    assert (off.is_port_security_enabled, off.security_group_ids, off.allowed_address_pairs) == (False, [], [])
+    assert [p.id for p in conn.network.ports(is_port_security_enabled=False)] == [port.id]
+    stored = api.get(f"/ports/{port.id}").json()["port"]
+    assert (stored["port_security_enabled"], stored["allowed_address_pairs"]) == (False, [])
+    on = conn.network.update_port(port, port_security_enabled=True, allowed_address_pairs=pairs[1:])
+    assert (on.is_port_security_enabled, on.allowed_address_pairs) == (True, pairs[1:])

@@ -466,7 +466,8 @@ def test_update_security_groups_and_port_security(api: httpx.Client, net: Json) 
     off = put_port(api, port["id"], port_security_enabled=False, security_groups=[])
     assert off.status_code == 200, off.text
     assert (off.json()["port"]["security_groups"], off.json()["port"]["port_security_enabled"]) == ([], False)
-    check_error(put_port(api, port["id"], security_groups=[web]), 409, "PortSecurityPortHasSecurityGroup")
+    # Neutron: groups on a port without port security are a bad request (400), not a conflict.
+    check_error(put_port(api, port["id"], security_groups=[web]), 400, "PortSecurityAndIPRequiredForSecurityGroups")
     on = put_port(api, port["id"], port_security_enabled=True, security_groups=[default]).json()["port"]
     assert (on["security_groups"], on["port_security_enabled"]) == ([default], True)
     assert port_ids(api, security_groups=default) == {port["id"]}
@@ -478,11 +479,13 @@ def test_create_with_security_groups_or_without_port_security(api: httpx.Client,
     assert create_port(api, net["id"], security_groups=[])["security_groups"] == []
     insecure = create_port(api, net["id"], port_security_enabled=False)
     assert (insecure["security_groups"], insecure["port_security_enabled"]) == ([], False)
+    # An empty list is no groups: fine without port security.
+    assert create_port(api, net["id"], port_security_enabled=False, security_groups=[])["security_groups"] == []
     before = port_ids(api)
     check_error(
         post_port(api, net["id"], port_security_enabled=False, security_groups=[web]),
-        409,
-        "PortSecurityPortHasSecurityGroup",
+        400,
+        "PortSecurityAndIPRequiredForSecurityGroups",
     )
     check_error(post_port(api, net["id"], security_groups=[str(uuid.uuid4())]), 404, "SecurityGroupNotFound")
     assert port_ids(api) == before

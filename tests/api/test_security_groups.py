@@ -397,3 +397,54 @@ def test_projects_are_isolated(users: dict[str, httpx.Client]) -> None:
     made = create(admin, "security-groups", "security_group", name="for-bob", project_id="bob")
     assert made["project_id"] == "bob"
     assert "for-bob" in [g["name"] for g in bob.get("/security-groups").json()["security_groups"]]
+
+
+def test_stateless_groups(api: httpx.Client) -> None:
+    stateless = create(api, "security-groups", "security_group", name="udp-heavy", stateful=False)
+    stateful = create(api, "security-groups", "security_group", name="web")
+    assert (stateless["stateful"], stateful["stateful"]) == (False, True)
+    found = api.get("/security-groups", params={"stateful": "false"}).json()["security_groups"]
+    assert [g["id"] for g in found] == [stateless["id"]]
+    aliases = {e["alias"] for e in api.get("/extensions").json()["extensions"]}
+    assert {"stateful-security-group", "port-security", "allowed-address-pairs"} <= aliases
+
+    # Unused: stateful may change either way.
+    r = api.put(f"/security-groups/{stateless['id']}", json={"security_group": {"stateful": True}})
+    assert r.status_code == 200, r.text
+    assert r.json()["security_group"]["stateful"] is True
+    api.put(f"/security-groups/{stateless['id']}", json={"security_group": {"stateful": False}}).raise_for_status()
+
+    # In use by a port: Neutron refuses the change (SecurityGroupInUse), but not a rename or the same value.
+    net = create(api, "networks", "network", name="n")
+    port = create(api, "ports", "port", network_id=net["id"], security_groups=[stateless["id"]])
+    body = {"security_group": {"stateful": True}}
+    assert stateless["id"] in error(
+        api.put(f"/security-groups/{stateless['id']}", json=body), 409, "SecurityGroupInUse"
+    )
+    assert api.get(f"/security-groups/{stateless['id']}").json()["security_group"]["stateful"] is False
+    body = {"security_group": {"stateful": False, "name": "udp"}}
+    assert api.put(f"/security-groups/{stateless['id']}", json=body).status_code == 200
+
+    # A port has stateful or stateless groups, never both (Neutron's _validate_sgs_for_port).
+    both = [stateless["id"], stateful["id"]]
+    msg = error(api.put(f"/ports/{port['id']}", json={"port": {"security_groups": both}}), 409, "SecurityGroupConflict")
+    assert "stateful and stateless" in msg
+    error(api.post("/ports", json={"port": {"network_id": net["id"], "security_groups": both}}), 409,
+          "SecurityGroupConflict")  # fmt: skip
+    assert api.get(f"/ports/{port['id']}").json()["port"]["security_groups"] == [stateless["id"]]
+
+
+def test_port_group_lists_are_bounded(api: httpx.Client) -> None:
+    net = create(api, "networks", "network", name="n")
+    port = create(api, "ports", "port", network_id=net["id"])
+    too_many = [MISSING] * 101
+    for bad, status in ((too_many, 400), (["x" * 256], 400), (["\x00"], 400), (["not-a-uuid"], 404)):
+        r = api.put(f"/ports/{port['id']}", json={"port": {"security_groups": bad}})
+        assert r.status_code == status, (bad[:1], r.text)
+        r = api.post("/ports", json={"port": {"network_id": net["id"], "security_groups": bad}})
+        assert r.status_code == status, (bad[:1], r.text)
+    assert api.get(f"/ports/{port['id']}").json()["port"] == port
+    rule = {"security_group_id": MISSING, "direction": "ingress", "remote_ip_prefix": "1" * 100}
+    error(api.post("/security-group-rules", json={"security_group_rule": rule}), 400)
+    rule = {"security_group_id": MISSING, "direction": "ingress", "protocol": "t" * 41}
+    error(api.post("/security-group-rules", json={"security_group_rule": rule}), 400)

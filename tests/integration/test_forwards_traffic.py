@@ -64,8 +64,14 @@ def site(cloud: Cloud) -> Iterator[Site]:
         f["ip_address"] for f in router["external_gateway_info"]["external_fixed_ips"] if "." in f["ip_address"]
     )
     ns_run(outside, "ip", "route", "add", "198.51.100.0/24", "via", gw_v4, check=True)  # the routed range
-    a = cloud.instance("fa", [{"network": net["id"]}])
-    b = cloud.instance("fb", [{"network": net["id"]}])
+    # Forwarded connections come from anywhere (the outside, the router's hairpin): the targets let them in.
+    published = cloud.create("security-groups", "security_group", {"name": "published"})["id"]
+    for ethertype in ("IPv4", "IPv6"):
+        rule = {"security_group_id": published, "direction": "ingress", "ethertype": ethertype}
+        cloud.create("security-group-rules", "security_group_rule", rule)
+    ports = [cloud.create("ports", "port", {"network_id": net["id"], "security_groups": [published]}) for _ in "ab"]
+    a = cloud.instance("fa", [{"port": ports[0]["id"]}])
+    b = cloud.instance("fb", [{"port": ports[1]["id"]}])
     responders = [
         Responder.start(a["netns"], "A", tcp=(80, 443, 2222, 8080, 90, 91, 92), udp=(53, 5353)),
         Responder.start(b["netns"], "B", tcp=(80, 8000, 8001), udp=(53,)),

@@ -11,6 +11,7 @@ real ApiClient, and real clients on the instance's socket.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -500,6 +501,69 @@ def test_connection_limit(state_dir: Path, agent_client: ApiClient, instance: di
         assert again.request("GET", b"role")[0] == "SUCCESS"
         for r in (again, held[1]):
             r.close()
+    finally:
+        svc.close()
+
+
+def test_a_guest_exhausts_only_its_own_socket(
+    state_dir: Path, agent_client: ApiClient, api: httpx.Client, host: str, instance: dict[str, Any]
+) -> None:
+    """Issue 15, case 9: the connection limit is per instance socket; a neighbour's socket still serves."""
+    body = {"name": "other", "host": host, "netns": "mdata-other", "metadata": {"role": "db"}}
+    other = api.post("/instances", json={"instance": body}).json()["instance"]
+    svc = MdataService(state_dir, agent_client, max_connections=2, check_interval=CHECK)
+    try:
+        svc.update(agent_client.desired_state())
+        path = str(svc.socket_path(instance["id"]))
+        held = [Raw(path), Raw(path)]
+        assert all(r.request("GET", b"role")[0] == "SUCCESS" for r in held)
+        assert closed_by_peer(Raw(path))  # this guest is at its limit...
+        neighbour = Raw(str(svc.socket_path(other["id"])))
+        assert neighbour.request("GET", b"role") == ("SUCCESS", b"db")  # ...its neighbour is not
+        for r in (*held, neighbour):
+            r.close()
+    finally:
+        svc.close()
+
+
+def test_idle_connections_are_closed(state_dir: Path, agent_client: ApiClient, instance: dict[str, Any]) -> None:
+    """Issue 15, case 9: a connection that sends nothing for the idle time is closed; one in use is not."""
+    svc = MdataService(state_dir, agent_client, idle_timeout=1.0, check_interval=CHECK)
+    try:
+        svc.update(agent_client.desired_state())
+        path = str(svc.socket_path(instance["id"]))
+        idle, busy = Raw(path), Raw(path)
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5:  # past the idle time twice over, asking every 0.2 s
+            assert busy.request("GET", b"role")[0] == "SUCCESS"
+            busy.sock.settimeout(0.2)
+            with contextlib.suppress(TimeoutError):
+                assert busy.sock.recv(1) != b"", "a connection in use was closed"
+        assert closed_by_peer(idle)
+        assert busy.request("GET", b"role")[0] == "SUCCESS"
+        for r in (idle, busy):
+            r.close()
+    finally:
+        svc.close()
+
+
+def test_a_slow_over_long_line_is_dropped_and_the_connection_goes_on(
+    state_dir: Path, agent_client: ApiClient, instance: dict[str, Any]
+) -> None:
+    """Issue 15, case 9: a line longer than the limit, sent in small pieces, is skipped as it arrives (nothing
+    buffered past the limit); the request after it is answered."""
+    svc = MdataService(state_dir, agent_client, max_line=4096, check_interval=CHECK)
+    try:
+        svc.update(agent_client.desired_state())
+        raw = Raw(str(svc.socket_path(instance["id"])))
+        for _ in range(256):  # 256 KiB in 1 KiB pieces, no newline
+            raw.send(b"x" * 1024)
+        conn = next(iter(svc._instances[instance["id"]].connections))
+        wait_for(lambda: conn.lines.dropped + conn.lines.pending == 0 and conn.lines._skipping,
+                 what="the over-long line being skipped")  # fmt: skip
+        raw.send(b"\n")
+        assert raw.request("GET", b"role")[0] == "SUCCESS"
+        raw.close()
     finally:
         svc.close()
 

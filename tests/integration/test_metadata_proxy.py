@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import shutil
 import socket
 import subprocess
 import threading
@@ -27,33 +26,30 @@ from typing import Any
 import httpx
 import pytest
 
-from cloudnet.agent.agent import Agent
 from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata_proxy import MetadataProxy
 from cloudnet.dataplane.linux import names, netns
-from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.metadata import signing
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
 from tests.support.cloud import Cloud
+from tests.support.guest_metadata import (
+    DEBIAN_PYTHON,
+    READER,
+    SECRET,
+    agent_with_proxy,
+    cloud_init_available,
+    read_as_cloud_init,
+)
 from tests.support.metadata import RunningMetadata
 from tests.support.server import RunningServer
 
-SECRET = "proxy-test-secret"
-DEBIAN_PYTHON = "/usr/bin/python3"
-READER = str(Path(__file__).resolve().parent.parent / "support" / "cloudinit_reader.py")
 USER_DATA = "#cloud-config\nruncmd: [echo hello]\n"
 KEY = {"name": "k1", "key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIProxyTest test@example"}
 
 
 def sh(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True)
-
-
-def _cloud_init_available() -> bool:
-    return shutil.which(DEBIAN_PYTHON) is not None and (
-        subprocess.run([DEBIAN_PYTHON, "-c", "import cloudinit"], capture_output=True).returncode == 0
-    )
 
 
 @dataclass
@@ -199,7 +195,7 @@ def env(server: RunningServer, api: httpx.Client) -> Iterator[Env]:
 # -- cloud-init ------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not _cloud_init_available(), reason="Debian package cloud-init is not installed")
+@pytest.mark.skipif(not cloud_init_available(), reason="Debian package cloud-init is not installed")
 def test_cloud_init_reads_its_own_metadata_through_the_proxy(env: Env) -> None:
     net, _sub = env.network("10.81.0.0/24")
     inst = env.instance(net, "10.81.0.10", "web-1", metadata={"role": "web"})
@@ -446,37 +442,7 @@ def test_serving_follows_the_state_and_the_namespaces(env: Env) -> None:
 # -- with the real agent and dataplane --------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def agent_with_proxy(cloud: Cloud, server: RunningServer, park: bool = False) -> Iterator[MetadataProxy]:
-    """The host's agent with the proxy as it runs it (an observer of the desired state, in the namespaces the
-    driver builds), and a metadata API on the server's store."""
-    app = MetadataApp(server.store, SECRET, Settings(), poll_interval=0.05)
-    metadata = RunningMetadata.start(app)
-    proxy = MetadataProxy(cloud.host, metadata.url, SECRET, retry_interval=0.1, burst=200)  # 3 boots of reads
-    try:
-        cloud.agent = Agent(ApiClient(server.url, cloud.host, "admin"), LinuxDataplane(cloud.host, park=park),
-                            heartbeat_interval=0.5, poll_timeout=1, observers=[proxy])  # fmt: skip
-        cloud._thread = threading.Thread(target=cloud.agent.run, daemon=True)
-        cloud._thread.start()
-        assert cloud.agent.synced.wait(15)
-        yield proxy
-    finally:
-        cloud.stop_agent()
-        proxy.close()
-        metadata.stop()
-
-
-def read_as_cloud_init(inst: dict[str, Any]) -> None:
-    """cloud-init's OpenStack and EC2 readers, run inside the instance, get its own metadata."""
-    run = subprocess.run(["ip", "netns", "exec", inst["netns"], DEBIAN_PYTHON, READER, "http://169.254.169.254"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    got = json.loads(run.stdout)
-    assert got["openstack"]["metadata"]["uuid"] == inst["id"]
-    assert got["ec2_metadata"]["local-ipv4"] == inst["nets"][0]["fixed_ips"][0]["ip_address"]
-
-
-@pytest.mark.skipif(not _cloud_init_available(), reason="Debian package cloud-init is not installed")
+@pytest.mark.skipif(not cloud_init_available(), reason="Debian package cloud-init is not installed")
 def test_behind_the_agent_and_the_linux_dataplane(cloud: Cloud, server: RunningServer) -> None:
     """The proxy as the agent will run it: an observer of the desired state, in the namespaces the driver builds."""
     with agent_with_proxy(cloud, server) as proxy:
@@ -486,7 +452,7 @@ def test_behind_the_agent_and_the_linux_dataplane(cloud: Cloud, server: RunningS
         read_as_cloud_init(inst)
 
 
-@pytest.mark.skipif(not _cloud_init_available(), reason="Debian package cloud-init is not installed")
+@pytest.mark.skipif(not cloud_init_available(), reason="Debian package cloud-init is not installed")
 def test_a_taken_over_parked_namespace_reads_its_metadata_at_once(cloud: Cloud, server: RunningServer) -> None:
     """--park-pool-devices: an instance created without a namespace takes over a parked one and boots at once;
     cloud-init's reader, started as the API answers, gets the instance's own metadata."""

@@ -20,10 +20,15 @@ from typing import Any
 import httpx
 import pytest
 
+from cloudnet.agent.agent import Agent
+from cloudnet.agent.client import ApiClient
+from cloudnet.dataplane import sriov_inventory as inv
 from cloudnet.dataplane.linux import netns
-from cloudnet.dataplane.sriov import SriovDataplane, vf_nla, vf_request
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.dataplane.sriov import PfNetlink, SriovDataplane, vf_nla, vf_request
 from cloudnet.services import hosts, sriov
 from cloudnet.store.db import Store
+from tests.support.api import create
 from tests.support.cloud import ns_run
 from tests.support.sriov_cloud import ADMIN, bind, direct_port, register_host, release, vlan_network
 from tests.support.sriov_tree import add_pf, set_netdev
@@ -141,10 +146,6 @@ def test_missing_namespace_reports_binding_failed(api: httpx.Client, store: Stor
 
 def test_instance_with_a_direct_port_through_the_api_and_the_agent(rig: Rig, server: Any, api: httpx.Client) -> None:
     """POST /v2.0/instances with a pre-created direct port, the real agent plugs the VF stand-in."""
-    from cloudnet.agent.agent import Agent
-    from cloudnet.agent.client import ApiClient
-    from cloudnet.dataplane import sriov_inventory as inv
-    from cloudnet.dataplane.linux.driver import LinuxDataplane
 
     report: dict[str, Any] = {"uplinks": {}}
     report["sriov"] = inv.inventory_report(inv.read_inventory({"physnet2": [rig.pf]}, None, rig.sysfs))
@@ -185,3 +186,68 @@ def test_instance_with_a_direct_port_through_the_api_and_the_agent(rig: Rig, ser
         thread.join(timeout=30)
         agent.client.close()
         LinuxDataplane(rig.host).teardown()
+
+
+def test_a_pf_that_refuses_vf_settings_fails_its_port_only(rig: Rig, server: Any, api: httpx.Client) -> None:
+    """Issue 15, case 10. Some NICs refuse a VF's MAC/VLAN over netlink (EOPNOTSUPP): here the kernel itself
+    refuses it, as a veth PF does. That port alone goes ERROR with the reason; a VF of a PF that takes the request
+    and a veth instance on the same host go ACTIVE."""
+    good_pf, good_vf = f"{rig.pf}g", f"{rig.pf}gv"
+    for name in (good_pf, good_vf):
+        subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"], check=True)
+        rig.links.append(name)
+    add_pf(rig.sysfs, good_pf, [good_vf], bus=0x0B)
+    mappings = {"physnet2": [rig.pf], "physnet3": [good_pf]}
+    refuser = rig.pf_index()
+    recorded: list[dict[str, Any]] = []
+
+    def set_vf(request: dict[str, Any]) -> None:  # the refusing PF gets the real netlink request
+        PfNetlink()(request) if request["index"] == refuser else recorded.append(request)
+
+    report = register_host(api, rig.host, rig.sysfs, mappings)
+    sriov_dp = SriovDataplane(rig.host, rig.state_dir, mappings=mappings, sysfs_root=rig.sysfs, set_vf=set_vf,
+                              report=report)  # fmt: skip
+    agent = Agent(ApiClient(server.url, rig.host, "admin"), LinuxDataplane(rig.host, sriov=sriov_dp), report=report,
+                  heartbeat_interval=0.5, poll_timeout=1)  # fmt: skip
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    other_ns = f"{rig.ns}-v"
+    netns.ensure(other_ns)
+    try:
+        assert agent.synced.wait(15)
+        refused = direct_port(api, vlan_network(api, "physnet2", 100, "10.9.0.0/24"))
+        taken = direct_port(api, vlan_network(api, "physnet3", 200, "10.8.0.0/24"))
+        plain = create(api, "networks", "network", name="plain")
+        create(api, "subnets", "subnet", network_id=plain["id"], cidr="10.6.0.0/24")
+
+        def instance(name: str, ns: str, nets: list[dict[str, str]]) -> str:
+            r = api.post("/instances", json={"instance": {"name": name, "host": rig.host, "netns": ns, "nets": nets}})
+            assert r.status_code == 201, r.text
+            return str(r.json()["instance"]["id"])
+
+        bad = instance("refused", rig.ns, [{"port": refused["id"]}])
+        ok = [instance("vf-ok", f"{rig.ns}-ok", [{"port": taken["id"]}]),
+              instance("veth", other_ns, [{"network": plain["id"]}])]  # fmt: skip
+        netns.ensure(f"{rig.ns}-ok")
+        deadline = time.monotonic() + 20
+        shown = {}
+        while time.monotonic() < deadline:  # readiness: every instance settled
+            shown = {i: api.get(f"/instances/{i}").json()["instance"] for i in [bad, *ok]}
+            if shown[bad]["status"] == "ERROR" and all(shown[i]["status"] == "ACTIVE" for i in ok):
+                break
+            time.sleep(0.05)
+        assert shown[bad]["status"] == "ERROR", shown[bad]
+        assert "refused the MAC and VLAN" in shown[bad]["status_reason"], shown[bad]
+        assert "Operation not supported (errno 95)" in shown[bad]["status_reason"], shown[bad]
+        assert all(shown[i]["status"] == "ACTIVE" for i in ok), shown
+        assert recorded[-1]["vf"]["mac"] == taken["mac_address"]
+        assert _in_root(rig.vfs[0])  # the refused VF never left the host
+        failures = api.get(f"/hosts/{rig.host}").json()["host"]["report"]["failures"]
+        assert [f["object"] for f in failures] == [f"vf:{refused['id']}"]
+    finally:
+        agent.stop()
+        thread.join(timeout=30)
+        agent.client.close()
+        LinuxDataplane(rig.host).teardown()
+        for ns in (other_ns, f"{rig.ns}-ok"):
+            netns.remove(ns)

@@ -205,3 +205,12 @@ def test_over_long_lines_are_dropped_and_the_next_one_read() -> None:
     assert s.feed(b" c\n") == [b"GET c"]
     assert s.feed(b"z" * 17 + b"\n") == []  # the single-line fast path bounds too
     assert s.dropped == 3
+
+
+def test_a_line_fed_a_byte_at_a_time_is_whole() -> None:
+    s = LineSplitter(max_line=4096)
+    line = bytes(range(32, 127)) * 40  # 3,800 bytes
+    got = [piece for i in range(len(line)) for piece in s.feed(line[i : i + 1])]
+    assert got == [] and s.pending == len(line)
+    assert s.feed(b"\nGET") == [line]
+    assert s.feed(b"\n") == [b"GET"] and s.dropped == 0

@@ -99,8 +99,13 @@ class Agent:
         while not self.stop_event.is_set():
             # While ports wait for their metadata proxy, look again soon even if nothing changes.
             timeout = self._retry if self.held_back else self.poll_timeout
+            retry = self._next_retry()  # a failed object is tried again when its backoff ends, events or not
+            if retry is not None:
+                timeout = min(timeout, retry)
             timeout = max(0.0, min(timeout, last_full + self.resync_interval - time.monotonic()))
+            waited_from = time.monotonic()
             events, latest = self.client.events(self.revision, timeout)
+            due = retry is not None and time.monotonic() >= waited_from + retry
             # Back off while a proxy stays unable to listen; start quick again once all is served.
             self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
             if time.monotonic() - last_full >= self.resync_interval:
@@ -108,10 +113,15 @@ class Agent:
                 # device deleted by hand, an instance namespace recreated), which incremental passes trust.
                 self.reconcile(full=True)
                 last_full = time.monotonic()
-            elif events or self.held_back:
+            elif events or self.held_back or due:
                 self.reconcile(full=False)  # only what changed: the dataplane keeps what it applied
             else:
                 self.revision = max(self.revision, latest)
+
+    def _next_retry(self) -> float | None:
+        """Seconds until the next failed object's backoff ends; None when none is waiting. (One already due and
+        not retried by the last pass waits for the next event or full pass: never a busy loop.)"""
+        return min((r for f in self.dataplane.failures() if (r := float(f["retry_in"])) > 0), default=None)
 
     def _report_failures(self) -> None:
         """Objects the dataplane could not converge go into the host's report (`cloudnet host show`), at once."""

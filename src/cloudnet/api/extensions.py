@@ -23,6 +23,13 @@ EXTENSIONS = [
     ),
     ("security-group", "security-group", "The security groups extension."),
     ("port-security", "Port Security", "Provides port security"),
+    ("allowed-address-pairs", "Allowed Address Pairs", "Provides allowed address pairs"),
+    (
+        "aap-reject-multicast",
+        "Allowed address pairs reject multicast extension",
+        "Reject multicast addresses in Allowed Address Pairs",
+    ),
+    ("stateful-security-group", "Stateful security group", "Indicates if the security group is stateful or not"),
     ("standard-attr-description", "standard-attr-description", "Extension to add descriptions to standard attributes"),
     (
         "standard-attr-revisions",

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, quick, state
-from cloudnet.services import instances, networks, ports, routers, security_groups, subnets
+from cloudnet.services import instances, networks, ports, routers, security_group_rules, security_groups, subnets
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ RESOURCES = [
               "get_group", "create_groups", "update_group", "delete_group"),
     _resource("instances", "instance", "instances", instances, "list_instances", "get_instance",
               "create_instances", "update_instance", "delete_instance"),
-    _resource("security-group-rules", "security_group_rule", "security_group_rules", security_groups,
+    _resource("security-group-rules", "security_group_rule", "security_group_rules", security_group_rules,
               "list_rules", "get_rule", "create_rules", None, "delete_rule"),
 ]  # fmt: skip
 

@@ -27,6 +27,7 @@ LONG_COLUMNS = [
     Column("External", "router:external"),
     Column("MTU", "mtu"),
     Column("Network Type", "provider:network_type"),
+    Column("Port Security", "port_security_enabled"),
     Column("Tags", "tags"),
 ]
 
@@ -39,6 +40,10 @@ class NetworkType(StrEnum):
     local = "local"
 
 
+PortSecurityOption = Annotated[
+    bool | None,
+    typer.Option("--enable-port-security/--disable-port-security", help="Port security of the network's new ports."),
+]
 RouteOption = Annotated[
     list[str] | None,
     typer.Option(metavar="CIDR", help="External networks: a range routed to the uplink from outside (repeatable)."),
@@ -62,6 +67,7 @@ def create(
     tag: Annotated[list[str] | None, typer.Option(help="Tag (repeatable).")] = None,
     project: Annotated[str | None, typer.Option(help="Owning project id (admin only).")] = None,
     route: RouteOption = None,
+    port_security: PortSecurityOption = None,
     fmt: FormatOption = Format.table,
 ) -> None:
     """Create a network."""
@@ -77,6 +83,7 @@ def create(
     set_if(body, "tags", tag or None)
     set_if(body, "cloudnet:routes", list(route) if route else None)
     set_if(body, "project_id", project)
+    set_if(body, "port_security_enabled", port_security)
     print_show(client_of(ctx).create(NETWORK, body), fmt)
 
 
@@ -128,6 +135,7 @@ def set_network(
     ] = None,
     route: RouteOption = None,
     no_route: Annotated[bool, typer.Option("--no-route", help="Clear cloudnet:routes.")] = False,
+    port_security: PortSecurityOption = None,
 ) -> None:
     """Change a network; KEY=VALUE pairs (e.g. ipv4.nat.address=IP) are merged into its config map.
 
@@ -141,6 +149,7 @@ def set_network(
     set_if(body, "admin_state_up", enable)
     set_if(body, "router:external", external)
     set_if(body, "shared", shared)
+    set_if(body, "port_security_enabled", port_security)
     positional = pairs or []
     if len(positional) == 2 and "=" not in positional[0]:
         positional = [f"{positional[0]}={positional[1]}"]  # `set NETWORK KEY VALUE`

@@ -73,6 +73,14 @@ def parse_fixed_ip(text: str) -> dict[str, str]:
     return pairs
 
 
+def parse_allowed_address(text: str) -> dict[str, str]:
+    """`ip-address=10.0.0.7[,mac-address=MAC]` -> an allowed address pair (`openstack port --allowed-address`)."""
+    pair = parse_pairs(
+        text, option="--allowed-address", allowed=("ip-address", "mac-address"), required=("ip-address",)
+    )
+    return {key.replace("-", "_"): value for key, value in pair.items()}
+
+
 def parse_assignment(text: str, *, option: str = "KEY=VALUE") -> tuple[str, str]:
     """`"ipv4.nat.address=203.0.113.7"` -> `("ipv4.nat.address", "203.0.113.7")`; values may hold '='."""
     key, sep, value = text.partition("=")

@@ -12,7 +12,7 @@ from cloudnet.cli.client import NETWORK, PORT, SECURITY_GROUP, SUBNET, Client
 from cloudnet.cli.common import client_of, delete_each, require_changes, resolve_fixed_ips, set_if
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show, up_down
-from cloudnet.cli.parsing import parse_assignments, parse_fixed_ip
+from cloudnet.cli.parsing import parse_allowed_address, parse_assignments, parse_fixed_ip
 
 app = typer.Typer(help="Manage ports.", no_args_is_help=True)
 
@@ -31,6 +31,8 @@ LONG_COLUMNS = [
     Column("Host", "binding:host_id"),
     Column("VNIC Type", "binding:vnic_type"),
     Column("Security Groups", "security_groups"),
+    Column("Port Security", "port_security_enabled"),
+    Column("Allowed Address Pairs", "allowed_address_pairs"),
     Column("State", lambda p: up_down(p.get("admin_state_up"))),
     Column("Tags", "tags"),
 ]
@@ -51,6 +53,20 @@ SecurityGroupOption = Annotated[
 ]
 NoSecurityGroupOption = Annotated[
     bool, typer.Option("--no-security-group", help="No security groups (set: clear before adding).")
+]
+PortSecurityOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-port-security/--disable-port-security",
+        help="Port security: anti-spoofing and security groups (default: the network's).",
+    ),
+]
+AllowedAddressOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="ip-address=IP|CIDR[,mac-address=MAC]",
+        help="Allowed address pair: another address the port may send from (repeatable).",
+    ),
 ]
 DeviceIdOption = Annotated[str | None, typer.Option(help="Id of the device (e.g. instance) using the port.")]
 DeviceOwnerOption = Annotated[str | None, typer.Option(help="Owner of the device, e.g. compute:nova.")]
@@ -74,6 +90,8 @@ def create(
     ] = None,
     security_group: SecurityGroupOption = None,
     no_security_group: NoSecurityGroupOption = False,
+    port_security: PortSecurityOption = None,
+    allowed_address: AllowedAddressOption = None,
     disable: Annotated[bool, typer.Option("--disable", help="Create administratively down.")] = False,
     description: Annotated[str | None, typer.Option(help="Description.")] = None,
     tag: Annotated[list[str] | None, typer.Option(help="Tag (repeatable).")] = None,
@@ -96,6 +114,9 @@ def create(
     set_if(body, "binding:profile", profile or None)
     if security_group or no_security_group:
         body["security_groups"] = _security_group_ids(client, security_group or [])
+    set_if(body, "port_security_enabled", port_security)
+    if allowed_address:
+        body["allowed_address_pairs"] = [parse_allowed_address(text) for text in allowed_address]
     set_if(body, "admin_state_up", False if disable else None)
     set_if(body, "description", description)
     set_if(body, "tags", tag or None)
@@ -154,10 +175,15 @@ def set_port(
     vnic_type: VnicOption = None,
     security_group: SecurityGroupOption = None,
     no_security_group: NoSecurityGroupOption = False,
+    port_security: PortSecurityOption = None,
+    allowed_address: AllowedAddressOption = None,
+    no_allowed_address: Annotated[
+        bool, typer.Option("--no-allowed-address", help="Clear allowed address pairs (before adding any given).")
+    ] = False,
     enable: Annotated[bool | None, typer.Option("--enable/--disable", help="Administrative state.")] = None,
     description: Annotated[str | None, typer.Option(help="New description.")] = None,
 ) -> None:
-    """Change a port. Fixed IPs and security groups given are added to the existing ones."""
+    """Change a port. Fixed IPs, security groups and allowed address pairs given are added to the existing ones."""
     client = client_of(ctx)
     current = client.find(PORT, port)
     body: dict[str, object] = {}
@@ -173,6 +199,10 @@ def set_port(
         existing = [] if no_security_group else list(current.get("security_groups") or [])
         added = _security_group_ids(client, security_group or [])
         body["security_groups"] = existing + [sg for sg in added if sg not in existing]
+    set_if(body, "port_security_enabled", port_security)
+    if allowed_address or no_allowed_address:
+        pairs = [] if no_allowed_address else list(current.get("allowed_address_pairs") or [])
+        body["allowed_address_pairs"] = pairs + [parse_allowed_address(text) for text in allowed_address or []]
     set_if(body, "admin_state_up", enable)
     set_if(body, "description", description)
     require_changes(body, f"port {port}")

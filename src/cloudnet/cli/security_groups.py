@@ -22,6 +22,7 @@ COLUMNS = [
     Column("Name", "name"),
     Column("Description", "description"),
     Column("Project", "project_id"),
+    Column("Stateful", "stateful"),
 ]
 
 
@@ -44,6 +45,13 @@ RULE_COLUMNS = [
 # Listing the rules of every group needs to say which group each belongs to.
 ALL_RULE_COLUMNS = [*RULE_COLUMNS, Column("Security Group", "security_group_id")]
 
+StatefulOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--stateful/--stateless",
+        help="Stateful (replies to allowed traffic pass; the default) or stateless (every direction needs its rule).",
+    ),
+]
 GroupArg = Annotated[str, typer.Argument(metavar="SECURITY_GROUP", help="Security group name or id.")]
 RuleArg = Annotated[str, typer.Argument(metavar="RULE", help="Rule id.")]
 
@@ -59,12 +67,14 @@ def create(
     name: Annotated[str, typer.Argument(help="Name of the new security group.")],
     description: Annotated[str | None, typer.Option(help="Description.")] = None,
     project: Annotated[str | None, typer.Option(help="Owning project id (admin only).")] = None,
+    stateful: StatefulOption = None,
     fmt: FormatOption = Format.table,
 ) -> None:
     """Create a security group."""
     body: dict[str, object] = {"name": name}
     set_if(body, "description", description)
     set_if(body, "project_id", project)
+    set_if(body, "stateful", stateful)
     print_show(client_of(ctx).create(SECURITY_GROUP, body), fmt)
 
 
@@ -86,11 +96,13 @@ def set_group(
     group: GroupArg,
     name: Annotated[str | None, typer.Option(help="New name.")] = None,
     description: Annotated[str | None, typer.Option(help="New description.")] = None,
+    stateful: StatefulOption = None,
 ) -> None:
-    """Change a security group."""
+    """Change a security group (stateful or not: only while no port uses it)."""
     body: dict[str, object] = {}
     set_if(body, "name", name)
     set_if(body, "description", description)
+    set_if(body, "stateful", stateful)
     require_changes(body, f"security group {group}")
     client = client_of(ctx)
     client.update(SECURITY_GROUP, client.find_id(SECURITY_GROUP, group), body)

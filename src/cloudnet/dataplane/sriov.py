@@ -148,6 +148,10 @@ class SriovDataplane:
 
     # -- the whole state ----------------------------------------------------------------------
 
+    def is_plugged(self, port_id: str) -> bool:
+        """The port's VF was plugged into its instance by this driver (and not released since)."""
+        return port_id in self._applied
+
     def step_keys(self, state: DesiredState) -> list[str]:
         """The step keys of this driver's objects (see apply)."""
         return [f"vf:{r['port_id']}" for r in state.get("sriov", [])] + [f"vf-release:{s}" for s in self.records()]

@@ -17,6 +17,7 @@ pass starts afresh with new ones (and skips the object while it backs off).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import threading
@@ -56,7 +57,7 @@ class Failure:
 
     def as_report(self, key: str, now: float) -> dict[str, Any]:
         return {"object": key, "reason": self.reason, "since": self.since, "attempts": self.attempts,
-                "retry_in": round(max(0.0, self.retry_at - now), 1)}  # fmt: skip
+                "retry_in": math.ceil(max(0.0, self.retry_at - now) * 10) / 10}  # fmt: skip  # (never early)
 
 
 class _Worker:
@@ -70,11 +71,17 @@ class _Worker:
 
     def _run(self) -> None:
         _inside.active = True
-        if self._init is not None:
-            self._init()
+        broken: BaseException | None = None
+        try:
+            if self._init is not None:
+                self._init()
+        except Exception as exc:  # (e.g. the host namespace went): every step on this worker fails with it
+            broken = exc
         while True:
             fn, job = self._jobs.get()
             try:
+                if broken is not None:
+                    raise broken
                 job.result = fn()
             except BaseException as exc:
                 job.error = exc

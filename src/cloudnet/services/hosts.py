@@ -13,6 +13,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from cloudnet.errors import Conflict, Forbidden, not_found
 from cloudnet.services import common, metadata_ports, network_config, networks, pools, ports, sriov, uplinks
 from cloudnet.services.context import Context
+from cloudnet.services.host_security import agent_port, groups_of
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, utcnow
@@ -21,6 +22,8 @@ H = t.hosts
 P = t.ports
 A = t.ip_allocations
 AGENT_PORT_STATUSES = ("ACTIVE", "DOWN", "BUILD", "ERROR")
+INSTANCE_COLUMNS = ("id", "name", "hostname", "project_id", "netns", "meta", "internal_meta", "ssh_keys", "user_data",
+                    "metadata_tokens")  # fmt: skip
 
 
 class HostReport(Body):
@@ -223,27 +226,30 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
     with store.read(snapshot=True) as conn:
         revision = conn.execute(select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)).scalar() or 0
         I, IP = t.instances, t.instance_ports  # noqa: E741
-        inst_rows = conn.execute(select(I).where(I.c.host == host).order_by(I.c.created_at, I.c.id)).all()
+        # (the columns it needs: SQLite's timestamps cost a parse each)
+        inst_rows = conn.execute(
+            select(*[I.c[k] for k in INSTANCE_COLUMNS]).where(I.c.host == host).order_by(I.c.created_at, I.c.id)
+        ).all()
         links = conn.execute(
             select(IP.c.instance_id, IP.c.port_id, IP.c.position)
-            .where(IP.c.instance_id.in_([i.id for i in inst_rows]))
+            .join(I, I.c.id == IP.c.instance_id)
+            .where(I.c.host == host)
             .order_by(IP.c.instance_id, IP.c.position)
         ).all()
         by_instance: dict[str, list[str]] = defaultdict(list)
         for iid, pid, _pos in links:
             by_instance[iid].append(pid)
         instance_ports = [pid for _iid, pid, _pos in links]
-        network_ids = {r[0] for r in conn.execute(select(P.c.network_id).where(P.c.id.in_(instance_ports)))}
+        network_ids = set(conn.execute(select(P.c.network_id).distinct().where(P.c.id.in_(instance_ports))).scalars())
         # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,
         # router, metadata namespace and proxy), and the agent may park a device for each of them.
         PP, M = t.port_pools, t.pool_ports
         pool_rows = conn.execute(  # through the pools' (host, ...) and members' (pool_id, ...) indexes
-            select(
-                P.c.id, P.c.network_id, P.c.mac_address, P.c.admin_state_up, P.c.status, P.c.vif_type, P.c.vif_details
-            )
+            select(P.c.id, P.c.network_id, P.c.mac_address, P.c.admin_state_up, P.c.status, P.c.vif_type,
+                   P.c.vif_details, P.c.port_security_enabled)
             .select_from(PP.join(M, M.c.pool_id == PP.c.id).join(P, P.c.id == M.c.port_id))
             .where(PP.c.host == host, P.c.device_owner == networks.POOL_FREE_OWNER, P.c.host_id == host)
-        ).all()
+        ).all()  # fmt: skip
         network_ids |= {r.network_id for r in pool_rows}
         # Their addresses: a parked device is configured as the instance that takes it will want it.
         A = t.ip_allocations
@@ -268,6 +274,9 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
             select(P).where(P.c.id.in_(instance_ports + router_ports + list(metadata_by_net.values())))
         ).all()
         port_dicts = {p["id"]: p for p in ports.to_dicts(conn, list(port_rows))}
+        pool_ports = _pool_ports(conn, pool_rows, pool_ips)
+        filtered = [agent_port(port_dicts[pid]) for pid in instance_ports if pid in port_dicts]
+        security_groups, remote_groups = groups_of(conn, filtered + list(pool_ports.values()))
         direct = sriov.desired(conn, host)
         nets = conn.execute(select(t.networks).where(t.networks.c.id.in_(network_ids))).all()
         subs = conn.execute(select(t.subnets).where(t.subnets.c.network_id.in_(network_ids))).all()
@@ -278,9 +287,10 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         }
         for s in subs
     }  # fmt: skip
+    prefixlen = {s["id"]: ipaddress.ip_network(s["cidr"]).prefixlen for s in subnets.values()}
     for fixed_ips in [p["fixed_ips"] for p in port_dicts.values()] + list(pool_ips.values()):
         for f in fixed_ips:
-            f["prefixlen"] = ipaddress.ip_network(subnets[f["subnet_id"]]["cidr"]).prefixlen
+            f["prefixlen"] = prefixlen[f["subnet_id"]]
     for r in routers:
         r["ports"] = {pid: port_dicts[pid] for pid in _router_port_ids(r) if pid in port_dicts}
     return {
@@ -308,15 +318,27 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "subnets": subnets,
         "routers": routers,
         "sriov": direct,
-        "pool_ports": {
-            r.id: {
-                "id": r.id, "network_id": r.network_id, "mac_address": r.mac_address,
-                "admin_state_up": r.admin_state_up, "status": r.status, "binding:vif_type": r.vif_type,
-                "binding:vif_details": r.vif_details or {},
-                "fixed_ips": sorted(pool_ips.get(r.id, []), key=lambda f: (f["subnet_id"], f["ip_address"])),
-            }
-            for r in pool_rows
-        },
+        "pool_ports": pool_ports,
+        "security_groups": security_groups,
+        "remote_groups": remote_groups,
+    }  # fmt: skip
+
+
+def _pool_ports(conn: Connection, rows: list[Any], ips: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Ready pool ports as the agent plugs them: a parked device is configured (and filtered) as the instance that
+    takes it will want it."""
+    extra = ports.related(conn, [r.id for r in rows], {"security_groups", "allowed_address_pairs"})
+    return {
+        r.id: agent_port({
+            "id": r.id, "network_id": r.network_id, "mac_address": r.mac_address,
+            "admin_state_up": r.admin_state_up, "status": r.status, "binding:vif_type": r.vif_type,
+            "binding:vif_details": r.vif_details or {},
+            "fixed_ips": sorted(ips.get(r.id, []), key=lambda f: (f["subnet_id"], f["ip_address"])),
+            "port_security_enabled": r.port_security_enabled,
+            "security_groups": extra["security_groups"].get(r.id, []),
+            "allowed_address_pairs": extra["allowed_address_pairs"].get(r.id, []),
+        })
+        for r in rows
     }  # fmt: skip
 
 

@@ -209,6 +209,13 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
     host = spec.host or _default_host(tx)
     if spec.host and not tx.conn.execute(select(t.hosts.c.name).where(t.hosts.c.name == host)).first():
         raise InvalidInput(f"host {host} is not a registered host (no agent has reported from it)")
+    I = t.instances  # noqa: E741
+    if (
+        spec.netns is not None
+        and tx.conn.execute(select(I.c.id).where(I.c.host == host, I.c.netns == spec.netns).limit(1)).first()
+    ):  # (another spelling of the same namespace is the agent's to find: it refuses it too)
+        raise Conflict(f"Network namespace {spec.netns} on host {host} is in use by another instance",
+                       type="NetnsInUse")  # fmt: skip
     row.update(
         hostname=spec.hostname or spec.name, host=host, netns=spec.netns, user_data=spec.user_data,
         meta=spec.metadata, ssh_keys=[k.model_dump() for k in spec.ssh_keys], metadata_tokens=spec.metadata_tokens,

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
-from sqlalchemy import Connection, delete, insert, or_, select
+from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import Conflict, Forbidden, InvalidInput, not_found
@@ -34,6 +34,7 @@ ATTRS: dict[str, Attr] = {
     "provider:network_type": Attr(N.c.network_type),
     "provider:physical_network": Attr(N.c.physical_network),
     "provider:segmentation_id": Attr(N.c.segmentation_id, to_int),
+    "port_security_enabled": Attr(N.c.port_security_enabled, to_bool),
     "subnets": Attr(
         filter=lambda values: N.c.id.in_(select(t.subnets.c.network_id).where(t.subnets.c.id.in_(values))),
         sortable=False,
@@ -149,7 +150,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "provider:network_type": r.network_type,
                 "provider:physical_network": r.physical_network,
                 "provider:segmentation_id": r.segmentation_id,
-                "port_security_enabled": True,
+                "port_security_enabled": r.port_security_enabled,
                 "availability_zone_hints": [],
                 "availability_zones": [],
                 "ipv4_address_scope": None,
@@ -210,6 +211,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
         segment_key=key,
         config=network_config.merge_config(tx.conn, None, {}, spec.config),
         routes=network_config.check_routes(spec.routes, spec.router_external),
+        port_security_enabled=spec.port_security_enabled,
     )
     if spec.routes and not ctx.is_admin:
         raise Forbidden("Only admins may set cloudnet:routes")
@@ -245,7 +247,6 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
         row = get_owned(tx.conn, ctx, network_id)
         if ({"shared", "router_external"} & changes.keys()) and not ctx.is_admin:
             raise Forbidden("Only admins may change shared or router:external")
-        changes.pop("port_security_enabled", None)
         if changes.get("router_external") is False and row.router_external:
             in_use = tx.conn.execute(
                 select(t.ports.c.id).where(
@@ -271,8 +272,30 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
             external = changes.get("router_external", row.router_external)
             changes["routes"] = network_config.check_routes(changes["routes"], bool(external))
         changes = {k: v for k, v in changes.items() if v is not None}
+        if changes.get("port_security_enabled", row.port_security_enabled) != row.port_security_enabled:
+            _pool_ports_follow(tx, network_id, changes["port_security_enabled"])
         common.touch(tx, N, network_id, "network", row.project_id, changes)
         return to_dicts(tx.conn, [tx.conn.execute(select(N).where(N.c.id == network_id)).one()])[0]
+
+
+def _pool_ports_follow(tx: Tx, network_id: str, enabled: bool) -> None:
+    """The network's port security changed: its ports keep theirs (as in Neutron), but the ready ports of its
+    port pools are the ports its next instances get, so they take the new value, and lose their security groups
+    and address pairs when it is off (the pools' caches follow the network's event)."""
+    P, PP = t.ports, t.port_pools
+    ready = tx.conn.execute(
+        select(P.c.id, P.c.project_id).where(P.c.network_id == network_id, P.c.device_owner == POOL_FREE_OWNER)
+    ).all()
+    if not enabled:
+        tx.conn.execute(update(PP).where(PP.c.network_id == network_id).values(security_groups=[]))
+    for chunk in common.chunks([r.id for r in ready], 5000):
+        tx.conn.execute(update(P).where(P.c.id.in_(chunk)).values(
+            port_security_enabled=enabled, updated_at=tx.now, revision_number=P.c.revision_number + 1))  # fmt: skip
+        if not enabled:
+            for table in (t.port_security_groups, t.allowed_address_pairs):
+                tx.conn.execute(delete(table).where(table.c.port_id.in_(chunk)))
+    for port_id, project_id in ready:
+        tx.record("port", port_id, "update", project_id)
 
 
 def delete_network(store: Store, ctx: Context, network_id: str) -> None:

@@ -37,8 +37,19 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
 from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable, not_found
-from cloudnet.services import cache, common, metadata_ports, networks, port_policy, ports, quotas, security_groups
+from cloudnet.services import (
+    cache,
+    common,
+    metadata_ports,
+    networks,
+    port_policy,
+    port_security,
+    ports,
+    quotas,
+    security_groups,
+)
 from cloudnet.services.context import Context
+from cloudnet.services.security_groups import GroupIds
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.changes import Event
@@ -325,7 +336,10 @@ def _ensure_pool(tx: Tx, host: str, project_id: str, network_id: str, sgs: tuple
     return tx.conn.execute(select(PP).where(*key)).one()
 
 
-def _resolve_sgs(tx: Tx, ctx: Context, project_id: str, requested: list[str] | None) -> tuple[str, ...]:
+def _resolve_sgs(tx: Tx, ctx: Context, project_id: str, network: Any, requested: list[str] | None) -> Bucket:
+    if not network.port_security_enabled:  # its ports take the network's: no port security, no groups
+        port_security.check_new_port(False, requested, [])
+        return ()
     if requested is None:
         return (security_groups.ensure_default(tx, project_id),)
     return tuple(sorted(security_groups.check_usable(tx.conn, ctx, requested, project_id)))
@@ -549,7 +563,7 @@ class ClaimSpec(Body):
     host: str = Field(..., min_length=1, max_length=255)
     project_id: str | None = Field(None, max_length=255)
     network_id: str = Field(..., min_length=1, max_length=36)
-    security_groups: list[str] | None = None
+    security_groups: GroupIds | None = None
     name: str = Field("", max_length=255)
     device_id: str = Field("", max_length=255)
     device_owner: str = Field("compute:cloudnet", min_length=1, max_length=255)
@@ -596,7 +610,7 @@ def _claim(
     pool = _find_pool(tx, mgr, host, project_id, network_id)
     if pool is None and not create:
         return None
-    sgs = _resolve_sgs(tx, ctx, project_id, requested)
+    sgs = _resolve_sgs(tx, ctx, project_id, network, requested)
     if pool is None:
         pool = _info(_ensure_pool(tx, host, project_id, network_id, sgs), mgr.defaults)
     values = {"name": name, "device_id": device_id, "device_owner": device_owner, "updated_at": tx.now}
@@ -670,14 +684,19 @@ def release_in_tx(tx: Tx, port_row: Any) -> bool:
     if sizing.max > 0 and _count_ready(tx.conn, pool.id) >= sizing.max:
         ports.delete_in_tx(tx, port_row)
         return True
+    # Port security and address pairs as a new port of the network gets them (what the instance set is not for
+    # the next one).
+    secured = bool(cache.network(tx, port_row.network_id).port_security_enabled)
     tx.conn.execute(
         update(P).where(P.c.id == port_row.id).values(
             name="", device_id="", device_owner=FREE_OWNER, status="DOWN", updated_at=tx.now,
+            port_security_enabled=secured,
             # The instance's namespace is not the port's to offer again: the agent parks it anew and says where.
             vif_details={}, revision_number=P.c.revision_number + 1)
     )  # fmt: skip
+    tx.conn.execute(delete(t.allowed_address_pairs).where(t.allowed_address_pairs.c.port_id == port_row.id))
     current = {r[0] for r in tx.conn.execute(select(PSG.c.security_group_id).where(PSG.c.port_id == port_row.id))}
-    target = set(pool.security_groups)
+    target = set(pool.security_groups) if secured else set()
     if current != target:
         tx.conn.execute(delete(PSG).where(PSG.c.port_id == port_row.id))
         if target:
@@ -952,17 +971,6 @@ def drop_host(tx: Tx, host: str) -> int:
     return len(rows)
 
 
-def forget_security_group(tx: Tx, sg_id: str) -> None:
-    """A security group is being deleted: ready pool ports lose it (moving to another bucket) and refills
-    stop giving it, so that pool ports never block the deletion."""
-    ready = select(P.c.id).where(P.c.device_owner == FREE_OWNER)
-    tx.conn.execute(delete(PSG).where(PSG.c.security_group_id == sg_id, PSG.c.port_id.in_(ready)))
-    for pool_id, sgs in tx.conn.execute(select(PP.c.id, PP.c.security_groups)).all():
-        if sg_id in (sgs or []):
-            tx.conn.execute(update(PP).where(PP.c.id == pool_id).values(
-                security_groups=[s for s in sgs if s != sg_id]))  # fmt: skip
-
-
 # -- the API view -----------------------------------------------------------------------------------
 
 
@@ -1035,12 +1043,12 @@ def get_pool(store: Store, ctx: Context, pool_id: str) -> dict[str, Any]:
 
 def update_pool(store: Store, ctx: Context, pool_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """PUT: sizing overrides; null puts a value back to the server default."""
-    if not ctx.is_admin:
-        raise Forbidden("Only admins may change port pools")
     spec = parse(PoolUpdate, body)
     changes = {k: getattr(spec, k) for k in spec.model_fields_set if k in SIZING}
     with store.write() as tx:
-        row = common.get_row(tx.conn, PP, "port_pool", pool_id, ctx)
+        row = common.get_row(tx.conn, PP, "port_pool", pool_id, ctx)  # 404 first: another project's pool is unseen
+        if not ctx.is_admin:
+            raise Forbidden("Only admins may change port pools")
         tx.conn.execute(update(PP).where(PP.c.id == pool_id).values(
             **changes, updated_at=tx.now, revision_number=PP.c.revision_number + 1))  # fmt: skip
         new = tx.conn.execute(select(PP).where(PP.c.id == pool_id)).one()
@@ -1064,7 +1072,6 @@ __all__ = [
     "configure",
     "drop_host",
     "for_instances",
-    "forget_security_group",
     "list_pools",
     "maintain",
     "recover",

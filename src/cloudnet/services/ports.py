@@ -1,9 +1,8 @@
-"""Ports: addresses (IPAM), MACs, security groups and binding attributes; bulk create is atomic."""
+"""Ports: addresses (IPAM), MACs, security groups, port security and binding attributes; bulk create is atomic."""
 
 from __future__ import annotations
 
 import ipaddress
-import re
 import secrets
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -11,15 +10,28 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-from sqlalchemy import Connection, and_, delete, insert, or_, select
+from sqlalchemy import Connection, and_, delete, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import cache, common, ipam, networks, port_policy, quotas, security_groups, uplinks
+from cloudnet.services import (
+    address_pairs,
+    cache,
+    common,
+    ipam,
+    networks,
+    port_policy,
+    port_security,
+    quotas,
+    security_groups,
+    uplinks,
+)
+from cloudnet.services.address_pairs import Pair
 from cloudnet.services.context import Context
 from cloudnet.services.ipam import SubnetInfo
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
-from cloudnet.services.validation import Body, Tags, check_ip, parse
+from cloudnet.services.security_groups import GroupIds
+from cloudnet.services.validation import Body, Tags, check_ip, check_mac, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.store.prepared import BulkInsert
@@ -28,7 +40,6 @@ P = t.ports
 A = t.ip_allocations
 PSG = t.port_security_groups
 MAC_PREFIX = "fa:16:3e"
-MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 ROUTER_INTERFACE = port_policy.ROUTER_INTERFACE
 ROUTER_GATEWAY = port_policy.ROUTER_GATEWAY
 ROUTER_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
@@ -87,14 +98,7 @@ class FixedIp(Body):
 
 
 def _mac(value: str | None) -> str | None:
-    if value is None:
-        return None
-    mac = value.strip().lower().replace("-", ":")
-    if not MAC_RE.match(mac):
-        raise ValueError(f"'{value}' is not a valid MAC address")
-    if int(mac[:2], 16) & 1 or mac == "00:00:00:00:00:00":
-        raise ValueError(f"'{value}' is not a valid unicast MAC address")
-    return mac
+    return None if value is None else check_mac(value)
 
 
 class PortCreate(Body):
@@ -108,8 +112,10 @@ class PortCreate(Body):
     fixed_ips: list[FixedIp] | None = None
     device_id: str = Field("", max_length=255)
     device_owner: str = Field("", max_length=255)
-    security_groups: list[str] | None = None
-    port_security_enabled: bool = True
+    security_groups: GroupIds | None = None
+    # None: the network's (port_security.for_new_port).
+    port_security_enabled: bool | None = None
+    allowed_address_pairs: Any = None  # checked by address_pairs.parse, with Neutron's errors
     vnic_type: Literal["normal", "direct"] = Field("normal", alias="binding:vnic_type")
     host_id: str = Field("", alias="binding:host_id", max_length=255)
     profile: dict[str, Any] | None = Field(None, alias="binding:profile")
@@ -126,8 +132,9 @@ class PortUpdate(Body):
     fixed_ips: list[FixedIp] | None = None
     device_id: str | None = Field(None, max_length=255)
     device_owner: str | None = Field(None, max_length=255)
-    security_groups: list[str] | None = None
+    security_groups: GroupIds | None = None
     port_security_enabled: bool | None = None
+    allowed_address_pairs: Any = None
     vnic_type: Literal["normal", "direct"] | None = Field(None, alias="binding:vnic_type")
     host_id: str | None = Field(None, alias="binding:host_id", max_length=255)
     profile: dict[str, Any] | None = Field(None, alias="binding:profile")
@@ -143,17 +150,21 @@ READ_ONLY = ("id", "status", "binding:vif_type", "binding:vif_details", "created
 
 def to_dicts(conn: Connection, rows: list[Any], fields: set[str] | None = None) -> list[dict[str, Any]]:
     which = RELATED_FIELDS if not fields else RELATED_FIELDS & fields
-    extra = _related(conn, [r.id for r in rows], which)
+    extra = related(conn, [r.id for r in rows], which)
     ips, sgs, tags = extra.get("fixed_ips", {}), extra.get("security_groups", {}), extra.get("tags", {})
+    pairs = extra.get("allowed_address_pairs", {})
     keys = rows[0]._fields if rows else ()
     return [
-        port_dict(dict(zip(keys, r, strict=True)), ips.get(r.id, []), sgs.get(r.id, []), tags.get(r.id)) for r in rows
-    ]
+        port_dict(dict(zip(keys, r, strict=True)), ips.get(r.id, []), sgs.get(r.id, []), tags.get(r.id),
+                  pairs.get(r.id, []))
+        for r in rows
+    ]  # fmt: skip
 
 
 def port_dict(
-    m: Mapping[str, Any], fixed: list[dict[str, str]], sgs: list[str], tags: list[str] | None
-) -> dict[str, Any]:
+    m: Mapping[str, Any], fixed: list[dict[str, str]], sgs: list[str], tags: list[str] | None,
+    pairs: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The API shape of a port, from its column values and related rows."""
     d = common.standard_fields(m, tags)
     fixed.sort(key=lambda f: (":" in f["ip_address"], f["ip_address"]))
@@ -168,7 +179,7 @@ def port_dict(
             "fixed_ips": fixed,
             "security_groups": sorted(sgs),
             "port_security_enabled": m["port_security_enabled"],
-            "allowed_address_pairs": [],
+            "allowed_address_pairs": pairs or [],
             "extra_dhcp_opts": [],
             "binding:vnic_type": m["vnic_type"],
             "binding:host_id": m["host_id"],
@@ -197,7 +208,7 @@ COLUMN_FIELDS = {
     "binding:vif_type": P.c.vif_type, "binding:vif_details": P.c.vif_details,
     "revision_number": P.c.revision_number,
 }  # fmt: skip
-RELATED_FIELDS = {"fixed_ips", "security_groups", "tags"}
+RELATED_FIELDS = {"fixed_ips", "security_groups", "tags", "allowed_address_pairs"}
 
 
 def list_ports(store: Store, ctx: Context, q: ListQuery) -> Page:
@@ -214,8 +225,8 @@ def list_ports(store: Store, ctx: Context, q: ListQuery) -> Page:
         return Page(to_dicts(conn, rows, fields or None), more)
 
 
-def _project(conn: Connection, rows: list[Any], names: list[str], related: set[str]) -> list[dict[str, Any]]:
-    extra = _related(conn, [r[0] for r in rows], related)
+def _project(conn: Connection, rows: list[Any], names: list[str], wanted: set[str]) -> list[dict[str, Any]]:
+    extra = related(conn, [r[0] for r in rows], wanted)
     out = []
     for r in rows:
         item = {name: r[i + 1] for i, name in enumerate(names)}
@@ -227,8 +238,8 @@ def _project(conn: Connection, rows: list[Any], names: list[str], related: set[s
     return out
 
 
-def _related(conn: Connection, ids: list[str], which: set[str]) -> dict[str, dict[str, list[Any]]]:
-    """fixed_ips, security_groups and tags of many ports, as {attribute: {port_id: [...]}}."""
+def related(conn: Connection, ids: list[str], which: set[str]) -> dict[str, dict[str, list[Any]]]:
+    """fixed_ips, security_groups, allowed_address_pairs and tags of many ports, as {attribute: {port_id: [...]}}."""
     out: dict[str, dict[str, list[Any]]] = {}
     if "fixed_ips" in which:
         ips: dict[str, list[Any]] = defaultdict(list)
@@ -244,6 +255,8 @@ def _related(conn: Connection, ids: list[str], which: set[str]) -> dict[str, dic
             for pid, sg in conn.execute(stmt):
                 sgs[pid].append(sg)
         out["security_groups"] = sgs
+    if "allowed_address_pairs" in which:
+        out["allowed_address_pairs"] = address_pairs.load(conn, ids)
     if "tags" in which:
         out["tags"] = dict(common.load_tags(conn, ids))
     return out
@@ -271,6 +284,7 @@ class _Plan:
     # IP versions for which to pick a subnet and address automatically.
     auto_versions: list[int] = field(default_factory=list)
     sgs: list[str] = field(default_factory=list)
+    pairs: list[Pair] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
 
 
@@ -295,6 +309,7 @@ class _Creator:
         self.allocated: dict[str, list[dict[str, str]]] = defaultdict(list)
         self._taken: dict[str, set[str]] = defaultdict(set)  # subnet id -> addresses allocated here
         self._external_in_use: set[str] | None = None
+        self.pairs: dict[str, list[dict[str, str]]] = {}  # port id -> its allowed address pairs, as stored
 
     def network(self, network_id: str) -> Any:
         if network_id not in self._networks:
@@ -316,7 +331,10 @@ class _Creator:
         if any(f.ip_address for f in spec.fixed_ips or []) and not self.ctx.is_admin and network.project_id != project:
             # Neutron's create_port:fixed_ips:ip_address policy: a subnet_id alone is fine on a shared network.
             raise Forbidden("Only admins may request a specific IP address on another project's network")
+        given = {k for k in spec.model_fields_set if getattr(spec, k) is not None}
+        port_security.check_policy(self.ctx, network, given, "create_port")
         row = common.new_standard(self.ctx, project, self.tx.now, spec.name, spec.description)
+        secured = port_security.for_new_port(network, spec.device_owner, spec.port_security_enabled)
         row.update(
             network_id=network.id,
             mac_address=spec.mac_address,
@@ -324,20 +342,21 @@ class _Creator:
             status="DOWN",
             device_id=spec.device_id,
             device_owner=spec.device_owner,
-            port_security_enabled=spec.port_security_enabled,
+            port_security_enabled=secured,
             vnic_type=spec.vnic_type,
             host_id=spec.host_id,
             profile=spec.profile or {},
             vif_type="unbound",
             vif_details={},
         )
-        plan = _Plan(row=row, network=network, tags=spec.tags)
+        plan = _Plan(row=row, network=network, tags=spec.tags, pairs=address_pairs.parse(spec.allowed_address_pairs))
+        port_security.check_new_port(secured, spec.security_groups, plan.pairs)
         if spec.fixed_ips is None:
             versions = sorted({s.version for s in self.subnets(network.id)})
             plan.auto_versions = versions
         else:
             plan.ips = self.requested_ips(network.id, spec.fixed_ips, spec.device_owner)
-        plan.sgs = self.security_groups(spec.security_groups, spec, project)
+        plan.sgs = self.security_groups(spec.security_groups, secured, project)
         return plan
 
     def requested_ips(self, network_id: str, fixed: list[FixedIp], owner: str) -> list[tuple[SubnetInfo, str | None]]:
@@ -374,17 +393,9 @@ class _Creator:
             out.append(entry)
         return out
 
-    def security_groups(self, requested: list[str] | None, spec: Any, project: str) -> list[str]:
-        owner = spec.device_owner or ""
-        if owner.startswith("network:"):
-            return []
-        if not spec.port_security_enabled:
-            if requested:
-                raise Conflict(
-                    "Port has security group associated. Cannot disable port security or IP address until "
-                    "security group is removed",
-                    type="PortSecurityPortHasSecurityGroup",
-                )
+    def security_groups(self, requested: list[str] | None, secured: bool, project: str) -> list[str]:
+        """The port's groups: those requested, else the project's default group (none without port security)."""
+        if not secured:  # (port_security.check_new_port refused any requested)
             return []
         if requested is not None:  # checked once per batch (a pool refill gives every port the same groups)
             key = (project, *requested)
@@ -411,6 +422,9 @@ class _Creator:
         self.allocate(plans)
         conn = self.tx.conn
         _INSERT_PSG.run(conn, [{"port_id": p.row["id"], "security_group_id": sg} for p in plans for sg in p.sgs])
+        # (after insert_ports: a pair without a MAC gets the port's, generated or not)
+        self.pairs = {p.row["id"]: address_pairs.resolve(p.pairs, p.row["mac_address"]) for p in plans if p.pairs}
+        address_pairs.insert(conn, self.pairs.items())
         _INSERT_TAG.run(conn, [{"resource_id": p.row["id"], "tag": tag} for p in plans for tag in sorted(set(p.tags))])
         for p in plans:
             self.tx.record("port", p.row["id"], "create", p.row["project_id"])
@@ -554,7 +568,8 @@ class _Creator:
 
     def results(self, plans: list[_Plan]) -> list[dict[str, Any]]:
         """The created ports in API shape, from what was written (no read-back queries)."""
-        return [port_dict(p.row, self.allocated[p.row["id"]], p.sgs, sorted(set(p.tags))) for p in plans]
+        return [port_dict(p.row, self.allocated[p.row["id"]], p.sgs, sorted(set(p.tags)), self.pairs.get(p.row["id"]))
+                for p in plans]  # fmt: skip
 
     @staticmethod
     def _alloc_row(plan: _Plan, subnet: SubnetInfo, ip: str) -> dict[str, str]:
@@ -642,31 +657,12 @@ def update_in_tx(tx: Tx, ctx: Context, port_id: str, spec: PortUpdate, extra: di
                 type="MacAddressInUse",
             )
         changes["mac_address"] = spec.mac_address
-    port_security = spec.port_security_enabled if "port_security_enabled" in given else row.port_security_enabled
-    if port_security is not None:
-        changes["port_security_enabled"] = port_security
-    if "security_groups" in given or "port_security_enabled" in given:
-        _update_security_groups(
-            tx, ctx, row, spec.security_groups if "security_groups" in given else None, bool(port_security)
-        )
+    if {"port_security_enabled", "security_groups", "allowed_address_pairs"} & given:
+        mac = changes.get("mac_address", row.mac_address)
+        changes.setdefault("port_security_enabled", port_security.update(tx, ctx, row, spec, mac))
     if "fixed_ips" in given:
         _update_fixed_ips(tx, ctx, row, spec.fixed_ips or [], changes.get("device_owner", row.device_owner))
     common.touch(tx, P, port_id, "port", row.project_id, changes)
-
-
-def _update_security_groups(tx: Tx, ctx: Context, row: Any, requested: list[str] | None, port_security: bool) -> None:
-    current = [r[0] for r in tx.conn.execute(select(PSG.c.security_group_id).where(PSG.c.port_id == row.id))]
-    target = current if requested is None else security_groups.check_usable(tx.conn, ctx, requested, row.project_id)
-    if not port_security and target:
-        raise Conflict(
-            "Port has security group associated. Cannot disable port security or IP address until security "
-            "group is removed",
-            type="PortSecurityPortHasSecurityGroup",
-        )
-    if set(target) != set(current):
-        tx.conn.execute(delete(PSG).where(PSG.c.port_id == row.id))
-        if target:
-            tx.conn.execute(insert(PSG), [{"port_id": row.id, "security_group_id": sg} for sg in target])
 
 
 def _update_fixed_ips(tx: Tx, ctx: Context, row: Any, fixed: list[FixedIp], owner: str) -> None:

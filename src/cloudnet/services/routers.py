@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
-from cloudnet.errors import BadRequest, Conflict, Forbidden, NotFound, not_found
-from cloudnet.services import common, networks, ports, quotas
+from cloudnet.errors import BadRequest, Conflict, Forbidden, NotFound
+from cloudnet.services import common, networks, ports, quotas, subnets
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.validation import Body, Tags, parse
@@ -269,12 +269,18 @@ def add_interface(store: Store, ctx: Context, router_id: str, body: dict[str, An
     with store.write() as tx:
         router = common.get_row(tx.conn, R, "router", router_id, ctx)
         if req.subnet_id is not None:
-            subnet = tx.conn.execute(select(t.subnets).where(t.subnets.c.id == req.subnet_id)).first()
-            if subnet is None or not (ctx.is_admin or subnet.project_id == ctx.project_id):
-                raise not_found("subnet", req.subnet_id)
+            subnet = subnets.get_visible(tx.conn, ctx, req.subnet_id)
             if not subnet.gateway_ip:
                 raise BadRequest(
                     f"Bad router request: Subnet {subnet.id} does not have a gateway IP.", type="BadRequest"
+                )
+            if not (ctx.is_admin or subnet.project_id == ctx.project_id):
+                # A subnet of another project's shared network: seen, but its gateway is not the caller's to take
+                # (Neutron, LP #1757482). A port of the caller's own on that network may still be attached.
+                raise BadRequest(
+                    f"Bad router request: Cannot add interface to router because subnet {subnet.id} is not owned by "
+                    "project making the request",
+                    type="BadRequest",
                 )
             _check_overlap(tx.conn, router_id, [subnet])
             spec = ports.PortCreate(

@@ -1,57 +1,34 @@
-"""Security groups and their rules (stored and served; enforcement is the dataplane's job)."""
+"""Security groups (stored and served; enforcement is the dataplane's job): the default group of each project,
+stateful or stateless groups, which groups a port may use. Their rules: security_group_rules.py."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections import defaultdict
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
-from sqlalchemy import Connection, delete, insert, or_, select
+from pydantic import Field
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cloudnet.errors import Conflict, not_found
-from cloudnet.services import cache, common, quotas
+from cloudnet.services import cache, common, networks, quotas
+from cloudnet.services import security_group_rules as rules
 from cloudnet.services.context import Context
-from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int, to_time
-from cloudnet.services.validation import Body, Tags, parse
+from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
+from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
 SG = t.security_groups
 R = t.security_group_rules
-PROTOCOL_NUMBERS = {
-    "ah": 51, "dccp": 33, "egp": 8, "esp": 50, "gre": 47, "icmp": 1, "icmpv6": 58, "igmp": 2,
-    "ipip": 4, "ipv6-encap": 41, "ipv6-frag": 44, "ipv6-icmp": 58, "ipv6-nonxt": 59, "ipv6-opts": 60,
-    "ipv6-route": 43, "ospf": 89, "pgm": 113, "rsvp": 46, "sctp": 132, "tcp": 6, "udp": 17,
-    "udplite": 136, "vrrp": 112,
-}  # fmt: skip
-PORT_PROTOCOLS = {"tcp", "udp", "sctp", "dccp", "udplite", "6", "17", "132", "33", "136"}
-ICMP_PROTOCOLS = {"icmp", "icmpv6", "ipv6-icmp", "1", "58"}
-# Protocols that only exist over IPv6 (Neutron rejects them on an IPv4 rule).
-IPV6_ONLY_PROTOCOLS = {"ipv6-encap", "ipv6-frag", "ipv6-icmp", "icmpv6", "ipv6-nonxt", "ipv6-opts", "ipv6-route",
-                       "41", "44", "58", "59", "60", "43"}  # fmt: skip
+P, PSG, PP = t.ports, t.port_security_groups, t.port_pools
+# Groups one port may name (Neutron has no bound; a project has 10 groups by default).
+MAX_PORT_GROUPS = 100
+GroupIds = Annotated[list[Annotated[str, Field(max_length=255)]], Field(max_length=MAX_PORT_GROUPS)]
 
 ATTRS: dict[str, Attr] = {
     **common.standard_attrs(SG),
     "stateful": Attr(SG.c.stateful, to_bool),
-}
-RULE_ATTRS: dict[str, Attr] = {
-    "id": Attr(R.c.id),
-    "project_id": Attr(R.c.project_id),
-    "tenant_id": Attr(R.c.project_id),
-    "description": Attr(R.c.description),
-    "security_group_id": Attr(R.c.security_group_id),
-    "direction": Attr(R.c.direction),
-    "ethertype": Attr(R.c.ethertype),
-    "protocol": Attr(R.c.protocol),
-    "port_range_min": Attr(R.c.port_range_min, to_int),
-    "port_range_max": Attr(R.c.port_range_max, to_int),
-    "remote_ip_prefix": Attr(R.c.remote_ip_prefix),
-    "remote_group_id": Attr(R.c.remote_group_id),
-    "revision_number": Attr(R.c.revision_number, to_int),
-    "created_at": Attr(R.c.created_at, to_time),
-    "updated_at": Attr(R.c.updated_at, to_time),
 }
 
 
@@ -70,127 +47,19 @@ class GroupUpdate(Body):
     stateful: bool | None = None
 
 
-class RuleCreate(Body):
-    security_group_id: str
-    direction: Literal["ingress", "egress"]
-    ethertype: Literal["IPv4", "IPv6"] = "IPv4"
-    protocol: str | int | None = None
-    port_range_min: int | None = Field(None, ge=0, le=65535)
-    port_range_max: int | None = Field(None, ge=0, le=65535)
-    remote_ip_prefix: str | None = None
-    remote_group_id: str | None = None
-    remote_address_group_id: None = None
-    description: str = Field("", max_length=255)
-    project_id: str | None = Field(None, max_length=255)
-    tenant_id: str | None = Field(None, max_length=255)
-
-    @field_validator("ethertype", mode="before")
-    @classmethod
-    def _ethertype(cls, value: Any) -> Any:
-        # Neutron takes the ethertype in any case ("ipv4").
-        return {"ipv4": "IPv4", "ipv6": "IPv6"}.get(value.lower(), value) if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _check(self) -> RuleCreate:
-        proto = self.protocol
-        if isinstance(proto, int) or (isinstance(proto, str) and proto.isdigit()):
-            number = int(proto)
-            if not 0 <= number <= 255:
-                raise ValueError(f"Security group rule protocol {proto} not supported; numbers must be 0..255")
-            self.protocol = str(number)
-        elif proto is not None:
-            if proto.lower() not in PROTOCOL_NUMBERS and proto.lower() != "any":
-                raise ValueError(f"Security group rule protocol {proto} not supported")
-            self.protocol = None if proto.lower() == "any" else proto.lower()
-        if self.ethertype == "IPv6" and self.protocol in ("icmp", "icmpv6", "1"):
-            # Neutron's canonical spelling of ICMP on an IPv6 rule.
-            self.protocol = "58" if self.protocol == "1" else "ipv6-icmp"
-        if self.ethertype == "IPv4" and self.protocol in IPV6_ONLY_PROTOCOLS:
-            raise ValueError(f"Invalid ethertype IPv4 for protocol {self.protocol}")
-        self._check_ports()
-        if self.remote_ip_prefix is not None and self.remote_group_id is not None:
-            raise ValueError("Only remote_ip_prefix or remote_group_id may be provided")
-        if self.remote_ip_prefix is not None:
-            try:
-                net = ipaddress.ip_network(self.remote_ip_prefix, strict=False)
-            except ValueError:
-                raise ValueError(f"'{self.remote_ip_prefix}' is not a valid IP prefix") from None
-            if f"IPv{net.version}" != self.ethertype:
-                raise ValueError(f"Conflicting value ethertype {self.ethertype} for CIDR {self.remote_ip_prefix}")
-            self.remote_ip_prefix = str(net)
-        return self
-
-    def _check_ports(self) -> None:
-        """Neutron's port range rules: TCP-like protocols need both ends, ICMP takes a type and a code."""
-        lo, hi = self.port_range_min, self.port_range_max
-        if lo is None and hi is None:
-            return
-        if self.protocol is None:
-            raise ValueError("Must also specify protocol if port range is given")
-        if self.protocol in PORT_PROTOCOLS:
-            if lo == 0 or hi == 0:
-                raise ValueError("Invalid value for port 0")
-            if lo is None or hi is None or lo > hi:
-                raise ValueError("For TCP/UDP protocols, port_range_min must be <= port_range_max")
-        elif self.protocol in ICMP_PROTOCOLS:
-            for value, name, field in ((lo, "type", "port_range_min"), (hi, "code", "port_range_max")):
-                if value is not None and not 0 <= value <= 255:
-                    raise ValueError(f"Invalid value for ICMP {name} ({field}): {value}. It must be 0 to 255")
-            if lo is None:
-                raise ValueError(
-                    f"ICMP code (port_range_max) {hi} is provided but ICMP type (port_range_min) is missing"
-                )
-        else:
-            raise ValueError(
-                f"Invalid protocol {self.protocol} for port range, only supported for TCP, UDP, UDPLITE, SCTP and "
-                "DCCP protocols"
-            )
-
-
-def _protocol_spellings(protocol: str) -> list[str]:
-    """The name and the number of a protocol: "tcp" and "6" are the same rule (Neutron's duplicate check)."""
-    if protocol in PROTOCOL_NUMBERS:
-        return [protocol, str(PROTOCOL_NUMBERS[protocol])]
-    return [protocol, *[name for name, number in PROTOCOL_NUMBERS.items() if str(number) == protocol]]
-
-
 def _sg_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
-    rules: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for chunk in common.chunks(ids, 5000):
         for rule in conn.execute(select(R).where(R.c.security_group_id.in_(chunk)).order_by(R.c.created_at, R.c.id)):
-            rules[rule.security_group_id].append(_rule_dict(rule))
+            by_group[rule.security_group_id].append(rules.rule_dict(rule))
     tags = common.load_tags(conn, ids)
     out = []
     for r in rows:
         d = common.standard_fields(r, tags.get(r.id))
-        d.update({"stateful": r.stateful, "shared": False, "security_group_rules": rules.get(r.id, [])})
+        d.update({"stateful": r.stateful, "shared": False, "security_group_rules": by_group.get(r.id, [])})
         out.append(d)
     return out
-
-
-def _rule_dict(r: Any) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "project_id": r.project_id,
-        "tenant_id": r.project_id,
-        "security_group_id": r.security_group_id,
-        "direction": r.direction,
-        "ethertype": r.ethertype,
-        "protocol": r.protocol,
-        "port_range_min": r.port_range_min,
-        "port_range_max": r.port_range_max,
-        "remote_ip_prefix": r.remote_ip_prefix,
-        "remote_group_id": r.remote_group_id,
-        "remote_address_group_id": None,
-        "normalized_cidr": r.remote_ip_prefix,
-        "description": r.description,
-        "created_at": common.fmt_time(r.created_at),
-        "updated_at": common.fmt_time(r.updated_at),
-        "revision_number": r.revision_number,
-        "tags": [],
-        "belongs_to_default_sg": None,
-    }
 
 
 # -- default group ------------------------------------------------------------------------------
@@ -213,36 +82,32 @@ def ensure_default(tx: Tx, project_id: str) -> str:
     ).first()  # fmt: skip
     if not inserted:  # another server created it concurrently
         return str(tx.conn.execute(select(SG.c.id).where(SG.c.default_for_project == project_id)).scalar_one())
-    rules = []
-    for ethertype in ("IPv4", "IPv6"):
-        rules.append(("egress", ethertype, None))
-        rules.append(("ingress", ethertype, sg_id))
-    tx.conn.execute(
-        insert(R),
-        [
-            {
-                "id": common.new_id(), "project_id": project_id, "description": "", "created_at": tx.now,
-                "updated_at": tx.now, "revision_number": 0, "security_group_id": sg_id, "direction": d,
-                "ethertype": e, "protocol": None, "port_range_min": None, "port_range_max": None,
-                "remote_ip_prefix": None, "remote_group_id": remote,
-            }
-            for d, e, remote in rules
-        ],
-    )  # fmt: skip
+    # Neutron's: egress anywhere, ingress from the group's own members, for both ethertypes.
+    specs = [(d, e, sg_id if d == "ingress" else None) for e in ("IPv4", "IPv6") for d in ("egress", "ingress")]
+    rules.insert_plain(tx, project_id, sg_id, specs)
     tx.record("security_group", sg_id, "create", project_id)
     return sg_id
 
 
 def check_usable(conn: Connection, ctx: Context, ids: list[str], port_project: str) -> list[str]:
-    """The given groups, deduplicated; 404 for any the caller may not use on that port."""
+    """The given groups, deduplicated; 404 for any the caller may not use on that port (another project's, for a
+    member), 409 for stateful and stateless groups together (Neutron's _validate_sgs_for_port)."""
     unique = list(dict.fromkeys(ids))
     if not unique:
         return []
-    rows = {r.id: r for r in conn.execute(select(SG.c.id, SG.c.project_id).where(SG.c.id.in_(unique)))}
+    found = [i for i in unique if is_uuid(i)]  # (anything else cannot exist, and PostgreSQL refuses NUL bytes)
+    stmt = select(SG.c.id, SG.c.project_id, SG.c.stateful).where(SG.c.id.in_(found))
+    rows = {r.id: r for r in conn.execute(stmt)} if found else {}
     for sg_id in unique:
         row = rows.get(sg_id)
         if row is None or (row.project_id != port_project and not ctx.is_admin):
             raise not_found("security_group", sg_id)
+    if len({r.stateful for r in rows.values()}) > 1:
+        raise Conflict(
+            "Error Cannot apply both stateful and stateless security groups on the same port at the same time "
+            "while attempting the operation.",
+            type="SecurityGroupConflict",
+        )
     return unique
 
 
@@ -286,20 +151,8 @@ def create_groups(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> l
             ensure_default(tx, row["project_id"])
             quotas.enforce(tx, row["project_id"], "security_group", 1)
             quotas.enforce(tx, row["project_id"], "security_group_rule", 2)  # its two egress rules
-            tx.conn.execute(insert(SG).values(**row))
-            tx.conn.execute(
-                insert(R),
-                [
-                    {
-                        "id": common.new_id(), "project_id": row["project_id"], "description": "",
-                        "created_at": tx.now, "updated_at": tx.now, "revision_number": 0,
-                        "security_group_id": row["id"], "direction": "egress", "ethertype": e, "protocol": None,
-                        "port_range_min": None, "port_range_max": None, "remote_ip_prefix": None,
-                        "remote_group_id": None,
-                    }
-                    for e in ("IPv4", "IPv6")
-                ],
-            )  # fmt: skip
+            tx.conn.execute(SG.insert().values(**row))
+            rules.insert_plain(tx, row["project_id"], row["id"], [("egress", e, None) for e in ("IPv4", "IPv6")])
             if spec.tags:
                 common.set_tags(tx.conn, row["id"], spec.tags)
             tx.record("security_group", row["id"], "create", row["project_id"])
@@ -315,6 +168,9 @@ def update_group(store: Store, ctx: Context, sg_id: str, body: dict[str, Any]) -
         row = common.get_row(tx.conn, SG, "security_group", sg_id, ctx)
         if row.default_for_project and changes.get("name", "default") != "default":
             raise Conflict("Updating default security group not allowed.", type="SecurityGroupCannotUpdateDefault")
+        if changes.get("stateful", row.stateful) != row.stateful and _in_use(tx.conn, sg_id):
+            # Neutron: the ports' filtering would change under them (their connections' state with it).
+            raise Conflict(f"Security Group {sg_id} in use.", type="SecurityGroupInUse")
         common.touch(tx, SG, sg_id, "security_group", row.project_id, changes)
         return _sg_dicts(tx.conn, [tx.conn.execute(select(SG).where(SG.c.id == sg_id)).one()])[0]
 
@@ -324,12 +180,8 @@ def delete_group(store: Store, ctx: Context, sg_id: str) -> None:
         row = common.get_row(tx.conn, SG, "security_group", sg_id, ctx)
         if row.default_for_project and not ctx.is_admin:
             raise Conflict("Removing default security group not allowed.", type="SecurityGroupCannotRemoveDefault")
-        from cloudnet.services import pools
-
-        pools.forget_security_group(tx, sg_id)
-        in_use = tx.conn.execute(
-            select(t.port_security_groups.c.port_id).where(t.port_security_groups.c.security_group_id == sg_id).limit(1)
-        ).first()
+        _forget_in_pools(tx, sg_id)
+        in_use = _in_use(tx.conn, sg_id)
         referenced = tx.conn.execute(
             select(R.c.id).where(R.c.remote_group_id == sg_id, R.c.security_group_id != sg_id).limit(1)
         ).first()
@@ -344,69 +196,15 @@ def delete_group(store: Store, ctx: Context, sg_id: str) -> None:
         tx.record("security_group", sg_id, "delete", row.project_id)
 
 
-# -- rules --------------------------------------------------------------------------------------
+def _in_use(conn: Connection, sg_id: str) -> bool:
+    return conn.execute(select(PSG.c.port_id).where(PSG.c.security_group_id == sg_id).limit(1)).first() is not None
 
 
-def list_rules(store: Store, ctx: Context, q: ListQuery) -> Page:
-    with store.read() as conn:
-        stmt = select(R)
-        cond = common.visible(R, ctx)
-        if cond is not None:
-            stmt = stmt.where(cond)
-        rows, more = fetch_page(conn, R, RULE_ATTRS, stmt, q, "security_group_rule")
-        return Page([_rule_dict(r) for r in rows], more)
-
-
-def get_rule(store: Store, ctx: Context, rule_id: str) -> dict[str, Any]:
-    with store.read() as conn:
-        return _rule_dict(common.get_row(conn, R, "security_group_rule", rule_id, ctx))
-
-
-def create_rules(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    specs = [parse(RuleCreate, b) for b in bodies]
-    with store.write() as tx:
-        ids = []
-        for spec in specs:
-            group = common.get_row(tx.conn, SG, "security_group", spec.security_group_id, ctx)
-            if spec.remote_group_id is not None:
-                common.get_row(tx.conn, SG, "security_group", spec.remote_group_id, ctx)
-            values = {
-                "security_group_id": group.id, "direction": spec.direction, "ethertype": spec.ethertype,
-                "protocol": spec.protocol, "port_range_min": spec.port_range_min,
-                "port_range_max": spec.port_range_max, "remote_ip_prefix": spec.remote_ip_prefix,
-                "remote_group_id": spec.remote_group_id,
-            }  # fmt: skip
-            same = [R.c[k].is_(v) if v is None else R.c[k] == v for k, v in values.items()
-                    if k not in ("protocol", "remote_ip_prefix")]  # fmt: skip
-            if spec.protocol is None:
-                same.append(R.c.protocol.is_(None))
-            else:
-                same.append(R.c.protocol.in_(_protocol_spellings(spec.protocol)))
-            if spec.remote_ip_prefix in (None, "0.0.0.0/0", "::/0"):  # "anywhere", however spelt
-                same.append(or_(R.c.remote_ip_prefix.is_(None), R.c.remote_ip_prefix.in_(["0.0.0.0/0", "::/0"])))
-            else:
-                same.append(R.c.remote_ip_prefix == spec.remote_ip_prefix)
-            dup = tx.conn.execute(select(R.c.id).where(*same)).scalar()
-            if dup:
-                raise Conflict(f"Security group rule already exists. Rule id is {dup}.", type="SecurityGroupRuleExists")
-            quotas.enforce(tx, group.project_id, "security_group_rule", 1)
-            rule_id = common.new_id()
-            tx.conn.execute(
-                insert(R).values(
-                    id=rule_id, project_id=group.project_id, description=spec.description, created_at=tx.now,
-                    updated_at=tx.now, revision_number=0, **values,
-                )
-            )  # fmt: skip
-            common.touch(tx, SG, group.id, "security_group", group.project_id)
-            tx.record("security_group_rule", rule_id, "create", group.project_id)
-            ids.append(rule_id)
-        rows = {r.id: r for r in tx.conn.execute(select(R).where(R.c.id.in_(ids)))}
-        return [_rule_dict(rows[i]) for i in ids]
-
-
-def delete_rule(store: Store, ctx: Context, rule_id: str) -> None:
-    with store.write() as tx:
-        rule = common.get_row(tx.conn, R, "security_group_rule", rule_id, ctx)
-        tx.conn.execute(delete(R).where(R.c.id == rule_id))
-        common.touch(tx, SG, rule.security_group_id, "security_group", rule.project_id)
-        tx.record("security_group_rule", rule_id, "delete", rule.project_id)
+def _forget_in_pools(tx: Tx, sg_id: str) -> None:
+    """The group is being deleted: ready pool ports lose it (moving to another bucket) and refills stop giving
+    it, so that pool ports never block the deletion (the pools' caches follow the group's delete event)."""
+    ready = select(P.c.id).where(P.c.device_owner == networks.POOL_FREE_OWNER)
+    tx.conn.execute(delete(PSG).where(PSG.c.security_group_id == sg_id, PSG.c.port_id.in_(ready)))
+    for pool_id, sgs in tx.conn.execute(select(PP.c.id, PP.c.security_groups)).all():
+        if sg_id in (sgs or []):
+            tx.conn.execute(update(PP).where(PP.c.id == pool_id).values(security_groups=[s for s in sgs if s != sg_id]))

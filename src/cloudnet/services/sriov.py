@@ -68,7 +68,7 @@ def check_port(tx: Tx, port_row: Any) -> Any:
     if sgs is not None:
         raise InvalidInput(
             f"Port {port_row.id} has binding:vnic_type direct and security groups, which are not enforced on "
-            "SR-IOV VFs: remove them (security_groups: [] or port_security_enabled: false)"
+            "SR-IOV VFs: remove them (security_groups: [], with port_security_enabled: false)"
         )
     return network
 

@@ -1,7 +1,7 @@
 """Where a network's external addresses come from, and who already uses which one.
 
-A network reaches its uplink through a router with an external gateway: the uplink is that router's
-external network. Listen addresses of forwards and outbound SNAT addresses must lie in the uplink's
+A network reaches its uplink through a router of its own project with an external gateway: the uplink is that
+router's external network. Listen addresses of forwards and outbound SNAT addresses must lie in the uplink's
 subnets or its `cloudnet:routes`, and must not be taken by a port, a gateway, or another network's
 forward or SNAT address.
 """
@@ -52,7 +52,8 @@ class Uplink:
 
 
 def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
-    """The external network reached through a router attached to `network_id` (None: no uplink)."""
+    """The external network reached through a router of the network's project attached to `network_id` (None: no
+    uplink)."""
     router_ids = [
         r[0]
         for r in conn.execute(
@@ -61,10 +62,13 @@ def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
     ]
     if not router_ids:
         return None
+    owner = select(N.c.project_id).where(N.c.id == network_id).scalar_subquery()
     row = conn.execute(
         select(R.c.id, P.c.network_id)
         .join(P, P.c.id == R.c.gw_port_id)
-        .where(R.c.id.in_(router_ids))
+        # Only the network's own routers: another project may attach its router to a shared network (through a
+        # port of its own), which must not move the owner's forwards and SNAT address onto that router.
+        .where(R.c.id.in_(router_ids), R.c.project_id == owner)
         .order_by(R.c.created_at, R.c.id)
     ).first()
     if row is None:
@@ -103,9 +107,9 @@ def check_external_address(
         raise BadRequest(f"Uplink network does not contain {quoted(text)} in its routes")
     if text in _all_gateways(conn):
         raise BadRequest(f"{what} {quoted(text)} is already in use by a gateway")
-    port = conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first()
-    if port is not None:
-        raise BadRequest(f"{what} {quoted(text)} is already in use by port {port[0]}")
+    if conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first() is not None:
+        # Which port is not said: it may be another project's (a router gateway), not the caller's to know of.
+        raise BadRequest(f"{what} {quoted(text)} is already in use by a port")
     fwd = conn.execute(select(F.c.network_id, F.c.id).where(F.c.listen_address == text)).first()
     if fwd is not None and fwd.id != skip_forward and fwd.network_id != network_id:
         raise BadRequest(f"{what} {quoted(text)} overlaps with another network or NIC")

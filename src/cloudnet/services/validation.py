@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import uuid
 from typing import Annotated, Any, TypeVar
 
@@ -70,6 +71,20 @@ def check_ip(value: str) -> str:
         return str(ipaddress.ip_address(value))
     except ValueError:
         raise ValueError(f"'{value}' is not a valid IP address") from None
+
+
+MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
+
+
+def check_mac(value: str) -> str:
+    """A unicast MAC address in its canonical form (lower case, ':'), as Neutron accepts them for ports and
+    address pairs (not all-zero, not broadcast or multicast)."""
+    mac = value.strip().lower().replace("-", ":") if isinstance(value, str) else ""
+    if not MAC_RE.match(mac) or mac == "00:00:00:00:00:00":
+        raise ValueError(f"'{value}' is not a valid MAC address")
+    if int(mac[:2], 16) & 1:
+        raise ValueError(f"MAC address {value} is a multicast address, which is not supported.")
+    return mac
 
 
 # Neutron's limits (MAX_TAGS_COUNT, MAX_TAG_LEN), the same for every taggable resource.

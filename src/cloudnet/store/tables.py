@@ -90,6 +90,8 @@ networks = Table(
     Column("config", JSON, nullable=False, default=dict),
     # cloudnet:routes of an external network: ranges routed to the uplink from outside (LXD ipv4.routes).
     Column("routes", JSON, nullable=False, default=list),
+    # What its new ports get when they say nothing (Neutron's port-security extension on networks).
+    Column("port_security_enabled", Boolean, nullable=False, default=True),
 )
 
 subnets = Table(
@@ -176,8 +178,19 @@ port_security_groups = Table(
     "port_security_groups",
     metadata,
     Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False),
-    Column("security_group_id", ID, ForeignKey("security_groups.id"), nullable=False, index=True),
+    Column("security_group_id", ID, ForeignKey("security_groups.id"), nullable=False),
     PrimaryKeyConstraint("port_id", "security_group_id"),
+)
+
+# Neutron's allowed address pairs: more (IP or CIDR, MAC) a port may send from. The MAC is stored resolved (the
+# port's own when the pair gave none), as Neutron stores it.
+allowed_address_pairs = Table(
+    "allowed_address_pairs",
+    metadata,
+    Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False),
+    Column("mac_address", String(32), nullable=False),
+    Column("ip_address", String(64), nullable=False),
+    PrimaryKeyConstraint("port_id", "mac_address", "ip_address"),
 )
 
 routers = Table(
@@ -322,10 +335,14 @@ quotas = Table(
 Index("ix_ports_network_id_device_owner", ports.c.network_id, ports.c.device_owner)
 Index("ix_ip_allocations_network_id_ip_address", ip_allocations.c.network_id, ip_allocations.c.ip_address)
 Index("ix_tags_tag", tags.c.tag)
+# A group's members without reading the table: every host's desired state gathers its remote groups' members.
+Index("ix_port_security_groups_security_group_id_port_id", port_security_groups.c.security_group_id,
+      port_security_groups.c.port_id)  # fmt: skip
 # A claim walks one pool's ports in idle order and stops at the first ready one of its bucket.
 Index("ix_pool_ports_pool_id_idle_since", pool_ports.c.pool_id, pool_ports.c.idle_since)
 
 __all__ = [
+    "allowed_address_pairs",
     "events",
     "forwards",
     "hosts",

@@ -237,6 +237,9 @@ class LinuxDataplane:
             self._kept = None  # whatever happened, the next pass reads everything again
             raise
 
+    def _is_plugged(self, port_id: str) -> bool:
+        return port_id in self._applied or (self.sriov is not None and self.sriov.is_plugged(port_id))
+
     def failures(self) -> list[dict[str, Any]]:
         """Objects whose last step failed, with the reason (the agent puts them in its host report)."""
         return self.steps.report()
@@ -245,7 +248,8 @@ class LinuxDataplane:
         """Every object's work is a step of its own (dataplane/steps.py): one that fails is reported failed (its
         ports ERROR) and backs off, while the others converge; what it had stays (nothing is collected for it)."""
         reports: list[PortReport] = []
-        guard = ns_guard.InstanceNamespaces(self.host, state["instances"])
+        plugged = [i["id"] for i in state["instances"] if any(self._is_plugged(pid) for pid in i["ports"])]
+        guard = ns_guard.InstanceNamespaces(self.host, state["instances"], plugged)
         run = self.steps.run
         with netns.iproute(self.host_ns) as host:
             links = _Links(host, prefetch=full)

@@ -11,7 +11,7 @@ the namespace itself, safely, and checks what it got:
 - it must be a file of nsfs holding a network namespace (NS_GET_NSTYPE), not a regular file (`/etc/hostname`);
 - not the agent's own namespace nor the host's (PID 1's), not one cloudnet made (host, routers, metadata, pool
   devices, other instances' namespaces cloudnet provides), and not the namespace of another instance of this host
-  (the first instance, by creation, keeps it).
+  (the instance already plugged there keeps it; else the first by creation).
 
 The descriptor it returns is what the agent then uses (setns, IFLA_NET_NS_FD): no second look-up by path.
 """
@@ -182,9 +182,13 @@ def _identity(path: str) -> Identity | None:
 class InstanceNamespaces:
     """One pass's view of what the namespaces of this host are, built on first use: what instances may not use."""
 
-    def __init__(self, host: str, instances: Iterable[dict[str, Any]]) -> None:
+    def __init__(self, host: str, instances: Iterable[dict[str, Any]], plugged: Iterable[str] = ()) -> None:
+        """`plugged`: instances the driver has already plugged (they keep their namespace, whatever came later)."""
         self.host = host
-        self.instances = list(instances)
+        plugged = set(plugged)
+        # Incumbents first, then by creation (the desired state's order: created_at has whole seconds, so two
+        # instances of one second are ordered by id, which says nothing about which came first).
+        self.instances = sorted(instances, key=lambda i: i["id"] not in plugged)
         self._built = False
         self._special: dict[Identity, str] = {}  # the host's and the agent's own: why not
         self._made: dict[Identity, str] = {}  # namespaces cloudnet made: their names
@@ -201,7 +205,7 @@ class InstanceNamespaces:
             ident = _identity(path)  # (PID 1's is unreadable in some sandboxes: then the agent's stands for it)
             if ident is not None:
                 self._special[ident] = why
-        for inst in self.instances:  # the first instance (by creation) naming a namespace keeps it
+        for inst in self.instances:  # the first naming a namespace keeps it
             try:
                 ident = _identity(_spelled(inst["netns"]))
             except NamespaceRefused:

@@ -1,0 +1,66 @@
+"""The host's real agent with its metadata proxy, and cloud-init's readers run inside an instance."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cloudnet.agent.agent import Agent
+from cloudnet.agent.client import ApiClient
+from cloudnet.agent.metadata_proxy import MetadataProxy
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.metadata.model import Settings
+from cloudnet.metadata.server import MetadataApp
+from tests.support.cloud import Cloud
+from tests.support.metadata import RunningMetadata
+from tests.support.server import RunningServer
+
+SECRET = "proxy-test-secret"
+DEBIAN_PYTHON = "/usr/bin/python3"
+READER = str(Path(__file__).resolve().parent / "cloudinit_reader.py")
+
+
+def cloud_init_available() -> bool:
+    return shutil.which(DEBIAN_PYTHON) is not None and (
+        subprocess.run([DEBIAN_PYTHON, "-c", "import cloudinit"], capture_output=True).returncode == 0
+    )
+
+
+@contextlib.contextmanager
+def agent_with_proxy(
+    cloud: Cloud, server: RunningServer, park: bool = False, dataplane: LinuxDataplane | None = None
+) -> Iterator[MetadataProxy]:
+    """The host's agent with the proxy as it runs it (an observer of the desired state, in the namespaces the
+    driver builds), and a metadata API on the server's store."""
+    app = MetadataApp(server.store, SECRET, Settings(), poll_interval=0.05)
+    metadata = RunningMetadata.start(app)
+    proxy = MetadataProxy(cloud.host, metadata.url, SECRET, retry_interval=0.1, burst=200)  # 3 boots of reads
+    try:
+        cloud.agent = Agent(ApiClient(server.url, cloud.host, "admin"),
+                            dataplane or LinuxDataplane(cloud.host, cloud.uplinks, park=park),
+                            heartbeat_interval=0.5, poll_timeout=1, observers=[proxy])  # fmt: skip
+        cloud._thread = threading.Thread(target=cloud.agent.run, daemon=True)
+        cloud._thread.start()
+        assert cloud.agent.synced.wait(15)
+        yield proxy
+    finally:
+        cloud.stop_agent()
+        proxy.close()
+        metadata.stop()
+
+
+def read_as_cloud_init(inst: dict[str, Any]) -> dict[str, Any]:
+    """cloud-init's OpenStack and EC2 readers, run inside the instance, get its own metadata (returned)."""
+    run = subprocess.run(["ip", "netns", "exec", inst["netns"], DEBIAN_PYTHON, READER, "http://169.254.169.254"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    got: dict[str, Any] = json.loads(run.stdout)
+    assert got["openstack"]["metadata"]["uuid"] == inst["id"]
+    assert got["ec2_metadata"]["local-ipv4"] == inst["nets"][0]["fixed_ips"][0]["ip_address"]
+    return got
