@@ -159,3 +159,28 @@ def test_a_guest_that_takes_its_neighbours_address_reads_no_metadata_but_its_own
                        capture_output=True)  # fmt: skip
         assert _metadata_uuid(thief["netns"], _ip(victim), 2) is None  # even as its only address
         assert _metadata_uuid(victim["netns"], _ip(victim), 5) == victim["id"]
+
+
+def test_address_pairs_and_port_security_set_through_the_api(cloud: Cloud) -> None:
+    """An allowed address pair lets exactly that address out; a port without port security is not filtered."""
+    cloud.start_agent()
+    net, _sub = cloud.network("sg-pairs", "10.95.0.0/24")
+    anyone = cloud.create("security-groups", "security_group", {"name": "anyone"})
+    _rule(cloud, anyone)  # ingress from anywhere, any protocol
+    pair = cloud.create("ports", "port", {"network_id": net["id"], "security_groups": [anyone["id"]],
+                                          "allowed_address_pairs": [{"ip_address": "10.95.0.200"}]})  # fmt: skip
+    open_port = cloud.create("ports", "port", {"network_id": net["id"], "port_security_enabled": False})
+    a = cloud.instance("paira", [{"port": pair["id"]}])
+    b = cloud.instance("pairb", [{"port": _port(cloud, net, [anyone])["id"]}])
+    c = cloud.instance("pairc", [{"port": open_port["id"]}])
+    assert cloud.api.get(f"/ports/{open_port['id']}").json()["port"]["binding:vif_details"]["port_filter"] is False
+    server = Responder.start(b["netns"], "B", tcp=(7600,))
+    try:
+        for address in ("10.95.0.200", "10.95.0.201"):
+            ns_run(a["netns"], "ip", "addr", "add", f"{address}/32", "dev", "eth0", check=True)
+        ns_run(c["netns"], "ip", "addr", "add", "10.95.0.202/32", "dev", "eth0", check=True)
+        assert tcp_ask(a["netns"], _ip(b), 7600, source="10.95.0.200").startswith("B 10.95.0.200 ")
+        assert tcp_ask(a["netns"], _ip(b), 7600, BLOCKED, source="10.95.0.201") == ""
+        assert tcp_ask(c["netns"], _ip(b), 7600, source="10.95.0.202").startswith("B 10.95.0.202 ")  # unchecked
+    finally:
+        server.stop()
