@@ -89,12 +89,17 @@ def denied(policy: security.HostPolicy, ports: Iterable[str], zones: Mapping[str
 
 def sweep(policy: security.HostPolicy, ports: Iterable[str], zones: Mapping[str, int]) -> int:
     """Delete the entries of `ports` that `policy` denies (in the calling thread's namespace); how many."""
-    ports = list(ports)
+    # One dump of both families: a dump walks the whole conntrack hash table, however few entries it holds.
+    ct = NFCTSocket(nfgen_family=socket.AF_UNSPEC)
+    try:
+        doomed = denied(policy, list(ports), zones, list(ct.dump()))
+    finally:
+        ct.close()
     deleted = 0
-    for family in (socket.AF_INET, socket.AF_INET6):
-        ct = NFCTSocket(nfgen_family=family)
+    for family in {msg["nfgen_family"] for msg in doomed}:
+        ct = NFCTSocket(nfgen_family=family)  # (a delete names its tuple's family)
         try:
-            for msg in denied(policy, ports, zones, list(ct.dump())):
+            for msg in (m for m in doomed if m["nfgen_family"] == family):
                 request = nfct_msg()
                 request["attrs"] = [["CTA_TUPLE_ORIG", msg.get_attr("CTA_TUPLE_ORIG")],
                                     ["CTA_ZONE", msg.get_attr("CTA_ZONE") or 0]]  # fmt: skip
