@@ -598,6 +598,8 @@ def create_ports(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
     for b in bodies:
         _reject_read_only(b, "POST")
     specs = [parse(PortCreate, b) for b in bodies]
+    for spec in specs:
+        port_policy.check_binding(ctx, spec.model_fields_set, "create")
     with store.write() as tx:
         creator = _Creator(tx, ctx)
         plans = [creator.plan(s) for s in specs]
@@ -624,6 +626,9 @@ def update_port(store: Store, ctx: Context, port_id: str, body: dict[str, Any]) 
         raise BadRequest("Attribute 'network_id' not allowed in PUT")
     spec = parse(PortUpdate, body)
     with store.write() as tx:
+        if spec.model_fields_set & port_policy.BINDING_FIELDS.keys():
+            common.get_row(tx.conn, P, "port", port_id, ctx)  # (404 first for a port the caller cannot see)
+            port_policy.check_binding(ctx, spec.model_fields_set, "update")
         if spec.device_owner is not None or spec.device_id is not None:
             row = common.get_row(tx.conn, P, "port", port_id, ctx)
             owner = row.device_owner if spec.device_owner is None else spec.device_owner
