@@ -9,8 +9,12 @@ file's identity: a namespace deleted and recreated under the same name gets a ne
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import struct
 import threading
+from typing import Any
 
 import nftables
 
@@ -33,6 +37,56 @@ def run(namespace: str | None, script: str) -> None:
         else:
             with netns.entered(namespace):
                 _run(namespace, script)
+
+
+def listing(namespace: str | None, command: str) -> dict[str, Any] | None:
+    """What a `list ...` command answers, as nft's JSON document; None when the object listed does not exist."""
+    with _lock:
+        if namespace is None:
+            return _list(None, command)
+        with netns.entered(namespace):
+            return _list(namespace, command)
+
+
+def _list(namespace: str | None, command: str) -> dict[str, Any] | None:
+    ctx = _context(namespace)
+    ctx.set_json_output(True)
+    try:
+        rc, out, err = ctx.cmd(command)
+    finally:
+        ctx.set_json_output(False)
+    if rc != 0:
+        if "No such file or directory" in err:
+            return None
+        raise NftError(err.strip() or f"nft failed with status {rc}")
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+# Netlink: the generation of a namespace's nftables ruleset, which every committed transaction increments.
+NETLINK_NETFILTER, NFNL_SUBSYS_NFTABLES, NFT_MSG_GETGEN, NFTA_GEN_ID, NLM_F_REQUEST = 12, 10, 16, 1, 1
+
+
+def generation(namespace: str | None) -> int:
+    """The namespace's ruleset generation (nft's GETGEN): unchanged means nothing was committed there since."""
+    if namespace is None:
+        return _generation()
+    with netns.entered(namespace):
+        return _generation()
+
+
+def _generation() -> int:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER) as sock:
+        header = struct.pack("=LHHLL", 20, (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN, NLM_F_REQUEST, 1, 0)
+        sock.send(header + struct.pack("=BBH", socket.AF_UNSPEC, 0, 0))
+        data = sock.recv(4096)
+    length = struct.unpack_from("=L", data)[0]
+    offset = 20  # after the netlink header and nfgenmsg
+    while offset + 4 <= min(length, len(data)):
+        size, kind = struct.unpack_from("=HH", data, offset)
+        if kind & 0x3FFF == NFTA_GEN_ID and size >= 8:
+            return int(struct.unpack_from(">I", data, offset + 4)[0])
+        offset += max(4, (size + 3) & ~3)
+    raise NftError("the kernel's answer to GETGEN carries no generation")
 
 
 def forget(namespace: str | None) -> None:
