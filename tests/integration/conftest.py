@@ -13,6 +13,7 @@ import pytest
 from cloudnet.dataplane.linux import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import Cloud
+from tests.support.forward_site import Site, forward_site
 from tests.support.server import RunningServer
 
 
@@ -42,3 +43,10 @@ def cloud(server: RunningServer, api: httpx.Client) -> Iterator[Cloud]:
             netns.remove(name)
         for link in c.root_links:
             subprocess.run(["ip", "link", "del", link], capture_output=True)
+
+
+@pytest.fixture
+def site(cloud: Cloud) -> Iterator[Site]:
+    """Forwards' world (tests/support/forward_site.py), with this test's agent running."""
+    with forward_site(cloud) as s:
+        yield s

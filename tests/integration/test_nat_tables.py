@@ -76,8 +76,10 @@ def test_forward_changes_leave_exactly_the_desired_elements(ns: str) -> None:
     assert nft.generation(ns) == generation
 
 
-@pytest.mark.parametrize(("listen", "target", "planted"),
-                         [("192.0.2.20", "10.0.0.5", "10.0.0.99"), ("2001:db8::20", "fd00::5", "fd00::99")])  # fmt: skip
+LEFTOVERS = [("192.0.2.20", "10.0.0.5", "10.0.0.99"), ("2001:db8::20", "fd00::5", "fd00::99")]
+
+
+@pytest.mark.parametrize(("listen", "target", "planted"), LEFTOVERS)
 def test_a_conflicting_leftover_does_not_stop_a_new_forward(ns: str, listen: str, target: str, planted: str) -> None:
     tables = NatTables()
     tables.forget(ns, new=True)

@@ -13,7 +13,7 @@ def covered(elements: dict[str, dict[str, str]], proto: str) -> dict[int, str]:
     """listen port -> "target . port" as the kernel's lookups would resolve them (blocks expanded)."""
     out: dict[int, str] = {}
     for name, items in elements.items():
-        kind, map_proto, size = (name.split("_") + ["", ""])[:3]
+        kind, map_proto, size = [*name.split("_"), "", ""][:3]
         if map_proto != proto:
             continue
         for key, value in items.items():

@@ -99,11 +99,11 @@ class NatTables:
             return None
         return shadow if nft.generation(namespace) == shadow.generation else None
 
-    def _commit(self, namespace: str, commands: list[str], before: int | None) -> int | None:
-        """One transaction; the generation after it if it was the only commit since `before`, else None."""
-        nft.run(namespace, "\n".join(commands) + "\n")
-        after = nft.generation(namespace)
-        return after if before is not None and after == before + 1 else None
+    def _commit(self, namespace: str, commands: list[str], expected: int | None) -> int | None:
+        """One transaction; the generation after it if it was the only commit since the generation `expected`
+        (the one the caller based its commands on), else None."""
+        before, after = nft.commit(namespace, "\n".join(commands) + "\n")
+        return after if before == expected and after == before + 1 else None
 
     def _apply_difference(
         self, namespace: str, shadow: _Shadow, structures: dict[int, Structure],
@@ -130,8 +130,8 @@ class NatTables:
             commands += element_commands("delete", family, name, {k: v for k, v in old.items() if k not in same})
             commands += element_commands("add", family, name, {k: v for k, v in add.items() if k not in same})
         if commands:
-            shadow.generation = None  # until the commit is known to be the only one
-            shadow.generation = self._commit(namespace, commands, nft.generation(namespace))
+            expected, shadow.generation = shadow.generation, None  # until the commit is known to be the only one
+            shadow.generation = self._commit(namespace, commands, expected)
         shadow.structures = dict(structures)
         for (version, name), items in gone.items():
             current = shadow.elements[version].setdefault(name, {})
@@ -168,7 +168,7 @@ class NatTables:
                 log.warning("NAT of %s: repair failed (%s); rewriting cloudnet's tables", namespace, exc)
                 found.append(f"repairing failed ({_first_line(exc)}): tables rewritten whole")
                 rewrite = [c for version, s in structures.items() for c in _rewrite(s, desired[version])]
-                generation = self._commit(namespace, rewrite, nft.generation(namespace))
+                generation = nft.commit(namespace, "\n".join(rewrite) + "\n")[1]  # whatever it held: replaced whole
         elif nft.generation(namespace) != before:
             generation = None  # something was committed while reading: look again next time
         held = {v: {n: dict(items) for n, items in e.items()} for v, e in desired.items()}
