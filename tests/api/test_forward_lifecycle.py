@@ -189,6 +189,12 @@ def test_uplink_subnets_in_use_are_kept(api: httpx.Client, site: Site, cidr: str
     assert api.delete(f"/subnets/{extra['id']}").status_code == 204
 
 
+def test_uplink_subnets_of_router_gateways_are_kept(api: httpx.Client, site: Site) -> None:
+    before = state(api)
+    for sub in api.get("/subnets", params={"network_id": site.public["id"]}).json()["subnets"]:
+        refused(api, api.delete(f"/subnets/{sub['id']}"), before, "SubnetInUse", "One or more ports")
+
+
 def test_an_uplink_subnet_may_go_when_a_route_still_holds_the_address(api: httpx.Client, site: Site) -> None:
     extra = create(api, "subnets", "subnet", network_id=site.public["id"], cidr="198.51.100.0/25")
     post(api, "private", {"listen_address": "198.51.100.9"})
