@@ -8,13 +8,11 @@ and the next pass must repair them (and say what it found) instead of failing.
 from __future__ import annotations
 
 import subprocess
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from cloudnet.dataplane.linux import netns, nft, nft_state
+from cloudnet.dataplane.linux import nft, nft_state
 from cloudnet.dataplane.linux.nat import NatTables
 from cloudnet.dataplane.linux.nat_plan import Structure, forward_elements, merge
 
@@ -22,17 +20,6 @@ STRUCTURES = {
     4: Structure(4, "qg-x", ("10.0.0.0/24",), ((("10.0.0.0/24",), "192.0.2.60"),), "192.0.2.2"),
     6: Structure(6, "qg-x", ("fd00::/64",), (), None),
 }
-
-
-@pytest.fixture
-def ns() -> Iterator[str]:
-    name = f"cnt-nat-{uuid.uuid4().hex[:8]}"
-    netns.ensure(name)
-    try:
-        yield name
-    finally:
-        nft.forget(name)
-        netns.remove(name)
 
 
 def fwd(fid: str, listen: str, target: str, rev: int = 0, **extra: Any) -> dict[str, Any]:
