@@ -1,12 +1,16 @@
-"""Network forward benchmark (issue: forwards and SNAT). Prints figures beside targets; asserts nothing.
+"""Network forward benchmark (issues: forwards and SNAT; 17: removal at 100k). Prints figures beside targets;
+asserts nothing.
 
-Builds client | router | target namespaces joined by veths, applies N listen ports to the router's
-NAT through the driver's NatTables (libnftables in process, one transaction), then times one more
-forward added and removed with all of them present, and TCP connect+answer latency to the first and
-the last forward. Forwards are 250 ports each, index-wise (250 map elements a forward: the worst case
-for the maps); the same load with port-preserving ranges (1 element a forward) is shown too.
+Builds client | router | target namespaces joined by veths and applies N listen ports to the router's NAT through
+the driver's NatTables (libnftables in process, one transaction a change), as the agent does. Forwards are 250
+ports each: index-wise (250 map elements a forward, the worst case) or port-preserving ranges (a range is a few
+aligned port blocks: 25 elements). With all of them present it times, --samples times each: adding and removing a
+forward (ports 80, 443, 8000-8999/tcp and 53/udp), and removing and adding back one port of an existing forward (a
+PUT with one port specification less). Then a check (everything read back and compared), and TCP connect+answer
+latency to the first and the last forward. Figures vary with whatever else runs on this 2-core machine: the load
+average is printed first; repeat to see the noise. Candidate shapes are compared in bench/forward_shapes.py.
 
-Usage (root): .venv/bin/python bench/forwards.py [--sizes 10000,100000]
+Usage (root): .venv/bin/python bench/forwards.py [--sizes 1000,10000,100000] [--samples 200]
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from common import ms, percentile, row
+from common import machine_load, ms, percentile, row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.netserve import Responder, tcp_ask
 
-from cloudnet.dataplane.linux import nat, netns
+from cloudnet.dataplane.linux import nat, netns, nft
 
 PORTS = 250
 TARGET = "10.250.0.10"
@@ -50,57 +55,78 @@ def topology(suffix: str) -> tuple[str, str, str]:
     return client, router, target
 
 
-def forwards(count: int, keep_ports: bool) -> list[dict[str, object]]:
+def forwards(count: int, keep_ports: bool) -> list[dict[str, Any]]:
     base = int(ipaddress.ip_address("198.18.0.1"))
     out = []
     for i in range(count):
         port = {"protocol": "tcp", "listen_port": f"10000-{10000 + PORTS - 1}", "target_address": TARGET,
                 "target_port": "" if keep_ports else f"20000-{20000 + PORTS - 1}"}  # fmt: skip
+        spare = {"protocol": "udp", "listen_port": "5353", "target_address": TARGET}
         out.append({"id": f"f{i}", "revision_number": 0, "listen_address": str(ipaddress.ip_address(base + i)),
-                    "config": {}, "ports": [port]})  # fmt: skip
+                    "config": {}, "ports": [port, spare]})  # fmt: skip
     return out
 
 
-def run(size: int, keep_ports: bool, client: str, router: str) -> None:
+def extra(k: int) -> dict[str, Any]:
+    ports = [{"protocol": "tcp", "listen_port": "80,443,8000-8999", "target_address": TARGET},
+             {"protocol": "udp", "listen_port": "53", "target_address": TARGET}]  # fmt: skip
+    return {"id": f"x{k}", "revision_number": 0, "listen_address": f"198.19.255.{k % 250 + 1}", "config": {},
+            "ports": ports}  # fmt: skip
+
+
+def timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run(size: int, keep_ports: bool, client: str, router: str, samples: int) -> None:
     count = size // PORTS
     structure = {
         4: nat.Structure(4, "qg", ("10.250.0.0/24",), (), "203.0.113.1"),
         6: nat.Structure(6, "qg", (), (), None),
     }
+    nft.run(
+        router, "table ip cloudnet {}\ndelete table ip cloudnet\ntable ip6 cloudnet {}\ndelete table ip6 cloudnet\n"
+    )
     tables = nat.NatTables()
+    tables.forget(router, new=True)  # (emptied just above: nothing to read back)
     fwds = forwards(count, keep_ports)
-    t0 = time.perf_counter()
-    tables.apply(router, structure, fwds)
-    full = time.perf_counter() - t0
-    adds, removes = [], []
-    for k in range(50):
-        fwds.append({"id": f"x{k}", "revision_number": 0, "listen_address": f"198.19.255.{k + 1}",
-                     "config": {"target_address": TARGET}, "ports": []})  # fmt: skip
-        t0 = time.perf_counter()
-        tables.apply(router, structure, fwds)
-        adds.append(time.perf_counter() - t0)
+    full = timed(lambda: tables.apply(router, structure, fwds))
+    adds, removes, port_removes, port_adds = [], [], [], []
+    middle = count // 2
+    for k in range(samples):
+        fwds.append(extra(k))
+        adds.append(timed(lambda: tables.apply(router, structure, fwds)))
         fwds.pop()
-        t0 = time.perf_counter()
-        tables.apply(router, structure, fwds)
-        removes.append(time.perf_counter() - t0)
+        removes.append(timed(lambda: tables.apply(router, structure, fwds)))
+        whole = fwds[middle]
+        fwds[middle] = {**whole, "revision_number": 2 * k + 1, "ports": whole["ports"][:1]}  # 5353/udp removed
+        port_removes.append(timed(lambda: tables.apply(router, structure, fwds)))
+        fwds[middle] = {**whole, "revision_number": 2 * k + 2}
+        port_adds.append(timed(lambda: tables.apply(router, structure, fwds)))
+    check = timed(lambda: tables.apply(router, structure, fwds, check=True))
     first, last = fwds[0]["listen_address"], fwds[-1]["listen_address"]
     tport = 20000 if not keep_ports else 10000
     latency = {}
     for label, addr in (("first", first), ("last", last)):
-        samples = []
+        samples_ = []
         for _ in range(50):
             t0 = time.perf_counter()
             answer = tcp_ask(client, str(addr), 10000 + PORTS - 1)
-            samples.append(time.perf_counter() - t0)
+            samples_.append(time.perf_counter() - t0)
             assert answer.endswith(str(tport + PORTS - 1)), answer
-        latency[label] = percentile(samples, 50)
-    kind = "port-preserving ranges" if keep_ports else "index-wise, one element a port"
+        latency[label] = percentile(samples_, 50)
+    kind = "port-preserving ranges, 25 elements a forward" if keep_ports else "index-wise, one element a port"
     target_full = "<= 0.25 s" if size <= 10_000 else "<= 2 s"
-    print(f"{size:,} listen ports ({count} forwards x {PORTS}, {kind}):")
+    print(f"{size:,} listen ports ({count} forwards x {PORTS}, {kind}), {samples} samples:")
     row("apply all, one transaction", f"{full:.3f} s", target_full, full <= (0.25 if size <= 10_000 else 2.0))
-    p99a, p99r = percentile(adds, 99), percentile(removes, 99)
-    row("add one forward, p99 of 50", ms(p99a), "<= 10 ms", p99a <= 0.010)
-    row("remove one forward, p99 of 50", ms(p99r), "<= 10 ms", p99r <= 0.010)
+    figures = (("add a forward", adds), ("remove a forward", removes), ("remove one port of a forward", port_removes),
+               ("add one port to a forward", port_adds))  # fmt: skip
+    for label, values in figures:
+        p50, p99 = percentile(values, 50), percentile(values, 99)
+        row(f"{label}, p50 / p99", f"{ms(p50)} / {ms(p99)}", "p99 <= 10 ms", p99 <= 0.010)
+    row("check: read back and compare everything", f"{check:.3f} s", "(start, on demand)")
     row("connect+answer, first forward, p50", ms(latency["first"]), "same as last")
     row("connect+answer, last forward, p50", ms(latency["last"]), "same as first")
 
@@ -108,14 +134,16 @@ def run(size: int, keep_ports: bool, client: str, router: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
+    machine_load()
     suffix = uuid.uuid4().hex[:6]
     client, router, target = topology(suffix)
     responder = Responder.start(target, "T", tcp=(10000 + PORTS - 1, 20000 + PORTS - 1))
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             for keep in (False, True):
-                run(size, keep, client, router)
+                run(size, keep, client, router, args.samples)
     finally:
         responder.stop()
         for ns in (client, router, target):

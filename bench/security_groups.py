@@ -112,20 +112,20 @@ class Host:
 
 @contextmanager
 def timed_transactions(host: Host) -> Iterator[None]:
-    real = nft.run
+    real = nft.commit
 
-    def run(namespace: str | None, script: str) -> None:
+    def commit(namespace: str, script: str) -> tuple[int, int]:
         t0 = time.perf_counter()
         try:
-            real(namespace, script)
+            return real(namespace, script)
         finally:
             host.kernel.append(time.perf_counter() - t0)
 
-    nft.run = run  # type: ignore[assignment]
+    nft.commit = commit  # type: ignore[assignment]
     try:
         yield
     finally:
-        nft.run = real  # type: ignore[assignment]
+        nft.commit = real  # type: ignore[assignment]
 
 
 def from_nothing(host: Host, count: int) -> dict[str, Any]:

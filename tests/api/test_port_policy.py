@@ -117,3 +117,23 @@ def test_gateway_external_fixed_ips_are_admin_only(users: dict[str, httpx.Client
     r = admin.put(f"/routers/{router['id']}", json={"router": {"external_gateway_info": chosen}})
     assert r.status_code == 200, r.text
     assert r.json()["router"]["external_gateway_info"]["external_fixed_ips"][0]["ip_address"] == "192.0.2.77"
+
+
+def test_binding_attributes_are_for_admins_and_the_service_role(users: dict[str, httpx.Client],
+                                                                 world: dict[str, Json]) -> None:  # fmt: skip
+    """Where and how a port is plugged is the runtime's to say (Neutron: create_port:binding:host_id/profile)."""
+    bob = users["bob"]
+    net = world["b_net"]["id"]
+    for attribute, value in (("binding:host_id", "node-1"), ("binding:profile", {"pci_slot": "0000:0a:00.1"})):
+        check_error(bob.post("/ports", json={"port": {"network_id": net, attribute: value}}), 403,
+                    "PolicyNotAuthorized", f"create_port:{attribute}")  # fmt: skip
+        port = create(bob, "ports", "port", network_id=net)
+        check_error(bob.put(f"/ports/{port['id']}", json={"port": {attribute: value}}), 403, "PolicyNotAuthorized",
+                    f"update_port:{attribute}")  # fmt: skip
+        assert bob.get(f"/ports/{port['id']}").json()["port"][attribute] in ("", {})
+    # An admin may (and another project's port stays invisible, not forbidden).
+    port = create(bob, "ports", "port", network_id=net)
+    r = users["admin"].put(f"/ports/{port['id']}", json={"port": {"binding:host_id": "node-1"}})
+    assert r.status_code == 200 and r.json()["port"]["binding:host_id"] == "node-1", r.text
+    check_error(users["alice"].put(f"/ports/{port['id']}", json={"port": {"binding:host_id": "x"}}), 404,
+                "PortNotFound")  # fmt: skip

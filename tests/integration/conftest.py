@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.linux import netns, nft
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import Cloud
+from tests.support.forward_site import Site, forward_site
 from tests.support.server import RunningServer
 
 
@@ -42,3 +43,22 @@ def cloud(server: RunningServer, api: httpx.Client) -> Iterator[Cloud]:
             netns.remove(name)
         for link in c.root_links:
             subprocess.run(["ip", "link", "del", link], capture_output=True)
+
+
+@pytest.fixture
+def site(cloud: Cloud) -> Iterator[Site]:
+    """Forwards' world (tests/support/forward_site.py), with this test's agent running."""
+    with forward_site(cloud) as s:
+        yield s
+
+
+@pytest.fixture
+def ns() -> Iterator[str]:
+    """An empty namespace of this test's own (nftables tests), removed with its libnftables context."""
+    name = f"cnt-nft-{uuid.uuid4().hex[:8]}"
+    netns.ensure(name)
+    try:
+        yield name
+    finally:
+        nft.forget(name)
+        netns.remove(name)

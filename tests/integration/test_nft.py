@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from cloudnet.dataplane.linux import netns, nft
-
-
-@pytest.fixture
-def ns() -> Iterator[str]:
-    name = f"cnt-nft-{uuid.uuid4().hex[:8]}"
-    netns.ensure(name)
-    try:
-        yield name
-    finally:
-        nft.forget(name)
-        netns.remove(name)
 
 
 def ruleset(name: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cloudnet.agent.http1 import MAX_HEAD, Request, Response
+from cloudnet.http1 import MAX_HEAD, Request, Response
 from cloudnet.metadata import service
 from cloudnet.metadata.http_server import MAX_BODY
 from tests.metadata.conftest import SECRET

@@ -101,7 +101,7 @@ def test_random_seeds_are_512_random_bytes_in_canonical_base64() -> None:
 
 
 def test_answers_are_rendered_once_and_seeded_ones_get_a_fresh_seed() -> None:
-    from cloudnet.agent.http1 import render_response
+    from cloudnet.http1 import render_response
     from cloudnet.metadata.answers import Answer
 
     plain = Answer(get("/latest/meta-data/hostname"))

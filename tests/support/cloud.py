@@ -17,9 +17,11 @@ from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.server import RunningServer
 
 
-def ns_run(ns: str, *cmd: str, timeout: float = 20, check: bool = False) -> subprocess.CompletedProcess[str]:
+def ns_run(
+    ns: str, *cmd: str, timeout: float = 20, check: bool = False, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout,
-                          check=check)  # fmt: skip
+                          check=check, input=input)  # fmt: skip
 
 
 def ping(ns: str, address: str, count: int = 1, wait: float = 1.0) -> bool:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from cloudnet.agent import http1, metadata_upstream
+from cloudnet import http1
+from cloudnet.agent import metadata_upstream
 from cloudnet.agent.metadata_relay import Callers, canonical_ip, guest_forwarded, mac_of_link_local, upstream_request
 from cloudnet.agent.metadata_upstream import Upstream, UpstreamUnavailable
 from cloudnet.agent.ratelimit import RateLimiter

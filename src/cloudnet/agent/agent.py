@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
@@ -20,6 +21,7 @@ from cloudnet.dataplane.steps import StepTimedOut
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
 HELD_BACK_MAX = 5.0
+MAX_REPORTED_DIFFERENCES = 100  # in the host's report; the agent's log has them all
 
 
 class StateObserver(Protocol):
@@ -94,7 +96,7 @@ class Agent:
                 log.warning("heartbeat failed: %s", exc)
 
     def _follow(self) -> None:
-        self.reconcile(full=True)
+        self.reconcile(full=True, check=True)  # at start: the kernel compared with the desired state, repaired
         last_full = time.monotonic()
         while not self.stop_event.is_set():
             # While ports wait for their metadata proxy, look again soon even if nothing changes.
@@ -108,7 +110,12 @@ class Agent:
             due = retry is not None and time.monotonic() >= waited_from + retry
             # Back off while a proxy stays unable to listen; start quick again once all is served.
             self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
-            if time.monotonic() - last_full >= self.resync_interval:
+            # Other hosts' heartbeats and checks change nothing here.
+            events = [e for e in events if e.get("resource") != "host" or e.get("resource_id") == self.client.host]
+            if any(e.get("resource") == "host" and e.get("operation") == "check" for e in events):
+                self.reconcile(full=True, check=True)  # asked for (`cloudnet host check`)
+                last_full = time.monotonic()
+            elif time.monotonic() - last_full >= self.resync_interval:
                 # Also under a steady stream of events: catch changes made behind the API's back (a
                 # device deleted by hand, an instance namespace recreated), which incremental passes trust.
                 self.reconcile(full=True)
@@ -133,6 +140,16 @@ class Agent:
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
                 log.warning("heartbeat failed: %s", exc)
 
+    def _report_check(self, revision: int) -> None:
+        """The check's result in the host's report: it answers every check asked for up to `revision`."""
+        found = self.dataplane.differences()
+        self.report["check"] = {"revision": revision, "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                "count": len(found), "differences": found[:MAX_REPORTED_DIFFERENCES]}  # fmt: skip
+        try:
+            self.client.heartbeat(self.report)
+        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            log.warning("heartbeat failed: %s", exc)
+
     def _metadata_served(self, state: dict[str, Any], network_id: str | None) -> bool:
         network = state["networks"].get(network_id or "")
         if not network or not network.get("metadata_port"):
@@ -140,14 +157,17 @@ class Agent:
         checks = [o.serving for o in self.observers if hasattr(o, "serving")]
         return all(serving(network_id) for serving in checks)
 
-    def reconcile(self, full: bool = True) -> None:
+    def reconcile(self, full: bool = True, check: bool = False) -> None:
         """Fetch the desired state, converge the dataplane, report what changed. A full pass checks
-        every device; otherwise the dataplane touches only what changed since its last pass."""
+        every device; otherwise the dataplane touches only what changed since its last pass. `check`: the
+        dataplane also reads back what it otherwise trusts, and what differed goes into the host's report."""
         state = self.client.desired_state()
         try:
-            reports = self.dataplane.apply(state, full=full)
+            reports = self.dataplane.apply(state, full=full, check=check)
         finally:
             self._report_failures()
+        if check:
+            self._report_check(int(state["revision"]))
         for observer in self.observers:
             try:  # (each follows many objects and isolates them itself; this keeps one observer from the rest)
                 observer.update(state)

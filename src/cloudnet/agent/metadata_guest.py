@@ -13,8 +13,7 @@ import logging
 import time
 from typing import Any
 
-from cloudnet.agent import http1
-from cloudnet.agent.http1 import Request, Response
+from cloudnet import http1
 from cloudnet.agent.metadata_relay import (
     Caller,
     Callers,
@@ -26,6 +25,7 @@ from cloudnet.agent.metadata_relay import (
 )
 from cloudnet.agent.metadata_upstream import Upstream, UpstreamUnavailable
 from cloudnet.agent.ratelimit import RateLimiter
+from cloudnet.http1 import Request, Response
 from cloudnet.metadata import trees
 
 log = logging.getLogger(__name__)

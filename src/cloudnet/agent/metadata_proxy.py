@@ -29,7 +29,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from cloudnet.agent import http1
+from cloudnet import http1
 from cloudnet.agent.metadata_guest import MISS_WAIT, NetworkGuests, Relay
 from cloudnet.agent.metadata_relay import Callers
 from cloudnet.agent.metadata_upstream import ANSWER_TIMEOUT, Upstream

@@ -14,8 +14,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from cloudnet.agent import http1
-from cloudnet.agent.http1 import Request, Response
+from cloudnet import http1
+from cloudnet.http1 import Request, Response
 from cloudnet.metadata import signing
 
 # Guest headers worth passing on; everything else is dropped, so no identity header or look-alike of one

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
-from cloudnet.services import hosts
+from cloudnet.services import host_checks, hosts
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -47,6 +47,13 @@ async def delete_host(request: Request, name: str) -> Response:
     freed = await call(hosts.delete_host, st.store, context(request), name, st.config.agent_down_time)
     log.info("host %s deleted; %d ready pool ports freed", name, freed)
     return Response(status_code=204)
+
+
+@router.post("/v2.0/hosts/{name}/check")
+async def request_check(request: Request, name: str) -> Response:
+    """Ask the host's agent for a drift check; its result shows in the host's `report.check` (202: not yet)."""
+    item = await call(host_checks.request_check, state(request).store, context(request), name)
+    return neutron.JSON({"check": item}, status_code=202)
 
 
 @router.get("/v2.0/hosts/{name}/state")

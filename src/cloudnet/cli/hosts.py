@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
+from urllib.parse import quote
 
 import typer
 
 from cloudnet.cli.client import HOST
 from cloudnet.cli.common import client_of, delete_each
+from cloudnet.cli.errors import CliError
 from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show
 
-app = typer.Typer(help="Show hosts (agents), delete decommissioned ones.", no_args_is_help=True)
+app = typer.Typer(help="Show hosts (agents), check them for drift, delete decommissioned ones.", no_args_is_help=True)
 COLUMNS = [
     Column("Name", "name"),
     Column("Alive", lambda h: "yes" if h.get("alive") else "no"),
@@ -43,3 +46,34 @@ def delete(
     """Delete hosts whose agent has stopped, with their port pools and ready pool ports."""
     # A host's name is its id: no lookup by name.
     delete_each(client_of(ctx), HOST, names, by_name=False)
+
+
+CHECK_COLUMNS = [Column("Object", "object"), Column("Difference", "difference")]
+
+
+@app.command("check")
+def check(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Host name.")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the agent's answer.")] = 120.0,
+    fmt: FormatOption = Format.table,
+) -> None:
+    """Have the host's agent compare its kernel state (nftables maps and rules, routes, devices, namespaces) with
+    the desired state and repair every difference; prints what differed. Exits 1 when something did."""
+    client = client_of(ctx)
+    asked = client.post(f"/hosts/{quote(name, safe='')}/check", {})["check"]
+    deadline = time.monotonic() + timeout
+    while True:  # the agent answers in its report, with the revision it compared against
+        done = (client.show(HOST, name).get("report") or {}).get("check") or {}
+        if int(done.get("revision", -1)) >= int(asked["revision"]):
+            break
+        if time.monotonic() > deadline:
+            raise CliError(f"host {name} did not answer the check within {timeout:g} s (is its agent running?)")
+        time.sleep(0.2)
+    differences = done.get("differences") or []
+    if fmt is Format.table:
+        typer.echo(f"{done.get('count', len(differences))} difference(s) found and repaired at {done.get('at')}")
+    if differences or fmt is not Format.table:
+        print_list(differences, CHECK_COLUMNS, fmt)
+    if differences:
+        raise typer.Exit(1)

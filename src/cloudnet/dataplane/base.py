@@ -30,10 +30,15 @@ class PortReport:
 
 
 class Dataplane(Protocol):
-    def apply(self, state: DesiredState, full: bool = True) -> list[PortReport]:
+    def apply(self, state: DesiredState, full: bool = True, check: bool = False) -> list[PortReport]:
         """Converge; with `full` False the driver may touch only what changed since its last pass. One object's
         failure fails that object only (its ports are reported ERROR with the reason); an exception means the
-        pass as a whole could not run (or a step ran past its time limit) and the caller tries again."""
+        pass as a whole could not run (or a step ran past its time limit) and the caller tries again. `check`: a
+        full pass that also reads back whatever the driver otherwise trusts to be as it left it."""
+        ...
+
+    def differences(self) -> list[dict[str, str]]:
+        """What the last check found different from the desired state, and repaired: {"object", "difference"}."""
         ...
 
     def failures(self) -> list[dict[str, Any]]:

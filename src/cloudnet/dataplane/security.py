@@ -110,6 +110,19 @@ def candidate_ports(state: dict[str, Any], include_pool: bool) -> dict[str, dict
     return ports
 
 
+def port_fingerprint(port: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a port's desired state its policy depends on (unchanged: nothing to parse again)."""
+    pairs = tuple((p.get("ip_address"), p.get("mac_address")) for p in port.get("allowed_address_pairs") or [])
+    return (port.get("port_security_enabled", True), port.get("mac_address"), port.get("network_id"),
+            tuple(f.get("ip_address") for f in port.get("fixed_ips", [])), pairs,
+            tuple(port.get("security_groups") or ()))  # fmt: skip
+
+
+def group_fingerprint(group: dict[str, Any]) -> tuple[Any, ...]:
+    rules = tuple(tuple(sorted((k, str(v)) for k, v in r.items() if k != "id")) for r in group.get("rules") or [])
+    return group.get("id"), group.get("stateful", True), rules
+
+
 def link_local(mac: str) -> ipaddress.IPv6Network:
     """The EUI-64 IPv6 link-local address a kernel derives from `mac` (the U/L bit flipped, ff:fe inserted)."""
     octets = [int(x, 16) for x in mac.split(":")]

@@ -9,7 +9,7 @@ every answer: the rendered head and the rest of the body are kept, and only the 
 
 from __future__ import annotations
 
-from cloudnet.agent.http1 import Response, render_response
+from cloudnet.http1 import Response, render_response
 from cloudnet.metadata import trees
 from cloudnet.metadata.trees import Reply
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol, cast
 
 import httptools
 
-from cloudnet.agent.http1 import MAX_HEAD, HttpError, Request, Response, plain, render_response
+from cloudnet.http1 import MAX_HEAD, HttpError, Request, Response, plain, render_response
 
 log = logging.getLogger(__name__)
 

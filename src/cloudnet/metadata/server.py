@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from cloudnet.agent.http1 import Request, Response
+from cloudnet.http1 import Request, Response
 from cloudnet.metadata import passwords, signing, trees
 from cloudnet.metadata.answers import Answer
 from cloudnet.metadata.model import REQUIRED, Settings

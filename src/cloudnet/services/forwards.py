@@ -1,8 +1,9 @@
 """Network forwards (LXD's shape and rules): one external address forwarded whole or per port.
 
-Bodies are normalised first (LXD `Normalise`), then validated in LXD's order with LXD's words, with
-the reference's fixes: every failure is a 400 (not 500), ports are 1..65535, the listen address in
-the path is normalised, PATCH keeps the description, and If-Match is really checked.
+Bodies are normalised and validated as LXD does (services/forward_rules.py), with the reference's fixes: every
+failure is a 400 (not 500), ports are 1..65535, the listen address in the path is normalised, PATCH keeps the
+description, and If-Match is really checked. A forward lives as long as its network (deleted with it) and keeps
+what it uses (services/forward_deps.py refuses taking it away).
 """
 
 from __future__ import annotations
@@ -10,195 +11,23 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, PreconditionFailed
-from cloudnet.services import common, quotas, uplinks
+from cloudnet.services import common, forward_deps, quotas, uplinks
 from cloudnet.services.context import Context
+from cloudnet.services.forward_rules import IP, canonical_ip, normalise, validate
 from cloudnet.services.uplinks import parse_ip, quoted
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
 F = t.forwards
 N = t.networks
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
-PROTOCOLS = ("tcp", "udp")
 BODY_KEYS = {"listen_address", "description", "config", "ports"}
-PORT_KEYS = {"description", "protocol", "listen_port", "target_port", "target_address"}
 MAX_DESCRIPTION = 255  # the column's size
-
-
-# -- canonical form -----------------------------------------------------------------------------
-
-
-def canonical_ip(value: str) -> str:
-    try:
-        return str(parse_ip(value))
-    except ValueError:
-        return value.strip()
-
-
-def _ports_text(value: str) -> str:
-    return ",".join(part.strip() for part in value.split(","))
-
-
-def normalise(body: dict[str, Any]) -> dict[str, Any]:
-    """LXD's Normalise: canonical addresses, trimmed descriptions, port lists without blanks."""
-    out: dict[str, Any] = {}
-    if "listen_address" in body and isinstance(body["listen_address"], str):
-        out["listen_address"] = canonical_ip(body["listen_address"])
-    if "description" in body:
-        out["description"] = (
-            body["description"].strip() if isinstance(body["description"], str) else body["description"]
-        )
-    if "config" in body:
-        config = body["config"]
-        if isinstance(config, dict) and isinstance(config.get("target_address"), str):
-            config = {**config, "target_address": canonical_ip(config["target_address"])}
-        out["config"] = config
-    if "ports" in body:
-        ports = body["ports"]
-        if isinstance(ports, list):
-            ports = [_normalise_port(p) if isinstance(p, dict) else p for p in ports]
-        out["ports"] = ports
-    for key in body.keys() - out.keys():
-        out[key] = body[key]
-    return out
-
-
-def _normalise_port(port: dict[str, Any]) -> dict[str, Any]:
-    out = dict(port)
-    for key in ("description", "protocol"):
-        if isinstance(out.get(key), str):
-            out[key] = out[key].strip()
-    if isinstance(out.get("target_address"), str):
-        out["target_address"] = canonical_ip(out["target_address"])
-    for key in ("listen_port", "target_port"):
-        if isinstance(out.get(key), str):
-            out[key] = _ports_text(out[key])
-    return out
-
-
-# -- port ranges --------------------------------------------------------------------------------
-
-
-def parse_port_range(text: str) -> tuple[int, int]:
-    """`N` or `N-M` (M > N), each 1..65535, in ASCII digits (int() alone takes "8_0" and "٨٠")."""
-    parts = text.split("-")
-    if len(parts) > 2:
-        raise ValueError(f"Invalid port range {quoted(text)}")
-    if not all(p.isascii() and p.isdigit() for p in parts):
-        raise ValueError(f"Invalid port {quoted(text)}")
-    numbers = [int(p) for p in parts]
-    for n in numbers:
-        if not 1 <= n <= 65535:
-            raise ValueError(f"Port {n} out of range (1-65535)")
-    if len(numbers) == 2 and numbers[1] <= numbers[0]:
-        raise ValueError("End port should be higher than start port")
-    return numbers[0], numbers[-1]
-
-
-def parse_ports(text: str) -> list[tuple[int, int]]:
-    # An empty item ("80,,81") is an invalid port, as in LXD (ParseInt of "").
-    return [parse_port_range(part.strip()) for part in text.split(",")]
-
-
-def expand(ranges: Iterable[tuple[int, int]]) -> list[int]:
-    return [p for lo, hi in ranges for p in range(lo, hi + 1)]
-
-
-# -- validation ---------------------------------------------------------------------------------
-
-
-def _network_subnets(conn: Connection, network_id: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    return [
-        ipaddress.ip_network(c)
-        for (c,) in conn.execute(select(t.subnets.c.cidr).where(t.subnets.c.network_id == network_id))
-    ]
-
-
-def _check_target(address: IP, subnets: list[Any], label: str, index: int | None) -> None:
-    """A target lies in the network's subnet of its family and is not its network or broadcast address."""
-    where = f" in port specification {index}" if index is not None else ""
-    same_family = [s for s in subnets if s.version == address.version]
-    if not same_family:
-        return
-    inside = [s for s in same_family if address in s]
-    if not inside:
-        raise BadRequest(f"{label} is not within the network subnet{where}")
-    net = inside[0]
-    if address.version == 4 and net.prefixlen < 31 and address == net.broadcast_address:
-        raise BadRequest(f"{label} cannot be a broadcast address")
-    if net.prefixlen < net.max_prefixlen - 1 and address == net.network_address:
-        raise BadRequest(f"{label} cannot be a network address")
-
-
-def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]) -> None:
-    """LXD's forwardValidate (reference §1.3, rules 8-18), after the listen-address checks."""
-    config = body.get("config") or {}
-    if not isinstance(config, dict) or not all(isinstance(v, str) for v in config.values()):
-        raise BadRequest("Invalid config: expected a map of strings")
-    for key in config:
-        if key != "target_address" and not key.startswith("user."):
-            raise BadRequest(f"Invalid option {quoted(key)}")
-    subnets = _network_subnets(conn, network_id)
-    default = None
-    if config.get("target_address"):
-        try:
-            default = parse_ip(config["target_address"])
-        except ValueError:
-            raise BadRequest("Invalid default target address") from None
-        if default.version != listen.version:
-            raise BadRequest("Cannot mix IP versions in listen address and default target address")
-        _check_target(default, subnets, "Default target address", None)
-    ports = body.get("ports") or []
-    if not isinstance(ports, list):
-        raise BadRequest("Invalid ports: expected a list")
-    seen: dict[str, set[int]] = {p: set() for p in PROTOCOLS}
-    for i, port in enumerate(ports):
-        if not isinstance(port, dict) or set(port) - PORT_KEYS:
-            extra = sorted(set(port) - PORT_KEYS) if isinstance(port, dict) else []
-            raise BadRequest(f"Invalid port specification {i}" + (f": unknown field(s) {extra}" if extra else ""))
-        if port.get("protocol") not in PROTOCOLS:
-            raise BadRequest(f"Invalid port protocol in port specification {i}, protocol must be one of: tcp, udp")
-        try:
-            target = parse_ip(str(port.get("target_address", "")))
-        except ValueError:
-            raise BadRequest(f"Invalid target address in port specification {i}") from None
-        if default is not None and target == default:
-            raise BadRequest(f"Target address is same as default target address in port specification {i}")
-        if target.version != listen.version:
-            raise BadRequest(f"Cannot mix IP versions in listen address and port specification {i} target address")
-        _check_target(target, subnets, "Target address", i)
-        listen_text = port.get("listen_port")
-        if not isinstance(listen_text, str) or listen_text.strip() == "":
-            raise BadRequest(f"Missing listen port in port specification {i}")
-        try:
-            listen_ports = expand(parse_ports(listen_text))
-        except ValueError as exc:
-            raise BadRequest(f"Invalid listen port in port specification {i}: {exc}") from None
-        for p in listen_ports:
-            if p in seen[port["protocol"]]:
-                raise BadRequest(
-                    f"Duplicate listen port {p} for protocol {quoted(port['protocol'])} in port specification {i}"
-                )
-            seen[port["protocol"]].add(p)
-        target_text = port.get("target_port") or ""
-        if not isinstance(target_text, str):
-            raise BadRequest(f"Invalid target port in port specification {i}")
-        if target_text:
-            try:
-                target_ports = expand(parse_ports(target_text))
-            except ValueError:
-                raise BadRequest(f"Invalid target port in port specification {i}") from None
-            if len(target_ports) not in (1, len(listen_ports)):
-                raise BadRequest(f"Mismatch of listen port(s) and target port(s) count in port specification {i}")
-        if port.get("description") is not None and not isinstance(port["description"], str):
-            raise BadRequest(f"Invalid description in port specification {i}")
 
 
 def _check_description(value: Any) -> None:
@@ -310,9 +139,11 @@ def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[
             raise BadRequest("Missing listen_address")
         listen = _listen(body["listen_address"])
         _check_not_taken(tx.conn, net.id, listen)
+        uplinks.lock_networks(tx.conn, {net.id})  # its router link is not taken away meanwhile (forward_deps)
         uplink = uplinks.require_uplink(tx.conn, net.id, lock=True)
         _check_not_taken(tx.conn, net.id, listen)  # again: a racing create may have committed it meanwhile
         uplinks.check_external_address(tx.conn, uplink, net.id, listen, what="Listen address")
+        forward_deps.require_link(tx.conn, net.id, listen.version, f"Listen address {quoted(str(listen))}")
         _check_description(body.get("description"))
         validate(tx.conn, net.id, listen, body)
         quotas.enforce(tx, net.project_id, "forward", 1)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from sqlalchemy import Connection, delete, insert, select
 
-from cloudnet.dataplane.linux import names
+from cloudnet import namespaces
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
 from cloudnet.metadata import mdata_keys
 from cloudnet.services import common, metadata_ports, pools, ports, sriov
@@ -96,9 +96,9 @@ def check_netns(value: str) -> str:
         if value in (".", ".."):
             raise ValueError(f"'{value}' is not a namespace name")
         name = value
-    if name is not None and name.startswith(names.RESERVED_NS_PREFIX):
+    if name is not None and name.startswith(namespaces.RESERVED_NS_PREFIX):
         raise ValueError(
-            f"names starting with '{names.RESERVED_NS_PREFIX}' are reserved for the namespaces cloudnet makes; "
+            f"names starting with '{namespaces.RESERVED_NS_PREFIX}' are reserved for the namespaces cloudnet makes; "
             "leave netns out to have one made"
         )
     return value
@@ -260,7 +260,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
             extra = {k: v for k, v in binding.items() if not (direct and k == "host_id")}
             ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=extra)
     if row["netns"] is None:
-        row["netns"] = names.new_managed_ns(host)  # made by the host's agent
+        row["netns"] = namespaces.new_managed_ns(host)  # made by the host's agent
     # The row goes in once its namespace is known (a claimed port's parked one, or a new name).
     tx.conn.execute(insert(I).values(**row))
     if links:
@@ -280,7 +280,7 @@ def _parked_namespace(port: dict[str, Any], host: str) -> str | None:
     """The namespace the host's agent parked a claimed pool port's device in, configured (--park-pool-devices):
     the instance takes it over whole, with nothing left to plug. None when there is none (yet)."""
     name = (port.get("binding:vif_details") or {}).get("prepared_netns")
-    return name if isinstance(name, str) and names.is_managed_ns(host, name) else None
+    return name if isinstance(name, str) and namespaces.is_managed_ns(host, name) else None
 
 
 def _bind_existing(tx: Tx, ctx: Context, port_id: str, project_id: str, host: str, seen: set[str]) -> tuple[str, bool]:

@@ -8,6 +8,9 @@ router, gateway, metadata and pool ports, are trusted and do not come through he
   `_enforce_device_owner_not_router_intf_or_device_id`: DeviceIDNotOwnedByTenant), so nobody can hang a leg of
   their network into someone else's router.
 - The owner marking a port as ready in a port pool is cloudnet's own: nobody sets it through the API.
+- `binding:host_id` and `binding:profile` say where and how a port is plugged: the runtime's (the service role) or
+  an admin's to set (Neutron's `create_port:binding:host_id` / `binding:profile`); a member's port is bound by
+  cloudnet when an instance or a pool takes it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,18 @@ ROUTER_GATEWAY = "network:router_gateway"
 # Neutron's ROUTER_INTERFACE_OWNERS, and the gateway, which names its router in device_id too.
 ROUTER_OWNERS = (ROUTER_INTERFACE, "network:router_interface_distributed", "network:ha_router_replicated_interface",
                  ROUTER_GATEWAY)  # fmt: skip
+
+
+BINDING_FIELDS = {"host_id": "binding:host_id", "profile": "binding:profile"}
+
+
+def check_binding(ctx: Context, given: set[str], verb: str) -> None:
+    """Refuse binding attributes from a caller that may not set them (`given`: the body's fields, by name)."""
+    if ctx.names_host_resources:
+        return
+    for field, attribute in BINDING_FIELDS.items():
+        if field in given:
+            raise Forbidden(f"(rule:{verb}_port:{attribute}) is disallowed by policy")
 
 
 def check(conn: Connection, ctx: Context, owner: str, device_id: str, project_id: str, network: Any) -> None:

@@ -18,6 +18,7 @@ from cloudnet.services import (
     address_pairs,
     cache,
     common,
+    forward_deps,
     ipam,
     networks,
     port_policy,
@@ -598,6 +599,8 @@ def create_ports(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
     for b in bodies:
         _reject_read_only(b, "POST")
     specs = [parse(PortCreate, b) for b in bodies]
+    for spec in specs:
+        port_policy.check_binding(ctx, spec.model_fields_set, "create")
     with store.write() as tx:
         creator = _Creator(tx, ctx)
         plans = [creator.plan(s) for s in specs]
@@ -624,12 +627,16 @@ def update_port(store: Store, ctx: Context, port_id: str, body: dict[str, Any]) 
         raise BadRequest("Attribute 'network_id' not allowed in PUT")
     spec = parse(PortUpdate, body)
     with store.write() as tx:
+        row = common.get_row(tx.conn, P, "port", port_id, ctx)  # (404 first for a port the caller cannot see)
+        port_policy.check_binding(ctx, spec.model_fields_set, "update")
         if spec.device_owner is not None or spec.device_id is not None:
-            row = common.get_row(tx.conn, P, "port", port_id, ctx)
             owner = row.device_owner if spec.device_owner is None else spec.device_owner
             device = row.device_id if spec.device_id is None else spec.device_id
             port_policy.check(tx.conn, ctx, owner, device, row.project_id, cache.network(tx, row.network_id))
-        update_in_tx(tx, ctx, port_id, spec)
+        # A router leg's change may move its network's uplink, which the network's forwards keep.
+        leg = {row.network_id} if ROUTER_INTERFACE in (row.device_owner, spec.device_owner) else set()
+        with forward_deps.links_kept(tx.conn, leg, f"Port {port_id} cannot be changed", "UplinkInUseByForward"):
+            update_in_tx(tx, ctx, port_id, spec)
         return load(tx.conn, [port_id])[0]
 
 

@@ -10,7 +10,7 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, NotFound
-from cloudnet.services import common, networks, ports, quotas, subnets
+from cloudnet.services import common, forward_deps, networks, ports, quotas, subnets
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.validation import Body, Tags, parse
@@ -201,7 +201,10 @@ def update_router(store: Store, ctx: Context, router_id: str, body: dict[str, An
                    if k in given and getattr(spec, k) is not None}  # fmt: skip
         if "external_gateway_info" in given:
             info = spec.external_gateway_info
-            _set_gateway(tx, ctx, router, parse(GatewayInfo, info) if info else None)
+            attached = [p.network_id for p in _interfaces(tx.conn, router_id)]
+            with forward_deps.links_kept(tx.conn, attached, f"Gateway cannot be updated for router {router_id}",
+                                         "RouterExternalGatewayInUseByForward"):  # fmt: skip
+                _set_gateway(tx, ctx, router, parse(GatewayInfo, info) if info else None)
         common.touch(tx, R, router_id, "router", router.project_id, changes)
         return _reload(tx.conn, router_id)
 
@@ -233,6 +236,10 @@ def _interface_info(router: Any, port_id: str, network_id: str, subnet_ids: list
         "subnet_id": subnet_ids[0] if subnet_ids else None,
         "subnet_ids": subnet_ids,
     }
+
+
+def _interfaces(conn: Connection, router_id: str) -> list[Any]:
+    return list(conn.execute(select(P).where(P.c.device_id == router_id, P.c.device_owner == ports.ROUTER_INTERFACE)))
 
 
 def _attached_cidrs(
@@ -270,10 +277,6 @@ def add_interface(store: Store, ctx: Context, router_id: str, body: dict[str, An
         router = common.get_row(tx.conn, R, "router", router_id, ctx)
         if req.subnet_id is not None:
             subnet = subnets.get_visible(tx.conn, ctx, req.subnet_id)
-            if not subnet.gateway_ip:
-                raise BadRequest(
-                    f"Bad router request: Subnet {subnet.id} does not have a gateway IP.", type="BadRequest"
-                )
             if not (ctx.is_admin or subnet.project_id == ctx.project_id):
                 # A subnet of another project's shared network: seen, but its gateway is not the caller's to take
                 # (Neutron, LP #1757482). A port of the caller's own on that network may still be attached.
@@ -282,38 +285,50 @@ def add_interface(store: Store, ctx: Context, router_id: str, body: dict[str, An
                     "project making the request",
                     type="BadRequest",
                 )
-            _check_overlap(tx.conn, router_id, [subnet])
-            spec = ports.PortCreate(
-                network_id=subnet.network_id,
-                project_id=subnet.project_id if ctx.is_admin else None,
-                device_id=router_id,
-                device_owner=ports.ROUTER_INTERFACE,
-                fixed_ips=[ports.FixedIp(subnet_id=subnet.id, ip_address=subnet.gateway_ip)],
-            )
-            (port_id,) = ports.create_in_tx(tx, ctx, [spec], quota=False)
-            subnet_ids = [subnet.id]
-            network_id = subnet.network_id
+            network_id, port = subnet.network_id, None
         else:
-            port = common.get_row(tx.conn, P, "port", req.port_id or "", ctx)
-            if port.device_id:
-                raise Conflict(f"Port {port.id} is still in use by device {port.device_id}.", type="PortInUse")
-            subnet_rows = tx.conn.execute(
-                select(t.subnets).join(A, A.c.subnet_id == t.subnets.c.id).where(A.c.port_id == port.id)
-            ).all()
-            if not subnet_rows:
-                raise BadRequest("Bad router request: Router port must have at least one fixed IP.", type="BadRequest")
-            _check_overlap(tx.conn, router_id, subnet_rows)
-            ports.update_in_tx(
-                tx,
-                ctx,
-                port.id,
-                ports.PortUpdate(device_id=router_id, device_owner=ports.ROUTER_INTERFACE),
-                extra={"port_security_enabled": port.port_security_enabled},
-            )
-            tx.conn.execute(t.port_security_groups.delete().where(t.port_security_groups.c.port_id == port.id))
-            port_id, network_id, subnet_ids = port.id, port.network_id, [s.id for s in subnet_rows]
+            subnet, port = None, common.get_row(tx.conn, P, "port", req.port_id or "", ctx)
+            network_id = port.network_id
+        # A network with forwards keeps its uplink: attaching it to an older router with a gateway would move it.
+        with forward_deps.links_kept(tx.conn, {network_id}, f"Router {router_id} cannot be attached to network "
+                                     f"{network_id}", "UplinkInUseByForward"):  # fmt: skip
+            info = _add_interface(tx, ctx, router, subnet, port)
         common.touch(tx, R, router_id, "router", router.project_id)
-        return _interface_info(router, port_id, network_id, subnet_ids)
+        return info
+
+
+def _add_interface(tx: Tx, ctx: Context, router: Any, subnet: Any, port: Any) -> dict[str, Any]:
+    """A new interface on `subnet` (at its gateway address), or `port` made the router's."""
+    if subnet is not None:
+        if not subnet.gateway_ip:
+            raise BadRequest(f"Bad router request: Subnet {subnet.id} does not have a gateway IP.", type="BadRequest")
+        _check_overlap(tx.conn, router.id, [subnet])
+        spec = ports.PortCreate(
+            network_id=subnet.network_id,
+            project_id=subnet.project_id if ctx.is_admin else None,
+            device_id=router.id,
+            device_owner=ports.ROUTER_INTERFACE,
+            fixed_ips=[ports.FixedIp(subnet_id=subnet.id, ip_address=subnet.gateway_ip)],
+        )
+        (port_id,) = ports.create_in_tx(tx, ctx, [spec], quota=False)
+        return _interface_info(router, port_id, subnet.network_id, [subnet.id])
+    if port.device_id:
+        raise Conflict(f"Port {port.id} is still in use by device {port.device_id}.", type="PortInUse")
+    subnet_rows = tx.conn.execute(
+        select(t.subnets).join(A, A.c.subnet_id == t.subnets.c.id).where(A.c.port_id == port.id)
+    ).all()
+    if not subnet_rows:
+        raise BadRequest("Bad router request: Router port must have at least one fixed IP.", type="BadRequest")
+    _check_overlap(tx.conn, router.id, subnet_rows)
+    ports.update_in_tx(
+        tx,
+        ctx,
+        port.id,
+        ports.PortUpdate(device_id=router.id, device_owner=ports.ROUTER_INTERFACE),
+        extra={"port_security_enabled": port.port_security_enabled},
+    )
+    tx.conn.execute(t.port_security_groups.delete().where(t.port_security_groups.c.port_id == port.id))
+    return _interface_info(router, port.id, port.network_id, [s.id for s in subnet_rows])
 
 
 def remove_interface(store: Store, ctx: Context, router_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -339,6 +354,8 @@ def remove_interface(store: Store, ctx: Context, router_id: str, body: dict[str,
                 type="RouterInterfaceNotFoundForSubnet",
             )
         subnet_ids = [r[0] for r in tx.conn.execute(select(A.c.subnet_id).where(A.c.port_id == port.id))]
-        ports.delete_in_tx(tx, port)
+        what = f"Router interface for subnet {', '.join(sorted(subnet_ids))} on router {router_id} cannot be removed"
+        with forward_deps.links_kept(tx.conn, {port.network_id}, what, "RouterInterfaceInUseByForward"):
+            ports.delete_in_tx(tx, port)
         common.touch(tx, R, router_id, "router", router.project_id)
         return _interface_info(router, port.id, port.network_id, subnet_ids)

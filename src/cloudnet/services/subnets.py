@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import common, networks, quotas
+from cloudnet.services import common, forward_deps, networks, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, Tags, check_ip, is_uuid, parse
@@ -303,6 +303,8 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
                 f"Requested subnet with cidr: {cidr} for network: {network.id} overlaps with another subnet."
             )
     gateway = _default_gateway(cidr) if spec.gateway_ip == AUTO else _check_gateway(cidr, spec.gateway_ip)
+    if network.router_external:  # none of its gateway, network, broadcast address may be a forward's or SNAT's
+        forward_deps.addresses_free(tx.conn, forward_deps.subnet_addresses(cidr, gateway), network.id)
     pools = _check_pools(cidr, spec.allocation_pools, gateway)
     _check_dns_versions(cidr, spec.dns_nameservers)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
@@ -347,6 +349,8 @@ def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, An
             gateway = _check_gateway(cidr, spec.gateway_ip)
             if gateway != row.gateway_ip:
                 _check_gateway_change(tx.conn, row, gateway)
+                if gateway:
+                    forward_deps.addresses_free(tx.conn, {gateway: "gateway"}, row.network_id)
             changes["gateway_ip"] = gateway
         if "allocation_pools" in given or "gateway_ip" in given:
             pools = spec.allocation_pools
@@ -397,6 +401,7 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
                 "One or more ports have an IP allocation from this subnet.",
                 type="SubnetInUse",
             )
+        forward_deps.subnet_kept(tx.conn, row)
         for port_id, _owner, project in users:
             tx.conn.execute(delete(A).where(A.c.subnet_id == subnet_id, A.c.port_id == port_id))
             common.touch(tx, P, port_id, "port", project)

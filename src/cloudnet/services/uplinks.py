@@ -3,7 +3,7 @@
 A network reaches its uplink through a router of its own project with an external gateway: the uplink is that
 router's external network. Listen addresses of forwards and outbound SNAT addresses must lie in the uplink's
 subnets or its `cloudnet:routes`, and must not be taken by a port, a gateway, or another network's
-forward or SNAT address.
+forward or SNAT address. Nor may they be the network, broadcast or gateway address of an uplink subnet.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from cloudnet.store import tables as t
 
 P, A, S, N, R, F = t.ports, t.ip_allocations, t.subnets, t.networks, t.routers, t.forwards
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 NAT_KEYS = ("ipv4.nat.address", "ipv6.nat.address")
+ROUTER_INTERFACE = "network:router_interface"
 
 
 def parse_ip(value: str) -> IP:
@@ -47,8 +49,9 @@ def quoted(value: object) -> str:
 class Uplink:
     network_id: str
     router_id: str
-    ranges: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]  # subnets + cloudnet:routes
+    ranges: tuple[Net, ...]  # subnets + cloudnet:routes
     gateways: frozenset[str]
+    subnets: tuple[Net, ...] = ()  # on the link: their network and broadcast addresses are nobody's
 
 
 def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
@@ -57,7 +60,7 @@ def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
     router_ids = [
         r[0]
         for r in conn.execute(
-            select(P.c.device_id).where(P.c.network_id == network_id, P.c.device_owner == "network:router_interface")
+            select(P.c.device_id).where(P.c.network_id == network_id, P.c.device_owner == ROUTER_INTERFACE)
         )
     ]
     if not router_ids:
@@ -76,8 +79,17 @@ def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
     router_id, ext_id = row
     subnets = conn.execute(select(S.c.cidr, S.c.gateway_ip).where(S.c.network_id == ext_id)).all()
     routes = conn.execute(select(N.c.routes).where(N.c.id == ext_id)).scalar() or []
-    ranges = tuple(ipaddress.ip_network(c) for c, _gw in subnets) + tuple(ipaddress.ip_network(r) for r in routes)
-    return Uplink(ext_id, router_id, ranges, frozenset(gw for _c, gw in subnets if gw))
+    on_link = tuple(ipaddress.ip_network(c) for c, _gw in subnets)
+    ranges = on_link + tuple(ipaddress.ip_network(r) for r in routes)
+    return Uplink(ext_id, router_id, ranges, frozenset(gw for _c, gw in subnets if gw), on_link)
+
+
+def lock_networks(conn: Connection, network_ids: set[str] | list[str]) -> None:
+    """Take turns, until commit, with every other writer of these networks' forwards, SNAT addresses and router
+    links (FOR NO KEY UPDATE, always in id order so that two such writers cannot wait for each other)."""
+    ids = sorted(set(network_ids))
+    if ids:
+        conn.execute(select(N.c.id).where(N.c.id.in_(ids)).order_by(N.c.id).with_for_update(key_share=True)).all()
 
 
 def require_uplink(conn: Connection, network_id: str, *, lock: bool = False) -> Uplink:
@@ -105,6 +117,10 @@ def check_external_address(
         raise BadRequest(f"Cannot use unspecified address: {quoted(text)}")
     if not any(address.version == r.version and address in r for r in uplink.ranges):
         raise BadRequest(f"Uplink network does not contain {quoted(text)} in its routes")
+    for subnet in (s for s in uplink.subnets if address.version == s.version and address in s):
+        reserved = reserved_addresses(subnet)
+        if address in reserved:
+            raise BadRequest(f"{what} {quoted(text)} cannot be a {reserved[address]} address (subnet {subnet})")
     if text in _all_gateways(conn):
         raise BadRequest(f"{what} {quoted(text)} is already in use by a gateway")
     if conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first() is not None:
@@ -124,6 +140,17 @@ def external_addresses_in_use(conn: Connection) -> set[str]:
     for (config,) in conn.execute(select(N.c.config)):
         used.update(c for c in (_canonical((config or {}).get(k)) for k in NAT_KEYS) if c)
     return used
+
+
+def reserved_addresses(subnet: Net) -> dict[IP, str]:
+    """A subnet's addresses that name the subnet rather than a host: its network address (IPv6: the subnet-router
+    anycast address) and its IPv4 broadcast address; none on point-to-point (/31, /127) and single-host prefixes."""
+    if subnet.prefixlen >= subnet.max_prefixlen - 1:
+        return {}
+    out: dict[IP, str] = {subnet.network_address: "network"}
+    if subnet.version == 4:
+        out[subnet.broadcast_address] = "broadcast"
+    return out
 
 
 def _all_gateways(conn: Connection) -> set[str]:

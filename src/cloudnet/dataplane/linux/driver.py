@@ -37,7 +37,6 @@ import ipaddress
 import json
 import logging
 import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.base import DesiredState, PortReport
-from cloudnet.dataplane.linux import firewall, names, nat, netns, nft, ns_guard
+from cloudnet.dataplane.linux import firewall, names, nat, netns, nft, ns_guard, router_ns, routes
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 
 if TYPE_CHECKING:  # the SR-IOV driver builds on this module's helpers
@@ -206,6 +205,11 @@ class LinuxDataplane:
         self.nat = nat.NatTables()
         # Security groups and port security of the instance ports (and parked devices), in the host namespace.
         self.firewall = firewall.NftFirewall(self.host_ns, include_pool=park)
+        # Differences between the kernel and the desired state found (and repaired) by the running pass, and by the
+        # last check (a full pass that also reads back what it otherwise trusts: the agent's first, and on demand).
+        self._checking = False
+        self._differences: list[dict[str, str]] = []
+        self.checked: list[dict[str, str]] = []
         # Every object's work: isolated, time-bounded, retried with backoff; on a worker in the host namespace.
         self.steps = Steps(step_timeout, thread_init=lambda: netns.enter_for_good(self.host_ns))
 
@@ -222,20 +226,35 @@ class LinuxDataplane:
 
     # -- the whole state ----------------------------------------------------------------------
 
-    def apply(self, state: DesiredState, full: bool = True) -> list[PortReport]:
+    def apply(self, state: DesiredState, full: bool = True, check: bool = False) -> list[PortReport]:
         """Converge the host; `full` reads and checks everything, otherwise only what changed since
-        the last pass is touched (the agent runs a full pass at start and periodically)."""
-        if full or self._kept is None:
+        the last pass is touched (the agent runs a full pass at start and periodically). `check`: a full pass
+        that also reads back the state it otherwise trusts (nftables), its differences kept in `checked`."""
+        if full or check or self._kept is None:
             full = True
             if not netns.exists(self.host_ns):
                 self.steps.restart()  # its worker lives in the host namespace: a new one for a new namespace
                 self.firewall.forget()
             netns.ensure(self.host_ns)
+        self._checking, self._differences = check, []
         try:
             return self._apply(state, full)
         except BaseException:
             self._kept = None  # whatever happened, the next pass reads everything again
             raise
+        finally:
+            if check:
+                self.checked = self._differences
+            self._checking = False
+
+    def differences(self) -> list[dict[str, str]]:
+        """What the last check found different from the desired state (and repaired)."""
+        return list(self.checked)
+
+    def _found(self, key: str, differences: list[str]) -> None:
+        for difference in differences:
+            log.warning("%s: %s (repaired)", key, difference)
+            self._differences.append({"object": key, "difference": difference})
 
     def _is_plugged(self, port_id: str) -> bool:
         return port_id in self._applied or (self.sriov is not None and self.sriov.is_plugged(port_id))
@@ -271,6 +290,7 @@ class LinuxDataplane:
                 uplinks = set(self._kept[1]) if self._kept else set(self.uplinks.values())  # none handed back
             # Before any device is plugged: a port passes nothing until its filter is in place.
             broken.update(self.firewall.apply(state, self.steps, full))
+            self._found("firewall", self.firewall.drift)
             for inst in state["instances"]:
                 if names.is_managed_ns(self.host, inst["netns"]):  # one cloudnet provides: made here
                     wanted_ns.add(inst["netns"])
@@ -299,7 +319,7 @@ class LinuxDataplane:
             collected = True
             if full or before is None or not all(b <= k for b, k in zip(before, kept, strict=True)):
                 try:
-                    run("garbage", lambda: self._collect(host, wanted, uplinks, wanted_ns))
+                    run("garbage", lambda: self._collect(host, wanted, uplinks, wanted_ns, report=full))
                 except StepFailed:
                     collected = False  # the next pass is a full one, and collects again
             self.steps.keep_only(self._step_keys(state, networks))
@@ -500,7 +520,7 @@ class LinuxDataplane:
             if not plugged and port["admin_state_up"]:
                 _wait_forwarding(host, links[tap]["index"])
             self._configure_addresses(guest, idx, port, fresh=not plugged)
-            self._configure_routes(guest, idx, port, state, default=position == 0)
+            self._configure_routes(guest, idx, port, state, default=position == 0, fresh=not plugged)
 
     @staticmethod
     def _create_veth(
@@ -630,7 +650,7 @@ class LinuxDataplane:
             if port["admin_state_up"]:
                 _wait_forwarding(host, links[tap]["index"])  # taken over at once, it must pass traffic at once
             self._configure_addresses(park, idx, port, fresh=fresh)
-            self._configure_routes(park, idx, port, state, default=True)
+            self._configure_routes(park, idx, port, state, default=True, fresh=fresh)
         return ns
 
     @staticmethod
@@ -695,20 +715,26 @@ class LinuxDataplane:
             ipr.addr("add", index=idx, address=addr, prefixlen=plen, **({"flags": IFA_F_NODAD} if v6 else {}))
 
     @staticmethod
-    def _configure_routes(ipr: IPRoute, idx: int, port: dict[str, Any], state: DesiredState, default: bool) -> None:
+    def _configure_routes(
+        ipr: IPRoute, idx: int, port: dict[str, Any], state: DesiredState, default: bool, fresh: bool = False
+    ) -> None:
+        """The port's routes on device `idx` (its own, tagged: routes.PROTO), and none of its own besides; `fresh`:
+        the device was just made (none of its routes can exist yet). One route a destination: the last wins."""
+        wanted: dict[tuple[int, str], routes.Route] = {}
         for f in port["fixed_ips"]:
             subnet = state["subnets"].get(f["subnet_id"])
             if not subnet:
                 continue
-            family = socket.AF_INET6 if subnet["ip_version"] == 6 else socket.AF_INET
+            found = []
             if default and subnet["gateway_ip"]:
-                dst = "::/0" if family == socket.AF_INET6 else "0.0.0.0/0"
-                ipr.route("replace", dst=dst, gateway=subnet["gateway_ip"], oif=idx, family=family)
+                default_dst = "::/0" if subnet["ip_version"] == 6 else "0.0.0.0/0"
+                found.append(routes.route(default_dst, subnet["gateway_ip"], idx))
             metadata_hop = _metadata_hop(state, port["network_id"], f["subnet_id"])
             if default and metadata_hop:
-                ipr.route("replace", dst="169.254.169.254/32", gateway=metadata_hop, oif=idx, family=family)
-            for r in subnet["host_routes"]:
-                ipr.route("replace", dst=r["destination"], gateway=r["nexthop"], oif=idx, family=family)
+                found.append(routes.route("169.254.169.254/32", metadata_hop, idx))
+            found += [routes.route(r["destination"], r["nexthop"], idx) for r in subnet["host_routes"]]
+            wanted.update({(r[0], r[1]): r for r in found})
+        routes.converge(ipr, wanted.values(), mine=routes.cloudnets, oifs={idx}, read=not fresh)
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -751,19 +777,22 @@ class LinuxDataplane:
         if not full and (known := self._unchanged(key, fingerprint, wanted)) is not None:
             return known
         legs: set[str] = set()
-        ns = self._apply_router_now(host, links, router, state, legs)
+        ns = self._apply_router_now(host, links, router, state, legs, full)
         wanted.update(legs)
         self._done[key] = (fingerprint, frozenset(legs), ns)
         return ns
 
     def _apply_router_now(
-        self, host: IPRoute, links: _Links, router: dict[str, Any], state: DesiredState, wanted: set[str]
+        self, host: IPRoute, links: _Links, router: dict[str, Any], state: DesiredState, wanted: set[str], full: bool
     ) -> str:
+        """The router's namespace from the desired state alone: its legs and their addresses, its NAT, its routes,
+        and (full passes) no neighbour entry that names no port of this host."""
         ns = names.router_ns(self.host, router["id"])
+        key = f"router:{router['id']}"
         fresh = not netns.exists(ns)
         netns.ensure(ns)
         if fresh:
-            self.nat.forget(ns)
+            self.nat.forget(ns, new=True)
             netns.write_sysctl(ns, "net/ipv4/ip_forward", "1")
             netns.write_sysctl(ns, "net/ipv6/conf/all/forwarding", "1")
         inside: set[str] = set()
@@ -777,15 +806,26 @@ class LinuxDataplane:
                 end = names.router_gw(port_id) if is_gw else names.router_iface(port_id)
                 wanted.add(leg)
                 inside.add(end)
-                extra = self._gateway_extras(router) if is_gw else []
+                extra = router_ns.gateway_extras(router) if is_gw else []
                 self._ensure_leg(host, links, rtr, ns, leg, end, port, state["networks"][port["network_id"]], extra)
+            indexes = {}
             for msg in rtr.get_links():
                 name = _ifname(msg)
                 if name.startswith((names.ROUTER_IFACE, names.ROUTER_GW)) and name not in inside:
+                    self._found(key, [f"leftover interface {name}"])
                     rtr.link("del", index=msg["index"])
-            if gw_port and gw_port in router["ports"]:
-                self._gateway_routes(rtr, router["ports"][gw_port], state)
-        self._nat(ns, router, state)
+                elif name in inside:
+                    indexes[name] = msg["index"]
+            # NAT first: a route the kernel refuses fails the router, its forwards still work.
+            found = self.nat.apply(ns, router_ns.nat_structures(router, state), router.get("forwards", []),
+                                   check=self._checking)  # fmt: skip
+            self._found(key, found)
+            gw_index = indexes.get(names.router_gw(gw_port)) if gw_port else None
+            wanted_routes = router_ns.wanted_routes(router, state, gw_index)
+            self._found(key, routes.converge(rtr, wanted_routes, mine=routes.not_the_kernels, read=not fresh))
+            if full and not fresh:
+                internal = {i for n, i in indexes.items() if n.startswith(names.ROUTER_IFACE)}
+                routes.drop_stale_neighbours(rtr, internal, router_ns.known_neighbours(state))
         return ns
 
     def _ensure_leg(
@@ -810,65 +850,18 @@ class LinuxDataplane:
         rtr.link("set", index=idx[0], address=port["mac_address"], mtu=network["mtu"], state="up")
         self._configure_addresses(rtr, idx[0], port, extra)
 
-    @staticmethod
-    def _gateway_routes(rtr: IPRoute, gw_port: dict[str, Any], state: DesiredState) -> None:
-        idx = rtr.link_lookup(ifname=names.router_gw(gw_port["id"]))[0]
-        for f in gw_port["fixed_ips"]:
-            subnet = state["subnets"].get(f["subnet_id"])
-            if subnet and subnet["gateway_ip"]:
-                family = socket.AF_INET6 if subnet["ip_version"] == 6 else socket.AF_INET
-                dst = "::/0" if family == socket.AF_INET6 else "0.0.0.0/0"
-                try:
-                    rtr.route("replace", dst=dst, gateway=subnet["gateway_ip"], oif=idx, family=family)
-                except NetlinkError as exc:
-                    log.warning("router gateway route via %s: %s", subnet["gateway_ip"], exc)
-
-    def _nat(self, ns: str, router: dict[str, Any], state: DesiredState) -> None:
-        """The router's NAT: forwards, hairpin, per-network SNAT addresses, outbound SNAT."""
-        gw = router["gateway"]
-        gw_port = router["ports"].get(gw["port_id"]) if gw else None
-        gw_if = names.router_gw(gw_port["id"]) if gw_port else None
-        structures = {}
-        for version in (4, 6):
-            internal_by_net: dict[str, list[str]] = {}
-            for pid, p in router["ports"].items():
-                if gw_port and pid == gw_port["id"]:
-                    continue
-                for f in p["fixed_ips"]:
-                    subnet = state["subnets"].get(f["subnet_id"])
-                    if subnet and subnet["ip_version"] == version:
-                        internal_by_net.setdefault(p["network_id"], []).append(subnet["cidr"])
-            internal = tuple(sorted({c for cidrs in internal_by_net.values() for c in cidrs}))
-            key = f"ipv{version}.nat.address"
-            snat = tuple(
-                (tuple(sorted(internal_by_net[nid])), addrs[key])
-                for nid, addrs in sorted(router.get("nat_addresses", {}).items())
-                if addrs.get(key) and nid in internal_by_net
-            )
-            external = [f["ip_address"] for f in (gw_port or {}).get("fixed_ips", [])
-                        if ipaddress.ip_address(f["ip_address"]).version == version]  # fmt: skip
-            # Neutron does not NAT IPv6 by default: only an explicit ipv6.nat.address source-NATs it.
-            default = external[0] if version == 4 and router["enable_snat"] and external else None
-            if not router["enable_snat"]:
-                snat = ()
-            structures[version] = nat.Structure(version, gw_if, internal, snat, default)
-        self.nat.apply(ns, structures, router.get("forwards", []))
-
-    @staticmethod
-    def _gateway_extras(router: dict[str, Any]) -> list[tuple[str, int]]:
-        """Listen and SNAT addresses the router answers ARP/NDP for on its external leg."""
-        addresses = {f["listen_address"] for f in router.get("forwards", [])}
-        for addrs in router.get("nat_addresses", {}).values():
-            addresses.update(addrs.values())
-        return sorted((a, 32 if ipaddress.ip_address(a).version == 4 else 128) for a in addresses)
-
     # -- garbage ------------------------------------------------------------------------------
 
-    def _collect(self, host: IPRoute, wanted: set[str], uplinks: set[str], namespaces: set[str]) -> None:
-        """Remove cloudnet's own devices and router/metadata namespaces that nothing wants any more."""
+    def _collect(
+        self, host: IPRoute, wanted: set[str], uplinks: set[str], namespaces: set[str], report: bool = False
+    ) -> None:
+        """Remove cloudnet's own devices and router/metadata namespaces that nothing wants any more. `report`: what
+        a full pass removes is a difference (incremental passes collect what just went away)."""
+        found = self._differences if report else []
         for msg in host.get_links():
             name = _ifname(msg)
             if names.is_ours(name) and name not in wanted:
+                found.append({"object": "garbage", "difference": f"leftover device {name}"})
                 try:
                     host.link("del", index=msg["index"])
                 except NetlinkError as exc:  # its veth peer went first
@@ -884,12 +877,14 @@ class LinuxDataplane:
                     os.close(fd)
         for ns in netns.names(self.router_prefix) + netns.names(self.metadata_prefix):
             if ns not in namespaces:
+                found.append({"object": "garbage", "difference": f"leftover namespace {ns}"})
                 netns.remove(ns)
                 self.nat.forget(ns)
         # Namespaces cloudnet provided: of instances gone, of parked devices taken or gone. (What runs in one
         # keeps it alive; only its name goes.)
         for ns in netns.names(self.managed_prefix):
             if ns not in namespaces:
+                found.append({"object": "garbage", "difference": f"leftover namespace {ns}"})
                 netns.remove(ns)
         netns.remove(self.park_ns)
 

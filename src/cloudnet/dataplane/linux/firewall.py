@@ -86,18 +86,6 @@ def _ident(object_id: str) -> str:
         return "x" + hashlib.sha256(object_id.encode()).hexdigest()[:40]
 
 
-def _port_print(port: dict[str, Any]) -> tuple[Any, ...]:
-    pairs = tuple((p.get("ip_address"), p.get("mac_address")) for p in port.get("allowed_address_pairs") or [])
-    return (port.get("port_security_enabled", True), port.get("mac_address"), port.get("network_id"),
-            tuple(f.get("ip_address") for f in port.get("fixed_ips", [])), pairs,
-            tuple(port.get("security_groups") or ()))  # fmt: skip
-
-
-def _group_print(group: dict[str, Any]) -> tuple[Any, ...]:
-    rules = tuple(tuple(sorted((k, str(v)) for k, v in r.items() if k != "id")) for r in group.get("rules") or [])
-    return group.get("id"), group.get("stateful", True), rules
-
-
 def _step_key(key: str) -> str:
     kind, _, ident = key.partition(":")
     return STEP_KEYS[kind] + ident
@@ -116,6 +104,8 @@ class NftFirewall:
         self._pending: set[str] = set()  # ports whose connections are still to be judged again
         self._numbers = {kind: Numbers() for kind in ("port", "group", "remote", "pair", "zone")}
         self._zones_read = False
+        self._generation = -1  # the namespace's ruleset generation right after our last transaction
+        self.drift: list[str] = []  # what the last pass found changed behind its back (and rewrote)
         self._keys: list[str] = ["firewall"]
 
     def enforced(self, port_id: str) -> bool:
@@ -141,6 +131,7 @@ class NftFirewall:
 
     def _apply(self, state: dict[str, Any], steps: Steps, full: bool, candidates: dict[str, Any]) -> dict[str, str]:
         failures: dict[str, str] = {}
+        self.drift = []
         policy = self._policy_of(state, steps, candidates, failures)
         if policy.ports and (full or self._applied is None):
             self._check_br_netfilter()
@@ -178,7 +169,8 @@ class NftFirewall:
             return security.HostPolicy({}, {pid: p["network_id"] for pid, p in candidates.items()}, {}, {})
         for pid, raw in candidates.items():
             try:
-                parsed = self._parse(steps, f"firewall:{pid}", _port_print(raw), lambda r=raw: security.parse_port(r))
+                parsed = self._parse(steps, f"firewall:{pid}", security.port_fingerprint(raw),
+                                     lambda r=raw: security.parse_port(r))  # fmt: skip
             except _Kept as kept:
                 failures[pid] = kept.reason
                 if kept.value is NOTHING:
@@ -196,7 +188,7 @@ class NftFirewall:
                 groups[gid] = security.Group(gid, True, ())
                 continue
             try:
-                groups[gid] = self._parse(steps, f"security-group:{gid}", _group_print(raw),
+                groups[gid] = self._parse(steps, f"security-group:{gid}", security.group_fingerprint(raw),
                                           lambda r=raw: security.parse_group(r))  # fmt: skip
             except _Kept as kept:
                 if kept.value is not NOTHING:
@@ -298,14 +290,12 @@ class NftFirewall:
             if not script:
                 return {}
             try:
-                nft.run(self.ns, script)
-                self._applied = target
+                self._commit(script, target)
                 return {}
             except nft.NftError as exc:
                 log.warning("firewall change refused (%s); writing the tables whole", exc)
         try:
-            nft.run(self.ns, fw_script.whole(target))
-            self._applied = target
+            self._commit(fw_script.whole(target), target)
             return {}
         except nft.NftError as exc:
             whole_error = exc
@@ -319,8 +309,7 @@ class NftFirewall:
         if not bad:
             raise whole_error
         kept_parts = self._without(target, bad)
-        nft.run(self.ns, fw_script.whole(kept_parts))
-        self._applied = kept_parts
+        self._commit(fw_script.whole(kept_parts), kept_parts)
         return bad
 
     def _without(self, parts: dict[str, Part], bad: Mapping[str, str]) -> dict[str, Part]:
@@ -331,8 +320,15 @@ class NftFirewall:
         out.update({k: self._applied[k] for k in bad if self._applied is not None and k in self._applied})
         return out
 
+    def _commit(self, script: str, parts: dict[str, Part]) -> None:
+        _before, self._generation = nft.commit(self.ns, script)
+        self._applied = parts
+
     def _verify(self) -> None:
-        """Does the kernel still hold the port maps as applied? If not, the tables are written whole."""
+        """Does the kernel still hold the port maps as applied? If not, the tables are written whole. (Nothing
+        committed in the namespace since our last transaction: nothing to look at.)"""
+        if nft.generation(self.ns) == self._generation:
+            return
         want = {e for p in (self._applied or {}).values() for e in p.elements if e[1] in ("ports", "unfiltered")}
         try:
             have = {("bridge", "ports", f'"{k}" : {v}') for k, v in fw_script.listed(self.ns, "map bridge", "ports")}
@@ -340,7 +336,7 @@ class NftFirewall:
         except nft.NftError:
             have = set()
         if have != want:
-            log.warning("the firewall tables are not as applied; writing them whole")
+            self.drift.append("nftables tables bridge/inet cloudnet not as applied: written whole")
             self._applied = None
 
     def _read_zones(self) -> None:

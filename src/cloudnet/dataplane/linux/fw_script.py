@@ -55,9 +55,10 @@ def diff(old: Mapping[str, Part], new: Mapping[str, Part]) -> str:
 
 
 def listed(namespace: str, what: str, name: str) -> list[Any]:
-    """The elements of a set or map of ours (`what`: "map bridge", "set inet", ...), as nft's JSON gives them."""
+    """The elements of a set or map of ours (`what`: "map bridge", "set inet", ...), as nft's JSON gives them
+    (none when the table is not there)."""
     kind, family = what.split()
-    answer = nft.list_json(namespace, f"list {kind} {family} {TABLE} {name}")
+    answer = nft.listing(namespace, f"list {kind} {family} {TABLE} {name}") or {}
     for item in answer.get("nftables", []):
         if kind in item:
             return list(item[kind].get("elem", []))

@@ -7,7 +7,15 @@ never touches anybody else's devices. Namespaces carry the `cloudnet-` prefix.
 from __future__ import annotations
 
 import hashlib
-import uuid
+
+# The namespaces cloudnet provides and reserves are named in a module shared with the control plane.
+from cloudnet.namespaces import (  # noqa: F401
+    MANAGED_NS_PREFIX,
+    RESERVED_NS_PREFIX,
+    is_managed_ns,
+    managed_ns_prefix,
+    new_managed_ns,
+)
 
 IFNAMSIZ = 15
 BRIDGE = "cnb-"  # a network's bridge, in the host namespace
@@ -24,10 +32,6 @@ HOST_NS_PREFIX = "cloudnet-host-"
 ROUTER_NS_PREFIX = "cloudnet-router-"
 METADATA_NS_PREFIX = "cloudnet-meta-"
 PARK_NS_PREFIX = "cloudnet-park-"  # (the shared holding namespace of earlier versions: removed when found)
-# Namespaces cloudnet provides: an instance's, when its create named none, and each parked pool device's own
-# (handed to the instance that claims the port). The name is chosen once, at random, and never reused.
-MANAGED_NS_PREFIX = "cloudnet-ns-"
-RESERVED_NS_PREFIX = "cloudnet-"  # callers may not name their namespaces so
 
 
 def _short(resource_id: str, prefix: str) -> str:
@@ -95,20 +99,6 @@ def metadata_ns(host: str, network_id: str) -> str:
 def park_ns(host: str) -> str:
     """The shared holding namespace earlier versions parked pool devices in (now one namespace per device)."""
     return f"{PARK_NS_PREFIX}{hashlib.sha1(host.encode()).hexdigest()[:6]}"
-
-
-def managed_ns_prefix(host: str) -> str:
-    # Per host, like routers: two agents on one machine never collect each other's namespaces.
-    return f"{MANAGED_NS_PREFIX}{hashlib.sha1(host.encode()).hexdigest()[:6]}-"
-
-
-def new_managed_ns(host: str) -> str:
-    """A fresh name for a namespace cloudnet provides on `host`."""
-    return managed_ns_prefix(host) + uuid.uuid4().hex
-
-
-def is_managed_ns(host: str, name: str) -> bool:
-    return name.startswith(managed_ns_prefix(host))
 
 
 def is_ours(ifname: str) -> bool:

@@ -1,212 +1,213 @@
-"""A router's NAT in nftables: forwards (DNAT through maps), hairpin, and outbound SNAT.
+"""A router's NAT in nftables, converged to what the desired state implies (nat_plan) so that no pass can fail
+on what the kernel already holds, and no leftover outlives a pass that looks.
 
-Lookups go through concatenated `daddr . dport` maps, so a new connection costs the same whatever
-the number of forwards. The table's rules change rarely; its map elements change with every forward.
-The driver keeps what it last applied (a shadow) per namespace: a forward change becomes a handful of
-`add element`/`delete element` commands in one transaction, never a rewrite of everything, and never
-an `nft list` on the way.
+What was applied is kept per namespace (the shadow), with the ruleset generation the kernel was at right after:
+every commit in a namespace increments it, so an unchanged generation proves that nobody changed anything since.
+A pass that finds it unchanged sends only the difference from the shadow (a forward change is a few element
+commands in one transaction, whatever the number of forwards). Otherwise (a namespace seen for the first time
+since the agent started, a failed transaction, a commit by someone else, a check asked for) the tables are read
+back and the exact difference is applied: foreign or missing elements and values, and a table whose chains,
+rules or maps differ in any way is rewritten whole. If even that fails, both of cloudnet's tables are rewritten
+whole, atomically. Tables other than cloudnet's are none of its business.
 """
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Iterable
-from dataclasses import dataclass
+import logging
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
-from cloudnet.dataplane.linux import nft
+from cloudnet.dataplane.linux import nft, nft_state
+from cloudnet.dataplane.linux.nat_plan import (
+    FAMILIES,
+    TABLE,
+    Elements,
+    Structure,
+    element_commands,
+    forward_elements,
+    map_names,
+    merge,
+)
 
-TABLE = "cloudnet"
-FAMILIES = {4: ("ip", "ipv4_addr"), 6: ("ip6", "ipv6_addr")}
-PROTOCOLS = ("tcp", "udp")
-
-
-def _ranges(text: str) -> list[tuple[int, int]]:
-    out = []
-    for part in text.split(","):
-        if part:
-            lo, _, hi = part.partition("-")
-            out.append((int(lo), int(hi or lo)))
-    return out
-
-
-def _ports(ranges: Iterable[tuple[int, int]]) -> list[int]:
-    return [p for lo, hi in ranges for p in range(lo, hi + 1)]
+log = logging.getLogger(__name__)
+SHOWN = 10  # elements named per map and kind of difference (the rest are counted)
+ForwardKey = tuple[str, int]  # (id, revision_number)
 
 
-def _span(lo: int, hi: int) -> str:
-    return str(lo) if lo == hi else f"{lo}-{hi}"
+@dataclass
+class _Shadow:
+    identity: tuple[int, int]  # the namespace file's (st_dev, st_ino): a namespace remade under its name differs
+    generation: int | None  # the ruleset generation after cloudnet's last commit (None: not known to be ours)
+    structures: dict[int, Structure] = field(default_factory=dict)
+    elements: dict[int, Elements] = field(default_factory=lambda: {4: {}, 6: {}})
 
 
-Elements = dict[str, set[str]]  # map name -> element texts
-
-
-def forward_elements(fwd: dict[str, Any]) -> tuple[int, Elements]:
-    """The map elements of one forward (and its IP version), with LXD's range compression:
-    consecutive listen ports become one interval when they all go to one target port, or when no
-    target port is given (ports kept); index-wise mappings are one element a port. Single ports go to
-    hash maps (O(1) to change whatever their number); only true ranges need interval maps."""
-    listen = fwd["listen_address"]
-    version = ipaddress.ip_address(listen).version
-    els: Elements = {}
-
-    def add(name: str, lo: int, hi: int, value: str) -> None:
-        key = f"{name}_range" if lo != hi else name
-        els.setdefault(key, set()).add(f"{listen} . {_span(lo, hi)} : {value}")
-
-    default = (fwd.get("config") or {}).get("target_address")
-    if default:
-        els.setdefault("fwd_default", set()).add(f"{listen} : {default}")
-    for port in fwd.get("ports") or []:
-        proto, target = port["protocol"], port["target_address"]
-        listen_ranges = _ranges(port["listen_port"])
-        target_ports = _ports(_ranges(port["target_port"])) if port.get("target_port") else None
-        if target_ports is None:
-            for lo, hi in listen_ranges:
-                add(f"fwd_keep_{proto}", lo, hi, target)
-        elif len(target_ports) == 1:
-            for lo, hi in listen_ranges:
-                add(f"fwd_{proto}", lo, hi, f"{target} . {target_ports[0]}")
-        else:
-            for p, tp in zip(_ports(listen_ranges), target_ports, strict=True):
-                add(f"fwd_{proto}", p, p, f"{target} . {tp}")
-    return version, els
-
-
-@dataclass(frozen=True)
-class Structure:
-    """What the table's chains say (everything but map elements)."""
-
-    version: int
-    gateway_if: str | None
-    internal: tuple[str, ...]  # CIDRs behind the router
-    snat: tuple[tuple[tuple[str, ...], str], ...]  # (source CIDRs, address), most specific first
-    default_snat: str | None  # the router's external address
-
-    def render(self) -> str:
-        addr_type = FAMILIES[self.version][1]
-        ipk = "ip" if self.version == 4 else "ip6"
-        lines = []
-        for proto in PROTOCOLS:
-            for name, value in ((f"fwd_{proto}", f"{addr_type} . inet_service"), (f"fwd_keep_{proto}", addr_type)):
-                lines.append(f"    map {name} {{ type {addr_type} . inet_service : {value}; }}")
-                lines.append(f"    map {name}_range {{ type {addr_type} . inet_service : {value}; flags interval; }}")
-        lines.append(f"    map fwd_default {{ type {addr_type} : {addr_type}; }}")
-        dnat = [
-            f"        dnat {ipk} to {ipk} daddr . {proto} dport map @{name}"
-            for proto in PROTOCOLS
-            for name in (f"fwd_{proto}", f"fwd_{proto}_range", f"fwd_keep_{proto}", f"fwd_keep_{proto}_range")
-        ]
-        dnat.append(f"        dnat {ipk} to {ipk} daddr map @fwd_default")  # after the port-specific ones
-        rules = "\n".join(dnat)
-        lines.append(_chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;", rules))
-        lines.append(_chain("output", "type nat hook output priority -100; policy accept;", rules))
-        post = []
-        gw = self.gateway_if or "-"
-        if self.internal:
-            inside = ", ".join(self.internal)
-            # Hairpin: an instance reaching a forward of its own network (the target included) must see
-            # the reply come back through the router, so such connections are masqueraded.
-            post.append(f'        ct status dnat {ipk} saddr {{ {inside} }} oifname != "{gw}" masquerade')
-        if self.gateway_if:
-            for sources, address in self.snat:
-                post.append(f'        oifname "{gw}" {ipk} saddr {{ {", ".join(sources)} }} snat {ipk} to {address}')
-            if self.default_snat and self.internal:
-                inside = ", ".join(self.internal)
-                post.append(f'        oifname "{gw}" {ipk} saddr {{ {inside} }} snat {ipk} to {self.default_snat}')
-        lines.append(
-            _chain("postrouting", "type nat hook postrouting priority srcnat; policy accept;", "\n".join(post))
-        )
-        return "\n".join(lines)
-
-
-def _chain(name: str, hook: str, body: str) -> str:
-    return f"    chain {name} {{\n        {hook}\n{body}\n    }}"
+def _identity(namespace: str) -> tuple[int, int]:
+    st = os.stat(f"/run/netns/{namespace}")
+    return st.st_dev, st.st_ino
 
 
 class NatTables:
-    """Applies router NAT per namespace, incrementally against what it applied before.
-
-    The shadow is kept per forward (id and revision), so a change costs the elements of the forwards
-    that changed, not a pass over all of them.
-    """
+    """Applies router NAT per namespace. The elements of each forward are computed once per revision of it, so a
+    change costs the elements of the forwards that changed, not a pass over all of them."""
 
     def __init__(self) -> None:
-        self._structures: dict[tuple[str, int], Structure] = {}
-        # namespace -> forward key -> (version, elements)
-        self._forwards: dict[str, dict[tuple[str, int], tuple[int, Elements]]] = {}
+        self._shadows: dict[str, _Shadow] = {}
+        self._forwards: dict[str, dict[ForwardKey, tuple[int, Elements]]] = {}
+        self._empty: set[str] = set()  # namespaces just made: nothing to read back
 
-    def forget(self, namespace: str) -> None:
+    def forget(self, namespace: str, *, new: bool = False) -> None:
+        """Drop what is known of the namespace; `new`: it was just made, so it holds no tables at all."""
         nft.forget(namespace)
+        self._shadows.pop(namespace, None)
         self._forwards.pop(namespace, None)
-        for key in [k for k in self._structures if k[0] == namespace]:
-            del self._structures[key]
+        self._empty.discard(namespace)
+        if new:
+            self._empty.add(namespace)
 
-    def apply(self, namespace: str, structures: dict[int, Structure], forwards: list[dict[str, Any]]) -> int:
-        """Converge both families' tables; returns how many map elements were added or deleted."""
-        applied = self._forwards.get(namespace, {})
-        wanted_keys = {(f["id"], f["revision_number"]): f for f in forwards}
-        rebuild = [v for v in (4, 6) if self._structures.get((namespace, v)) != structures[v]]
-        if rebuild:  # chains changed: replace those tables whole, with all their elements
-            elements = {k: applied[k] if k in applied else forward_elements(f) for k, f in wanted_keys.items()}
-            script = []
-            for version in rebuild:
-                family = FAMILIES[version][0]
-                script += [f"table {family} {TABLE} {{}}", f"delete table {family} {TABLE}",
-                           f"table {family} {TABLE} {{\n{structures[version].render()}\n}}"]  # fmt: skip
-                merged: Elements = {}
-                for v, els in elements.values():
-                    if v == version:
-                        for name, values in els.items():
-                            merged.setdefault(name, set()).update(values)
-                script += [_element_cmd("add", family, n, vals) for n, vals in sorted(merged.items()) if vals]
-            # Forwards of families whose tables stay must still be diffed below.
-            kept = {k: e for k, e in elements.items() if e[0] not in rebuild}
-            applied = {k: e for k, e in applied.items() if e[0] not in rebuild and k in kept}
-            changes = self._diff_commands(applied, kept)
-            nft.run(namespace, "\n".join(script + changes[0]) + "\n")
-            for version in rebuild:
-                self._structures[(namespace, version)] = structures[version]
-            self._forwards[namespace] = elements
-            return changes[1] + sum(len(vals) for v, els in elements.values() if v in rebuild for vals in els.values())
-        new = {k: forward_elements(f) for k, f in wanted_keys.items() if k not in applied}
-        target = {k: applied[k] if k in applied else new[k] for k in wanted_keys}
-        commands, count = self._diff_commands(applied, target)
+    def apply(
+        self, namespace: str, structures: dict[int, Structure], forwards: list[dict[str, Any]], *, check: bool = False
+    ) -> list[str]:
+        """Converge both IP versions' tables. Returns how the kernel differed from what it should have held
+        (repaired by now); `check` reads it back even when the generation says nothing changed."""
+        known = self._forwards.get(namespace, {})
+        wanted = {(f["id"], f["revision_number"]): f for f in forwards}
+        mine = {k: known[k] if k in known else forward_elements(f) for k, f in wanted.items()}
+        shadow = self._trusted(namespace, check)
+        found: list[str] = []
+        if shadow is not None:
+            try:
+                self._apply_difference(namespace, shadow, structures, known, mine)
+                self._forwards[namespace] = mine
+                return []
+            except nft.NftError as exc:
+                log.warning("NAT of %s: a transaction failed (%s); reading the kernel back", namespace, exc)
+                found.append(f"the kernel refused a change ({_first_line(exc)}): it held something else")
+        desired = {v: merge(els for ver, els in mine.values() if ver == v) for v in (4, 6)}
+        found += self._converge(namespace, structures, desired)
+        self._forwards[namespace] = mine
+        return found
+
+    def _trusted(self, namespace: str, check: bool) -> _Shadow | None:
+        """The shadow, if the kernel provably still holds it; else None (read it back)."""
+        if namespace in self._empty:
+            self._empty.discard(namespace)
+            self._shadows[namespace] = _Shadow(_identity(namespace), nft.generation(namespace))
+        shadow = self._shadows.get(namespace)
+        if shadow is None or check or shadow.generation is None or shadow.identity != _identity(namespace):
+            return None
+        return shadow if nft.generation(namespace) == shadow.generation else None
+
+    def _commit(self, namespace: str, commands: list[str], expected: int | None) -> int | None:
+        """One transaction; the generation after it if it was the only commit since the generation `expected`
+        (the one the caller based its commands on), else None."""
+        before, after = nft.commit(namespace, "\n".join(commands) + "\n")
+        return after if before == expected and after == before + 1 else None
+
+    def _apply_difference(
+        self, namespace: str, shadow: _Shadow, structures: dict[int, Structure],
+        known: dict[ForwardKey, tuple[int, Elements]], mine: dict[ForwardKey, tuple[int, Elements]],
+    ) -> None:  # fmt: skip
+        commands: list[str] = []
+        for version, structure in structures.items():
+            if shadow.structures.get(version) != structure:
+                commands += structure.rewrite_chains()
+        gone: dict[tuple[int, str], dict[str, str]] = {}
+        new: dict[tuple[int, str], dict[str, str]] = {}
+        for key in known.keys() - mine.keys():
+            version, els = known[key]
+            for name, items in els.items():
+                gone.setdefault((version, name), {}).update(items)
+        for key in mine.keys() - known.keys():
+            version, els = mine[key]
+            for name, items in els.items():
+                new.setdefault((version, name), {}).update(items)
+        for version, name in sorted(gone.keys() | new.keys()):
+            old, add = gone.get((version, name), {}), new.get((version, name), {})
+            same = {k for k in old.keys() & add.keys() if old[k] == add[k]}  # (a forward changed elsewhere)
+            family = FAMILIES[version][0]
+            commands += element_commands("delete", family, name, {k: v for k, v in old.items() if k not in same})
+            commands += element_commands("add", family, name, {k: v for k, v in add.items() if k not in same})
         if commands:
-            nft.run(namespace, "\n".join(commands) + "\n")
-        self._forwards[namespace] = target
-        return count
+            expected, shadow.generation = shadow.generation, None  # until the commit is known to be the only one
+            shadow.generation = self._commit(namespace, commands, expected)
+        shadow.structures = dict(structures)
+        for (version, name), items in gone.items():
+            current = shadow.elements[version].setdefault(name, {})
+            for k in items:
+                current.pop(k, None)
+        for (version, name), items in new.items():
+            shadow.elements[version].setdefault(name, {}).update(items)
 
-    @staticmethod
-    def _diff_commands(
-        before: dict[tuple[str, int], tuple[int, Elements]], after: dict[tuple[str, int], tuple[int, Elements]]
-    ) -> tuple[list[str], int]:
-        """delete/add element commands for forwards that went away or appeared (a changed forward is both)."""
-        gone: dict[tuple[int, str], set[str]] = {}
-        added: dict[tuple[int, str], set[str]] = {}
-        for key in before.keys() - after.keys():
-            version, els = before[key]
-            for name, values in els.items():
-                gone.setdefault((version, name), set()).update(values)
-        for key in after.keys() - before.keys():
-            version, els = after[key]
-            for name, values in els.items():
-                added.setdefault((version, name), set()).update(values)
-        commands = []
-        count = 0
-        for (version, name), values in sorted(gone.items()):
-            values = values - added.get((version, name), set())
-            if values:
-                commands.append(_element_cmd("delete", FAMILIES[version][0], name, values, keys_only=True))
-                count += len(values)
-        for (version, name), values in sorted(added.items()):
-            values = values - gone.get((version, name), set())
-            if values:
-                commands.append(_element_cmd("add", FAMILIES[version][0], name, values))
-                count += len(values)
-        return commands, count
+    def _converge(self, namespace: str, structures: dict[int, Structure], desired: dict[int, Elements]) -> list[str]:
+        """Read both tables back, apply the exact difference (a table that differs but for elements is rewritten
+        whole); if that transaction fails, rewrite both. Returns the differences found."""
+        before = nft.generation(namespace)
+        found: list[str] = []
+        commands: list[str] = []
+        for version, structure in structures.items():
+            family = structure.family
+            have = nft_state.read(namespace, family)
+            want = nft_state.expected(family, structure.render())
+            wrong = ["missing"] if have is None else nft_state.differences(have, want)
+            if have is None or wrong:
+                found += [f"table {family} {TABLE}: {w}" for w in wrong]
+                commands += _rewrite(structure, desired[version])
+                continue
+            for name in map_names():
+                changes, described = _element_difference(have.elements.get(name, {}), desired[version].get(name, {}))
+                found += [f"{family} {TABLE} map {name}: {d}" for d in described]
+                commands += element_commands("delete", family, name, changes[0])
+                commands += element_commands("add", family, name, changes[1])
+        generation: int | None = before
+        if commands:
+            try:
+                generation = self._commit(namespace, commands, before)
+            except nft.NftError as exc:
+                log.warning("NAT of %s: repair failed (%s); rewriting cloudnet's tables", namespace, exc)
+                found.append(f"repairing failed ({_first_line(exc)}): tables rewritten whole")
+                rewrite = [c for version, s in structures.items() for c in _rewrite(s, desired[version])]
+                generation = nft.commit(namespace, "\n".join(rewrite) + "\n")[1]  # whatever it held: replaced whole
+        elif nft.generation(namespace) != before:
+            generation = None  # something was committed while reading: look again next time
+        held = {v: {n: dict(items) for n, items in e.items()} for v, e in desired.items()}
+        self._shadows[namespace] = _Shadow(_identity(namespace), generation, dict(structures), held)
+        if found:
+            log.warning("NAT of %s differed from the desired state (repaired): %s", namespace, "; ".join(found[:20]))
+        return found
 
 
-def _element_cmd(verb: str, family: str, name: str, values: Iterable[str], keys_only: bool = False) -> str:
-    items = sorted(v.split(" : ")[0] if keys_only else v for v in values)
-    return f"{verb} element {family} {TABLE} {name} {{ {', '.join(items)} }}"
+def _rewrite(structure: Structure, elements: Elements) -> list[str]:
+    """Commands replacing the table whole, with its elements, in the transaction they are part of."""
+    family = structure.family
+    commands = [f"table {family} {TABLE} {{}}", f"delete table {family} {TABLE}",
+                f"table {family} {TABLE} {{\n{structure.render()}\n}}"]  # fmt: skip
+    for name, items in sorted(elements.items()):
+        commands += element_commands("add", family, name, items)
+    return commands
+
+
+def _element_difference(
+    kernel: dict[str, str], wanted: dict[str, str]
+) -> tuple[tuple[dict[str, str], dict[str, str]], list[str]]:
+    """((elements to delete, elements to add), what differed) between a map as the kernel holds it and as wanted."""
+    stale = {k: kernel[k] for k in kernel.keys() - wanted.keys()}
+    missing = {k: wanted[k] for k in wanted.keys() - kernel.keys()}
+    changed = {k for k in kernel.keys() & wanted.keys() if kernel[k] != wanted[k]}
+    described = []
+    for label, items in (("stale", stale), ("missing", missing)):
+        if items:
+            shown = ", ".join(f"{k} : {items[k]}" for k in sorted(items)[:SHOWN])
+            more = f" and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+            described.append(f"{len(items)} {label} element(s): {shown}{more}")
+    if changed:
+        shown = ", ".join(f"{k} : {kernel[k]} (not {wanted[k]})" for k in sorted(changed)[:SHOWN])
+        described.append(f"{len(changed)} element(s) with another value: {shown}")
+    delete = {**stale, **{k: kernel[k] for k in changed}}
+    add = {**missing, **{k: wanted[k] for k in changed}}
+    return (delete, add), described
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,4 +1,5 @@
-"""Just enough HTTP/1.1 for the metadata proxy: read a whole request or response from a stream, write one.
+"""Just enough HTTP/1.1 for the metadata proxy and the metadata API (a protocol module both sides share): read a
+whole request or response from a stream, write one.
 
 Neutron's agent read a request with one `recv(4096)`, so larger heads or bodies were cut short. Here heads are
 read up to their blank line (bounded), bodies by Content-Length or chunked encoding (bounded), and anything

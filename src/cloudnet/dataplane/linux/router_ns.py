@@ -1,0 +1,77 @@
+"""What a router's namespace must hold besides its legs, computed from the desired state alone: the NAT tables'
+structure (nat_plan), the addresses its gateway leg answers for, its routes, and the neighbours it may know."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from cloudnet.dataplane.base import DesiredState
+from cloudnet.dataplane.linux import names, routes
+from cloudnet.dataplane.linux.nat_plan import Structure
+
+
+def gateway_port(router: dict[str, Any]) -> dict[str, Any] | None:
+    gw = router["gateway"]
+    return router["ports"].get(gw["port_id"]) if gw else None
+
+
+def nat_structures(router: dict[str, Any], state: DesiredState) -> dict[int, Structure]:
+    """The router's NAT per IP version: forwards, hairpin, per-network SNAT addresses, outbound SNAT."""
+    gw_port = gateway_port(router)
+    gw_if = names.router_gw(gw_port["id"]) if gw_port else None
+    structures = {}
+    for version in (4, 6):
+        internal_by_net: dict[str, list[str]] = {}
+        for pid, p in router["ports"].items():
+            if gw_port and pid == gw_port["id"]:
+                continue
+            for f in p["fixed_ips"]:
+                subnet = state["subnets"].get(f["subnet_id"])
+                if subnet and subnet["ip_version"] == version:
+                    internal_by_net.setdefault(p["network_id"], []).append(subnet["cidr"])
+        internal = tuple(sorted({c for cidrs in internal_by_net.values() for c in cidrs}))
+        key = f"ipv{version}.nat.address"
+        snat = tuple(
+            (tuple(sorted(internal_by_net[nid])), addrs[key])
+            for nid, addrs in sorted(router.get("nat_addresses", {}).items())
+            if addrs.get(key) and nid in internal_by_net
+        )
+        external = [f["ip_address"] for f in (gw_port or {}).get("fixed_ips", [])
+                    if ipaddress.ip_address(f["ip_address"]).version == version]  # fmt: skip
+        # Neutron does not NAT IPv6 by default: only an explicit ipv6.nat.address source-NATs it.
+        default = external[0] if version == 4 and router["enable_snat"] and external else None
+        if not router["enable_snat"]:
+            snat = ()
+        structures[version] = Structure(version, gw_if, internal, snat, default)
+    return structures
+
+
+def gateway_extras(router: dict[str, Any]) -> list[tuple[str, int]]:
+    """Listen and SNAT addresses the router answers ARP/NDP for on its external leg."""
+    addresses = {f["listen_address"] for f in router.get("forwards", [])}
+    for addrs in router.get("nat_addresses", {}).values():
+        addresses.update(addrs.values())
+    return sorted((a, 32 if ipaddress.ip_address(a).version == 4 else 128) for a in addresses)
+
+
+def wanted_routes(router: dict[str, Any], state: DesiredState, gw_index: int | None) -> list[routes.Route]:
+    """The router's default routes: through its gateway leg to the gateway of each of its external subnets."""
+    gw_port = gateway_port(router)
+    if gw_port is None or gw_index is None:
+        return []
+    out = {}
+    for f in gw_port["fixed_ips"]:
+        subnet = state["subnets"].get(f["subnet_id"])
+        if subnet and subnet["gateway_ip"]:
+            default = "::/0" if subnet["ip_version"] == 6 else "0.0.0.0/0"
+            out[default] = routes.route(default, subnet["gateway_ip"], gw_index)  # (the last wins, as before)
+    return list(out.values())
+
+
+def known_neighbours(state: DesiredState) -> dict[str, str]:
+    """Address -> MAC of every port this host plumbs: the only neighbours a router's internal legs can have."""
+    ports = list(state["ports"].values()) + list(state.get("pool_ports", {}).values())
+    ports += [n["metadata_port"] for n in state["networks"].values() if n.get("metadata_port")]
+    ports += [p for r in state["routers"] for p in r["ports"].values()]
+    return {str(ipaddress.ip_address(f["ip_address"])): p["mac_address"] for p in ports for f in p["fixed_ips"]}

@@ -1,0 +1,283 @@
+"""A forward and a SNAT address live as long as their network, and keep what they use (services/forward_deps.py).
+
+As LXD does: the network's deletion takes them along (test_forwards.py), while taking away what they use is
+refused, 409 with the reason, and changes nothing: the router link (interface, gateway; as Neutron refuses for
+floating IPs), the uplink's `cloudnet:routes` and subnets their address is in (LXD's validateRoutes), the
+subnets their targets are in (LXD's OVN network validation). Network, broadcast and gateway addresses of an
+uplink subnet are never listen or SNAT addresses (400). Every case for IPv4 and IPv6.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.test_forwards import Site, attach, build_site, detach, error, post, revision, url
+from tests.support.api import create
+
+Json = dict[str, Any]
+
+
+def put_config(api: httpx.Client, network_id: str, config: Json) -> httpx.Response:
+    return api.put(f"/networks/{network_id}", json={"network": {"config": config}})
+
+
+def state(api: httpx.Client) -> Json:
+    """What a refused request must leave as it was: the revision, and everything the API shows."""
+    out: Json = {"revision": revision(api)}
+    for collection in ("networks", "subnets", "routers", "ports"):
+        out[collection] = sorted(api.get(f"/{collection}").json()[collection], key=lambda o: o["id"])
+    out["forwards"] = {n["id"]: api.get(url(n["id"])).json()["forwards"] for n in out["networks"]}
+    return out
+
+
+def refused(api: httpx.Client, r: httpx.Response, before: Json, type_: str, *fragments: str) -> None:
+    error(r, 409, *fragments)
+    assert r.json()["NeutronError"]["type"] == type_
+    assert state(api) == before
+
+
+@pytest.fixture
+def site(api: httpx.Client) -> Site:
+    return build_site(api)
+
+
+def subnet_of(site: Site, name: str, version: int) -> Json:
+    return next(s for s in site.subnets[name] if s["ip_version"] == version)
+
+
+def remove(site: Site, subnet: Json) -> httpx.Response:
+    return site.api.put(f"/routers/{site.router['id']}/remove_router_interface", json={"subnet_id": subnet["id"]})
+
+
+# -- the router link -------------------------------------------------------------------------------------------------
+
+
+def test_a_forward_keeps_its_networks_link_of_its_family(api: httpx.Client, site: Site) -> None:
+    net = site.networks["private"]
+    v4, v6 = subnet_of(site, "private", 4), subnet_of(site, "private", 6)
+    post(api, "private", {"listen_address": "192.0.2.10", "config": {"target_address": "10.0.0.5"}})
+    post(api, "private", {"listen_address": "2001:db8::10", "config": {"target_address": "fd00::5"}})
+    before = state(api)
+    refused(api, remove(site, v4), before, "RouterInterfaceInUseByForward",
+            f"Router interface for subnet {v4['id']}", "last IPv4 link", "network forwards (192.0.2.10)")  # fmt: skip
+    refused(api, remove(site, v6), before, "RouterInterfaceInUseByForward",
+            "last IPv6 link", "network forwards (2001:db8::10)")  # fmt: skip
+    # Without IPv4 users, the IPv4 link may go: the network still reaches its uplink over IPv6.
+    assert api.delete(url("private", "192.0.2.10")).status_code == 204
+    detach(api, site.router["id"], v4["id"])
+    before = state(api)
+    refused(api, remove(site, v6), before, "RouterInterfaceInUseByForward", "2001:db8::10")
+    assert api.delete(url("private", "2001:db8::10")).status_code == 204
+    detach(api, site.router["id"], v6["id"])
+    assert api.delete(f"/networks/{net['id']}").status_code == 204
+
+
+@pytest.mark.parametrize(("key", "address", "version"),
+                         [("ipv4.nat.address", "192.0.2.60", 4), ("ipv6.nat.address", "2001:db8::60", 6)])  # fmt: skip
+def test_a_snat_address_keeps_its_networks_link(api: httpx.Client, site: Site, key: str, address: str,
+                                                version: int) -> None:  # fmt: skip
+    net = site.networks["private"]
+    assert put_config(api, net["id"], {key: address}).status_code == 200
+    other = 6 if version == 4 else 4
+    detach(api, site.router["id"], subnet_of(site, "private", other)["id"])  # not needed by this family
+    before = state(api)
+    refused(api, remove(site, subnet_of(site, "private", version)), before, "RouterInterfaceInUseByForward",
+            f"SNAT addresses ({address})")  # fmt: skip
+    assert put_config(api, net["id"], {key: ""}).status_code == 200
+    detach(api, site.router["id"], subnet_of(site, "private", version)["id"])
+
+
+@pytest.mark.parametrize("version", [4, 6])
+def test_a_forward_keeps_the_interface_on_its_targets_subnet(api: httpx.Client, site: Site, version: int) -> None:
+    cidrs = {4: ("10.5.0.0/24", "10.6.0.0/24"), 6: ("fd05::/64", "fd06::/64")}[version]
+    net = site.network("two", *cidrs)
+    listen, target = {4: ("192.0.2.20", "10.6.0.7"), 6: ("2001:db8::20", "fd06::7")}[version]
+    post(api, "two", {"listen_address": listen, "ports": [{"protocol": "tcp", "listen_port": "22",
+                                                           "target_address": target}]})  # fmt: skip
+    first, second = site.subnets["two"]
+    before = state(api)
+    refused(api, remove(site, second), before, "RouterInterfaceInUseByForward",
+            f"send traffic to {target} in subnet {second['id']}", listen)  # fmt: skip
+    detach(api, site.router["id"], first["id"])  # the targets' subnet keeps the network's link: allowed
+    r = api.put(f"/networks/{net['id']}/forwards/{listen}",
+                json={"ports": [{"protocol": "tcp", "listen_port": "22", "target_address": target}],
+                      "config": {}})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+def test_the_gateway_stays_while_forwards_use_it(api: httpx.Client, site: Site) -> None:
+    post(api, "private", {"listen_address": "2001:db8:100::7"})
+    other = create(api, "networks", "network", name="public2", **{"router:external": True})
+    create(api, "subnets", "subnet", network_id=other["id"], cidr="203.0.113.0/24")
+    before = state(api)
+    path = f"/routers/{site.router['id']}"
+    for info in ({}, None, {"network_id": other["id"]}):
+        r = api.put(path, json={"router": {"external_gateway_info": info}})
+        why = f"Gateway cannot be updated for router {site.router['id']}"
+        refused(api, r, before, "RouterExternalGatewayInUseByForward", why, "network forwards (2001:db8:100::7)")
+    # The same external network with other addresses is the same uplink: fine.
+    fixed = [{"ip_address": "192.0.2.77"}, {"ip_address": "2001:db8::77"}]
+    r = api.put(path, json={"router": {"external_gateway_info": {"network_id": site.public["id"],
+                                                                 "external_fixed_ips": fixed}}})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert api.delete(url("private", "2001:db8:100::7")).status_code == 204
+    r = api.put(path, json={"router": {"external_gateway_info": {"network_id": other["id"]}}})
+    assert r.status_code == 200, r.text
+
+
+def test_attaching_to_an_older_router_would_move_the_uplink(api: httpx.Client) -> None:
+    public = create(api, "networks", "network", name="public", **{"router:external": True,
+                                                                  "cloudnet:routes": ["198.51.100.0/24"]})  # fmt: skip
+    create(api, "subnets", "subnet", network_id=public["id"], cidr="192.0.2.0/24")
+    two = [create(api, "routers", "router", name=f"r{i}", external_gateway_info={"network_id": public["id"]})
+           for i in (1, 2)]  # fmt: skip
+    # The uplink is the oldest router with a gateway among those the network is on (whole seconds, then id).
+    older, newer = sorted(two, key=lambda r: (r["created_at"], r["id"]))
+    net = create(api, "networks", "network", name="n")
+    v4 = create(api, "subnets", "subnet", network_id=net["id"], cidr="10.0.0.0/24")
+    v6 = create(api, "subnets", "subnet", network_id=net["id"], cidr="fd00::/64")
+    attach(api, newer["id"], v4["id"])
+    post(api, net["id"], {"listen_address": "198.51.100.1"})
+    before = state(api)
+    r = api.put(f"/routers/{older['id']}/add_router_interface", json={"subnet_id": v6["id"]})
+    refused(api, r, before, "UplinkInUseByForward", f"Router {older['id']} cannot be attached", "198.51.100.1")
+    # Through the port API as well: an interface port made by hand, then given to the older router.
+    port = create(api, "ports", "port", network_id=net["id"], fixed_ips=[{"subnet_id": v6["id"]}])
+    before = state(api)
+    r = api.put(f"/ports/{port['id']}", json={"port": {"device_owner": "network:router_interface",
+                                                       "device_id": older["id"]}})  # fmt: skip
+    refused(api, r, before, "UplinkInUseByForward", f"Port {port['id']} cannot be changed")
+    attach(api, newer["id"], v6["id"])  # the router that is already its uplink: fine
+
+
+# -- the uplink's ranges ---------------------------------------------------------------------------------------------
+
+
+def test_routes_in_use_are_kept(api: httpx.Client, site: Site) -> None:
+    """Issue 17 case 2: `cloudnet:routes: []` while a forward and a SNAT address use addresses of those routes."""
+    private = site.networks["private"]["id"]
+    post(api, "private", {"listen_address": "198.51.100.7"})
+    assert put_config(api, private, {"ipv6.nat.address": "2001:db8:100::60"}).status_code == 200
+    before = state(api)
+    path = f"/networks/{site.public['id']}"
+    r = api.put(path, json={"network": {"cloudnet:routes": []}})
+    refused(api, r, before, "NetworkRoutesInUse", "cloudnet:routes", "network forward 198.51.100.7")
+    r = api.put(path, json={"network": {"cloudnet:routes": ["198.51.100.0/24"]}})
+    refused(api, r, before, "NetworkRoutesInUse", "SNAT address 2001:db8:100::60")
+    # Narrowing to what is used, or to another range holding it, is fine.
+    r = api.put(path, json={"network": {"cloudnet:routes": ["198.51.100.7/32", "2001:db8:100::/64"]}})
+    assert r.status_code == 200, r.text
+    assert put_config(api, private, {"ipv6.nat.address": ""}).status_code == 200
+    assert api.delete(url("private", "198.51.100.7")).status_code == 204
+    r = api.put(path, json={"network": {"cloudnet:routes": []}})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(("cidr", "listen"), [("192.0.3.0/24", "192.0.3.9"), ("2001:db8:3::/64", "2001:db8:3::9")])
+def test_uplink_subnets_in_use_are_kept(api: httpx.Client, site: Site, cidr: str, listen: str) -> None:
+    extra = create(api, "subnets", "subnet", network_id=site.public["id"], cidr=cidr)
+    post(api, "private", {"listen_address": listen})
+    before = state(api)
+    refused(api, api.delete(f"/subnets/{extra['id']}"), before, "SubnetInUse",
+            f"Unable to complete operation on subnet {extra['id']}", f"network forward {listen}")  # fmt: skip
+    assert api.delete(url("private", listen)).status_code == 204
+    assert api.delete(f"/subnets/{extra['id']}").status_code == 204
+
+
+def test_uplink_subnets_of_router_gateways_are_kept(api: httpx.Client, site: Site) -> None:
+    before = state(api)
+    for sub in api.get("/subnets", params={"network_id": site.public["id"]}).json()["subnets"]:
+        refused(api, api.delete(f"/subnets/{sub['id']}"), before, "SubnetInUse", "One or more ports")
+
+
+def test_an_uplink_subnet_may_go_when_a_route_still_holds_the_address(api: httpx.Client, site: Site) -> None:
+    extra = create(api, "subnets", "subnet", network_id=site.public["id"], cidr="198.51.100.0/25")
+    post(api, "private", {"listen_address": "198.51.100.9"})
+    assert api.delete(f"/subnets/{extra['id']}").status_code == 204
+
+
+@pytest.mark.parametrize(("cidr", "target"), [("10.9.0.0/24", "10.9.0.5"), ("fd09::/64", "fd09::5")])
+def test_a_subnet_with_forward_targets_is_kept(api: httpx.Client, site: Site, cidr: str, target: str) -> None:
+    """The targets' subnet is not on the router (else its router port would block its deletion anyway)."""
+    loose = create(api, "subnets", "subnet", network_id=site.networks["private"]["id"], cidr=cidr)
+    listen = "192.0.2.30" if "." in target else "2001:db8::30"
+    post(api, "private", {"listen_address": listen, "config": {"target_address": target}})
+    before = state(api)
+    refused(api, api.delete(f"/subnets/{loose['id']}"), before, "SubnetInUse", f"send traffic to {target}", listen)
+    assert api.delete(url("private", listen)).status_code == 204
+    assert api.delete(f"/subnets/{loose['id']}").status_code == 204
+
+
+# -- addresses that name a subnet ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("address", "why"), [
+    ("192.0.2.0", "cannot be a network address"), ("192.0.2.255", "cannot be a broadcast address"),
+    ("192.0.2.1", "is already in use by a gateway"), ("2001:db8::", "cannot be a network address"),
+    ("2001:db8::1", "is already in use by a gateway"),
+])  # fmt: skip
+def test_network_broadcast_and_gateway_addresses_are_refused(api: httpx.Client, site: Site, address: str,
+                                                             why: str) -> None:  # fmt: skip
+    """Issue 17 case 3, for listen and SNAT addresses alike."""
+    private = site.networks["private"]["id"]
+    before = state(api)
+    error(api.post(url("private"), json={"listen_address": address}), 400, f'Listen address "{address}" {why}')
+    key = "ipv6.nat.address" if ":" in address else "ipv4.nat.address"
+    error(put_config(api, private, {key: address}), 400, f'SNAT address "{address}" {why}')
+    assert state(api) == before
+
+
+def test_a_routed_ranges_first_address_is_an_address_like_any(api: httpx.Client, site: Site) -> None:
+    """`cloudnet:routes` are routed to the uplink, not on a link: no address of theirs names a subnet."""
+    assert post(api, "private", {"listen_address": "198.51.100.0"})["listen_address"] == "198.51.100.0"
+    assert post(api, "private", {"listen_address": "2001:db8:100::"})["listen_address"] == "2001:db8:100::"
+
+
+def test_a_new_uplink_subnet_may_not_name_a_used_address(api: httpx.Client, site: Site) -> None:
+    post(api, "private", {"listen_address": "198.51.100.1"})
+    post(api, "private", {"listen_address": "2001:db8:100::"})
+    before = state(api)
+    for body, fragment in (({"cidr": "198.51.100.0/24"}, "gateway address 198.51.100.1"),
+                           ({"cidr": "2001:db8:100::/64", "gateway_ip": "2001:db8:100::1"},
+                            "network address 2001:db8:100::")):  # fmt: skip
+        r = api.post("/subnets", json={"subnet": {"network_id": site.public["id"], **body}})
+        refused(api, r, before, "IpAddressInUse", fragment, "in use by a network forward or SNAT address")
+    # Nor may an uplink subnet's gateway move onto one.
+    v4 = next(s for s in api.get("/subnets", params={"network_id": site.public["id"]}).json()["subnets"]
+              if s["ip_version"] == 4)  # fmt: skip
+    post(api, "private", {"listen_address": "192.0.2.200"})
+    before = state(api)
+    r = api.put(f"/subnets/{v4['id']}", json={"subnet": {"gateway_ip": "192.0.2.200"}})
+    refused(api, r, before, "IpAddressInUse", "gateway address 192.0.2.200")
+
+
+# -- concurrency -----------------------------------------------------------------------------------------------------
+
+
+def test_racing_forward_creates_and_detaches_never_leave_a_forward_without_its_link(
+    api: httpx.Client, site: Site
+) -> None:
+    """Creates and detaches on one network at once: whatever wins, no forward is left on a detached network."""
+    barrier = threading.Barrier(4)
+    v4 = subnet_of(site, "private", 4)
+
+    def attempt(i: int) -> httpx.Response:
+        with httpx.Client(base_url=api.base_url, headers=api.headers, timeout=30) as client:
+            barrier.wait()
+            if i % 2:
+                return client.put(f"/routers/{site.router['id']}/remove_router_interface",
+                                  json={"subnet_id": v4["id"]})  # fmt: skip
+            return client.post(url("private"), json={"listen_address": f"192.0.2.{40 + i}"})
+
+    with ThreadPoolExecutor(4) as pool:
+        responses = list(pool.map(attempt, range(4)))
+    assert all(r.status_code in (200, 201, 400, 404, 409) for r in responses), [r.text for r in responses]
+    forwards = [f for f in api.get(url("private")).json()["forwards"] if "." in f["listen_address"]]
+    iface = api.get("/ports", params={"device_id": site.router["id"], "network_id": site.networks["private"]["id"]})
+    linked_v4 = any("." in f["ip_address"] for p in iface.json()["ports"] for f in p["fixed_ips"])
+    assert linked_v4 or not forwards, (forwards, [r.text for r in responses])

@@ -1,0 +1,423 @@
+"""Churn (root): 2,000 random operations on networks, subnets, routers, forwards, SNAT addresses and instances, both
+address families, with the agent (`cloudnet agent`, a process of its own) killed -9 and restarted five times on
+the way. At the end the kernel holds exactly what the desired state implies, compared entry by entry: the port
+mappings of every router's nft maps, the routes of routers and instances, and the namespaces; and the drift check
+finds nothing. Many operations are refused (a network still in use, a router link a forward needs): they are
+operations too. The seed is printed; CHURN_SEED=<n> replays a run.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cloudnet.dataplane.linux import names, netns
+from tests.support.cloud import Cloud, ns_run
+from tests.support.process import CLOUDNET
+
+OPERATIONS = 2000
+KILLS = 5
+LISTEN = {
+    4: [f"192.0.2.{i}" for i in range(20, 60)] + [f"198.51.100.{i}" for i in range(1, 40)],
+    6: [f"2001:db8:1::{i:x}" for i in range(0x20, 0x60)] + [f"2001:db8:100::{i:x}" for i in range(1, 40)],
+}
+MAX_NETWORKS, MAX_ROUTERS, MAX_INSTANCES = 5, 3, 6
+Json = dict[str, Any]
+
+
+@contextmanager
+def agent_process(cloud: Cloud, log: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """`cloudnet agent` for the test's host; the dict's "proc" is replaced on every restart."""
+
+    def start() -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen([CLOUDNET, "agent", "--host", cloud.host, "--server", cloud.server.url,
+                                     "--state-dir", str(log.parent), "--metadata-url", "off",
+                                     "--uplink", f"physnet1:{cloud.uplinks['physnet1']}"],
+                                    stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+    held = {"proc": start()}
+    held["start"] = start  # type: ignore[assignment]
+    try:
+        yield held
+    finally:
+        held["proc"].send_signal(signal.SIGTERM)
+        try:
+            held["proc"].wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            held["proc"].kill()
+            held["proc"].wait()
+
+
+class Churn:
+    def __init__(self, api: httpx.Client, host: str, pub: Json, rng: random.Random) -> None:
+        self.api, self.host, self.pub, self.rng = api, host, pub, rng
+        self.counter = 0
+        self.outcomes: dict[str, int] = {}
+
+    def call(self, what: str, method: str, path: str, body: Any = None) -> httpx.Response:
+        r = self.api.request(method, path, json=body)
+        assert r.status_code < 500, (what, r.status_code, r.text)  # refusals are fine, a 5xx never
+        key = f"{what} {r.status_code}"
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
+        return r
+
+    def list(self, collection: str, **params: str) -> list[Json]:
+        return list(self.api.get(f"/{collection}", params=params).json()[collection])
+
+    def networks(self) -> list[Json]:
+        return [n for n in self.list("networks") if not n["router:external"]]
+
+    def subnets(self, network: Json | None = None) -> list[Json]:
+        subnets = self.list("subnets")
+        externals = {n["id"] for n in self.list("networks") if n["router:external"]}
+        return [s for s in subnets if s["network_id"] not in externals
+                and (network is None or s["network_id"] == network["id"])]  # fmt: skip
+
+    def forwards(self) -> list[tuple[Json, Json]]:
+        found = []
+        for net in self.networks():
+            found += [(net, f) for f in self.api.get(f"/networks/{net['id']}/forwards").json()["forwards"]]
+        return found
+
+    def pick(self, items: list[Any]) -> Any:
+        return self.rng.choice(items) if items else None
+
+    # -- operations: each does one request (a few read first) ----------------------------------------------------
+
+    def net_create(self) -> None:
+        if len(self.networks()) >= MAX_NETWORKS:
+            return self.net_delete()
+        self.counter += 1
+        k = self.counter % 200 + 10
+        r = self.call("network create", "POST", "/networks", {"network": {"name": f"n{self.counter}"}})
+        net = r.json()["network"]
+        self.call("subnet create", "POST", "/subnets", {"subnet": {"network_id": net["id"], "cidr": f"10.{k}.0.0/24"}})
+        if self.rng.random() < 0.7:
+            v6 = {"network_id": net["id"], "cidr": f"fd{k:02x}::/64"}
+            self.call("subnet create", "POST", "/subnets", {"subnet": v6})
+        return None
+
+    def net_delete(self) -> None:
+        if net := self.pick(self.networks()):
+            self.call("network delete", "DELETE", f"/networks/{net['id']}")
+
+    def subnet_create(self) -> None:
+        if net := self.pick(self.networks()):
+            self.counter += 1
+            version = self.rng.choice((4, 6))
+            cidr = f"10.{self.counter % 200 + 10}.{self.rng.randint(1, 250)}.0/24" if version == 4 else \
+                f"fd{self.counter % 200 + 10:02x}:{self.rng.randint(1, 999)}::/64"  # fmt: skip
+            self.call("subnet create", "POST", "/subnets", {"subnet": {"network_id": net["id"], "cidr": cidr}})
+
+    def subnet_delete(self) -> None:
+        if sub := self.pick(self.subnets()):
+            self.call("subnet delete", "DELETE", f"/subnets/{sub['id']}")
+
+    def subnet_routes(self) -> None:
+        if sub := self.pick(self.subnets()):
+            net = ipaddress.ip_network(sub["cidr"])
+            hop = str(net.network_address + self.rng.randint(2, 9))
+            n = self.rng.randint(0, 9)
+            dst = f"172.16.{n}.0/24" if net.version == 4 else f"fd99:{n}::/64"
+            routes = self.rng.choice([[], [{"destination": dst, "nexthop": hop}]])
+            self.call("subnet update", "PUT", f"/subnets/{sub['id']}", {"subnet": {"host_routes": routes}})
+
+    def router_create(self) -> None:
+        routers = self.list("routers")
+        if len(routers) >= MAX_ROUTERS:
+            return self.router_delete()
+        body: Json = {"name": f"r{len(routers)}"}
+        if self.rng.random() < 0.8:
+            body["external_gateway_info"] = {"network_id": self.pub["id"]}
+        self.call("router create", "POST", "/routers", {"router": body})
+        return None
+
+    def router_delete(self) -> None:
+        if router := self.pick(self.list("routers")):
+            self.call("router delete", "DELETE", f"/routers/{router['id']}")
+
+    def router_attach(self) -> None:
+        router, sub = self.pick(self.list("routers")), self.pick(self.subnets())
+        if router and sub:
+            self.call("router attach", "PUT", f"/routers/{router['id']}/add_router_interface", {"subnet_id": sub["id"]})
+
+    def router_detach(self) -> None:
+        ports = self.list("ports", device_owner="network:router_interface")
+        if port := self.pick(ports):
+            body = {"subnet_id": port["fixed_ips"][0]["subnet_id"]}
+            self.call("router detach", "PUT", f"/routers/{port['device_id']}/remove_router_interface", body)
+
+    def router_gateway(self) -> None:
+        if router := self.pick(self.list("routers")):
+            info = None if router["external_gateway_info"] else {"network_id": self.pub["id"]}
+            self.call("router gateway", "PUT", f"/routers/{router['id']}", {"router": {"external_gateway_info": info}})
+
+    def _ports(self, targets: list[str]) -> list[Json]:
+        out, used = [], set()
+        for _ in range(self.rng.randint(1, 3)):
+            proto = self.rng.choice(("tcp", "udp"))
+            first = self.rng.randint(1, 64000)
+            kind = self.rng.choice(("one", "range", "to-one", "index"))
+            width = {"one": 0, "range": self.rng.randint(1, 1500), "to-one": self.rng.randint(1, 300), "index": 3}[kind]
+            span = set(range(first, first + width + 1))
+            if (proto, frozenset(span)) in used or any(p == proto and s & span for p, s in used):
+                continue
+            used.add((proto, frozenset(span)))
+            listen = str(first) if not width else f"{first}-{first + width}"
+            target = {"one": "", "range": "", "to-one": str(self.rng.randint(1, 65535)), "index": "7000-7003"}[kind]
+            out.append({"protocol": proto, "listen_port": listen, "target_port": target,
+                        "target_address": self.rng.choice(targets)})  # fmt: skip
+        return out
+
+    def _targets(self, net: Json, version: int) -> list[str]:
+        found = []
+        for sub in self.subnets(net):
+            cidr = ipaddress.ip_network(sub["cidr"])
+            if cidr.version == version:
+                found += [str(cidr.network_address + self.rng.randint(2, 200)) for _ in range(2)]
+        return found
+
+    def forward_create(self) -> None:
+        if net := self.pick(self.networks()):
+            version = self.rng.choice((4, 6))
+            targets = self._targets(net, version)
+            if not targets:
+                return
+            body: Json = {"listen_address": self.rng.choice(LISTEN[version]), "ports": self._ports(targets)}
+            if self.rng.random() < 0.3:
+                body["config"] = {"target_address": self.rng.choice(targets)}
+                body["ports"] = [p for p in body["ports"] if p["target_address"] != body["config"]["target_address"]]
+            self.call("forward create", "POST", f"/networks/{net['id']}/forwards", body)
+
+    def forward_update(self) -> None:
+        if found := self.pick(self.forwards()):
+            net, fwd = found
+            targets = self._targets(net, ipaddress.ip_address(fwd["listen_address"]).version)
+            if targets:
+                body = {"ports": self._ports(targets), "config": {}}
+                self.call("forward update", "PUT", f"/networks/{net['id']}/forwards/{fwd['listen_address']}", body)
+
+    def forward_delete(self) -> None:
+        if found := self.pick(self.forwards()):
+            net, fwd = found
+            self.call("forward delete", "DELETE", f"/networks/{net['id']}/forwards/{fwd['listen_address']}")
+
+    def snat(self) -> None:
+        if net := self.pick(self.networks()):
+            version = self.rng.choice((4, 6))
+            value = self.rng.choice(["", self.rng.choice(LISTEN[version])])
+            body = {"network": {"config": {f"ipv{version}.nat.address": value}}}
+            self.call("snat set", "PUT", f"/networks/{net['id']}", body)
+
+    def instance_create(self) -> None:
+        if len(self.list("instances")) >= MAX_INSTANCES:
+            return self.instance_delete()
+        nets = [n for n in self.networks() if n["subnets"]]
+        if net := self.pick(nets):
+            self.counter += 1
+            body = {"name": f"i{self.counter}", "host": self.host, "nets": [{"network": net["id"]}]}
+            self.call("instance create", "POST", "/instances", {"instance": body})
+        return None
+
+    def instance_delete(self) -> None:
+        if inst := self.pick(self.list("instances")):
+            self.call("instance delete", "DELETE", f"/instances/{inst['id']}")
+
+    WEIGHTS = {net_create: 5, net_delete: 3, subnet_create: 2, subnet_delete: 3, subnet_routes: 2, router_create: 3,
+               router_delete: 2, router_attach: 9, router_detach: 5, router_gateway: 2, forward_create: 10,
+               forward_update: 5, forward_delete: 5, snat: 3, instance_create: 6, instance_delete: 4}  # fmt: skip
+
+    def step(self) -> None:
+        op = self.rng.choices(list(self.WEIGHTS), weights=list(self.WEIGHTS.values()))[0]
+        op(self)
+
+
+# -- what the desired state implies, and what the kernel holds ----------------------------------------------------
+
+
+def _ports(text: str) -> list[int]:
+    out = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def expected_nat(router: Json) -> dict[tuple[str, str, int] | str, str]:
+    """(listen address, protocol, port) -> "target . port", and listen address -> default target."""
+    out: dict[tuple[str, str, int] | str, str] = {}
+    for fwd in router["forwards"]:
+        listen = str(ipaddress.ip_address(fwd["listen_address"]))
+        if default := (fwd.get("config") or {}).get("target_address"):
+            out[listen] = str(ipaddress.ip_address(default))
+        for p in fwd["ports"]:
+            lports, tports = _ports(p["listen_port"]), _ports(p.get("target_port") or "")
+            target = str(ipaddress.ip_address(p["target_address"]))
+            for i, lp in enumerate(lports):
+                tp = lp if not tports else tports[0] if len(tports) == 1 else tports[i]
+                out[(listen, p["protocol"], lp)] = f"{target} . {tp}"
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dict) and "concat" in value:
+        return " . ".join(_text(v) for v in value["concat"])
+    return str(ipaddress.ip_address(value)) if isinstance(value, str) else str(value)
+
+
+def kernel_nat(ns: str) -> dict[tuple[str, str, int] | str, str]:
+    """The router's nft maps as `nft -j` lists them, port blocks expanded to single ports."""
+    out: dict[tuple[str, str, int] | str, str] = {}
+    for family in ("ip", "ip6"):
+        listed = ns_run(ns, "nft", "-j", "list", "table", family, "cloudnet", check=True).stdout
+        for item in json.loads(listed)["nftables"]:
+            m = item.get("map")
+            if not m or not m.get("elem"):
+                continue
+            kind, _, rest = m["name"].partition("_")
+            for key, value in m["elem"]:
+                if kind == "fwd" and rest == "default":
+                    out[_text(key)] = _text(value)
+                    continue
+                proto, size = rest.split("_")
+                listen, first = _text(key).split(" . ")
+                for port in range(int(first), int(first) + int(size)):
+                    assert (listen, proto, port) not in out, (ns, listen, proto, port)
+                    out[(listen, proto, port)] = _text(value) if kind == "fwd" else f"{_text(value)} . {port}"
+    return out
+
+
+def routes_of(ns: str, *selector: str) -> set[tuple[str, str | None, str]]:
+    """(destination, gateway, device) of the namespace's main-table routes matching `ip route` selector."""
+    out = set()
+    for option in ("-4", "-6"):
+        listed = ns_run(ns, "ip", "-j", option, "route", "show", "table", "main", *selector, check=True).stdout
+        for r in json.loads(listed or "[]"):
+            if r.get("type", "unicast") != "unicast" or r.get("protocol") in ("kernel", "ra"):
+                continue
+            dst = r["dst"] if r["dst"] != "default" else "::/0" if option == "-6" else "0.0.0.0/0"
+            out.add((str(ipaddress.ip_network(dst, strict=False)), r.get("gateway"), r["dev"]))
+    return out
+
+
+def _sorted(routes: set[tuple[str, str | None, str]]) -> list[str]:
+    return sorted(map(str, routes))
+
+
+def differences(state: Json, host: str) -> list[str]:
+    """Every way the kernel differs from what the desired state implies (empty: exactly equal)."""
+    found = []
+    subnets, networks = state["subnets"], state["networks"]
+    wanted_ns = {names.router_ns(host, r["id"]) for r in state["routers"]}
+    wanted_ns |= {names.metadata_ns(host, n) for n, net in networks.items() if net.get("metadata_port")}
+    wanted_ns |= {i["netns"] for i in state["instances"]}
+    prefixes = (names.router_ns_prefix(host), names.metadata_ns_prefix(host), names.managed_ns_prefix(host))
+    have_ns = {n for p in prefixes for n in netns.names(p)}
+    if have_ns != wanted_ns:
+        found.append(f"namespaces: extra {sorted(have_ns - wanted_ns)}, missing {sorted(wanted_ns - have_ns)}")
+    for router in state["routers"]:
+        ns = names.router_ns(host, router["id"])
+        if ns not in have_ns:
+            continue
+        want, have = expected_nat(router), kernel_nat(ns)
+        if want != have:
+            diff = sorted(set(want.items()) ^ set(have.items()), key=str)[:10]
+            found.append(f"router {router['id']} nft maps differ: {diff}")
+        gw = router["gateway"] and router["ports"].get(router["gateway"]["port_id"])
+        want_routes = set()
+        for f in (gw or {}).get("fixed_ips", []):
+            sub = subnets.get(f["subnet_id"])
+            if sub and sub["gateway_ip"]:
+                want_routes.add(("::/0" if sub["ip_version"] == 6 else "0.0.0.0/0", sub["gateway_ip"],
+                                 names.router_gw(gw["id"])))  # fmt: skip
+        if (have_routes := routes_of(ns)) != want_routes:
+            found.append(f"router {router['id']} routes: {_sorted(have_routes)} != {_sorted(want_routes)}")
+    for inst in state["instances"]:
+        want_routes = set()
+        for position, pid in enumerate(inst["ports"]):
+            port, dev = state["ports"][pid], f"eth{position}"
+            meta = networks[port["network_id"]].get("metadata_port") or {"fixed_ips": []}
+            for f in port["fixed_ips"]:
+                sub = subnets[f["subnet_id"]]
+                default = "::/0" if sub["ip_version"] == 6 else "0.0.0.0/0"
+                if position == 0 and sub["gateway_ip"]:
+                    want_routes.add((default, sub["gateway_ip"], dev))
+                hop = next((m["ip_address"] for m in meta["fixed_ips"] if m["subnet_id"] == f["subnet_id"]
+                            and ":" not in m["ip_address"]), None)  # fmt: skip
+                if position == 0 and hop:
+                    want_routes.add(("169.254.169.254/32", hop, dev))
+                want_routes |= {(str(ipaddress.ip_network(r["destination"])), r["nexthop"], dev)
+                                for r in sub["host_routes"]}  # fmt: skip
+        if inst["netns"] in have_ns and (have_routes := routes_of(inst["netns"], "proto", "149")) != want_routes:
+            found.append(f"instance {inst['id']} routes: {_sorted(have_routes)} != {_sorted(want_routes)}")
+    return found
+
+
+def test_churn_with_the_agent_killed_converges_exactly(cloud: Cloud, api: httpx.Client, tmp_path: Path) -> None:
+    seed = int(os.environ.get("CHURN_SEED") or random.SystemRandom().randrange(1 << 30))
+    print(f"churn seed {seed} (CHURN_SEED={seed} replays it)")
+    rng = random.Random(seed)
+    cloud.outside("physnet1", "192.0.2.1/24")
+    routes = ["198.51.100.0/24", "2001:db8:100::/64"]
+    body = {"name": "pub", "router:external": True, "provider:network_type": "flat",
+            "provider:physical_network": "physnet1", "cloudnet:routes": routes}  # fmt: skip
+    pub = api.post("/networks", json={"network": body}).json()["network"]
+    for cidr, gw in (("192.0.2.0/24", "192.0.2.1"), ("2001:db8:1::/64", "2001:db8:1::1")):
+        r = api.post("/subnets", json={"subnet": {"network_id": pub["id"], "cidr": cidr, "gateway_ip": gw}})
+        assert r.status_code == 201, r.text
+    log = tmp_path / "agent.log"
+    churn = Churn(api, cloud.host, pub, rng)
+    t0 = time.monotonic()
+    with agent_process(cloud, log) as agent:
+        cloud.wait_for(lambda: api.get(f"/hosts/{cloud.host}").status_code == 200, 30, "the agent's registration")
+        kill_at = {OPERATIONS * (k + 1) // (KILLS + 1) for k in range(KILLS)}
+        for i in range(OPERATIONS):
+            if i in kill_at:
+                agent["proc"].kill()  # SIGKILL: wherever it was
+                agent["proc"].wait()
+            if i - 15 in kill_at:  # a few operations while it is away
+                agent["proc"] = agent["start"]()  # type: ignore[operator]
+            churn.step()
+        print(f"{OPERATIONS} operations in {time.monotonic() - t0:.1f} s: {sorted(churn.outcomes.items())}")
+
+        def converged() -> bool:
+            state = api.get(f"/hosts/{cloud.host}/state").json()
+            statuses = [i["status"] for i in api.get("/instances").json()["instances"]]
+            return all(s == "ACTIVE" for s in statuses) and not differences(state, cloud.host)
+
+        try:
+            cloud.wait_for(converged, 60, "the kernel to hold exactly the desired state")
+        except AssertionError:
+            state = api.get(f"/hosts/{cloud.host}/state").json()
+            raise AssertionError(f"seed {seed}: {differences(state, cloud.host)}\n{log.read_text()[-4000:]}") from None
+        asked = api.post(f"/hosts/{cloud.host}/check").json()["check"]
+
+        def answered() -> bool:
+            report = api.get(f"/hosts/{cloud.host}").json()["host"]["report"]
+            return int(report.get("check", {}).get("revision", -1)) >= asked["revision"]
+
+        cloud.wait_for(answered, 60, "the drift check")
+        state = api.get(f"/hosts/{cloud.host}/state").json()
+        mappings = sum(len(expected_nat(r)) for r in state["routers"])
+        print(
+            f"end: {len(state['routers'])} routers with {mappings} port mappings, {len(state['instances'])} "
+            f"instances, {sum(len(r['forwards']) for r in state['routers'])} forwards on routers"
+        )
+        check = api.get(f"/hosts/{cloud.host}").json()["host"]["report"]["check"]
+        assert check["differences"] == [], f"seed {seed}: {check}"
+        failures = api.get(f"/hosts/{cloud.host}").json()["host"]["report"].get("failures", [])
+        assert failures == [], f"seed {seed}: {failures}"
+        assert churn.outcomes.get("forward create 201", 0) > 20 and churn.outcomes.get("instance create 201", 0) > 10
+    print(f"churn took {time.monotonic() - t0:.1f} s")
