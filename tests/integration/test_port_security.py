@@ -238,7 +238,8 @@ def test_one_bad_port_or_group_fails_alone(rig: Rig) -> None:
 def test_tables_removed_behind_the_agents_back_are_written_again(rig: Rig, caught: frames.Catcher) -> None:
     a, b, _c = rig_ports(rig)
     assert rig.nft("delete", "table", "bridge", "cloudnet").returncode == 0
-    rig.converge(full=True)  # a full pass checks what the kernel holds
+    rig.converge(full=True, check=True)  # a full pass checks what the kernel holds
+    assert [d["object"] for d in rig.dp.differences()] == ["firewall"]
     spoofed = marker()
     frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.98", spoofed))
     assert not caught.seen(spoofed, BLOCKED)

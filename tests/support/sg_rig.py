@@ -124,11 +124,11 @@ class Rig:
             "remote_groups": {g: self.remote.get(g, []) for g in named if g},
         }  # fmt: skip
 
-    def apply(self, full: bool = False) -> dict[str, PortReport]:
-        return {r.port_id: r for r in self.dp.apply(self.state(), full=full)}
+    def apply(self, full: bool = False, check: bool = False) -> dict[str, PortReport]:
+        return {r.port_id: r for r in self.dp.apply(self.state(), full=full, check=check)}
 
-    def converge(self, full: bool = False) -> dict[str, PortReport]:
-        reports = self.apply(full)
+    def converge(self, full: bool = False, check: bool = False) -> dict[str, PortReport]:
+        reports = self.apply(full, check)
         bad = {k: r for k, r in reports.items() if r.status != "ACTIVE"}
         assert not bad, bad
         return reports
