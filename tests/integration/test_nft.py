@@ -36,3 +36,12 @@ def test_errors_leave_the_kept_context_usable(ns: str) -> None:
         nft.run(ns, "delete table ip missing\n")
     nft.run(ns, "table ip ok {}\n")
     assert "table ip ok" in ruleset(ns)
+
+
+def test_a_check_changes_nothing_and_the_context_applies_afterwards(ns: str) -> None:
+    nft.check(ns, "table ip checked {}\n")
+    with pytest.raises(nft.NftError):
+        nft.check(ns, "add element ip missing m { 192.0.2.1 }\n")
+    nft.run(ns, "table ip applied {}\n")
+    text = ruleset(ns)
+    assert "table ip applied" in text and "checked" not in text

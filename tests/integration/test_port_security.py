@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from cloudnet.dataplane import security
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.linux import fw_render, names, netns
 from tests.support import frames
 from tests.support.cloud import ns_run, ping
 from tests.support.netserve import Responder, tcp_ask
@@ -285,3 +285,32 @@ def test_a_parked_pool_device_gets_its_ports_policy() -> None:
         rig.namespaces.append(parked)
     finally:
         rig.close()
+
+
+def test_a_part_the_kernel_refuses_fails_alone(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever made it (a bug), a port's part the kernel refuses is found by checking each part alone: that port
+    fails, with the kernel's reason, and every other part is applied in one transaction."""
+    a, b, _c = rig_ports(rig)
+    refused = rig.port(a.net, "k", 40, groups=["open"])
+    real = fw_render.port_part
+
+    def port_part(port: security.PortPolicy, tap: str, ident: str, number: int, stateful: bool,
+                  groups: list[int]) -> fw_render.Part:  # fmt: skip
+        made = real(port, tap, ident, number, stateful, groups)
+        if port.id != refused.id:
+            return made
+        return fw_render.Part(made.chains, made.elements | {("inet", "ingress_ports", f"{number} : jump nowhere")})
+
+    monkeypatch.setattr(fw_render, "port_part", port_part)
+    newcomer = rig.port(a.net, "n", 41, groups=["open"])  # applied in the same pass
+    try:
+        reports = rig.apply()
+        assert reports[refused.id].status == "ERROR" and reports[newcomer.id].status == "ACTIVE"
+        assert f"firewall:{refused.id}" in {f["object"] for f in rig.dp.failures()}
+        assert ping(newcomer.ns, b.ip) and ping(a.ns, b.ip)
+        assert not ping(refused.ns, b.ip, wait=BLOCKED)
+    finally:
+        monkeypatch.undo()
+        for p in (refused, newcomer):
+            del rig.ports[p.id]
+        rig.converge()

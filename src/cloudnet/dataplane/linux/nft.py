@@ -10,6 +10,7 @@ socket that asks for the ruleset generation is kept beside it for the same reaso
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -52,21 +53,13 @@ def run(namespace: str | None, script: str) -> None:
 
 def check(namespace: str | None, script: str) -> None:
     """Have the kernel validate `script` as one transaction and abort it (nft --check): nothing changes."""
-    with _lock:
-        if namespace is None:
-            _check(None, script)
-        else:
-            with netns.entered(namespace):
-                _check(namespace, script)
-
-
-def _check(namespace: str | None, script: str) -> None:
-    ctx = _context(namespace)
-    ctx.set_dry_run(True)
-    try:
-        _run(namespace, script)
-    finally:
-        ctx.set_dry_run(False)
+    with _lock, netns.entered(namespace) if namespace is not None else contextlib.nullcontext():
+        ctx = _context(namespace)
+        ctx.set_dry_run(True)
+        try:
+            _run(namespace, script)
+        finally:
+            ctx.set_dry_run(False)
 
 
 def commit(namespace: str, script: str) -> tuple[int, int]:
