@@ -184,3 +184,27 @@ def test_address_pairs_and_port_security_set_through_the_api(cloud: Cloud) -> No
         assert tcp_ask(c["netns"], _ip(b), 7600, source="10.95.0.202").startswith("B 10.95.0.202 ")  # unchecked
     finally:
         server.stop()
+
+
+def test_no_address_pair_and_no_port_without_port_security_borrows_a_metadata_identity(
+    cloud: Cloud, server: RunningServer
+) -> None:
+    """The metadata service knows a caller by its source address: a pair naming a neighbour's address (which a
+    network's owner may give) or a port without port security must not make a guest that neighbour."""
+    with agent_with_proxy(cloud, server) as proxy:
+        net, _sub = cloud.network("md-pairs", "10.98.0.0/24")
+        victim = cloud.instance("victim", [{"network": net["id"]}])
+        paired = cloud.create("ports", "port", {"network_id": net["id"],
+                                                "allowed_address_pairs": [{"ip_address": _ip(victim)}]})  # fmt: skip
+        open_port = cloud.create("ports", "port", {"network_id": net["id"], "port_security_enabled": False})
+        thieves = [
+            cloud.instance("paired", [{"port": paired["id"]}]),
+            cloud.instance("open", [{"port": open_port["id"]}]),
+        ]
+        cloud.wait_for(lambda: proxy.serving(net["id"]), what="the proxy")
+        for thief in thieves:
+            assert _metadata_uuid(thief["netns"], _ip(thief), 5) == thief["id"]
+            ns_run(thief["netns"], "ip", "addr", "add", f"{_ip(victim)}/32", "dev", "eth0", check=True)
+            assert _metadata_uuid(thief["netns"], _ip(victim), 2) is None
+            assert _metadata_uuid(thief["netns"], _ip(thief), 5) == thief["id"]  # its own still answers
+        assert _metadata_uuid(victim["netns"], _ip(victim), 5) == victim["id"]

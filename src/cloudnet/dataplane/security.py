@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from cloudnet.dataplane.steps import Steps
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Direction = Literal["ingress", "egress"]
 # Protocols whose rules may name destination port ranges (Neutron: tcp, udp, dccp, sctp, udplite).
 PORT_PROTOCOLS = frozenset({6, 17, 33, 132, 136})
@@ -76,6 +77,8 @@ class HostPolicy:
     unfiltered: Mapping[str, str]  # port id -> network id
     groups: Mapping[str, Group]
     remotes: Mapping[str, tuple[IPNetwork, ...]]
+    # Every port of the host, filtered or not: the addresses the metadata service knows it by (metadata_identity).
+    identities: Mapping[str, tuple[IPAddress, ...]] = field(default_factory=dict)
 
 
 class Firewall(Protocol):
@@ -129,6 +132,16 @@ def link_local(mac: str) -> ipaddress.IPv6Network:
     octets[0] ^= 0x02
     eui = [*octets[:3], 0xFF, 0xFE, *octets[3:]]
     return ipaddress.IPv6Network((int.from_bytes(bytes([0xFE, 0x80, 0, 0, 0, 0, 0, 0, *eui]), "big"), 128))
+
+
+def metadata_identity(port: dict[str, Any]) -> tuple[IPAddress, ...]:
+    """The source addresses the metadata service may see from this port: its fixed IPs and the link-local address
+    of its MAC, never an allowed address pair (a pair may be another port's address) and whatever its port
+    security. The metadata proxy knows a caller by (network, source address), so this is what makes that identity
+    the dataplane's, not the guest's claim."""
+    addresses = {ipaddress.ip_address(str(f["ip_address"])) for f in port.get("fixed_ips", [])}
+    addresses.add(link_local(_mac(port["mac_address"])).network_address)
+    return tuple(sorted(addresses, key=lambda a: (a.version, int(a))))
 
 
 def _mac(text: Any) -> str:

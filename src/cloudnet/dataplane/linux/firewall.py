@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 BR_NETFILTER = ("net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables")
 # Part keys ("port:<id>", "group:<id>", "remote:group:<id>", "zone:<bridge>") -> their objects' step keys.
-STEP_KEYS = {"port": "firewall:", "group": "security-group:", "remote": "remote-", "zone": "firewall-zone:"}
+STEP_KEYS = {"port": "firewall:", "metadata": "metadata-identity:", "group": "security-group:", "remote": "remote-",
+             "zone": "firewall-zone:"}  # fmt: skip
 
 
 class FirewallUnavailable(RuntimeError):
@@ -165,8 +166,9 @@ class NftFirewall:
                    ) -> security.HostPolicy:  # fmt: skip
         ports: dict[str, security.PortPolicy] = {}
         unfiltered: dict[str, str] = {}
+        identities = self._identities(steps, candidates, failures)
         if not security.enforcing(state):
-            return security.HostPolicy({}, {pid: p["network_id"] for pid, p in candidates.items()}, {}, {})
+            return security.HostPolicy({}, {pid: p["network_id"] for pid, p in candidates.items()}, {}, {}, identities)
         for pid, raw in candidates.items():
             try:
                 parsed = self._parse(steps, f"firewall:{pid}", security.port_fingerprint(raw),
@@ -204,7 +206,23 @@ class NftFirewall:
                                             lambda c=cidrs: security.parse_remote(c))  # fmt: skip
             except _Kept as kept:
                 remotes[name] = () if kept.value is NOTHING else kept.value
-        return security.HostPolicy(ports, unfiltered, groups, remotes)
+        return security.HostPolicy(ports, unfiltered, groups, remotes, identities)
+
+    def _identities(self, steps: Steps, candidates: dict[str, Any], failures: dict[str, str]
+                    ) -> dict[str, tuple[security.IPAddress, ...]]:  # fmt: skip
+        """Every port's metadata identity; one that cannot be parsed keeps what it had (or has none: its guest
+        reaches no metadata)."""
+        out = {}
+        for pid, raw in candidates.items():
+            fingerprint = (raw.get("mac_address"), tuple(f.get("ip_address") for f in raw.get("fixed_ips", [])))
+            try:
+                out[pid] = self._parse(steps, f"metadata-identity:{pid}", fingerprint,
+                                       lambda r=raw: security.metadata_identity(r))  # fmt: skip
+            except _Kept as kept:
+                failures[pid] = kept.reason
+                if kept.value is not NOTHING:
+                    out[pid] = kept.value
+        return out
 
     def _render(self, state: dict[str, Any], policy: security.HostPolicy, bad: dict[str, str]) -> dict[str, Part]:
         """Every object's part (re-rendered only when its inputs changed); one that cannot be rendered keeps what
@@ -236,6 +254,8 @@ class NftFirewall:
 
         for bridge, zone in numbers["zone"].of.items():
             part(f"zone:{bridge}", zone, lambda b=bridge, z=zone: fw_render.zone_part(str(b), z))
+        for pid, addresses in policy.identities.items():
+            part(f"metadata:{pid}", addresses, lambda p=pid, a=addresses: fw_render.identity_part(names.tap(p), a))
         for pid in policy.unfiltered:
             part(f"port:{pid}", None, lambda p=pid: fw_render.unfiltered_part(names.tap(p)))
         for pid, port in policy.ports.items():
@@ -370,7 +390,7 @@ class NftFirewall:
                 failures.setdefault(pid, reason if kind == "port" else f"security group {ident}: {reason}")
             elif kind == "zone" and names.bridge(port.network_id) == ident:
                 failures.setdefault(pid, f"network {port.network_id}: {reason}")
-        if kind == "port" and ident in policy.unfiltered:
+        if (kind == "port" and ident in policy.unfiltered) or kind == "metadata":
             failures.setdefault(ident, reason)
 
     def _sweep(self, policy: security.HostPolicy) -> None:

@@ -12,6 +12,10 @@ Anti-spoofing is stateless, in the bridge table: a frame from a filtered port pa
 port's own addresses. Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
 reach a filtered port, and an instance device the firewall does not know (yet) passes nothing.
 
+The metadata service knows a caller by its source address: a frame from any instance port (port security or not)
+to 169.254.169.254 or fe80::a9fe:a9fe passes only from one of the port's own fixed IPs or its MAC's link-local
+address, never from an allowed address pair, which may be another port's address.
+
 A port's chain starts with what every instance needs (neighbour discovery, its metadata) and, for a stateful port,
 conntrack's verdict (replies pass, invalid packets drop; a stateless port's chains never look at conntrack), then
 jumps to the shared group chain once per group, with the group's number as the mark. Rules are set elements keyed
@@ -71,9 +75,13 @@ def skeleton() -> str:
   set dad_macs {{ type ifname . ether_addr; }}
   set nd_targets {{ typeof iifname . @th,64,128; }}
   set nd_target_nets {{ typeof iifname . @th,64,128; flags interval; }}
+  set meta_src4 {{ type ifname . ipv4_addr; }}
+  set meta_src6 {{ type ifname . ipv6_addr; }}
   chain prerouting {{
     type filter hook prerouting priority -200; policy accept;
     meta mark set 0
+    ether type ip ip daddr {md4} iifname "cnt-*" iifname . ip saddr != @meta_src4 drop
+    ether type ip6 ip6 daddr {md6} iifname "cnt-*" iifname . ip6 saddr != @meta_src6 drop
     iifname @unfiltered accept
     meta mark set iifname map @ports
     meta mark 0 iifname "cnt-*" drop
@@ -190,6 +198,11 @@ def zone_part(bridge: str, zone: int) -> Part:
 
 def unfiltered_part(tap: str) -> Part:
     return Part(elements=frozenset({("bridge", "unfiltered", quoted(tap))}))
+
+
+def identity_part(tap: str, addresses: Iterable[security.IPAddress]) -> Part:
+    """The addresses a port may ask the metadata service from (security.metadata_identity)."""
+    return Part(elements=frozenset(("bridge", f"meta_src{a.version}", f"{quoted(tap)} . {a}") for a in addresses))
 
 
 def port_chains(ident: str) -> tuple[str, str]:
