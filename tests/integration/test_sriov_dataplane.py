@@ -237,7 +237,7 @@ def test_a_pf_that_refuses_vf_settings_fails_its_port_only(rig: Rig, server: Any
                 break
             time.sleep(0.05)
         assert shown[bad]["status"] == "ERROR", shown[bad]
-        assert "refused the MAC and VLAN" in shown[bad]["status_reason"], shown[bad]
+        assert "refused the settings (MAC, VLAN, spoof check)" in shown[bad]["status_reason"], shown[bad]
         assert "Operation not supported (errno 95)" in shown[bad]["status_reason"], shown[bad]
         assert all(shown[i]["status"] == "ACTIVE" for i in ok), shown
         assert recorded[-1]["vf"]["mac"] == taken["mac_address"]
