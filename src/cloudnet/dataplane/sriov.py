@@ -263,8 +263,10 @@ class SriovDataplane:
                 self.set_vf(vf_request(pf_index, int(res["vf_index"]), port["mac_address"], int(res["vlan"]),
                                        _spoofchk(port)))  # fmt: skip
             except NetlinkError as exc:  # e.g. EOPNOTSUPP: a PF whose driver does not set VFs over netlink
-                raise VfUnavailable(f"PF {res['pf']} refused the settings (MAC, VLAN, spoof check) of VF "
-                                    f"{res['vf_index']}: {os.strerror(exc.code)} (errno {exc.code})") from None  # fmt: skip
+                why = f"{os.strerror(exc.code)} (errno {exc.code})"
+                raise VfUnavailable(
+                    f"PF {res['pf']} refused the settings (MAC, VLAN, spoof check) of VF {res['vf_index']}: {why}"
+                ) from None
             idx = _lookup(root, rec["netdev"])
             if idx is not None:  # still in the host namespace: move it
                 self._write(rec)
