@@ -82,11 +82,11 @@ def run(store: Store, n_ports: int, runs: int, pg_url: str | None = None) -> Non
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     p50, p99 = median(times), percentile(times, 99)
-    row(f"desired state, {n_ports} ports x {RULES} rules, p50", ms(p50), "well under 50 ms", p50 < TARGET)
-    row(f"desired state, {n_ports} ports x {RULES} rules, p99", ms(p99), "< 50 ms", p99 < TARGET)
+    guide = "guide < 50 ms (no issue target)"
+    row(f"desired state, {n_ports} ports x {RULES} rules, p50", ms(p50), guide, p50 < TARGET)
+    row(f"desired state, {n_ports} ports x {RULES} rules, p99", ms(p99), guide, p99 < TARGET)
     # CPU time of this process: what the figure is without the other work on this shared machine.
-    row(f"desired state, {n_ports} ports x {RULES} rules, CPU p50", ms(median(cpu)), "well under 50 ms",
-        median(cpu) < TARGET)  # fmt: skip
+    row(f"desired state, {n_ports} ports x {RULES} rules, CPU p50", ms(median(cpu)), guide, median(cpu) < TARGET)
 
 
 def main() -> None:
