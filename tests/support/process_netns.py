@@ -9,21 +9,10 @@ API server, the agent) start there too; the named namespaces cloudnet makes are 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import uuid
 from collections.abc import Iterator
 
 from cloudnet.dataplane.linux import netns
-
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
 
 
 @contextlib.contextmanager
@@ -31,15 +20,8 @@ def process_in_throwaway_netns() -> Iterator[str]:
     """Move the calling (main) thread into a new namespace with `lo` up; yields its name; always comes back."""
     name = f"cntest-proc-{uuid.uuid4().hex[:8]}"
     netns.create(name)
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    target = netns.fd_of(name)
     try:
-        _setns(target)
-        try:
+        with netns.entered(name):
             yield name
-        finally:
-            _setns(own)
     finally:
-        os.close(target)
-        os.close(own)
         netns.remove(name)

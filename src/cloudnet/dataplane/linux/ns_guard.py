@@ -31,7 +31,6 @@ from typing import Any
 from cloudnet.dataplane.linux import names, netns
 
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3)
-CLONE_NEWNET = 0x40000000
 SYS_OPENAT2 = 437  # the same number on every architecture (the generic table)
 RESOLVE_NO_SYMLINKS = 0x04
 AT_FDCWD = -100
@@ -158,7 +157,7 @@ def open_network_namespace(name_or_path: str) -> int:
     except OSError as exc:
         os.close(ns)
         raise NamespaceRefused(f"{path} is not a namespace: {exc.strerror}") from None
-    if kind != CLONE_NEWNET:
+    if kind != netns.CLONE_NEWNET:
         os.close(ns)
         raise NamespaceRefused(f"{path} is not a network namespace")
     return ns
