@@ -251,3 +251,23 @@ def test_a_pf_that_refuses_vf_settings_fails_its_port_only(rig: Rig, server: Any
         LinuxDataplane(rig.host).teardown()
         for ns in (other_ns, f"{rig.ns}-ok"):
             netns.remove(ns)
+
+
+def test_a_vf_released_from_a_running_instance_comes_home(api: httpx.Client, store: Store, rig: Rig) -> None:
+    """The instance keeps its namespace (and the agent's claim on it); its deleted direct port's VF is still taken
+    back out of it, reset, for the next port to get."""
+    register_host(api, rig.host, rig.sysfs, {"physnet2": [rig.pf]})
+    net = vlan_network(api, vlan=100, cidr="10.9.0.0/24")
+    port = direct_port(api, net)
+    inst = api.post("/instances", json={"instance": {"name": "vm", "host": rig.host, "netns": rig.ns}}).json()
+    bind(store, port["id"], rig.host, inst["instance"]["id"])
+    dp = rig.dataplane()
+    dp.apply(_state(store, rig.host))
+    assert not _in_root(rig.vfs[0])
+    set_netdev(rig.sysfs, rig.slots[0], None)
+    assert api.delete(f"/ports/{port['id']}").status_code == 204
+    state = _state(store, rig.host)
+    assert [i["id"] for i in state["instances"]] == [inst["instance"]["id"]]  # still there, in its namespace
+    assert dp.apply(state) == []
+    assert _in_root(rig.vfs[0]) and "eth0" not in ns_run(rig.ns, "ip", "-o", "link").stdout
+    assert rig.requests[-1] == vf_request(rig.pf_index(), 0, "00:00:00:00:00:00", 0)

@@ -305,7 +305,9 @@ class SriovDataplane:
             idx = _lookup(root, rec["netdev"]) or _by_alias(root, alias)
         if idx is None:
             with contextlib.suppress(netns.NamespaceMissing, NamespaceRefused):
-                self._bring_home(guard.open({"id": f"(released VF {slot})", "netns": rec["netns"]}), rec, alias)
+                self._bring_home(
+                    guard.open({"id": f"(released VF {slot})", "netns": rec["netns"]}, claim=False), rec, alias
+                )
         with netns.iproute(None) as root:
             idx = _lookup(root, rec["netdev"]) or _by_alias(root, alias)
             if idx is None:
@@ -326,7 +328,7 @@ class SriovDataplane:
                 if gidx is not None:
                     guest.link("set", index=gidx, state="down")
                     guest.link("set", index=gidx, ifname=rec["netdev"])  # its own name before it goes home
-                    fd = netns.fd_of(f"/proc/{os.getpid()}/ns/net")
+                    fd = netns.fd_of(netns.AGENT_NS)
                     try:
                         guest.link("set", index=gidx, net_ns_fd=fd)
                     finally:

@@ -675,7 +675,7 @@ class LinuxDataplane:
             return False
         old, position, mac = applied[0], applied[1], applied[2]
         try:
-            old_fd = guard.open({"id": f"(released port {port['id']})", "netns": old})
+            old_fd = guard.open({"id": f"(released port {port['id']})", "netns": old}, claim=False)
         except (netns.NamespaceMissing, ns_guard.NamespaceRefused):
             return False
         try:
@@ -869,7 +869,7 @@ class LinuxDataplane:
                         raise
             elif name != "lo" and not names.is_ours(name) and name not in uplinks:
                 # An uplink nobody needs any more goes back to the agent's own namespace.
-                fd = netns.fd_of(f"/proc/{os.getpid()}/ns/net")
+                fd = netns.fd_of(netns.AGENT_NS)
                 try:
                     host.link("set", index=msg["index"], nomaster=True)
                     host.link("set", index=msg["index"], net_ns_fd=fd)

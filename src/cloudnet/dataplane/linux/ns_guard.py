@@ -178,6 +178,19 @@ def _identity(path: str) -> Identity | None:
         return None
 
 
+def _named_identity(name_or_path: str) -> Identity | None:
+    """What an instance's netns names, reached as `open_network_namespace` reaches it (no symbolic links): a
+    spelling the agent would refuse claims nothing."""
+    try:
+        fd = _open_o_path(_spelled(name_or_path))
+    except (NamespaceRefused, netns.NamespaceMissing):
+        return None
+    try:
+        return Identity.of(os.fstat(fd))
+    finally:
+        os.close(fd)
+
+
 class InstanceNamespaces:
     """One pass's view of what the namespaces of this host are, built on first use: what instances may not use."""
 
@@ -194,31 +207,30 @@ class InstanceNamespaces:
         self._claimed: dict[Identity, str] = {}  # namespace -> the instance that has it
 
     def _build(self) -> None:
-        self._built = True
         for name in netns.names(names.RESERVED_NS_PREFIX):
             ident = _identity(str(netns.RUN_DIR / name))
             if ident is not None:
                 self._made[ident] = name
         for path, why in (("/proc/1/ns/net", "the host's network namespace (PID 1's)"),
-                          (f"/proc/{os.getpid()}/ns/net", "the agent's own network namespace")):  # fmt: skip
+                          (netns.AGENT_NS, "the agent's own network namespace")):  # fmt: skip
             ident = _identity(path)  # (PID 1's is unreadable in some sandboxes: then the agent's stands for it)
             if ident is not None:
                 self._special[ident] = why
         for inst in self.instances:  # the first naming a namespace keeps it
-            try:
-                ident = _identity(_spelled(inst["netns"]))
-            except NamespaceRefused:
-                continue
+            ident = _named_identity(inst["netns"])
             if ident is not None:
                 self._claimed.setdefault(ident, inst["id"])
+        self._built = True  # (last: a view that failed half-way is built again, never used half-empty)
 
     def made(self, name: str) -> None:
         """A namespace cloudnet made during this pass (after the view was built)."""
         if self._built and (ident := _identity(str(netns.RUN_DIR / name))) is not None:
             self._made[ident] = name
 
-    def open(self, inst: dict[str, Any]) -> int:
-        """A checked descriptor of the instance's namespace (the caller closes it)."""
+    def open(self, inst: dict[str, Any], claim: bool = True) -> int:
+        """A checked descriptor of the instance's namespace (the caller closes it). `claim` False: a device is only
+        being taken back out of it (a released VF or pool device), which the instance living there does not
+        prevent."""
         if not self._built:
             self._build()
         fd = open_network_namespace(inst["netns"])
@@ -230,7 +242,7 @@ class InstanceNamespaces:
             # Only a namespace cloudnet provided for this very instance (it is named after it), never another.
             if made is not None and not (made == inst["netns"] and names.is_managed_ns(self.host, made)):
                 raise NamespaceRefused(f"{inst['netns']} is a namespace cloudnet made ({made})")
-            holder = self._claimed.setdefault(ident, inst["id"])
+            holder = self._claimed.setdefault(ident, inst["id"]) if claim else inst["id"]
             if holder != inst["id"]:
                 raise NamespaceRefused(f"{inst['netns']} is the network namespace of instance {holder}")
         except BaseException:
