@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import httpx
 
+from cloudnet.agent.agent import MAX_REPORTED, Agent
+from cloudnet.agent.client import ApiClient
 from tests.api.test_hosts import active, events_since, heartbeat, instance, network_with_subnet, port_ids, report
+from tests.support.server import RunningServer
 
 
 def state_revision(api: httpx.Client, host: str) -> int:
@@ -41,3 +44,23 @@ def test_a_write_between_snapshot_and_report_shows_in_revision_before(api: httpx
     body = report(api, "echo-2", active(port)).json()
     assert body["revision_before"] > seen  # the agent must not skip: those changes are not its own
     assert body["revision"] == body["revision_before"] + 1
+
+
+class _Failing:
+    """A dataplane with thousands of failed objects (a broken bridge fails every instance on its network)."""
+
+    def failures(self) -> list[dict[str, object]]:
+        return [{"object": f"instance:{i:05d}", "reason": "x" * 500, "since": "2026-01-01T00:00:00Z", "attempts": 1,
+                 "retry_in": 1.0} for i in range(5000)]  # fmt: skip
+
+
+def test_a_host_with_thousands_of_failures_still_fits_its_heartbeat(api: httpx.Client, server: RunningServer) -> None:
+    """Uncapped, these failures make a 2.6 MB heartbeat: refused (413) every time, and the host declared dead."""
+    client = ApiClient(server.url, "node-f", "admin")
+    try:
+        agent = Agent(client, _Failing())  # type: ignore[arg-type]
+        agent._report_failures()
+    finally:
+        client.close()
+    shown = api.get("/hosts/node-f").json()["host"]["report"]
+    assert len(shown["failures"]) == MAX_REPORTED and shown["failure_count"] == 5000

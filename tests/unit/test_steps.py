@@ -119,3 +119,29 @@ def test_a_worker_that_cannot_start_fails_its_steps_at_once() -> None:
     steps = Steps(timeout=30, clock=Clock(), thread_init=lambda: boom("no host namespace"))
     with pytest.raises(StepFailed, match="no host namespace"):
         steps.run("a", lambda: None)
+
+
+def test_a_hung_object_is_not_run_again_until_its_attempt_returns() -> None:
+    clock = Clock()
+    steps = Steps(timeout=0.2, clock=clock)
+    release = threading.Event()
+    runs: list[threading.Thread] = []
+
+    def hang() -> None:
+        runs.append(threading.current_thread())
+        release.wait(30)
+
+    try:
+        with pytest.raises(StepTimedOut):
+            steps.run("instance:x", hang)
+        for _ in range(3):  # its backoff ends, but the first attempt still runs: no new thread, no new wait
+            clock.now += MAX_RETRY
+            with pytest.raises(StepFailed, match="timed out"):
+                steps.run("instance:x", hang)
+        assert len(runs) == 1
+    finally:
+        release.set()
+    runs[0].join(5)
+    assert not runs[0].is_alive()  # an abandoned worker ends once its step returns
+    clock.now += MAX_RETRY
+    assert steps.run("instance:x", lambda: "plugged") == "plugged"

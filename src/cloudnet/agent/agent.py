@@ -21,7 +21,9 @@ from cloudnet.dataplane.steps import StepTimedOut
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
 HELD_BACK_MAX = 5.0
-MAX_REPORTED_DIFFERENCES = 100  # in the host's report; the agent's log has them all
+# Failures and check differences in the host's report, at most (their counts say how many; the agent's log has them
+# all): a host with thousands of broken objects must still fit its heartbeat in a request body.
+MAX_REPORTED = 100
 
 
 class StateObserver(Protocol):
@@ -90,10 +92,13 @@ class Agent:
 
     def _heartbeats(self) -> None:
         while not self.stop_event.wait(self.heartbeat_interval):
-            try:
-                self.client.heartbeat(self.report)
-            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                log.warning("heartbeat failed: %s", exc)
+            self._send_report()
+
+    def _send_report(self) -> None:
+        try:
+            self.client.heartbeat(self.report)
+        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            log.warning("heartbeat failed: %s", exc)
 
     def _follow(self) -> None:
         self.reconcile(full=True, check=True)  # at start: the kernel compared with the desired state, repaired
@@ -132,23 +137,18 @@ class Agent:
 
     def _report_failures(self) -> None:
         """Objects the dataplane could not converge go into the host's report (`cloudnet host show`), at once."""
-        failures = [{k: v for k, v in f.items() if k != "retry_in"} for f in self.dataplane.failures()]
-        if failures != self.report.get("failures", []):
-            self.report["failures"] = failures
-            try:
-                self.client.heartbeat(self.report)
-            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                log.warning("heartbeat failed: %s", exc)
+        everything = [{k: v for k, v in f.items() if k != "retry_in"} for f in self.dataplane.failures()]
+        failures = everything[:MAX_REPORTED]
+        if failures != self.report.get("failures", []) or len(everything) != self.report.get("failure_count", 0):
+            self.report["failures"], self.report["failure_count"] = failures, len(everything)
+            self._send_report()
 
     def _report_check(self, revision: int) -> None:
         """The check's result in the host's report: it answers every check asked for up to `revision`."""
         found = self.dataplane.differences()
         self.report["check"] = {"revision": revision, "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                "count": len(found), "differences": found[:MAX_REPORTED_DIFFERENCES]}  # fmt: skip
-        try:
-            self.client.heartbeat(self.report)
-        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-            log.warning("heartbeat failed: %s", exc)
+                                "count": len(found), "differences": found[:MAX_REPORTED]}  # fmt: skip
+        self._send_report()
 
     def _metadata_served(self, state: dict[str, Any], network_id: str | None) -> bool:
         network = state["networks"].get(network_id or "")

@@ -9,9 +9,10 @@ minutes), so a poisoned object costs the host nothing between attempts; a change
 fingerprint) is retried at once.
 
 A step also runs under a time limit, on a worker thread, so that nothing an object does can hold the host: if the
-limit passes, the object is marked failed ("timed out"), the worker is abandoned to finish (or hang) on its own,
-and the pass ends with StepTimedOut. The driver's sockets may still be in the abandoned worker's hands, so the next
-pass starts afresh with new ones (and skips the object while it backs off).
+limit passes, the object is marked failed ("timed out"), the worker is abandoned to finish (or hang) on its own
+(its thread ends when the step returns), and the pass ends with StepTimedOut. Until that attempt returns, the
+object is not tried again: a hung object costs one thread and one pass, not one of each per retry. The driver's
+sockets may still be in the abandoned worker's hands, so the next pass starts afresh with new ones.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class _Worker:
     def __init__(self, init: Callable[[], None] | None) -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], _Job]] = queue.SimpleQueue()
         self._init = init
+        self.retired = False  # abandoned: the thread ends once its job returns (if it ever does)
         self.thread = threading.Thread(target=self._run, name="cloudnet-step", daemon=True)
         self.thread.start()
 
@@ -77,7 +79,7 @@ class _Worker:
                 self._init()
         except Exception as exc:  # (e.g. the host namespace went): every step on this worker fails with it
             broken = exc
-        while True:
+        while not self.retired:
             fn, job = self._jobs.get()
             try:
                 if broken is not None:
@@ -116,6 +118,7 @@ class Steps:
         self.clock = clock
         self.thread_init = thread_init
         self.failures: dict[str, Failure] = {}
+        self._hung: dict[str, _Job] = {}  # objects whose timed-out attempt has not returned yet
         self._worker: _Worker | None = None
 
     def restart(self) -> None:
@@ -128,8 +131,15 @@ class Steps:
         failure = self.failures.get(key)
         if failure is not None and self.clock() < failure.retry_at and failure.fingerprint == fingerprint:
             raise StepFailed(key, failure.reason)
+        hung = self._hung.get(key)
+        if hung is not None:
+            if not hung.done.is_set():  # its last attempt never returned: no second thread, no second wait
+                reason = failure.reason if failure else "a previous attempt is still running"
+                self._failed(key, reason, fingerprint)  # (looked at again after a longer backoff)
+                raise StepFailed(key, reason)
+            del self._hung[key]
         try:
-            result = self._bounded(fn)
+            result = self._bounded(key, fn)
         except StepTimedOut:
             self._failed(key, f"timed out after {self.timeout:g} s", fingerprint)
             raise
@@ -149,6 +159,7 @@ class Steps:
         """Forget failures of objects that are gone from the desired state."""
         alive = set(keys)
         self.failures = {k: f for k, f in self.failures.items() if k in alive}
+        self._hung = {k: j for k, j in self._hung.items() if k in alive and not j.done.is_set()}
 
     def report(self) -> list[dict[str, Any]]:
         now = self.clock()
@@ -161,15 +172,17 @@ class Steps:
         since = old.since if old is not None else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.failures[key] = Failure(reason, since, attempts, self.clock() + delay, fingerprint)
 
-    def _bounded(self, fn: Callable[[], T]) -> T:
+    def _bounded(self, key: str, fn: Callable[[], T]) -> T:
         if getattr(_inside, "active", False):  # a step within a step shares the outer one's limit
             return fn()
         if self._worker is None or not self._worker.thread.is_alive():
             self._worker = _Worker(self.thread_init)
         job = self._worker.submit(fn)
         if not job.done.wait(self.timeout):
-            log.error("a dataplane step ran past %g s: its worker thread is abandoned", self.timeout)
+            log.error("%s ran past %g s: its worker thread is abandoned", key, self.timeout)
+            self._worker.retired = True
             self._worker = None
+            self._hung[key] = job  # (until it returns, the object is not tried again)
             raise StepTimedOut(f"timed out after {self.timeout:g} s")
         if job.error is not None:
             raise job.error
