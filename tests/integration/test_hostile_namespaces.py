@@ -173,7 +173,6 @@ def test_a_hung_step_holds_only_its_instance(cloud: Cloud, server: RunningServer
 
 
 def test_only_admin_and_the_service_role_name_namespaces(cloud: Cloud, clients: dict[str, httpx.Client]) -> None:
-    net, _sub = cloud.network("who", "10.97.0.0/24", shared=True)
     assert cloud.api.put(f"/hosts/{cloud.host}", json={"host": {"agent_version": "test"}}).status_code == 200
     body = {"name": "x", "host": cloud.host, "netns": "some-netns"}
     check_error(clients["bob"].post("/instances", json={"instance": body}), 403, "PolicyNotAuthorized", "service role")
@@ -182,7 +181,6 @@ def test_only_admin_and_the_service_role_name_namespaces(cloud: Cloud, clients: 
     for i, client in enumerate((clients["svc"], cloud.api)):
         r = client.post("/instances", json={"instance": {**body, "netns": f"some-netns-{i}"}})
         assert r.status_code == 201 and r.json()["instance"]["netns"] == f"some-netns-{i}", r.text
-    assert net["id"]
 
 
 def test_the_guard_refuses_the_hosts_namespace(own_process_ns: str) -> None:

@@ -521,12 +521,14 @@ def test_idle_connections_are_closed(state_dir: Path, agent_client: ApiClient, i
         path = str(svc.socket_path(instance["id"]))
         idle, busy = Raw(path), Raw(path)
         started = time.monotonic()
-        while time.monotonic() - started < 2.5:  # past the idle time twice over, asking every 0.2 s
+        idle.sock.settimeout(0.1)
+        while True:  # until the idle one is closed, the busy one asks every 0.1 s (and is answered)
             assert busy.request("GET", b"role")[0] == "SUCCESS"
-            busy.sock.settimeout(0.2)
             with contextlib.suppress(TimeoutError):
-                assert busy.sock.recv(1) != b"", "a connection in use was closed"
-        assert closed_by_peer(idle)
+                if idle.sock.recv(1) == b"":
+                    break
+            assert time.monotonic() - started < 10, "the idle connection was never closed"
+        assert time.monotonic() - started >= 0.9  # not before its idle time (counted from its connect, just before)
         assert busy.request("GET", b"role")[0] == "SUCCESS"
         for r in (idle, busy):
             r.close()
@@ -546,7 +548,7 @@ def test_a_slow_over_long_line_is_dropped_and_the_connection_goes_on(
         for _ in range(256):  # 256 KiB in 1 KiB pieces, no newline
             raw.send(b"x" * 1024)
         conn = next(iter(svc._instances[instance["id"]].connections))
-        wait_for(lambda: conn.lines.dropped + conn.lines.pending == 0 and conn.lines._skipping,
+        wait_for(lambda: conn.lines.pending == 0 and conn.lines._skipping,
                  what="the over-long line being skipped")  # fmt: skip
         raw.send(b"\n")
         assert raw.request("GET", b"role")[0] == "SUCCESS"

@@ -10,7 +10,6 @@ check the exact request built (and the netlink attributes pyroute2 makes of it) 
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,8 +19,6 @@ from typing import Any
 import httpx
 import pytest
 
-from cloudnet.agent.agent import Agent
-from cloudnet.agent.client import ApiClient
 from cloudnet.dataplane import sriov_inventory as inv
 from cloudnet.dataplane.linux import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
@@ -29,7 +26,7 @@ from cloudnet.dataplane.sriov import PfNetlink, SriovDataplane, vf_nla, vf_reque
 from cloudnet.services import hosts, sriov
 from cloudnet.store.db import Store
 from tests.support.api import create
-from tests.support.cloud import ns_run
+from tests.support.cloud import ns_run, running_agent
 from tests.support.sriov_cloud import ADMIN, bind, direct_port, register_host, release, vlan_network
 from tests.support.sriov_tree import add_pf, set_netdev
 
@@ -150,42 +147,39 @@ def test_instance_with_a_direct_port_through_the_api_and_the_agent(rig: Rig, ser
     report: dict[str, Any] = {"uplinks": {}}
     report["sriov"] = inv.inventory_report(inv.read_inventory({"physnet2": [rig.pf]}, None, rig.sysfs))
     dataplane = LinuxDataplane(rig.host, sriov=rig.dataplane(report))
-    agent = Agent(ApiClient(server.url, rig.host, "admin"), dataplane, report=report, heartbeat_interval=0.5,
-                  poll_timeout=1)  # fmt: skip
-    thread = threading.Thread(target=agent.run, daemon=True)
-    thread.start()
     try:
-        assert agent.synced.wait(15)
-        net = vlan_network(api)
-        port = direct_port(api, net)
-        body = {"name": "vf", "host": rig.host, "netns": rig.ns, "nets": [{"port": port["id"]}]}
-        r = api.post("/instances", json={"instance": body})
-        assert r.status_code == 201, r.text
-        inst = r.json()["instance"]
-        deadline = time.monotonic() + 15
-        while api.get(f"/instances/{inst['id']}").json()["instance"]["status"] != "ACTIVE":  # readiness
-            assert time.monotonic() < deadline, "instance never ACTIVE"
-            time.sleep(0.05)
-        bound = api.get(f"/ports/{port['id']}").json()["port"]
-        assert bound["binding:vif_type"] == "hw_veb" and bound["binding:profile"]["pci_slot"] == rig.slots[0]
-        assert port["mac_address"] in ns_run(rig.ns, "ip", "-o", "link", "show", "eth0").stdout
-        assert not _in_root(rig.vfs[0])  # the VF netdev now lives in the instance
-        assert rig.requests[-1]["vf"]["mac"] == port["mac_address"]  # PF request built (sending needs hardware)
-        assert rig.requests[-1]["vf"]["spoofchk"] == 0  # port security off: no spoof check (as Neutron's agent)
-        assert bound["binding:vif_details"]["port_filter"] is False
-        assert api.delete(f"/instances/{inst['id']}").status_code == 204
-        deadline = time.monotonic() + 15
-        while not _in_root(rig.vfs[0]):  # readiness: the agent returned the VF to the host
-            assert time.monotonic() < deadline, "VF never returned"
-            time.sleep(0.05)
-        kept = api.get(f"/ports/{port['id']}").json()["port"]
-        assert kept["device_id"] == "" and "pci_slot" not in kept["binding:profile"]
-        assert rig.requests[-1]["vf"] == {"vf": 0, "mac": "00:00:00:00:00:00", "vlan": 0}
+        with running_agent(server.url, rig.host, dataplane, report):
+            _direct_port_round_trip(rig, api)
     finally:
-        agent.stop()
-        thread.join(timeout=30)
-        agent.client.close()
         LinuxDataplane(rig.host).teardown()
+
+
+def _direct_port_round_trip(rig: Rig, api: httpx.Client) -> None:
+    net = vlan_network(api)
+    port = direct_port(api, net)
+    body = {"name": "vf", "host": rig.host, "netns": rig.ns, "nets": [{"port": port["id"]}]}
+    r = api.post("/instances", json={"instance": body})
+    assert r.status_code == 201, r.text
+    inst = r.json()["instance"]
+    deadline = time.monotonic() + 15
+    while api.get(f"/instances/{inst['id']}").json()["instance"]["status"] != "ACTIVE":  # readiness
+        assert time.monotonic() < deadline, "instance never ACTIVE"
+        time.sleep(0.05)
+    bound = api.get(f"/ports/{port['id']}").json()["port"]
+    assert bound["binding:vif_type"] == "hw_veb" and bound["binding:profile"]["pci_slot"] == rig.slots[0]
+    assert port["mac_address"] in ns_run(rig.ns, "ip", "-o", "link", "show", "eth0").stdout
+    assert not _in_root(rig.vfs[0])  # the VF netdev now lives in the instance
+    assert rig.requests[-1]["vf"]["mac"] == port["mac_address"]  # PF request built (sending needs hardware)
+    assert rig.requests[-1]["vf"]["spoofchk"] == 0  # port security off: no spoof check (as Neutron's agent)
+    assert bound["binding:vif_details"]["port_filter"] is False
+    assert api.delete(f"/instances/{inst['id']}").status_code == 204
+    deadline = time.monotonic() + 15
+    while not _in_root(rig.vfs[0]):  # readiness: the agent returned the VF to the host
+        assert time.monotonic() < deadline, "VF never returned"
+        time.sleep(0.05)
+    kept = api.get(f"/ports/{port['id']}").json()["port"]
+    assert kept["device_id"] == "" and "pci_slot" not in kept["binding:profile"]
+    assert rig.requests[-1]["vf"] == {"vf": 0, "mac": "00:00:00:00:00:00", "vlan": 0}
 
 
 def test_a_pf_that_refuses_vf_settings_fails_its_port_only(rig: Rig, server: Any, api: httpx.Client) -> None:
@@ -207,50 +201,46 @@ def test_a_pf_that_refuses_vf_settings_fails_its_port_only(rig: Rig, server: Any
     report = register_host(api, rig.host, rig.sysfs, mappings)
     sriov_dp = SriovDataplane(rig.host, rig.state_dir, mappings=mappings, sysfs_root=rig.sysfs, set_vf=set_vf,
                               report=report)  # fmt: skip
-    agent = Agent(ApiClient(server.url, rig.host, "admin"), LinuxDataplane(rig.host, sriov=sriov_dp), report=report,
-                  heartbeat_interval=0.5, poll_timeout=1)  # fmt: skip
-    thread = threading.Thread(target=agent.run, daemon=True)
-    thread.start()
-    other_ns = f"{rig.ns}-v"
-    netns.ensure(other_ns)
+    other_ns, ok_ns = f"{rig.ns}-v", f"{rig.ns}-ok"
+    for ns in (other_ns, ok_ns):  # (before their instances: a namespace appearing later is seen at a full pass)
+        netns.ensure(ns)
     try:
-        assert agent.synced.wait(15)
-        refused = direct_port(api, vlan_network(api, "physnet2", 100, "10.9.0.0/24"))
-        taken = direct_port(api, vlan_network(api, "physnet3", 200, "10.8.0.0/24"))
-        plain = create(api, "networks", "network", name="plain")
-        create(api, "subnets", "subnet", network_id=plain["id"], cidr="10.6.0.0/24")
-
-        def instance(name: str, ns: str, nets: list[dict[str, str]]) -> str:
-            r = api.post("/instances", json={"instance": {"name": name, "host": rig.host, "netns": ns, "nets": nets}})
-            assert r.status_code == 201, r.text
-            return str(r.json()["instance"]["id"])
-
-        bad = instance("refused", rig.ns, [{"port": refused["id"]}])
-        ok = [instance("vf-ok", f"{rig.ns}-ok", [{"port": taken["id"]}]),
-              instance("veth", other_ns, [{"network": plain["id"]}])]  # fmt: skip
-        netns.ensure(f"{rig.ns}-ok")
-        deadline = time.monotonic() + 20
-        shown = {}
-        while time.monotonic() < deadline:  # readiness: every instance settled
-            shown = {i: api.get(f"/instances/{i}").json()["instance"] for i in [bad, *ok]}
-            if shown[bad]["status"] == "ERROR" and all(shown[i]["status"] == "ACTIVE" for i in ok):
-                break
-            time.sleep(0.05)
-        assert shown[bad]["status"] == "ERROR", shown[bad]
-        assert "refused the settings (MAC, VLAN, spoof check)" in shown[bad]["status_reason"], shown[bad]
-        assert "Operation not supported (errno 95)" in shown[bad]["status_reason"], shown[bad]
-        assert all(shown[i]["status"] == "ACTIVE" for i in ok), shown
-        assert recorded[-1]["vf"]["mac"] == taken["mac_address"]
-        assert _in_root(rig.vfs[0])  # the refused VF never left the host
-        failures = api.get(f"/hosts/{rig.host}").json()["host"]["report"]["failures"]
-        assert [f["object"] for f in failures] == [f"vf:{refused['id']}"]
+        with running_agent(server.url, rig.host, LinuxDataplane(rig.host, sriov=sriov_dp), report):
+            _one_refusing_pf(rig, api, other_ns, ok_ns, recorded)
     finally:
-        agent.stop()
-        thread.join(timeout=30)
-        agent.client.close()
         LinuxDataplane(rig.host).teardown()
-        for ns in (other_ns, f"{rig.ns}-ok"):
+        for ns in (other_ns, ok_ns):
             netns.remove(ns)
+
+
+def _one_refusing_pf(rig: Rig, api: httpx.Client, other_ns: str, ok_ns: str, recorded: list[dict[str, Any]]) -> None:
+    refused = direct_port(api, vlan_network(api, "physnet2", 100, "10.9.0.0/24"))
+    taken = direct_port(api, vlan_network(api, "physnet3", 200, "10.8.0.0/24"))
+    plain = create(api, "networks", "network", name="plain")
+    create(api, "subnets", "subnet", network_id=plain["id"], cidr="10.6.0.0/24")
+
+    def instance(name: str, ns: str, nets: list[dict[str, str]]) -> str:
+        r = api.post("/instances", json={"instance": {"name": name, "host": rig.host, "netns": ns, "nets": nets}})
+        assert r.status_code == 201, r.text
+        return str(r.json()["instance"]["id"])
+
+    bad = instance("refused", rig.ns, [{"port": refused["id"]}])
+    ok = [instance("vf-ok", ok_ns, [{"port": taken["id"]}]), instance("veth", other_ns, [{"network": plain["id"]}])]
+    deadline = time.monotonic() + 20
+    shown = {}
+    while time.monotonic() < deadline:  # readiness: every instance settled
+        shown = {i: api.get(f"/instances/{i}").json()["instance"] for i in [bad, *ok]}
+        if shown[bad]["status"] == "ERROR" and all(shown[i]["status"] == "ACTIVE" for i in ok):
+            break
+        time.sleep(0.05)
+    assert shown[bad]["status"] == "ERROR", shown[bad]
+    assert "refused the settings (MAC, VLAN, spoof check)" in shown[bad]["status_reason"], shown[bad]
+    assert "Operation not supported (errno 95)" in shown[bad]["status_reason"], shown[bad]
+    assert all(shown[i]["status"] == "ACTIVE" for i in ok), shown
+    assert recorded[-1]["vf"]["mac"] == taken["mac_address"]
+    assert _in_root(rig.vfs[0])  # the refused VF never left the host
+    failures = api.get(f"/hosts/{rig.host}").json()["host"]["report"]["failures"]
+    assert [f["object"] for f in failures] == [f"vf:{refused['id']}"]
 
 
 def test_a_vf_released_from_a_running_instance_comes_home(api: httpx.Client, store: Store, rig: Rig) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,30 @@ def ping(ns: str, address: str, count: int = 1, wait: float = 1.0) -> bool:
     return ns_run(ns, "ping", "-n", "-c", str(count), "-W", str(wait), address).returncode == 0
 
 
+@contextlib.contextmanager
+def running_agent(
+    url: str,
+    host: str,
+    dataplane: Any,
+    report: dict[str, Any] | None = None,
+    observers: list[Any] | None = None,
+    resync_interval: float = 60.0,
+) -> Iterator[Agent]:
+    """The host's real agent on its own thread, through its first sync; stopped on the way out."""
+    agent = Agent(ApiClient(url, host, "admin"), dataplane, report=report, heartbeat_interval=0.5, poll_timeout=1,
+                  observers=observers, resync_interval=resync_interval)  # fmt: skip
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        if not agent.synced.wait(15):
+            raise RuntimeError("agent did not complete its first sync")
+        yield agent
+    finally:
+        agent.stop()
+        thread.join(timeout=40)
+        agent.client.close()
+
+
 @dataclass
 class Cloud:
     api: httpx.Client
@@ -38,30 +64,24 @@ class Cloud:
     namespaces: list[str] = field(default_factory=list)
     root_links: list[str] = field(default_factory=list)
     agent: Agent | None = None
-    _thread: threading.Thread | None = None
+    _running: contextlib.ExitStack | None = None
 
     # -- agent --
 
     def start_agent(
         self, observers: list[Any] | None = None, park: bool = False, resync_interval: float = 60.0
     ) -> Agent:
-        client = ApiClient(self.server.url, self.host, "admin")
-        self.agent = Agent(
-            client, LinuxDataplane(self.host, self.uplinks, park=park), heartbeat_interval=0.5, poll_timeout=1,
-            observers=observers, resync_interval=resync_interval,
-        )  # fmt: skip
-        self._thread = threading.Thread(target=self.agent.run, daemon=True)
-        self._thread.start()
-        if not self.agent.synced.wait(15):
-            raise RuntimeError("agent did not complete its first sync")
+        self._running = contextlib.ExitStack()
+        dataplane = LinuxDataplane(self.host, self.uplinks, park=park)
+        self.agent = self._running.enter_context(
+            running_agent(self.server.url, self.host, dataplane, observers=observers, resync_interval=resync_interval)
+        )
         return self.agent
 
     def stop_agent(self) -> None:
-        if self.agent is not None and self._thread is not None:
-            self.agent.stop()
-            self._thread.join(timeout=40)
-            self.agent.client.close()
-        self.agent, self._thread = None, None
+        if self._running is not None:
+            self._running.close()
+        self.agent, self._running = None, None
 
     # -- topology --
 

@@ -6,18 +6,15 @@ import contextlib
 import json
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cloudnet.agent.agent import Agent
-from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata_proxy import MetadataProxy
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
-from tests.support.cloud import Cloud
+from tests.support.cloud import Cloud, running_agent
 from tests.support.metadata import RunningMetadata
 from tests.support.server import RunningServer
 
@@ -42,15 +39,12 @@ def agent_with_proxy(
     metadata = RunningMetadata.start(app)
     proxy = MetadataProxy(cloud.host, metadata.url, SECRET, retry_interval=0.1, burst=200)  # 3 boots of reads
     try:
-        cloud.agent = Agent(ApiClient(server.url, cloud.host, "admin"),
-                            dataplane or LinuxDataplane(cloud.host, cloud.uplinks, park=park),
-                            heartbeat_interval=0.5, poll_timeout=1, observers=[proxy])  # fmt: skip
-        cloud._thread = threading.Thread(target=cloud.agent.run, daemon=True)
-        cloud._thread.start()
-        assert cloud.agent.synced.wait(15)
-        yield proxy
+        dataplane = dataplane or LinuxDataplane(cloud.host, cloud.uplinks, park=park)
+        with running_agent(server.url, cloud.host, dataplane, observers=[proxy]) as agent:
+            cloud.agent = agent
+            yield proxy
     finally:
-        cloud.stop_agent()
+        cloud.agent = None
         proxy.close()
         metadata.stop()
 

@@ -77,26 +77,9 @@ class InstanceCreate(Body):
     _netns = field_validator("netns")(lambda v: None if v is None else check_netns(v))
 
 
-# Where named namespaces live (`ip netns`), under either spelling.
-NETNS_DIRS = ("/run/netns/", "/var/run/netns/")
-
-
 def check_netns(value: str) -> str:
-    """An existing namespace as a name (under /run/netns) or an absolute path, spelt plainly. What it is, is the
-    host agent's to check before it enters it (dataplane/linux/ns_guard.py): this only refuses what can never be
-    right, and the namespaces cloudnet makes, however they are spelt."""
-    if "\x00" in value or any(c.isspace() for c in value):
-        raise ValueError("a namespace name or path has no NUL or white space")
-    if "/" in value:
-        parts = value.split("/")
-        if not value.startswith("/") or "" in parts[1:] or any(p in (".", "..") for p in parts):
-            raise ValueError("a namespace path must be absolute, without '.', '..' or empty components")
-        name = next((value[len(d) :] for d in NETNS_DIRS if value.startswith(d)), None)
-    else:
-        if value in (".", ".."):
-            raise ValueError(f"'{value}' is not a namespace name")
-        name = value
-    if name is not None and name.startswith(namespaces.RESERVED_NS_PREFIX):
+    """An existing namespace, spelt plainly, and not one cloudnet makes however it is spelt."""
+    if namespaces.is_reserved(namespaces.spelled(value)):
         raise ValueError(
             f"names starting with '{namespaces.RESERVED_NS_PREFIX}' are reserved for the namespaces cloudnet makes; "
             "leave netns out to have one made"

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from cloudnet import namespaces
 from cloudnet.dataplane.linux import names, netns
 
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3)
@@ -96,18 +97,14 @@ def _open_path(path: str, directory: bool = False) -> int:
 
 
 def _spelled(name_or_path: str) -> str:
-    """The path to open: a name under /run/netns, or an absolute path without '.'/'..' components."""
-    if "/" not in name_or_path:
-        if name_or_path in ("", ".", "..") or "\x00" in name_or_path:
-            raise NamespaceRefused(f"{name_or_path!r} is not a namespace name")
-        return str(netns.RUN_DIR / name_or_path)
-    if not name_or_path.startswith("/") or "\x00" in name_or_path:
-        raise NamespaceRefused(f"{name_or_path!r} is not an absolute path")
-    if any(part in (".", "..") for part in name_or_path.split("/")):
-        raise NamespaceRefused(f"{name_or_path!r} has '.' or '..' components")
-    if name_or_path.startswith("/var/run/") and os.path.realpath("/var/run") == "/run":
-        return "/run/" + name_or_path[len("/var/run/") :]
-    return name_or_path
+    """The path to open (namespaces.spelled; /var/run read as /run where it is the usual link to it)."""
+    try:
+        path = namespaces.spelled(name_or_path)
+    except ValueError as exc:
+        raise NamespaceRefused(f"{name_or_path!r}: {exc}") from None
+    if path.startswith("/var/run/") and os.path.realpath("/var/run") == "/run":
+        return "/run/" + path[len("/var/run/") :]
+    return path
 
 
 def _open_o_path(path: str) -> int:
