@@ -231,6 +231,22 @@ def test_port_security_off_filters_nothing_for_that_port(rig: Rig) -> None:
         rig.converge()
 
 
+def test_a_state_without_groups_filters_every_port_as_one_without_groups(rig: Rig) -> None:
+    """A desired state lacking `security_groups` (the control plane always sends it) leaves no port unfiltered."""
+    a, b, _c = ports(rig)
+    a.groups, b.groups = ["out"], ["out"]
+    state = rig.state()
+    del state["security_groups"]
+    server = Responder.start(b.ns, "B", tcp=(7350,))
+    try:
+        reports = {r.port_id: r for r in rig.dp.apply(state, full=False)}
+        assert all(r.vif_details["port_filter"] is True for r in reports.values()), reports
+        assert tcp_ask(a.ns, b.ip, 7350, BLOCKED) == ""
+    finally:
+        server.stop()
+        rig.converge()
+
+
 def test_a_restarted_agent_keeps_open_connections_and_their_zones(rig: Rig) -> None:
     """A new driver (an agent restart) rewrites the tables whole but keeps each network's conntrack zone: the
     server's side of an open connection can still speak first (a has no ingress rule: only conntrack lets it in).

@@ -35,7 +35,8 @@ def test_rules_are_normalised_as_neutron_reads_them() -> None:
     "bad",
     [_rule(protocol=300), _rule(protocol=47, port_range_min=1), _rule(protocol=6, port_range_min=90, port_range_max=80),
      _rule(protocol=1, port_range_max=0), _rule(direction="sideways"), _rule(ethertype="IPX"),
-     _rule(remote_ip_prefix="10.0.0.0/8", remote_group_id="g"), _rule(remote_ip_prefix="10.0.0.300/32")],
+     _rule(remote_ip_prefix="10.0.0.0/8", remote_group_id="g"), _rule(remote_ip_prefix="10.0.0.300/32"),
+     _rule(remote_address_group_id="ag")],
 )  # fmt: skip
 def test_rules_that_cannot_be_enforced_faithfully_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):

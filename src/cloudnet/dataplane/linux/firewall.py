@@ -167,8 +167,6 @@ class NftFirewall:
         ports: dict[str, security.PortPolicy] = {}
         unfiltered: dict[str, str] = {}
         identities = self._identities(steps, candidates, failures)
-        if not security.enforcing(state):
-            return security.HostPolicy({}, {pid: p["network_id"] for pid, p in candidates.items()}, {}, {}, identities)
         for pid, raw in candidates.items():
             try:
                 parsed = self._parse(steps, f"firewall:{pid}", security.port_fingerprint(raw),
