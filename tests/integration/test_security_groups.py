@@ -178,6 +178,51 @@ def test_removing_a_rule_cuts_an_open_connection(rig: Rig) -> None:
         echo.close()
 
 
+def test_ports_of_a_new_network_inherit_no_connection_of_a_gone_one(rig: Rig) -> None:
+    """A network and its ports go and, in the same pass, another project's network comes, its ports with the same
+    addresses (here in the same namespaces, so that the old conversation's sockets can speak on). Neither the gone
+    network's conntrack zone nor its entries may make that conversation an established one of the new ports: x lets
+    nothing in, only conntrack could."""
+    gone = Net(str(uuid.uuid4()), "10.86.0.", "fd00:86::")
+    rig.nets.append(gone)
+    p, q = rig.port(gone, "p", 10), rig.port(gone, "q", 11)
+    rig.group("udp-in", rule("ingress", protocol=17, lo=7160))
+    p.groups, q.groups = ["udp-in"], ["out"]
+    rig.converge()
+    with netns.entered(p.ns):
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with netns.entered(q.ns):
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    new = Net(str(uuid.uuid4()), gone.v4, gone.v6)
+    x = Port(str(uuid.uuid4()), new, p.mac, p.ip, p.ip6, p.ns, str(uuid.uuid4()), ["out"])
+    y = Port(str(uuid.uuid4()), new, q.mac, q.ip, q.ip6, q.ns, str(uuid.uuid4()), ["out"])
+    try:
+        server.settimeout(3)
+        client.settimeout(3)
+        server.bind(("0.0.0.0", 7160))
+        client.bind(("0.0.0.0", 40000))
+        client.sendto(b"hello", (p.ip, 7160))
+        _data, peer = server.recvfrom(100)
+        server.sendto(b"welcome", peer)
+        assert client.recv(100) == b"welcome"  # established, in the gone network's zone
+        rig.nets.remove(gone)
+        del rig.ports[p.id], rig.ports[q.id]
+        rig.nets.append(new)
+        rig.ports.update({x.id: x, y.id: y})
+        rig.converge()
+        client.sendto(b"as before", (x.ip, 7160))
+        server.settimeout(BLOCKED)
+        with pytest.raises(TimeoutError):
+            server.recvfrom(100)
+    finally:
+        server.close()
+        client.close()
+        for port in (p, q, x, y):
+            rig.ports.pop(port.id, None)
+        rig.nets = [n for n in rig.nets if n not in (gone, new)]
+        rig.converge()
+
+
 def test_a_stateless_group_needs_rules_in_both_directions(rig: Rig) -> None:
     a, b, _c = ports(rig)
     plain = rig.group("plain", rule("ingress", protocol=6, lo=7200), stateful=False)

@@ -98,6 +98,9 @@ def test_losers_are_the_ports_that_lost_something() -> None:
     assert security.losers(before, more) == set()
     assert security.losers(before, fewer_rules) == {"p"}
     assert security.losers(before, fewer_members) == {"p"}
+    nothing = security.HostPolicy({}, {}, {}, {})
+    assert security.losers(nothing, before) == {"p"}  # new: its address may have been another port's
+    assert security.losers(security.HostPolicy({}, {"p": "n"}, {}, {}), before) == {"p"}  # port security turned on
 
 
 def _covered(elements: set[str]) -> set[tuple[int, int, int]]:

@@ -317,7 +317,8 @@ def _rule_matches(policy: HostPolicy, rule: Rule, flow: Flow) -> bool:
 
 def losers(old: HostPolicy, new: HostPolicy) -> set[str]:
     """Filtered ports of `new` that may have lost something since `old` (a group, a rule, a remote member, their
-    state): their established connections must be judged again. Ports that only gained keep them all."""
+    state), and those newly filtered: their established connections must be judged again (a new port's address may
+    be a gone port's, its connections not its own). Ports that only gained keep them all."""
     changed = {g for g, group in old.groups.items()
                if new.groups.get(g) is not group and (g not in new.groups or group.stateful != new.groups[g].stateful
                                                       or not set(group.rules) <= set(new.groups[g].rules))}  # fmt: skip
@@ -327,8 +328,7 @@ def losers(old: HostPolicy, new: HostPolicy) -> set[str]:
     for pid, port in new.ports.items():
         before = old.ports.get(pid)
         if before is None:
-            if pid in old.unfiltered:
-                out.add(pid)  # port security turned on
+            out.add(pid)  # new, or port security turned on
             continue
         if before is port and not changed and not shrunk:
             continue  # (the same parsed object: nothing of its own changed)

@@ -7,7 +7,8 @@ the port when the port opened it (egress), towards it when the remote end did (i
 would not let start are deleted; the connection's next packet is then a new one, and is dropped.
 
 One zone at a time (the kernel filters a dump by zone), so that the cost is that of the zone's entries, not of the
-whole table. Runs in the host namespace (where the bridges' conntrack table is), through
+whole table. A zone whose network is gone is emptied before its number is given to another network, whose ports
+would otherwise inherit its connections. Runs in the host namespace (where the bridges' conntrack table is), through
 pyroute2's ctnetlink socket.
 """
 
@@ -82,10 +83,11 @@ class _Owners:
         return any(not security.permits(policy, port, flow) for port, flow in flows)
 
 
-def sweep(policy: security.HostPolicy, ports: Iterable[str], zone: int, deadline: float) -> int:
-    """Delete the entries of conntrack zone `zone` that `policy` denies to `ports`, in the calling thread's
-    namespace; how many. OutOfTime once `deadline` (time.monotonic) passes: what was judged by then is deleted."""
-    owners = _Owners(policy, ports)
+def sweep(policy: security.HostPolicy, ports: Iterable[str] | None, zone: int, deadline: float) -> int:
+    """Delete the entries of conntrack zone `zone` that `policy` denies to `ports` (None: every entry, the zone
+    belongs to no network any more), in the calling thread's namespace; how many. OutOfTime once `deadline`
+    (time.monotonic) passes: what was judged by then is deleted."""
+    owners = None if ports is None else _Owners(policy, ports)
     doomed = []
     # Only the zone's entries are read (the kernel filters a dump by zone), both families in one dump.
     ct = NFCTSocket(nfgen_family=socket.AF_UNSPEC)
@@ -94,7 +96,7 @@ def sweep(policy: security.HostPolicy, ports: Iterable[str], zone: int, deadline
             if time.monotonic() > deadline:
                 _delete(doomed)
                 raise OutOfTime(f"conntrack zone {zone}: not judged whole in time")
-            if (msg.get_attr("CTA_ZONE") or 0) == zone and owners.deny(policy, msg):
+            if (msg.get_attr("CTA_ZONE") or 0) == zone and (owners is None or owners.deny(policy, msg)):
                 doomed.append(msg)
     finally:
         ct.close()

@@ -13,8 +13,9 @@ br_netfilter still calls it.
 
 All of that is the step "firewall", whose fingerprint is a hash of its inputs (an event about anything else does not
 retry it before its backoff). After it, each conntrack zone with work is a step of its own ("conntrack-zone:<n>"),
-whose failure leaves the filters, in place by then, as they are: the connections of ports that lost something are
-judged again (conntrack.py).
+whose failure leaves the filters, in place by then, as they are: the connections of ports that lost something, or
+are new (an address or zone of theirs may have been another's), are judged again, and a gone network's zone is
+emptied before its number is given to another network (conntrack.py).
 """
 
 from __future__ import annotations
@@ -76,12 +77,13 @@ class NftFirewall:
         self._applied: dict[str, Part] | None = None  # what the kernel holds; None: unknown (rewrite whole)
         self._policy: security.HostPolicy | None = None  # the policy last applied (None: none since start)
         self._pending: set[str] = set()  # ports whose connections are still to be judged again
+        self._freed: set[int] = set()  # zones of gone networks, to be emptied (held until then)
         self._numbers = {kind: Numbers() for kind in ("port", "group", "remote", "pair", "zone")}
         self._zones_read = False
         self._generation = -1  # the namespace's ruleset generation right after our last transaction
         self.drift: list[str] = []  # what the last pass found changed behind its back (and rewrote)
         self._keys: list[str] = ["firewall"]
-        self._zones_due: list[tuple[int, frozenset[str]]] = []  # (zone, its ports to judge)
+        self._zones_due: list[tuple[int, frozenset[str] | None]] = []  # (zone, its ports to judge; None: empty it)
 
     def enforced(self, port_id: str) -> bool:
         applied = self._applied or {}
@@ -93,6 +95,7 @@ class NftFirewall:
     def forget(self) -> None:
         self._applied, self._policy, self._zones_read = None, None, False
         self._numbers["zone"] = Numbers()
+        self._freed.clear()  # (a new namespace has no connections; every port of the next pass is judged again)
 
     # -- a pass -------------------------------------------------------------------------------
 
@@ -142,7 +145,7 @@ class NftFirewall:
         numbers["pair"].keep({(gid, r.remote, r.direction, r.version)
                               for gid, g in policy.groups.items() for r in g.rules if r.remote})  # fmt: skip
         nets = set(state["networks"]) | {p.network_id for p in policy.ports.values()} | set(policy.unfiltered.values())
-        numbers["zone"].keep({names.bridge(n) for n in nets})
+        self._freed |= numbers["zone"].keep({names.bridge(n) for n in nets}, hold=True)  # (emptied before reuse)
         desired: dict[str, Part] = {}
 
         def part(key: str, inputs: Any, make: Callable[[], Part]) -> None:
@@ -300,18 +303,23 @@ class NftFirewall:
     # -- connections ----------------------------------------------------------------------------
 
     def _judge_later(self, policy: security.HostPolicy) -> None:
-        """Note whose connections to judge again: ports that lost something (all of them after a start: who knows),
-        by zone."""
+        """Note whose connections to judge again: ports that lost something, and new ones (all of them after a
+        start: who knows), by zone; and the zones to empty."""
         self._pending |= set(policy.ports) if self._policy is None else security.losers(self._policy, policy)
         self._pending &= set(policy.ports)
         self._policy = policy
         by_zone: dict[int, set[str]] = {}
         for pid in self._pending:
             by_zone.setdefault(self._numbers["zone"].of[names.bridge(policy.ports[pid].network_id)], set()).add(pid)
-        self._zones_due = [(z, frozenset(ports)) for z, ports in sorted(by_zone.items())]
+        self._zones_due = [(z, None) for z in sorted(self._freed)]
+        self._zones_due += [(z, frozenset(ports)) for z, ports in sorted(by_zone.items())]
 
-    def _judge(self, zone: int, ports: frozenset[str], budget: float) -> None:
-        """A step: the zone's connections judged again."""
+    def _judge(self, zone: int, ports: frozenset[str] | None, budget: float) -> None:
+        """A step: the zone's connections judged again (ports None: all of them cut, and the zone given again)."""
         assert self._policy is not None
         conntrack.sweep(self._policy, ports, zone, time.monotonic() + budget)
-        self._pending -= ports
+        if ports is None:
+            self._freed.discard(zone)
+            self._numbers["zone"].release(zone)
+        else:
+            self._pending -= ports
