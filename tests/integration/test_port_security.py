@@ -235,14 +235,24 @@ def test_one_bad_port_or_group_fails_alone(rig: Rig) -> None:
         rig.converge()
 
 
-def test_tables_removed_behind_the_agents_back_are_written_again(rig: Rig, caught: frames.Catcher) -> None:
+def test_tables_changed_behind_the_agents_back_are_reported_and_written_again(rig: Rig, caught: frames.Catcher) -> None:
+    """A table deleted, anti-spoofing flushed, an address's element deleted: a check finds each (the pass is a full
+    one: its whole state is compared, not only what it changed) and rewrites the tables."""
     a, b, _c = rig_ports(rig)
-    assert rig.nft("delete", "table", "bridge", "cloudnet").returncode == 0
-    rig.converge(full=True, check=True)  # a full pass checks what the kernel holds
-    assert [d["object"] for d in rig.dp.differences()] == ["firewall"]
-    spoofed = marker()
-    frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.98", spoofed))
-    assert not caught.seen(spoofed, BLOCKED)
+    element = f'{{ "{a.tap}" . {a.mac} . {a.ip} }}'
+    for change, found in (
+        (("delete", "table", "bridge", "cloudnet"), "table bridge cloudnet: missing"),
+        (("flush", "chain", "bridge", "cloudnet", "prerouting"), "prerouting"),
+        (("delete", "element", "bridge", "cloudnet", "src4", element), "missing element(s) in src4"),
+    ):
+        assert rig.nft(*change).returncode == 0
+        rig.converge(full=True, check=True)  # a full pass checks what the kernel holds
+        differences = rig.dp.differences()
+        assert [d["object"] for d in differences] == ["firewall"] and found in differences[0]["difference"], change
+        spoofed, own = marker(), marker()
+        frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.98", spoofed))
+        frames.send(a.ns, udp_frame(a.mac, b, a.ip, own))
+        assert caught.seen(own, 3) and not caught.seen(spoofed, 0), change  # (sent first)
     assert rig.nft("delete", "table", "inet", "cloudnet").returncode == 0
     rig.groups["open"]["rules"].append(rule("ingress", protocol=6, lo=9))  # an incremental pass, refused: rewritten
     try:

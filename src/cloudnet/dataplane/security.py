@@ -87,9 +87,10 @@ class Firewall(Protocol):
 
     drift: list[str]  # what the last pass found changed behind the backend's back (and repaired)
 
-    def apply(self, state: dict[str, Any], steps: Steps, full: bool) -> dict[str, str]:
+    def apply(self, state: dict[str, Any], steps: Steps, full: bool, check: bool = False) -> dict[str, str]:
         """Converge to the policy of `state`; returns the ports that are not enforced as asked, with the reason
-        (their devices must not be plugged)."""
+        (their devices must not be plugged). `full` makes sure of what the backend trusts to be as it left it when
+        it has reason to doubt it, `check` in any case."""
         ...
 
     def enforced(self, port_id: str) -> bool:

@@ -295,7 +295,7 @@ class LinuxDataplane:
             except StepFailed:
                 uplinks = set(self._kept[1]) if self._kept else set(self.uplinks.values())  # none handed back
             # Before any device is plugged: a port passes nothing until its filter is in place.
-            broken.update(self.firewall.apply(state, self.steps, full))
+            broken.update(self.firewall.apply(state, self.steps, full, self._checking))
             self._found("firewall", self.firewall.drift)
             for inst in state["instances"]:
                 if names.is_managed_ns(self.host, inst["netns"]):  # one cloudnet provides: made here

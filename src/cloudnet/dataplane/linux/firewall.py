@@ -8,8 +8,9 @@ while the others converge. What was applied is kept as one Part per object; a pa
 it and sends only the difference, as one atomic transaction. A transaction the kernel refuses (it no longer holds
 what was applied: a table flushed by hand) is followed by a rewrite of both tables whole, in one transaction; should
 that fail too, the parts the kernel refuses are found (fw_check.refused) and left out, so a pass can never fail on
-what is already there. A full pass checks that the kernel still has what was applied (the port maps) and
-br_netfilter still calls it.
+what is already there. A full pass checks that br_netfilter still calls the tables and, when something was committed
+in the namespace since (or a check asks), that the kernel holds them as applied: declarations, rules and elements
+(fw_check); differences are reported and the tables written whole.
 
 All of that is the step "firewall", whose fingerprint is a hash of its inputs (an event about anything else does not
 retry it before its backoff). After it, each conntrack zone with work is a step of its own ("conntrack-zone:<n>"),
@@ -34,6 +35,7 @@ from cloudnet.dataplane.linux import conntrack, fw_check, fw_render, fw_script, 
 from cloudnet.dataplane.linux.fw_numbers import Numbers
 from cloudnet.dataplane.linux.fw_policy import PolicyReader
 from cloudnet.dataplane.linux.fw_render import Part
+from cloudnet.dataplane.linux.nft_state import TableState
 from cloudnet.dataplane.steps import StepFailed, Steps
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,7 @@ class NftFirewall:
         self._reader = PolicyReader()
         self._rendered: dict[str, tuple[Any, Part]] = {}  # step key -> (inputs, its part)
         self._applied: dict[str, Part] | None = None  # what the kernel holds; None: unknown (rewrite whole)
+        self._expected: tuple[dict[str, Part], dict[str, TableState]] | None = None  # (_applied, as nft lists it)
         self._policy: security.HostPolicy | None = None  # the policy last applied (None: none since start)
         self._pending: set[str] = set()  # ports whose connections are still to be judged again
         self._freed: set[int] = set()  # zones of gone networks, to be emptied (held until then)
@@ -93,16 +96,16 @@ class NftFirewall:
         return [*self._keys, *(f"{ZONE_STEP}{zone}" for zone, _ports in self._zones_due)]
 
     def forget(self) -> None:
-        self._applied, self._policy, self._zones_read = None, None, False
+        self._applied, self._policy, self._zones_read, self._expected = None, None, False, None
         self._numbers["zone"] = Numbers()
         self._freed.clear()  # (a new namespace has no connections; every port of the next pass is judged again)
 
     # -- a pass -------------------------------------------------------------------------------
 
-    def apply(self, state: dict[str, Any], steps: Steps, full: bool) -> dict[str, str]:
+    def apply(self, state: dict[str, Any], steps: Steps, full: bool, check: bool = False) -> dict[str, str]:
         candidates = security.candidate_ports(state, self.include_pool)
         try:
-            failures = steps.run("firewall", lambda: self._apply(state, steps, full, candidates),
+            failures = steps.run("firewall", lambda: self._apply(state, steps, full, check, candidates),
                                  _inputs(state, candidates))  # fmt: skip
         except StepFailed as exc:
             self._applied = None  # whatever happened, the next attempt writes the tables whole
@@ -112,7 +115,8 @@ class NftFirewall:
                 steps.run(f"{ZONE_STEP}{zone}", lambda z=zone, p=ports: self._judge(z, p, steps.timeout / 2), ports)
         return failures
 
-    def _apply(self, state: dict[str, Any], steps: Steps, full: bool, candidates: dict[str, Any]) -> dict[str, str]:
+    def _apply(self, state: dict[str, Any], steps: Steps, full: bool, check: bool, candidates: dict[str, Any]
+               ) -> dict[str, str]:  # fmt: skip
         failures: dict[str, str] = {}
         self.drift = []
         policy = self._reader.read(state, steps, candidates, failures)
@@ -129,7 +133,7 @@ class NftFirewall:
         self._keys = ["firewall", *sorted(desired.keys() | objects)]
         self._reader.keep_only(objects)
         bad.update(self._recheck(desired, steps))
-        bad.update(self._converge(self._without(desired, bad), steps, full))
+        bad.update(self._converge(self._without(desired, bad), steps, full, check))
         for key, reason in bad.items():
             self._blame(key, reason, policy, failures)
         self._judge_later(policy)
@@ -217,10 +221,10 @@ class NftFirewall:
                 bad[key] = exc.reason
         return bad
 
-    def _converge(self, target: dict[str, Part], steps: Steps, full: bool) -> dict[str, str]:
+    def _converge(self, target: dict[str, Part], steps: Steps, full: bool, check: bool) -> dict[str, str]:
         """Make the kernel hold `target`; returns the parts it refused (left out: what they had stays)."""
         if self._applied is not None and full:
-            self._verify()
+            self._verify(check)
         if self._applied is not None:
             script = fw_script.diff(self._applied, target)
             if not script:
@@ -255,20 +259,27 @@ class NftFirewall:
         _before, self._generation = nft.commit(self.ns, script)
         self._applied = parts
 
-    def _verify(self) -> None:
-        """Does the kernel still hold the port maps as applied? If not, the tables are written whole. (Nothing
-        committed in the namespace since our last transaction: nothing to look at.)"""
-        if nft.generation(self.ns) == self._generation:
+    def _verify(self, check: bool) -> None:
+        """Does the kernel still hold both tables as applied? If not, what differs is reported and they are written
+        whole. Nothing committed in the namespace since our last transaction (its generation) proves that nothing
+        changed: only a check looks anyway."""
+        generation = nft.generation(self.ns)
+        if generation == self._generation and not check:
             return
-        want = {e for p in (self._applied or {}).values() for e in p.elements if e[1] in ("ports", "unfiltered")}
+        applied = self._applied or {}
         try:
-            have = {("bridge", "ports", f'"{k}" : {v}') for k, v in fw_script.listed(self.ns, "map bridge", "ports")}
-            have |= {("bridge", "unfiltered", f'"{k}"') for k in fw_script.listed(self.ns, "set bridge", "unfiltered")}
-        except nft.NftError:
-            have = set()
-        if have != want:
-            self.drift.append("nftables tables bridge/inet cloudnet not as applied: written whole")
+            if self._expected is None or self._expected[0] is not applied:
+                self._expected = (applied, fw_check.expected(applied))
+            found = fw_check.differences(self.ns, self._expected[1])
+        except (nft.NftError, OSError) as exc:  # (cannot compare: written whole, to be sure)
+            log.warning("firewall tables not compared (%s): written whole", exc)
             self._applied = None
+            return
+        if found:
+            self.drift += found
+            self._applied = None
+        else:
+            self._generation = generation  # (someone committed something else: as good as ours)
 
     def _read_zones(self) -> None:
         """Conntrack zones given before a restart: kept, so that established connections stay established."""
