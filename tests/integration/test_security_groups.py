@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.linux import conntrack, names, netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import ping
 from tests.support.netserve import Responder, tcp_ask, udp_ask
@@ -220,6 +221,30 @@ def test_ports_of_a_new_network_inherit_no_connection_of_a_gone_one(rig: Rig) ->
         for port in (p, q, x, y):
             rig.ports.pop(port.id, None)
         rig.nets = [n for n in rig.nets if n not in (gone, new)]
+        rig.converge()
+
+
+def test_judging_connections_that_fails_fails_alone(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections judged again past their time (a zone too large): that zone's step fails, reported and retried,
+    while every port's filter, in place, stays enforced."""
+    a, b, _c = ports(rig)
+    ssh = rig.group("ssh", rule("ingress", protocol=6, lo=7170), rule("ingress", protocol=6, lo=7171))
+    a.groups, b.groups = ["out"], ["out", ssh]
+    rig.converge()
+
+    def too_slow(*_args: object) -> int:
+        raise conntrack.OutOfTime("conntrack zone: not judged whole in time")
+
+    monkeypatch.setattr(conntrack, "sweep", too_slow)
+    rig.groups[ssh]["rules"].pop()  # b loses a rule: its zone's connections are to be judged again
+    reports = rig.converge()
+    assert all(r.vif_details["port_filter"] for r in reports.values())
+    failed = [f for f in rig.dp.failures() if f["object"].startswith("conntrack-zone:")]
+    assert failed and "not judged whole in time" in failed[0]["reason"]
+    monkeypatch.undo()
+    deadline = time.monotonic() + 5
+    while any(f["object"].startswith("conntrack-zone:") for f in rig.dp.failures()):  # (retried after its backoff)
+        assert time.monotonic() < deadline, rig.dp.failures()
         rig.converge()
 
 

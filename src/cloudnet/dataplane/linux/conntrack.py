@@ -33,7 +33,10 @@ ICMP_ATTRS = {1: "CTA_PROTO_ICMP", 58: "CTA_PROTO_ICMPV6"}
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def _flow(direction: security.Direction, orig: Any, remote: str) -> security.Flow:
+Shape = tuple[int, int | None, int | None, int | None]  # (protocol, destination port, ICMP type, ICMP code)
+
+
+def _shape(orig: Any) -> Shape:
     proto_attrs = orig.get_attr("CTA_TUPLE_PROTO")
     protocol = int(proto_attrs.get_attr("CTA_PROTO_NUM"))
     dport = icmp_type = icmp_code = None
@@ -42,9 +45,12 @@ def _flow(direction: security.Direction, orig: Any, remote: str) -> security.Flo
         icmp_code = proto_attrs.get_attr(f"{ICMP_ATTRS[protocol]}_CODE")
     elif protocol in security.PORT_PROTOCOLS:
         dport = proto_attrs.get_attr("CTA_PROTO_DST_PORT")
+    return protocol, dport, icmp_type, icmp_code
+
+
+def _flow(direction: security.Direction, shape: Shape, remote: str) -> security.Flow:
     address = ipaddress.ip_address(remote)
-    return security.Flow(direction, address.version, protocol, dport, icmp_type, icmp_code,
-                         ipaddress.ip_network(address))  # fmt: skip
+    return security.Flow(direction, address.version, *shape, ipaddress.ip_network(address))
 
 
 class OutOfTime(Exception):
@@ -57,6 +63,7 @@ class _Owners:
     def __init__(self, policy: security.HostPolicy, ports: Iterable[str]) -> None:
         self.exact: dict[IPAddress, list[security.PortPolicy]] = {}
         self.prefixes: list[tuple[security.IPNetwork, security.PortPolicy]] = []
+        self._verdicts: dict[tuple[str, str, Shape], bool] = {}  # (connections differing only in the source port)
         for port_id in ports:
             port = policy.ports.get(port_id)
             if port is None or not security.port_stateful(port, policy.groups):
@@ -78,15 +85,19 @@ class _Owners:
         ip = orig.get_attr("CTA_TUPLE_IP")
         v = "V4" if msg["nfgen_family"] == socket.AF_INET else "V6"
         src, dst = ip.get_attr(f"CTA_IP_{v}_SRC"), ip.get_attr(f"CTA_IP_{v}_DST")
-        flows = [(port, _flow("egress", orig, dst)) for port in self.of(ipaddress.ip_address(src))]
-        flows += [(port, _flow("ingress", orig, src)) for port in self.of(ipaddress.ip_address(dst))]
-        return any(not security.permits(policy, port, flow) for port, flow in flows)
+        shape = _shape(orig)
+        verdict = self._verdicts.get((src, dst, shape))
+        if verdict is None:
+            flows = [(port, _flow("egress", shape, dst)) for port in self.of(ipaddress.ip_address(src))]
+            flows += [(port, _flow("ingress", shape, src)) for port in self.of(ipaddress.ip_address(dst))]
+            verdict = self._verdicts[src, dst, shape] = any(not security.permits(policy, p, f) for p, f in flows)
+        return verdict
 
 
 def sweep(policy: security.HostPolicy, ports: Iterable[str] | None, zone: int, deadline: float) -> int:
     """Delete the entries of conntrack zone `zone` that `policy` denies to `ports` (None: every entry, the zone
     belongs to no network any more), in the calling thread's namespace; how many. OutOfTime once `deadline`
-    (time.monotonic) passes: what was judged by then is deleted."""
+    (time.monotonic) passes, reading or deleting: what was done by then stays done."""
     owners = None if ports is None else _Owners(policy, ports)
     doomed = []
     # Only the zone's entries are read (the kernel filters a dump by zone), both families in one dump.
@@ -94,21 +105,23 @@ def sweep(policy: security.HostPolicy, ports: Iterable[str] | None, zone: int, d
     try:
         for msg in ct.dump(zone=zone):
             if time.monotonic() > deadline:
-                _delete(doomed)
+                _delete(doomed, deadline + 1.0)  # (a little more, to cut what was found denied)
                 raise OutOfTime(f"conntrack zone {zone}: not judged whole in time")
             if (msg.get_attr("CTA_ZONE") or 0) == zone and (owners is None or owners.deny(policy, msg)):
                 doomed.append(msg)
     finally:
         ct.close()
-    return _delete(doomed)
+    return _delete(doomed, deadline)
 
 
-def _delete(doomed: list[Any]) -> int:
+def _delete(doomed: list[Any], deadline: float) -> int:
     deleted = 0
     for family in {msg["nfgen_family"] for msg in doomed}:
         ct = NFCTSocket(nfgen_family=family)  # (a delete names its tuple's family)
         try:
             for msg in (m for m in doomed if m["nfgen_family"] == family):
+                if time.monotonic() > deadline:
+                    raise OutOfTime(f"conntrack: {deleted} of {len(doomed)} connections cut in time")
                 request = nfct_msg()
                 request["attrs"] = [["CTA_TUPLE_ORIG", msg.get_attr("CTA_TUPLE_ORIG")],
                                     ["CTA_ZONE", msg.get_attr("CTA_ZONE") or 0]]  # fmt: skip

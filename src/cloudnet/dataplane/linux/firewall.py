@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import time
 import uuid
@@ -41,6 +40,9 @@ from cloudnet.dataplane.steps import StepFailed, Steps
 log = logging.getLogger(__name__)
 BR_NETFILTER = ("net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables")
 ZONE_STEP = "conntrack-zone:"  # + the zone number: judging the zone's connections again
+# Of the step limit: a zone's judging stops (failed, tried again later) in time to cut what it found (conntrack.py
+# takes up to 1 s more) before its step would time out, which would end the pass.
+ZONE_BUDGET = 0.7
 
 
 class FirewallUnavailable(RuntimeError):
@@ -55,11 +57,14 @@ def _ident(object_id: str) -> str:
         return "x" + hashlib.sha256(object_id.encode()).hexdigest()[:40]
 
 
-def _inputs(state: dict[str, Any], candidates: dict[str, Any]) -> str:
-    """A hash of what the firewall's pass depends on: its step's fingerprint."""
-    text = json.dumps([candidates, state.get("security_groups"), state.get("remote_groups"), sorted(state["networks"])],
-                      sort_keys=True, default=str)  # fmt: skip
-    return hashlib.sha256(text.encode()).hexdigest()
+def _inputs(state: dict[str, Any], candidates: dict[str, Any]) -> int:
+    """A hash of what the firewall's pass depends on (its step's fingerprint): what of each port and group the
+    policy is made of, the remote groups' members, the networks."""
+    groups = state.get("security_groups") or {}
+    return hash((tuple((pid, security.port_fingerprint(p)) for pid, p in candidates.items()),
+                 tuple(security.group_fingerprint(g) for g in groups.values()),
+                 tuple((g, tuple(map(str, m))) for g, m in (state.get("remote_groups") or {}).items()),
+                 tuple(state["networks"])))  # fmt: skip
 
 
 def _refuse(reason: str | None) -> None:
@@ -110,9 +115,10 @@ class NftFirewall:
         except StepFailed as exc:
             self._applied = None  # whatever happened, the next attempt writes the tables whole
             return {pid: f"firewall: {exc.reason}" for pid in candidates}
+        budget = steps.timeout * ZONE_BUDGET
         for zone, ports in self._zones_due:
             with contextlib.suppress(StepFailed):  # (reported, and tried again; the filters are in place)
-                steps.run(f"{ZONE_STEP}{zone}", lambda z=zone, p=ports: self._judge(z, p, steps.timeout / 2), ports)
+                steps.run(f"{ZONE_STEP}{zone}", lambda z=zone, p=ports: self._judge(z, p, budget), ports)
         return failures
 
     def _apply(self, state: dict[str, Any], steps: Steps, full: bool, check: bool, candidates: dict[str, Any]
