@@ -10,7 +10,12 @@ desired states built here, as the agent would hand them over:
 - one port joining a remote group (its addresses become members of the set other groups let in): a port of
   another host (elements only), and a port of this host (its own chain too);
 - a new TCP connection (connect + answer, through br_netfilter, conntrack and the rules) to a port whose group
-  has 1 rule, and 1,000 rules (each its own port and source prefix; the connection matches the last one).
+  has 1 rule, and 1,000 rules (each its own port and source prefix; the connection matches the last one);
+- an agent's start with connections open: every port's connections judged again (20,000 entries in the ports'
+  conntrack zone, 50,000 in another network's), beside a read of the whole table (what a sweep used to do);
+- a pass in which the kernel refuses one port's part (as a bug would make it): the refused part found among all.
+
+Steps run under the agent's own time limit (steps.DEFAULT_TIMEOUT): a pass that would exceed it fails here too.
 
 Usage (root): .venv/bin/python bench/security_groups.py [--ports 1000] [--connections 300]
 """
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import logging
+import socket
 import subprocess
 import sys
 import time
@@ -31,12 +38,16 @@ from typing import Any
 from common import machine_load, ms, percentile, row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pyroute2 import NFCTSocket
+from tests.support import frames
 from tests.support.netserve import Responder, tcp_ask
 
-from cloudnet.dataplane.linux import firewall, names, netns, nft
-from cloudnet.dataplane.steps import Steps
+from cloudnet.dataplane import security
+from cloudnet.dataplane.linux import conntrack, firewall, fw_check, fw_render, fw_script, names, netns, nft
+from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, Steps
 
 NET = "6a1f0000-0000-4000-8000-000000000001"
+OTHER_NET = "7b2e0000-0000-4000-8000-000000000002"
 
 
 def sh(*cmd: str) -> None:
@@ -86,16 +97,18 @@ class Host:
         batch = "".join(f"link add {names.tap(port(i, [])['id'])} master {self.bridge} type veth peer name cnx{i}\n"
                         for i in range(count))  # fmt: skip
         subprocess.run(["ip", "-n", self.ns, "-batch", "-"], input=batch, text=True, check=True)
-        self.steps = Steps(60.0, thread_init=lambda: netns.enter_for_good(self.ns))
+        self.steps = Steps(DEFAULT_TIMEOUT, thread_init=lambda: netns.enter_for_good(self.ns))
         self.fw = firewall.NftFirewall(self.ns)
         self.kernel: list[float] = []  # time spent in each nft transaction of the last apply
 
-    def apply(self, state: dict[str, Any]) -> float:
+    def apply(self, state: dict[str, Any], failing: frozenset[str] = frozenset()) -> float:
+        """One pass (its time); every port but `failing` must be enforced, and no step may fail."""
         self.kernel.clear()
         t0 = time.perf_counter()
         failed = self.fw.apply(state, self.steps, full=False)
         elapsed = time.perf_counter() - t0
-        assert not failed, list(failed.items())[:3]
+        assert failed.keys() == failing, list(failed.items())[:3]
+        assert all(f["object"].startswith("firewall:") for f in self.steps.report()), self.steps.report()[:3]
         return elapsed
 
     def fresh(self) -> None:
@@ -247,11 +260,145 @@ def connection_cost(connections: int) -> None:
             netns.remove(ns)
 
 
+@contextmanager
+def timed(fn_owner: Any, name: str, spent: list[float]) -> Iterator[None]:
+    """Time every call of `fn_owner.name` into `spent`."""
+    real = getattr(fn_owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    setattr(fn_owner, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(fn_owner, name, real)
+
+
+def _senders(host: Host, peers: list[str]) -> dict[str, socket.socket]:
+    with netns.entered(host.ns):
+        out = {p: socket.socket(socket.AF_PACKET, socket.SOCK_RAW) for p in peers}
+    for peer, sock in out.items():
+        sock.bind((peer, 0))
+    return out
+
+
+def _syns(sock: socket.socket, src_mac: str, dst_mac: str, src: str, dst: str, sports: range) -> None:
+    """A TCP SYN to port 80 from each source port: a conntrack entry each."""
+    for sport in sports:
+        sock.send(frames.ethernet(dst_mac, src_mac, 0x0800, frames.ipv4_tcp(src, dst, sport, 80, b"")))
+
+
+def _entries(host: Host, zone: int | None) -> int:
+    """How many conntrack entries the zone (None: the namespace) holds, read as a sweep reads them."""
+    with netns.entered(host.ns):  # (pyroute2 opens its socket on first use, where the thread is then)
+        ct = NFCTSocket(nfgen_family=socket.AF_UNSPEC)
+        try:
+            return sum(1 for _msg in ct.dump(zone=zone))
+        finally:
+            ct.close()
+
+
+def startup_sweep(host: Host, state: dict[str, Any], own: int, others: int) -> None:
+    """The ports' network gets `own` connections (from 20 of its ports to port 0's tcp/80, which its rules let in),
+    another network (two ports without port security) `others`; then an agent starts (a new firewall, every port's
+    connections judged again, zone by zone)."""
+    ports = list(state["ports"].values())
+    senders = ports[:20]
+    sh("ip", "-n", host.ns, "link", "add", names.bridge(OTHER_NET), "type", "bridge")
+    sh("ip", "-n", host.ns, "link", "set", names.bridge(OTHER_NET), "up")
+    unfiltered = [dict(port(100_000 + k, []), network_id=OTHER_NET, port_security_enabled=False) for k in range(2)]
+    for k, p in enumerate(unfiltered):
+        sh("ip", "-n", host.ns, "link", "add", names.tap(p["id"]), "master", names.bridge(OTHER_NET), "type", "veth",
+           "peer", "name", f"cny{k}")  # fmt: skip
+    peers = {p["id"]: f"cnx{i}" for i, p in enumerate(senders)} | {p["id"]: f"cny{k}" for k, p in enumerate(unfiltered)}
+    for pid, peer in peers.items():
+        sh("ip", "-n", host.ns, "link", "set", names.tap(pid), "up")
+        sh("ip", "-n", host.ns, "link", "set", peer, "up")
+    both = dict(state, ports={**state["ports"], **{p["id"]: p for p in unfiltered}},
+                networks={NET: {"id": NET}, OTHER_NET: {"id": OTHER_NET}})  # fmt: skip
+    host.apply(both)
+    sockets = _senders(host, list(peers.values()))
+    try:
+        ip = [p["fixed_ips"][0]["ip_address"] for p in ports]
+        target, a, b = ports[0], *unfiltered
+        _syns(sockets["cnx0"], target["mac_address"], "ff:ff:ff:ff:ff:ff", ip[0], ip[1], range(1, 2))  # (learnt)
+        _syns(sockets["cny1"], b["mac_address"], "ff:ff:ff:ff:ff:ff", "10.250.0.2", "10.250.0.1", range(1, 2))
+        per = own // (len(senders) - 1)
+        for i, p in enumerate(senders[1:], start=1):
+            _syns(sockets[peers[p["id"]]], p["mac_address"], target["mac_address"], ip[i], ip[0],
+                  range(1024, 1024 + per))  # fmt: skip
+        _syns(sockets["cny0"], a["mac_address"], b["mac_address"], "10.250.0.1", "10.250.0.2",
+              range(1024, 1024 + others))  # fmt: skip
+    finally:
+        for sock in sockets.values():
+            sock.close()
+    zones = dict(fw_script.listed(host.ns, "map inet", "zones"))
+    in_zone = _entries(host, int(zones[names.bridge(NET)]))
+    t0 = time.perf_counter()
+    total = _entries(host, None)
+    whole_read = time.perf_counter() - t0
+    host.fw = firewall.NftFirewall(host.ns)  # an agent's start: every port's connections judged again
+    judged: list[float] = []
+    with timed(conntrack, "sweep", judged):
+        t0 = time.perf_counter()
+        failed = host.fw.apply(both, host.steps, full=False)
+        elapsed = time.perf_counter() - t0
+    assert not failed, list(failed.items())[:3]
+    late = [f["reason"] for f in host.steps.report() if f["object"].startswith(firewall.ZONE_STEP)]
+    budget = DEFAULT_TIMEOUT * firewall.ZONE_BUDGET
+    print(f"an agent's start with connections open ({in_zone:,} in the ports' zone, {total:,} in all):")
+    row("whole pass", f"{elapsed:.3f} s", f"<= {DEFAULT_TIMEOUT:g} s (step limit)", elapsed <= DEFAULT_TIMEOUT)
+    row("  of which judging connections again (zone by zone)", f"{sum(judged):.3f} s",
+        f"<= {budget:g} s (a zone's budget)", not late and sum(judged) <= budget)  # fmt: skip
+    row("  (reading the whole table, as a sweep used to)", f"{whole_read:.3f} s", "")
+    for reason in late:
+        print(f"  not judged in time: {reason}")
+
+
+def refused_part(host: Host, state: dict[str, Any]) -> None:
+    """A port's part refused by the kernel (a jump to no chain): found among all the parts after the tables were
+    refused whole, on an agent's start."""
+    bad = next(iter(state["ports"]))
+    real = fw_render.port_part
+
+    def port_part(policy: security.PortPolicy, tap: str, ident: str, number: int, stateful: bool,
+                  groups: list[int]) -> fw_render.Part:  # fmt: skip
+        made = real(policy, tap, ident, number, stateful, groups)
+        if policy.id != bad:
+            return made
+        return fw_render.Part(made.chains, made.elements | {("inet", "ingress_ports", f"{number} : jump nowhere")})
+
+    searched: list[float] = []
+    fw_render.port_part = port_part  # type: ignore[assignment]
+    quiet = logging.getLogger("cloudnet")
+    level, quiet.level = quiet.level, logging.CRITICAL  # (the refusal's warnings)
+    try:
+        host.fw = firewall.NftFirewall(host.ns)
+        with timed(fw_check, "refused", searched):
+            elapsed = host.apply(state, failing=frozenset({bad}))
+    finally:
+        fw_render.port_part = real  # type: ignore[assignment]
+        quiet.setLevel(level)
+    parts = len(host.fw._applied or {}) + 1
+    host.fw = firewall.NftFirewall(host.ns)  # (its cache holds the refused part)
+    print(f"one part of {parts:,} refused by the kernel, on an agent's start:")
+    row("whole pass", f"{elapsed:.3f} s", f"<= {DEFAULT_TIMEOUT:g} s (step limit)", elapsed <= DEFAULT_TIMEOUT)
+    row("  of which finding the refused part (bisection)", f"{sum(searched):.3f} s", "")
+    host.steps.keep_only([])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ports", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--connections", type=int, default=300)
+    parser.add_argument("--entries", type=int, default=20_000)
+    parser.add_argument("--other-entries", type=int, default=50_000)
     args = parser.parse_args()
     machine_load()
     host = Host(args.ports)
@@ -260,6 +407,8 @@ def main() -> None:
             shared = from_nothing(host, args.ports)
             rule_added(host, shared, args.samples)
             member_joins(host, shared, args.samples)
+            refused_part(host, shared)
+            startup_sweep(host, shared, args.entries, args.other_entries)
     finally:
         host.close()
     connection_cost(args.connections)

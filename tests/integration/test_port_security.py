@@ -2,7 +2,9 @@
 
 Each hostile frame has a control twin that differs only in what makes it hostile (its source address, its MAC,
 the address it claims, its ICMPv6 type, its UDP source port, its VLAN tag): the twin arrives, the hostile one does
-not. The receiving side catches every frame that reaches its interface (AF_PACKET), before its own IP stack.
+not. The hostile one is sent first, on the same device: once the twin has arrived, so would have the hostile one
+(no wait of its own). The receiving side catches every frame that reaches its interface (AF_PACKET), before its
+own IP stack.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ def caught(rig: Rig) -> Iterator[frames.Catcher]:
     catcher.stop()
 
 
+def arrived_alone(caught: frames.Catcher, twins: list[bytes], hostile: list[bytes]) -> bool:
+    """Did every twin arrive (sent after the hostile frames), and none of the hostile frames?"""
+    return all(caught.seen(m, 3) for m in twins) and not any(caught.seen(m, 0) for m in hostile)
+
+
 def rig_ports(rig: Rig) -> tuple[Port, Port, Port]:
     a, b, c = list(rig.ports.values())[:3]
     return a, b, c
@@ -64,16 +71,15 @@ def udp_frame(src_mac: str, dst: Port, src_ip: str, mark: bytes, sport: int = 40
 def test_spoofed_source_address_or_mac_is_dropped(rig: Rig, caught: frames.Catcher) -> None:
     a, b, c = rig_ports(rig)
     good, other_ip, made_up_ip, other_mac = marker(), marker(), marker(), marker()
-    frames.send(a.ns, udp_frame(a.mac, b, a.ip, good))
     frames.send(a.ns, udp_frame(a.mac, b, c.ip, other_ip))
     frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.99", made_up_ip))
     frames.send(a.ns, udp_frame(c.mac, b, a.ip, other_mac))
+    frames.send(a.ns, udp_frame(a.mac, b, a.ip, good))
     good6, other_ip6 = marker(), marker()
-    for source, mark in ((a.ip6, good6), (c.ip6, other_ip6)):
+    for source, mark in ((c.ip6, other_ip6), (a.ip6, good6)):
         packet = frames.ipv6_udp(source, b.ip6, 40000, 5500, mark)
         frames.send(a.ns, frames.ethernet(b.mac, a.mac, 0x86DD, packet))
-    assert caught.seen(good, 3) and caught.seen(good6, 3)
-    assert not any(caught.seen(m, BLOCKED) for m in (other_ip, made_up_ip, other_mac, other_ip6))
+    assert arrived_alone(caught, [good, good6], [other_ip, made_up_ip, other_mac, other_ip6])
 
 
 def test_arp_and_neighbour_advertisements_for_a_neighbours_address_are_dropped(
@@ -81,14 +87,13 @@ def test_arp_and_neighbour_advertisements_for_a_neighbours_address_are_dropped(
 ) -> None:
     a, b, c = rig_ports(rig)
     own, neighbours, own6, neighbours6 = marker(), marker(), marker(), marker()
-    for claimed, mark in ((a.ip, own), (c.ip, neighbours)):  # gratuitous ARP (a reply to everyone), padded
+    for claimed, mark in ((c.ip, neighbours), (a.ip, own)):  # gratuitous ARP (a reply to everyone), padded
         packet = frames.arp(2, a.mac, claimed, frames.BROADCAST, claimed) + mark
         frames.send(a.ns, frames.ethernet(frames.BROADCAST, a.mac, 0x0806, packet))
-    for claimed, mark in ((a.ip6, own6), (c.ip6, neighbours6)):
+    for claimed, mark in ((c.ip6, neighbours6), (a.ip6, own6)):
         na = frames.neighbour_advert(claimed, a.mac) + mark
         frames.send(a.ns, frames.ethernet("33:33:00:00:00:01", a.mac, 0x86DD, frames.ipv6_icmp(a.ip6, "ff02::1", na)))
-    assert caught.seen(own, 3) and caught.seen(own6, 3)
-    assert not caught.seen(neighbours, BLOCKED) and not caught.seen(neighbours6, BLOCKED)
+    assert arrived_alone(caught, [own, own6], [neighbours, neighbours6])
     assert a.mac not in ns_run(b.ns, "ip", "neigh", "show", c.ip).stdout
 
 
@@ -106,23 +111,22 @@ def test_rogue_router_advertisement_and_dhcp_server_replies_are_dropped(rig: Rig
     for sport, mark in ((547, reply6), (1547, not_reply6)):  # a DHCPv6 server's reply: port 547 to port 546
         packet = frames.ipv6_udp(link_local, "ff02::1", sport, 546, mark)
         frames.send(a.ns, frames.ethernet("33:33:00:00:00:01", a.mac, 0x86DD, packet))
-    assert caught.seen(echo, 3) and caught.seen(not_offer, 3) and caught.seen(not_reply6, 3)
-    assert not caught.seen(ra, BLOCKED) and not caught.seen(offer, BLOCKED) and not caught.seen(reply6, BLOCKED)
+    assert arrived_alone(caught, [echo, not_offer, not_reply6], [ra, offer, reply6])
     assert "default" not in ns_run(b.ns, "ip", "-6", "route").stdout
 
 
 def test_vlan_tagged_frames_neither_leave_nor_reach_a_filtered_port(rig: Rig, caught: frames.Catcher) -> None:
     """They would skip br_netfilter (and with it every rule): from a filtered port, or towards one."""
     a, b, c = rig_ports(rig)
-    plain, tagged, tagged_in = marker(), marker(), marker()
-    frames.send(a.ns, udp_frame(a.mac, b, a.ip, plain))
+    plain, tagged, plain_in, tagged_in = marker(), marker(), marker(), marker()
     frames.send(a.ns, udp_frame(a.mac, b, a.ip, tagged, vlan=5))
+    frames.send(a.ns, udp_frame(a.mac, b, a.ip, plain))
     c.security = False  # c is not filtered: what it sends is not checked, but it still must not reach b tagged
     try:
         rig.converge()
         frames.send(c.ns, udp_frame(c.mac, b, c.ip, tagged_in, vlan=5))
-        assert caught.seen(plain, 3)
-        assert not caught.seen(tagged, BLOCKED) and not caught.seen(tagged_in, BLOCKED)
+        frames.send(c.ns, udp_frame(c.mac, b, c.ip, plain_in))
+        assert arrived_alone(caught, [plain, plain_in], [tagged, tagged_in])
     finally:
         c.security = True
         rig.converge()
@@ -139,14 +143,37 @@ def test_an_allowed_address_pair_lets_exactly_that_address_through(rig: Rig, cau
         assert tcp_ask(a.ns, b.ip, 7500, source="10.82.0.200").startswith("B 10.82.0.200 ")
         assert tcp_ask(a.ns, b.ip, 7500, BLOCKED, source="10.82.0.201") == ""
         pair, beside = marker(), marker()
-        frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.200", pair))
         frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.201", beside))
-        assert caught.seen(pair, 3) and not caught.seen(beside, BLOCKED)
+        frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.200", pair))
+        assert arrived_alone(caught, [pair], [beside])
     finally:
         server.stop()
         for address in ("10.82.0.200", "10.82.0.201"):
             ns_run(a.ns, "ip", "addr", "del", f"{address}/32", "dev", "eth0")
         a.pairs = []
+        rig.converge()
+
+
+def test_the_metadata_service_sees_a_port_only_from_its_own_addresses(rig: Rig) -> None:
+    """Frames to 169.254.169.254:80, caught on the metadata namespace's side of the bridge: from a pair address (one
+    naming a neighbour's address, as a network's owner may give) or from a port without port security sending with
+    its neighbour's address, none arrives; from the port's own address, it does."""
+    a, b, c = rig_ports(rig)
+    meta = rig.state()["networks"][a.net.id]["metadata_port"]
+    catcher = frames.Catcher.start(names.metadata_ns(rig.host, a.net.id), names.metadata_iface(meta["id"]))
+    a.pairs = [{"ip_address": b.ip, "mac_address": a.mac}]
+    c.security = False
+    try:
+        rig.converge()
+        sent = {}
+        for port, source in ((a, b.ip), (a, a.ip), (c, b.ip), (c, c.ip)):  # the hostile one first, then its twin
+            sent[port.id, source] = mark = marker()
+            packet = frames.ipv4_tcp(source, "169.254.169.254", 40000, 80, mark)
+            frames.send(port.ns, frames.ethernet(meta["mac_address"], port.mac, 0x0800, packet))
+        assert arrived_alone(catcher, [sent[a.id, a.ip], sent[c.id, c.ip]], [sent[a.id, b.ip], sent[c.id, b.ip]])
+    finally:
+        catcher.stop()
+        a.pairs, c.security = [], True
         rig.converge()
 
 
@@ -235,14 +262,24 @@ def test_one_bad_port_or_group_fails_alone(rig: Rig) -> None:
         rig.converge()
 
 
-def test_tables_removed_behind_the_agents_back_are_written_again(rig: Rig, caught: frames.Catcher) -> None:
+def test_tables_changed_behind_the_agents_back_are_reported_and_written_again(rig: Rig, caught: frames.Catcher) -> None:
+    """A table deleted, anti-spoofing flushed, an address's element deleted: a check finds each (the pass is a full
+    one: its whole state is compared, not only what it changed) and rewrites the tables."""
     a, b, _c = rig_ports(rig)
-    assert rig.nft("delete", "table", "bridge", "cloudnet").returncode == 0
-    rig.converge(full=True, check=True)  # a full pass checks what the kernel holds
-    assert [d["object"] for d in rig.dp.differences()] == ["firewall"]
-    spoofed = marker()
-    frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.98", spoofed))
-    assert not caught.seen(spoofed, BLOCKED)
+    element = f'{{ "{a.tap}" . {a.mac} . {a.ip} }}'
+    for change, found in (
+        (("delete", "table", "bridge", "cloudnet"), "table bridge cloudnet: missing"),
+        (("flush", "chain", "bridge", "cloudnet", "prerouting"), "prerouting"),
+        (("delete", "element", "bridge", "cloudnet", "src4", element), "missing element(s) in src4"),
+    ):
+        assert rig.nft(*change).returncode == 0
+        rig.converge(full=True, check=True)  # a full pass checks what the kernel holds
+        differences = rig.dp.differences()
+        assert [d["object"] for d in differences] == ["firewall"] and found in differences[0]["difference"], change
+        spoofed, own = marker(), marker()
+        frames.send(a.ns, udp_frame(a.mac, b, "10.82.0.98", spoofed))
+        frames.send(a.ns, udp_frame(a.mac, b, a.ip, own))
+        assert arrived_alone(caught, [own], [spoofed]), change
     assert rig.nft("delete", "table", "inet", "cloudnet").returncode == 0
     rig.groups["open"]["rules"].append(rule("ingress", protocol=6, lo=9))  # an incremental pass, refused: rewritten
     try:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.linux import conntrack, names, netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import ping
 from tests.support.netserve import Responder, tcp_ask, udp_ask
@@ -178,6 +179,75 @@ def test_removing_a_rule_cuts_an_open_connection(rig: Rig) -> None:
         echo.close()
 
 
+def test_ports_of_a_new_network_inherit_no_connection_of_a_gone_one(rig: Rig) -> None:
+    """A network and its ports go and, in the same pass, another project's network comes, its ports with the same
+    addresses (here in the same namespaces, so that the old conversation's sockets can speak on). Neither the gone
+    network's conntrack zone nor its entries may make that conversation an established one of the new ports: x lets
+    nothing in, only conntrack could."""
+    gone = Net(str(uuid.uuid4()), "10.86.0.", "fd00:86::")
+    rig.nets.append(gone)
+    p, q = rig.port(gone, "p", 10), rig.port(gone, "q", 11)
+    rig.group("udp-in", rule("ingress", protocol=17, lo=7160))
+    p.groups, q.groups = ["udp-in"], ["out"]
+    rig.converge()
+    with netns.entered(p.ns):
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with netns.entered(q.ns):
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    new = Net(str(uuid.uuid4()), gone.v4, gone.v6)
+    x = Port(str(uuid.uuid4()), new, p.mac, p.ip, p.ip6, p.ns, str(uuid.uuid4()), ["out"])
+    y = Port(str(uuid.uuid4()), new, q.mac, q.ip, q.ip6, q.ns, str(uuid.uuid4()), ["out"])
+    try:
+        server.settimeout(3)
+        client.settimeout(3)
+        server.bind(("0.0.0.0", 7160))
+        client.bind(("0.0.0.0", 40000))
+        client.sendto(b"hello", (p.ip, 7160))
+        _data, peer = server.recvfrom(100)
+        server.sendto(b"welcome", peer)
+        assert client.recv(100) == b"welcome"  # established, in the gone network's zone
+        rig.nets.remove(gone)
+        del rig.ports[p.id], rig.ports[q.id]
+        rig.nets.append(new)
+        rig.ports.update({x.id: x, y.id: y})
+        rig.converge()
+        client.sendto(b"as before", (x.ip, 7160))
+        server.settimeout(BLOCKED)
+        with pytest.raises(TimeoutError):
+            server.recvfrom(100)
+    finally:
+        server.close()
+        client.close()
+        for port in (p, q, x, y):
+            rig.ports.pop(port.id, None)
+        rig.nets = [n for n in rig.nets if n not in (gone, new)]
+        rig.converge()
+
+
+def test_judging_connections_that_fails_fails_alone(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections judged again past their time (a zone too large): that zone's step fails, reported and retried,
+    while every port's filter, in place, stays enforced."""
+    a, b, _c = ports(rig)
+    ssh = rig.group("ssh", rule("ingress", protocol=6, lo=7170), rule("ingress", protocol=6, lo=7171))
+    a.groups, b.groups = ["out"], ["out", ssh]
+    rig.converge()
+
+    def too_slow(*_args: object) -> int:
+        raise conntrack.OutOfTime("conntrack zone: not judged whole in time")
+
+    monkeypatch.setattr(conntrack, "sweep", too_slow)
+    rig.groups[ssh]["rules"].pop()  # b loses a rule: its zone's connections are to be judged again
+    reports = rig.converge()
+    assert all(r.vif_details["port_filter"] for r in reports.values())
+    failed = [f for f in rig.dp.failures() if f["object"].startswith("conntrack-zone:")]
+    assert failed and "not judged whole in time" in failed[0]["reason"]
+    monkeypatch.undo()
+    deadline = time.monotonic() + 5
+    while any(f["object"].startswith("conntrack-zone:") for f in rig.dp.failures()):  # (retried after its backoff)
+        assert time.monotonic() < deadline, rig.dp.failures()
+        rig.converge()
+
+
 def test_a_stateless_group_needs_rules_in_both_directions(rig: Rig) -> None:
     a, b, _c = ports(rig)
     plain = rig.group("plain", rule("ingress", protocol=6, lo=7200), stateful=False)
@@ -228,6 +298,22 @@ def test_port_security_off_filters_nothing_for_that_port(rig: Rig) -> None:
             b_server.stop()
     finally:
         c.security = True
+        rig.converge()
+
+
+def test_a_state_without_groups_filters_every_port_as_one_without_groups(rig: Rig) -> None:
+    """A desired state lacking `security_groups` (the control plane always sends it) leaves no port unfiltered."""
+    a, b, _c = ports(rig)
+    a.groups, b.groups = ["out"], ["out"]
+    state = rig.state()
+    del state["security_groups"]
+    server = Responder.start(b.ns, "B", tcp=(7350,))
+    try:
+        reports = {r.port_id: r for r in rig.dp.apply(state, full=False)}
+        assert all(r.vif_details["port_filter"] is True for r in reports.values()), reports
+        assert tcp_ask(a.ns, b.ip, 7350, BLOCKED) == ""
+    finally:
+        server.stop()
         rig.converge()
 
 

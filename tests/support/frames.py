@@ -47,6 +47,15 @@ def ipv4_udp(src: str, dst: str, sport: int, dport: int, data: bytes) -> bytes:
     return header + udp
 
 
+def ipv4_tcp(src: str, dst: str, sport: int, dport: int, data: bytes, flags: int = 0x02) -> bytes:
+    """A TCP segment (a SYN by default) carrying `data`, in an IPv4 packet."""
+    s, d = socket.inet_aton(src), socket.inet_aton(dst)
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, 1, 0, 5 << 4, flags, 64240, 0, 0) + data
+    tcp = tcp[:16] + struct.pack("!H", _checksum(s + d + struct.pack("!xBH", 6, len(tcp)) + tcp)) + tcp[18:]
+    header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0, 64, 6, 0, s, d)
+    return header[:10] + struct.pack("!H", _checksum(header)) + header[12:] + tcp
+
+
 def arp(op: int, sender_mac: str, sender_ip: str, target_mac: str, target_ip: str) -> bytes:
     return struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, op, _mac(sender_mac), socket.inet_aton(sender_ip),
                        _mac(target_mac), socket.inet_aton(target_ip))  # fmt: skip

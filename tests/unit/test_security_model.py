@@ -35,7 +35,8 @@ def test_rules_are_normalised_as_neutron_reads_them() -> None:
     "bad",
     [_rule(protocol=300), _rule(protocol=47, port_range_min=1), _rule(protocol=6, port_range_min=90, port_range_max=80),
      _rule(protocol=1, port_range_max=0), _rule(direction="sideways"), _rule(ethertype="IPX"),
-     _rule(remote_ip_prefix="10.0.0.0/8", remote_group_id="g"), _rule(remote_ip_prefix="10.0.0.300/32")],
+     _rule(remote_ip_prefix="10.0.0.0/8", remote_group_id="g"), _rule(remote_ip_prefix="10.0.0.300/32"),
+     _rule(remote_address_group_id="ag")],
 )  # fmt: skip
 def test_rules_that_cannot_be_enforced_faithfully_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
@@ -97,6 +98,9 @@ def test_losers_are_the_ports_that_lost_something() -> None:
     assert security.losers(before, more) == set()
     assert security.losers(before, fewer_rules) == {"p"}
     assert security.losers(before, fewer_members) == {"p"}
+    nothing = security.HostPolicy({}, {}, {}, {})
+    assert security.losers(nothing, before) == {"p"}  # new: its address may have been another port's
+    assert security.losers(security.HostPolicy({}, {"p": "n"}, {}, {}), before) == {"p"}  # port security turned on
 
 
 def _covered(elements: set[str]) -> set[tuple[int, int, int]]:

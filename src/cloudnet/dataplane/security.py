@@ -2,12 +2,13 @@
 
 Parsed from the desired state (services/hosts.py desired_state; the fields are listed in the security-group
 contract): each port with port security on has the (MAC, addresses) its frames may leave with, its groups, and
-whether its groups are stateful; each group is a list of normalised rules; remote groups and address groups are
-sets of CIDRs. A backend enforces it: the Linux one in nftables (linux/firewall.py), an OVN one with a Port_Group per
-group (its member ports), an ACL per rule, an Address_Set per remote set and Logical_Switch_Port.port_security for
-the (MAC, addresses) pairs. Semantics are Neutron's: a port's traffic passes when any rule of any of its groups
-allows it (plus what every instance needs to come up: ND/MLD and its metadata); a stateful port also passes replies
-of what was allowed, a stateless one only what rules allow in each direction.
+whether its groups are stateful; each group is a list of normalised rules; a remote group is a set of CIDRs (a
+"remote set", named "group:<id>": another kind of set would get a prefix of its own). A backend enforces it: the
+Linux one in nftables (linux/firewall.py), an OVN one with a Port_Group per group (its member ports), an ACL per
+rule, an Address_Set per remote set and Logical_Switch_Port.port_security for the (MAC, addresses) pairs. Semantics
+are Neutron's: a port's traffic passes when any rule of any of its groups allows it (plus what every instance needs
+to come up: ND/MLD and its metadata); a stateful port also passes replies of what was allowed, a stateless one only
+what rules allow in each direction.
 
 Every parser raises ValueError on data it cannot enforce faithfully, so that the caller fails that object alone.
 """
@@ -43,7 +44,7 @@ class Rule:
     icmp_type: int | None  # ICMP/ICMPv6 only; None: any
     icmp_code: int | None  # None: any
     prefix: IPNetwork | None  # remote_ip_prefix; None: anywhere
-    remote: str | None  # "group:<id>" | "address-group:<id>": the remote end's addresses are that set
+    remote: str | None  # "group:<id>": the remote end's addresses are that remote set
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,14 @@ class HostPolicy:
 
 
 class Firewall(Protocol):
-    """A backend's enforcement of a HostPolicy (the Linux one: linux/firewall.py)."""
+    """A backend's enforcement of a HostPolicy (the Linux one: linux/firewall.py; an OVN one the same way)."""
 
-    def apply(self, state: dict[str, Any], steps: Steps, full: bool) -> dict[str, str]:
+    drift: list[str]  # what the last pass found changed behind the backend's back (and repaired)
+
+    def apply(self, state: dict[str, Any], steps: Steps, full: bool, check: bool = False) -> dict[str, str]:
         """Converge to the policy of `state`; returns the ports that are not enforced as asked, with the reason
-        (their devices must not be plugged)."""
+        (their devices must not be plugged). `full` makes sure of what the backend trusts to be as it left it when
+        it has reason to doubt it, `check` in any case."""
         ...
 
     def enforced(self, port_id: str) -> bool:
@@ -160,12 +164,6 @@ def _network(text: Any) -> IPNetwork:
         raise ValueError(f"invalid address {text!r}") from None
 
 
-def enforcing(state: dict[str, Any]) -> bool:
-    """Does the desired state describe groups at all? A control plane that predates their enforcement sends ports
-    with groups but not the groups: their ports are left unfiltered, as they were."""
-    return "security_groups" in state
-
-
 def parse_port(port: dict[str, Any]) -> PortPolicy | None:
     """The port's policy; None when port security is off."""
     if not port.get("port_security_enabled", True):
@@ -229,13 +227,11 @@ def parse_rule(rule: dict[str, Any]) -> Rule | None:
             return None
         if prefix.prefixlen == 0:
             prefix = None
-    remote = None
-    if sum(bool(rule.get(k)) for k in ("remote_ip_prefix", "remote_group_id", "remote_address_group_id")) > 1:
-        raise ValueError("a rule names one of remote_ip_prefix, remote_group_id and remote_address_group_id")
-    if rule.get("remote_group_id"):
-        remote = f"group:{rule['remote_group_id']}"
-    elif rule.get("remote_address_group_id"):
-        remote = f"address-group:{rule['remote_address_group_id']}"
+    if rule.get("remote_ip_prefix") and rule.get("remote_group_id"):
+        raise ValueError("a rule names remote_ip_prefix or remote_group_id, not both")
+    if rule.get("remote_address_group_id"):  # (none is ever sent; read as "from anywhere" it would fail open)
+        raise ValueError("remote address groups are not enforced")
+    remote = f"group:{rule['remote_group_id']}" if rule.get("remote_group_id") else None
     return Rule(direction, version, protocol, ports, icmp_type, icmp_code, prefix, remote)
 
 
@@ -260,10 +256,8 @@ def parse_remote(cidrs: Iterable[Any]) -> tuple[IPNetwork, ...]:
 
 
 def remote_cidrs(state: dict[str, Any], remote: str) -> list[Any] | None:
-    """The desired state's list for a remote set name ("group:<id>" / "address-group:<id>"); None if absent."""
-    kind, _, ident = remote.partition(":")
-    table = state.get("remote_groups" if kind == "group" else "address_groups") or {}
-    found = table.get(ident)
+    """The desired state's member list of a remote set ("group:<id>"); None if absent."""
+    found = (state.get("remote_groups") or {}).get(remote.removeprefix("group:"))
     return None if found is None else list(found)
 
 
@@ -324,7 +318,8 @@ def _rule_matches(policy: HostPolicy, rule: Rule, flow: Flow) -> bool:
 
 def losers(old: HostPolicy, new: HostPolicy) -> set[str]:
     """Filtered ports of `new` that may have lost something since `old` (a group, a rule, a remote member, their
-    state): their established connections must be judged again. Ports that only gained keep them all."""
+    state), and those newly filtered: their established connections must be judged again (a new port's address may
+    be a gone port's, its connections not its own). Ports that only gained keep them all."""
     changed = {g for g, group in old.groups.items()
                if new.groups.get(g) is not group and (g not in new.groups or group.stateful != new.groups[g].stateful
                                                       or not set(group.rules) <= set(new.groups[g].rules))}  # fmt: skip
@@ -334,8 +329,7 @@ def losers(old: HostPolicy, new: HostPolicy) -> set[str]:
     for pid, port in new.ports.items():
         before = old.ports.get(pid)
         if before is None:
-            if pid in old.unfiltered:
-                out.add(pid)  # port security turned on
+            out.add(pid)  # new, or port security turned on
             continue
         if before is port and not changed and not shrunk:
             continue  # (the same parsed object: nothing of its own changed)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from cloudnet.dataplane import security
 from cloudnet.dataplane.base import DesiredState, PortReport
 from cloudnet.dataplane.linux import firewall, names, nat, netns, nft, ns_guard, router_ns, routes
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
@@ -152,11 +153,16 @@ def _fingerprint_of(*parts: Any) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
-def _plugged(port: dict[str, Any], position: int, filtered: bool) -> PortReport:
+def _plugged(port: dict[str, Any], position: int, filtered: bool, **more: Any) -> PortReport:
     tap = names.tap(port["id"])
     details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": f"eth{position}",
-               "port_filter": filtered}  # fmt: skip
+               "port_filter": filtered, **more}  # fmt: skip
     return PortReport(port["id"], "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details)
+
+
+def _broken_reason(port: dict[str, Any], broken: dict[str, str]) -> str | None:
+    """Why the port cannot be plugged (its filter, or its network's bridge, is not in place); None: it can."""
+    return broken.get(port["id"]) or broken.get(port["network_id"])
 
 
 def _failed(port_id: str, reason: str) -> PortReport:
@@ -204,7 +210,7 @@ class LinuxDataplane:
         self._kept: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
         self.nat = nat.NatTables()
         # Security groups and port security of the instance ports (and parked devices), in the host namespace.
-        self.firewall = firewall.NftFirewall(self.host_ns, include_pool=park)
+        self.firewall: security.Firewall = firewall.NftFirewall(self.host_ns, include_pool=park)
         # Differences between the kernel and the desired state found (and repaired) by the running pass, and by the
         # last check (a full pass that also reads back what it otherwise trusts: the agent's first, and on demand).
         self._checking = False
@@ -289,7 +295,7 @@ class LinuxDataplane:
             except StepFailed:
                 uplinks = set(self._kept[1]) if self._kept else set(self.uplinks.values())  # none handed back
             # Before any device is plugged: a port passes nothing until its filter is in place.
-            broken.update(self.firewall.apply(state, self.steps, full))
+            broken.update(self.firewall.apply(state, self.steps, full, self._checking))
             self._found("firewall", self.firewall.drift)
             for inst in state["instances"]:
                 if names.is_managed_ns(self.host, inst["netns"]):  # one cloudnet provides: made here
@@ -412,8 +418,7 @@ class LinuxDataplane:
         wanted.update(names.tap(port["id"]) for _pos, port in mine)
         prints = [self._fingerprint(inst, pos, port, state["networks"][port["network_id"]], state)
                   for pos, port in mine]  # fmt: skip
-        down = next((broken.get(port["id"]) or broken[port["network_id"]] for _pos, port in mine
-                     if port["network_id"] in broken or port["id"] in broken), None)  # fmt: skip
+        down = next(filter(None, (_broken_reason(port, broken) for _pos, port in mine)), None)
         if down is not None:
             return [_failed(port["id"], down) for _pos, port in mine]
         current = all(self._applied.get(port["id"]) == fp and (not full or names.tap(port["id"]) in links)
@@ -597,8 +602,8 @@ class LinuxDataplane:
                 wanted_ns.add(known.ns)
             current = known is not None and known.applied == self._fingerprint({"netns": known.ns}, 0, port,
                                                                                 network, state)  # fmt: skip
-            if port["network_id"] in broken or port_id in broken:
-                reason = broken.get(port_id) or broken[port["network_id"]]
+            reason = _broken_reason(port, broken)
+            if reason is not None:
                 reports.append(PortReport(port_id, "DOWN", "binding_failed", {"reason": reason}))
                 continue
             if full or not current:
@@ -614,9 +619,7 @@ class LinuxDataplane:
                     continue
                 known = self._parked[port_id] = _Parked(ns, self._fingerprint({"netns": ns}, 0, port, network, state))
             wanted_ns.add(known.ns)
-            details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": "eth0",
-                       "prepared_netns": known.ns, "port_filter": self.firewall.enforced(port_id)}  # fmt: skip
-            reports.append(PortReport(port_id, "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details))
+            reports.append(_plugged(port, 0, self.firewall.enforced(port_id), prepared_netns=known.ns))
         for port_id in set(self._parked) - set(pool):
             del self._parked[port_id]  # gone: its device and namespace are collected
         return reports

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cloudnet.dataplane import security
+from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.fw_sets import Box, elements, raw_addresses, split
 from cloudnet.dataplane.security import IPNetwork
 
@@ -63,6 +64,7 @@ def skeleton() -> str:
     """Both tables with their base chains and shared sets (no object in them)."""
     nd_out, nd_in = (_join(*map(str, t)) for t in (security.ND_EGRESS, security.ND_INGRESS))
     (md4, port4), (md6, port6) = ((str(a), p) for a, p in security.METADATA)
+    taps = quoted(f"{names.TAP}*")  # every instance port's host end
     bridge = f"""table bridge {TABLE} {{
   map ports {{ type ifname : mark; }}
   set unfiltered {{ type ifname; }}
@@ -80,11 +82,11 @@ def skeleton() -> str:
   chain prerouting {{
     type filter hook prerouting priority -200; policy accept;
     meta mark set 0
-    ether type ip ip daddr {md4} iifname "cnt-*" iifname . ip saddr != @meta_src4 drop
-    ether type ip6 ip6 daddr {md6} iifname "cnt-*" iifname . ip6 saddr != @meta_src6 drop
+    ether type ip ip daddr {md4} iifname {taps} iifname . ip saddr != @meta_src4 drop
+    ether type ip6 ip6 daddr {md6} iifname {taps} iifname . ip6 saddr != @meta_src6 drop
     iifname @unfiltered accept
     meta mark set iifname map @ports
-    meta mark 0 iifname "cnt-*" drop
+    meta mark 0 iifname {taps} drop
     meta mark 0 accept
     ether type ip udp sport 67 udp dport 68 drop
     ether type ip6 udp sport 547 udp dport 546 drop
@@ -104,7 +106,7 @@ def skeleton() -> str:
     meta mark set 0
     oifname @unfiltered accept
     meta mark set oifname map @ports
-    meta mark 0 oifname "cnt-*" drop
+    meta mark 0 oifname {taps} drop
     meta mark != 0 ether type != {{ ip, ip6, arp }} drop
   }}
 }}

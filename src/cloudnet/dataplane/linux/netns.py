@@ -6,6 +6,7 @@ nftables sockets opened inside belong to that namespace without forking a helper
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import os
@@ -173,9 +174,9 @@ def enter_for_good(name: str) -> None:
         os.close(fd)
 
 
-def write_sysctl(name_or_path: str, key: str, value: str) -> None:
-    """Set a per-namespace sysctl (e.g. net/ipv4/ip_forward) inside the namespace."""
-    with entered(name_or_path):
+def write_sysctl(name_or_path: str | None, key: str, value: str) -> None:
+    """Set a per-namespace sysctl (e.g. net/ipv4/ip_forward) inside the namespace (None: the calling thread's)."""
+    with entered(name_or_path) if name_or_path is not None else contextlib.nullcontext():
         fd = os.open(f"/proc/sys/{key}", os.O_WRONLY)
         try:
             os.write(fd, value.encode())

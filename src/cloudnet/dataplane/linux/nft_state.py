@@ -1,10 +1,10 @@
 """What the kernel really holds in one of cloudnet's nftables tables, read back through libnftables' JSON.
 
-A table is compared in three parts: its declarations (chains with their hooks, maps with their types, and any
-other object someone added), the rules of each chain, and the elements of each map. Rules are compared as the
-kernel lists them; what a structure's rules look like once listed is learned by applying it in a throwaway
-network namespace of its own (`expected`), once per distinct structure, so that nothing is assumed about how
-nft prints what it was given.
+A table is compared in three parts: its declarations (chains with their hooks, sets and maps with their types,
+and any other object someone added), the rules of each chain, and the elements of each set and map. Rules are
+compared as the kernel lists them; what a structure's rules look like once listed is learned by applying it in a
+throwaway network namespace of its own (`expected`, `scratch`), once per distinct structure, so that nothing is
+assumed about how nft prints what it was given.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import ctypes
 import ipaddress
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import nftables
 
@@ -23,14 +24,16 @@ from cloudnet.dataplane.linux import nft
 from cloudnet.dataplane.linux.nat_plan import TABLE
 
 CLONE_NEWNET = 0x40000000
+SHOWN = 10  # elements named per set and kind of difference (the rest are counted)
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
 @dataclass
 class TableState:
     decls: dict[str, str] = field(default_factory=dict)  # "chain:NAME", "map:NAME", "set:NAME", ... -> its JSON
     rules: dict[str, list[str]] = field(default_factory=dict)  # chain -> its rules' expressions, in order
-    elements: dict[str, dict[str, str]] = field(default_factory=dict)  # map -> {key: value}
+    elements: dict[str, dict[str, str]] = field(default_factory=dict)  # set or map -> {key: value ("" in a set)}
 
 
 def read(namespace: str, family: str) -> TableState | None:
@@ -54,6 +57,8 @@ def parse(document: dict[str, Any]) -> TableState:
             state.rules.setdefault(body["name"], [])
         if kind == "map":
             state.elements[body["name"]] = dict(_element(e) for e in body.get("elem", []))
+        elif kind == "set":
+            state.elements[body["name"]] = {_text(e): "" for e in body.get("elem", [])}
     return state
 
 
@@ -89,23 +94,24 @@ def expected(family: str, body: str) -> TableState:
 
 @lru_cache(maxsize=256)
 def _expected(family: str, body: str) -> TableState:
-    found: list[dict[str, Any]] = []
+    def work(ctx: nftables.Nftables) -> TableState:
+        command(ctx, f"table {family} {TABLE} {{\n{body}\n}}\n")
+        return parse(listing(ctx, family))
+
+    return scratch(work)
+
+
+def scratch(work: Callable[[nftables.Nftables], T]) -> T:
+    """`work` done with a libnftables context of a new, empty network namespace: a sandbox sharing nothing with
+    any real table. (A thread of its own unshares it: the namespace goes away with the thread and the context.)"""
+    found: list[T] = []
     errors: list[BaseException] = []
 
     def probe() -> None:
-        # A thread in a new, unnamed network namespace of its own: it goes away with the thread and its socket.
         try:
             if _libc.unshare(CLONE_NEWNET) != 0:
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
-            ctx = nftables.Nftables()
-            rc, _out, err = ctx.cmd(f"table {family} {TABLE} {{\n{body}\n}}\n")
-            if rc != 0:
-                raise nft.NftError(err.strip())
-            ctx.set_json_output(True)
-            rc, out, err = ctx.cmd(f"list table {family} {TABLE}")
-            if rc != 0:
-                raise nft.NftError(err.strip())
-            found.append(json.loads(out))
+            found.append(work(nftables.Nftables()))
         except BaseException as exc:  # handed to the caller's thread
             errors.append(exc)
 
@@ -114,7 +120,26 @@ def _expected(family: str, body: str) -> TableState:
     thread.join()
     if errors:
         raise errors[0]
-    return parse(found[0])
+    return found[0]
+
+
+def command(ctx: nftables.Nftables, script: str) -> None:
+    """Run `script` as one transaction of the context; NftError when refused."""
+    rc, _out, err = ctx.cmd(script)
+    if rc != 0:
+        raise nft.NftError(err.strip() or f"nft failed with status {rc}")
+
+
+def listing(ctx: nftables.Nftables, family: str) -> dict[str, Any]:
+    """The table `family cloudnet` of the context's namespace, as nft's JSON document."""
+    ctx.set_json_output(True)
+    try:
+        rc, out, err = ctx.cmd(f"list table {family} {TABLE}")
+    finally:
+        ctx.set_json_output(False)
+    if rc != 0:
+        raise nft.NftError(err.strip())
+    return json.loads(out)  # type: ignore[no-any-return]
 
 
 def differences(have: TableState, want: TableState) -> list[str]:
@@ -133,4 +158,20 @@ def differences(have: TableState, want: TableState) -> list[str]:
             out.append(f"{extra} foreign rule(s) in chain {chain}")
         elif have.rules[chain] != want.rules[chain]:
             out.append(f"the rules of chain {chain} differ")
+    return out
+
+
+def element_differences(have: TableState, want: TableState) -> list[str]:
+    """How the elements of the table's sets and maps differ from the wanted ones."""
+    out = []
+    for name in sorted(have.elements.keys() & want.elements.keys()):
+        kernel, wanted = have.elements[name], want.elements[name]
+        for label, keys in (
+            ("missing", wanted.keys() - kernel.keys()),
+            ("stale", kernel.keys() - wanted.keys()),
+            ("changed", {k for k in kernel.keys() & wanted.keys() if kernel[k] != wanted[k]}),
+        ):
+            if keys:
+                more = f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else ""
+                out.append(f"{len(keys)} {label} element(s) in {name}: {', '.join(sorted(keys)[:SHOWN])}{more}")
     return out
