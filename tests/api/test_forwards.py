@@ -566,6 +566,8 @@ BAD: list[Bad] = [
         "Cannot mix IP versions in listen address and port specification 0 target address"),
     Bad("target outside subnet", {"listen_address": L, "ports": [port(target_address="10.9.0.6")]}, 400,
         "Target address is not within the network subnet in port specification 0"),
+    Bad("target in a subnet off the uplink router", {"listen_address": L, "ports": [port(target_address="10.3.0.6")]},
+        400, 'Target address "10.3.0.6" is not reachable from the uplink router'),
     Bad("target broadcast", {"listen_address": L, "ports": [port(target_address="10.0.0.255")]}, 400,
         "Target address cannot be a broadcast address"),
     Bad("target network address", {"listen_address": L, "ports": [port(target_address="10.0.0.0")]}, 400,
@@ -628,6 +630,8 @@ BAD: list[Bad] = [
     # Updates run the same rules, and a few of their own.
     Bad("PUT with a bad port", {"ports": [port(protocol="TCP")]}, 400,
         "Invalid port protocol in port specification 0", method="PUT", address="192.0.2.10"),
+    Bad("PUT onto a subnet off the uplink router", {"config": {"target_address": "10.3.0.5"}}, 400,
+        'Target address "10.3.0.5" is not reachable from the uplink router', method="PUT", address="192.0.2.10"),
     Bad("PUT with an invalid option", {"config": {"bogus": "1"}}, 400, 'Invalid option "bogus"',
         method="PUT", address="192.0.2.10"),
     Bad("PATCH with an invalid option", {"config": {"bogus": "1"}}, 400, 'Invalid option "bogus"',
@@ -666,9 +670,11 @@ BAD: list[Bad] = [
 
 
 def bad_input_world(api: httpx.Client, site: Site) -> None:
-    """What the table's cases run against: forwards of `private` (one each family), another network with a
-    forward and SNAT addresses, a port on the uplink, and a network without uplink."""
+    """What the table's cases run against: forwards of `private` (one each family), a subnet of `private` off the
+    router, another network with a forward and SNAT addresses, a port on the uplink, and a network without
+    uplink."""
     post(api, "private", {"listen_address": "192.0.2.10", "config": CFG, "ports": [port()]})
+    create(api, "subnets", "subnet", network_id=site.networks["private"]["id"], cidr="10.3.0.0/24")
     post(api, "private", {"listen_address": "2001:db8::10", "ports": [port(target_address="fd00::6")]})
     other = site.network("other", "10.1.0.0/24", "fd01::/64")
     post(api, "other", {"listen_address": "192.0.2.50"})

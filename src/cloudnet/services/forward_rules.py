@@ -6,17 +6,12 @@ Bodies are normalised first (LXD `Normalise`), then validated in LXD's order wit
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, select
-
 from cloudnet.errors import BadRequest
-from cloudnet.services.uplinks import parse_ip, quoted
-from cloudnet.store import tables as t
+from cloudnet.services.uplinks import IP, Net, parse_ip, quoted, reserved_addresses
 
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 PROTOCOLS = ("tcp", "udp")
 PORT_KEYS = {"description", "protocol", "listen_port", "target_port", "target_address"}
 
@@ -103,14 +98,7 @@ def expand(ranges: Iterable[tuple[int, int]]) -> list[int]:
 # -- validation ---------------------------------------------------------------------------------
 
 
-def _network_subnets(conn: Connection, network_id: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    return [
-        ipaddress.ip_network(c)
-        for (c,) in conn.execute(select(t.subnets.c.cidr).where(t.subnets.c.network_id == network_id))
-    ]
-
-
-def _check_target(address: IP, subnets: list[Any], label: str, index: int | None) -> None:
+def _check_target(address: IP, subnets: list[Net], label: str, index: int | None) -> None:
     """A target lies in the network's subnet of its family and is not its network or broadcast address."""
     where = f" in port specification {index}" if index is not None else ""
     same_family = [s for s in subnets if s.version == address.version]
@@ -119,22 +107,21 @@ def _check_target(address: IP, subnets: list[Any], label: str, index: int | None
     inside = [s for s in same_family if address in s]
     if not inside:
         raise BadRequest(f"{label} is not within the network subnet{where}")
-    net = inside[0]
-    if address.version == 4 and net.prefixlen < 31 and address == net.broadcast_address:
-        raise BadRequest(f"{label} cannot be a broadcast address")
-    if net.prefixlen < net.max_prefixlen - 1 and address == net.network_address:
-        raise BadRequest(f"{label} cannot be a network address")
+    kind = reserved_addresses(inside[0]).get(address)
+    if kind is not None:
+        raise BadRequest(f"{label} cannot be a {kind} address")
 
 
-def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]) -> None:
-    """LXD's forwardValidate (reference §1.3, rules 8-18), after the listen-address checks."""
+def validate(listen: IP, body: dict[str, Any], subnets: Iterable[Net]) -> None:
+    """LXD's forwardValidate (reference §1.3, rules 8-18), after the listen-address checks; `subnets`: the
+    network's."""
     config = body.get("config") or {}
     if not isinstance(config, dict) or not all(isinstance(v, str) for v in config.values()):
         raise BadRequest("Invalid config: expected a map of strings")
     for key in config:
         if key != "target_address" and not key.startswith("user."):
             raise BadRequest(f"Invalid option {quoted(key)}")
-    subnets = _network_subnets(conn, network_id)
+    subnets = list(subnets)
     default = None
     if config.get("target_address"):
         try:

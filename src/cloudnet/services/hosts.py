@@ -374,9 +374,9 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
     # A network's forwards and SNAT address live on the router that is its uplink.
     served: dict[str, list[str]] = defaultdict(list)
     for nid in {i["network_id"] for ifaces in by_router.values() for i in ifaces}:
-        uplink = uplinks.uplink_of(conn, nid)
-        if uplink is not None:
-            served[uplink.router_id].append(nid)
+        router = uplinks.router_of(conn, nid)
+        if router is not None:
+            served[router[0]].append(nid)
     all_served = [nid for nids in served.values() for nid in nids]
     configs = {n: c or {} for n, c in conn.execute(select(t.networks.c.id, t.networks.c.config).where(
         t.networks.c.id.in_(all_served)))}  # fmt: skip
