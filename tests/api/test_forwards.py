@@ -734,6 +734,33 @@ def test_every_bad_create_would_succeed_once_fixed(api: httpx.Client, site: Site
     assert r.status_code == 201, r.text
 
 
+def test_port_lists_of_hostile_size_are_refused_without_expanding_them(api: httpx.Client, site: Site) -> None:
+    """Bodies of up to the 1 MiB the API reads whose ranges, expanded, would be hundreds of millions of ports or
+    more: each answered 400 with the reason (the client's time limit fails the test if one is expanded)."""
+    whole = port(listen_port="1-65535", target_port="1-65535")
+    hostile: list[tuple[Json, str]] = [
+        # ~10,000 specifications (about 650 million ports): refused for their number.
+        ([whole] * 10_000, "Too many port specifications: 10000 (at most 1000 a forward)"),
+        # One more than allowed, each small.
+        ([port(listen_port=str(p)) for p in range(1, 1002)], "Too many port specifications: 1001"),
+        # One specification listing the whole range 100,000 times: its first repeat ends the check.
+        ([port(listen_port=",".join(["1-65535"] * 100_000))], 'Duplicate listen port 1 for protocol "tcp"'),
+        # The whole range 100,000 times as target ports: counted, not expanded.
+        ([port(listen_port="1-65535", target_port=",".join(["1-65535"] * 100_000))], "Mismatch of listen port(s)"),
+    ]
+    before = snapshot(api)
+    with httpx.Client(base_url=api.base_url, headers=api.headers, timeout=10) as client:
+        for ports, message in hostile:
+            body = json.dumps({"listen_address": L, "ports": ports})
+            assert len(body) <= 1 << 20
+            r = client.post(url("private"), content=body, headers={"Content-Type": "application/json"})
+            error(r, 400, message)
+    assert snapshot(api) == before
+    # At the limit, a thousand specifications are a forward like any other.
+    fwd = post(api, "private", {"listen_address": L, "ports": [port(listen_port=str(p)) for p in range(1, 1001)]})
+    assert len(fwd["ports"]) == 1000
+
+
 # -- life cycle with the network ------------------------------------------------------------------------------
 
 
