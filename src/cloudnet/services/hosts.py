@@ -183,10 +183,7 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
     with store.write() as tx:
         # The revision before this report's own changes: an agent whose desired state was read at exactly
         # this revision can skip the events of its own report instead of reconciling again for them.
-        counter = select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)
-        if tx.conn.dialect.name == "postgresql":
-            counter = counter.with_for_update()
-        before = int(tx.conn.execute(counter).scalar() or 0)
+        before = tx.revision_before()
         rows = tx.conn.execute(
             select(
                 P.c.id, P.c.project_id, P.c.status, P.c.vif_type, P.c.vif_details, P.c.host_id, P.c.device_owner

@@ -9,7 +9,6 @@ nft prints what it was given.
 
 from __future__ import annotations
 
-import ctypes
 import ipaddress
 import json
 import threading
@@ -19,11 +18,8 @@ from typing import Any
 
 import nftables
 
-from cloudnet.dataplane.linux import nft
+from cloudnet.dataplane.linux import netns, nft
 from cloudnet.dataplane.linux.nat_plan import TABLE
-
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass
@@ -95,8 +91,7 @@ def _expected(family: str, body: str) -> TableState:
     def probe() -> None:
         # A thread in a new, unnamed network namespace of its own: it goes away with the thread and its socket.
         try:
-            if _libc.unshare(CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+            netns.unshare()
             ctx = nftables.Nftables()
             rc, _out, err = ctx.cmd(f"table {family} {TABLE} {{\n{body}\n}}\n")
             if rc != 0:
