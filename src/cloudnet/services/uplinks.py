@@ -132,7 +132,7 @@ def check_external_address(conn: Connection, uplink: Uplink, network_id: str, ad
         reserved = reserved_addresses(subnet)
         if address in reserved:
             raise BadRequest(f"{what} {quoted(text)} cannot be a {reserved[address]} address (subnet {subnet})")
-    if text in _all_gateways(conn):
+    if conn.execute(select(S.c.id).where(S.c.gateway_ip == text).limit(1)).first() is not None:
         raise BadRequest(f"{what} {quoted(text)} is already in use by a gateway")
     if conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first() is not None:
         # Which port is not said: it may be another project's (a router gateway), not the caller's to know of.
@@ -184,10 +184,6 @@ def reserved_addresses(subnet: Net) -> dict[IP, str]:
     if subnet.version == 4:
         out[subnet.broadcast_address] = "broadcast"
     return out
-
-
-def _all_gateways(conn: Connection) -> set[str]:
-    return {g for (g,) in conn.execute(select(S.c.gateway_ip).where(S.c.gateway_ip.isnot(None)))}
 
 
 def _canonical(value: Any) -> str | None:
