@@ -16,8 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from cloudnet.store import tables as t
 from tests.api.test_forwards import Site, attach, build_site, detach, error, post, revision, url
 from tests.support.api import create
+from tests.support.server import RunningServer
 
 Json = dict[str, Any]
 
@@ -202,11 +204,49 @@ def test_an_uplink_subnet_may_go_when_a_route_still_holds_the_address(api: httpx
 
 
 @pytest.mark.parametrize(("cidr", "target"), [("10.9.0.0/24", "10.9.0.5"), ("fd09::/64", "fd09::5")])
-def test_a_subnet_with_forward_targets_is_kept(api: httpx.Client, site: Site, cidr: str, target: str) -> None:
-    """The targets' subnet is not on the router (else its router port would block its deletion anyway)."""
+def test_forward_targets_are_reachable_from_the_uplink(api: httpx.Client, site: Site, cidr: str, target: str) -> None:
+    """A target lies in a subnet of the network on its uplink router, or traffic from the uplink cannot reach it
+    (Neutron refuses port forwarding so: "External network ... is not reachable from subnet ..."): 400 at create
+    and update otherwise. Once it does, the subnet stays while targeted (its interface: see above; the subnet
+    itself: its router interface port holds it)."""
     loose = create(api, "subnets", "subnet", network_id=site.networks["private"]["id"], cidr=cidr)
+    v4 = "." in target
+    listen, near = ("192.0.2.30", "10.0.0.5") if v4 else ("2001:db8::30", "fd00::5")
+    why = (f'Target address "{target}" is not reachable from the uplink router {site.router["id"]}: its subnet '
+           f"{loose['id']} is not attached to it")  # fmt: skip
+    before = state(api)
+    for body in ({"config": {"target_address": target}},
+                 {"ports": [{"protocol": "tcp", "listen_port": "22", "target_address": target}]}):  # fmt: skip
+        r = api.post(url("private"), json={"listen_address": listen, **body})
+        error(r, 400, why)
+        assert r.json()["NeutronError"]["type"] == "ForwardTargetNotReachable"
+    assert state(api) == before
+    post(api, "private", {"listen_address": listen, "config": {"target_address": near}})
+    before = state(api)
+    error(api.put(url("private", listen), json={"config": {"target_address": target}}), 400, why)
+    ports = [{"protocol": "udp", "listen_port": "53", "target_address": target}]
+    error(api.patch(url("private", listen), json={"ports": ports}), 400, why)
+    assert state(api) == before
+    attach(api, site.router["id"], loose["id"])
+    r = api.patch(url("private", listen), json={"ports": ports})
+    assert r.status_code == 200, r.text
+    before = state(api)
+    refused(api, api.delete(f"/subnets/{loose['id']}"), before, "SubnetInUse", "One or more ports")
+    refused(api, remove(site, loose), before, "RouterInterfaceInUseByForward", f"send traffic to {target}")
+
+
+@pytest.mark.parametrize(("cidr", "target"), [("10.9.0.0/24", "10.9.0.5"), ("fd09::/64", "fd09::5")])
+def test_a_subnet_an_earlier_versions_forward_targets_is_kept(api: httpx.Client, site: Site, server: RunningServer,
+                                                               cidr: str, target: str) -> None:  # fmt: skip
+    """Earlier versions let a forward target a subnet off the router: that subnet still stays while targeted."""
+    private = site.networks["private"]
+    loose = create(api, "subnets", "subnet", network_id=private["id"], cidr=cidr)
     listen = "192.0.2.30" if "." in target else "2001:db8::30"
-    post(api, "private", {"listen_address": listen, "config": {"target_address": target}})
+    with server.store.write() as tx:  # as an earlier version left it
+        tx.conn.execute(t.forwards.insert().values(
+            id="00000000-0000-4000-8000-00000000f0f1", network_id=private["id"], listen_address=listen,
+            description="", config={"target_address": target}, ports=[], project_id=private["project_id"],
+            created_at=tx.now, updated_at=tx.now, revision_number=0))  # fmt: skip
     before = state(api)
     refused(api, api.delete(f"/subnets/{loose['id']}"), before, "SubnetInUse", f"send traffic to {target}", listen)
     assert api.delete(url("private", listen)).status_code == 204
@@ -281,3 +321,31 @@ def test_racing_forward_creates_and_detaches_never_leave_a_forward_without_its_l
     iface = api.get("/ports", params={"device_id": site.router["id"], "network_id": site.networks["private"]["id"]})
     linked_v4 = any("." in f["ip_address"] for p in iface.json()["ports"] for f in p["fixed_ips"])
     assert linked_v4 or not forwards, (forwards, [r.text for r in responses])
+
+
+def test_racing_target_moves_and_subnet_removals_never_leave_a_target_unreachable(
+    api: httpx.Client, site: Site
+) -> None:
+    """A forward moved onto a subnet while that subnet's router interface is removed and the subnet deleted: whatever
+    wins, no forward sends traffic to a subnet that is gone or off the router."""
+    site.network("two", "10.5.0.0/24", "10.6.0.0/24")
+    second = site.subnets["two"][1]
+    post(api, "two", {"listen_address": "192.0.2.20", "config": {"target_address": "10.5.0.7"}})
+    barrier = threading.Barrier(4)
+
+    def attempt(i: int) -> list[httpx.Response]:
+        with httpx.Client(base_url=api.base_url, headers=api.headers, timeout=30) as client:
+            barrier.wait()
+            if i % 2 == 0:
+                return [client.put(url("two", "192.0.2.20"), json={"config": {"target_address": f"10.6.0.{7 + i}"}})]
+            r = client.put(f"/routers/{site.router['id']}/remove_router_interface", json={"subnet_id": second["id"]})
+            return [r, client.delete(f"/subnets/{second['id']}")] if r.status_code == 200 else [r]
+
+    with ThreadPoolExecutor(4) as pool:
+        responses = [r for rs in pool.map(attempt, range(4)) for r in rs]
+    texts = [r.text for r in responses]
+    assert all(r.status_code in (200, 204, 400, 404, 409) for r in responses), texts
+    [forward] = api.get(url("two")).json()["forwards"]
+    if forward["config"]["target_address"].startswith("10.6."):
+        ports = api.get("/ports", params={"device_id": site.router["id"]}).json()["ports"]
+        assert any(f["subnet_id"] == second["id"] for p in ports for f in p["fixed_ips"]), (forward, texts)

@@ -566,6 +566,8 @@ BAD: list[Bad] = [
         "Cannot mix IP versions in listen address and port specification 0 target address"),
     Bad("target outside subnet", {"listen_address": L, "ports": [port(target_address="10.9.0.6")]}, 400,
         "Target address is not within the network subnet in port specification 0"),
+    Bad("target in a subnet off the uplink router", {"listen_address": L, "ports": [port(target_address="10.3.0.6")]},
+        400, 'Target address "10.3.0.6" is not reachable from the uplink router'),
     Bad("target broadcast", {"listen_address": L, "ports": [port(target_address="10.0.0.255")]}, 400,
         "Target address cannot be a broadcast address"),
     Bad("target network address", {"listen_address": L, "ports": [port(target_address="10.0.0.0")]}, 400,
@@ -628,6 +630,8 @@ BAD: list[Bad] = [
     # Updates run the same rules, and a few of their own.
     Bad("PUT with a bad port", {"ports": [port(protocol="TCP")]}, 400,
         "Invalid port protocol in port specification 0", method="PUT", address="192.0.2.10"),
+    Bad("PUT onto a subnet off the uplink router", {"config": {"target_address": "10.3.0.5"}}, 400,
+        'Target address "10.3.0.5" is not reachable from the uplink router', method="PUT", address="192.0.2.10"),
     Bad("PUT with an invalid option", {"config": {"bogus": "1"}}, 400, 'Invalid option "bogus"',
         method="PUT", address="192.0.2.10"),
     Bad("PATCH with an invalid option", {"config": {"bogus": "1"}}, 400, 'Invalid option "bogus"',
@@ -666,9 +670,11 @@ BAD: list[Bad] = [
 
 
 def bad_input_world(api: httpx.Client, site: Site) -> None:
-    """What the table's cases run against: forwards of `private` (one each family), another network with a
-    forward and SNAT addresses, a port on the uplink, and a network without uplink."""
+    """What the table's cases run against: forwards of `private` (one each family), a subnet of `private` off the
+    router, another network with a forward and SNAT addresses, a port on the uplink, and a network without
+    uplink."""
     post(api, "private", {"listen_address": "192.0.2.10", "config": CFG, "ports": [port()]})
+    create(api, "subnets", "subnet", network_id=site.networks["private"]["id"], cidr="10.3.0.0/24")
     post(api, "private", {"listen_address": "2001:db8::10", "ports": [port(target_address="fd00::6")]})
     other = site.network("other", "10.1.0.0/24", "fd01::/64")
     post(api, "other", {"listen_address": "192.0.2.50"})
@@ -726,6 +732,33 @@ def test_every_bad_create_would_succeed_once_fixed(api: httpx.Client, site: Site
     r = api.post(url("private"), json={"listen_address": L6, "config": {"target_address": "fd00::5"},
                                        "ports": [port(target_address="fd00::6", target_port="8080")]})  # fmt: skip
     assert r.status_code == 201, r.text
+
+
+def test_port_lists_of_hostile_size_are_refused_without_expanding_them(api: httpx.Client, site: Site) -> None:
+    """Bodies of up to the 1 MiB the API reads whose ranges, expanded, would be hundreds of millions of ports or
+    more: each answered 400 with the reason (the client's time limit fails the test if one is expanded)."""
+    whole = port(listen_port="1-65535", target_port="1-65535")
+    hostile: list[tuple[Json, str]] = [
+        # ~10,000 specifications (about 650 million ports): refused for their number.
+        ([whole] * 10_000, "Too many port specifications: 10000 (at most 1000 a forward)"),
+        # One more than allowed, each small.
+        ([port(listen_port=str(p)) for p in range(1, 1002)], "Too many port specifications: 1001"),
+        # One specification listing the whole range 100,000 times: its first repeat ends the check.
+        ([port(listen_port=",".join(["1-65535"] * 100_000))], 'Duplicate listen port 1 for protocol "tcp"'),
+        # The whole range 100,000 times as target ports: counted, not expanded.
+        ([port(listen_port="1-65535", target_port=",".join(["1-65535"] * 100_000))], "Mismatch of listen port(s)"),
+    ]
+    before = snapshot(api)
+    with httpx.Client(base_url=api.base_url, headers=api.headers, timeout=10) as client:
+        for ports, message in hostile:
+            body = json.dumps({"listen_address": L, "ports": ports})
+            assert len(body) <= 1 << 20
+            r = client.post(url("private"), content=body, headers={"Content-Type": "application/json"})
+            error(r, 400, message)
+    assert snapshot(api) == before
+    # At the limit, a thousand specifications are a forward like any other.
+    fwd = post(api, "private", {"listen_address": L, "ports": [port(listen_port=str(p)) for p in range(1, 1001)]})
+    assert len(fwd["ports"]) == 1000
 
 
 # -- life cycle with the network ------------------------------------------------------------------------------

@@ -78,14 +78,25 @@ def test_the_drift_check_reports_and_repairs_what_was_changed_by_hand(site: Site
         f"add element ip cloudnet fwd_default {{ 192.0.2.56 : {a4} }}",
         "add rule ip cloudnet prerouting ip saddr 192.0.2.1 drop")  # fmt: skip
     ns_run(router_ns(site), "ip", "route", "del", "default", check=True)
+    # A neighbour entry on the router's internal leg for an address no port of the host has (a deleted instance's).
+    addresses = ns_run(router_ns(site), "ip", "-o", "-4", "addr", "show", check=True).stdout.splitlines()
+    leg = next(line.split()[1].split("@")[0] for line in addresses if " 10.71.0.1/" in line)
+    ns_run(router_ns(site), "ip", "neigh", "replace", "10.71.0.200", "lladdr", "02:00:00:00:00:99", "dev", leg,
+           "nud", "stale", check=True)  # fmt: skip
+    # And one of a port the host has, which stays (a check flushes no leg's neighbours).
+    a_mac = site.cloud.api.get("/ports", params={"fixed_ips": f"ip_address={a4}"}).json()["ports"][0]["mac_address"]
+    ns_run(router_ns(site), "ip", "neigh", "replace", a4, "lladdr", a_mac, "dev", leg, "nud", "stale", check=True)
     code, found = host_check(site)
     assert code == 1
     text = "\n".join(f"{d['object']}: {d['difference']}" for d in found)
     for expected in (f"router:{site.router['id']}: table ip cloudnet: 1 foreign rule(s) in chain prerouting",
-                     "missing route 0.0.0.0/0 via 192.0.2.1"):  # fmt: skip
+                     "missing route 0.0.0.0/0 via 192.0.2.1",
+                     "stale neighbour 10.71.0.200 at 02:00:00:00:00:99"):  # fmt: skip
         assert expected in text, text
     assert tcp_ask(site.outside, "192.0.2.55", 80).startswith("A ")  # repaired
     assert "192.0.2.56" not in elements(site, "ip", "fwd_default")
+    neighbours = ns_run(router_ns(site), "ip", "neigh", "show", "dev", leg, check=True).stdout
+    assert "10.71.0.200" not in neighbours and f"{a4} lladdr {a_mac}" in neighbours, neighbours
     assert host_check(site) == (0, [])
 
 

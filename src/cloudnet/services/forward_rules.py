@@ -6,18 +6,16 @@ Bodies are normalised first (LXD `Normalise`), then validated in LXD's order wit
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, select
-
 from cloudnet.errors import BadRequest
-from cloudnet.services.uplinks import parse_ip, quoted
-from cloudnet.store import tables as t
+from cloudnet.services.uplinks import IP, Net, parse_ip, quoted, reserved_addresses
 
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 PROTOCOLS = ("tcp", "udp")
+# Port specifications a forward may have (LXD sets no limit): each is a line of a request's validation and a rule
+# of the router's NAT; a thousand is far beyond any forward seen, and keeps a hostile body's cost bounded.
+MAX_PORT_SPECS = 1000
 PORT_KEYS = {"description", "protocol", "listen_port", "target_port", "target_address"}
 
 
@@ -96,21 +94,15 @@ def parse_ports(text: str) -> list[tuple[int, int]]:
     return [parse_port_range(part.strip()) for part in text.split(",")]
 
 
-def expand(ranges: Iterable[tuple[int, int]]) -> list[int]:
-    return [p for lo, hi in ranges for p in range(lo, hi + 1)]
+def count(ranges: Iterable[tuple[int, int]]) -> int:
+    """How many ports the ranges hold, repeats included (LXD compares the lengths of the expanded lists)."""
+    return sum(hi - lo + 1 for lo, hi in ranges)
 
 
 # -- validation ---------------------------------------------------------------------------------
 
 
-def _network_subnets(conn: Connection, network_id: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    return [
-        ipaddress.ip_network(c)
-        for (c,) in conn.execute(select(t.subnets.c.cidr).where(t.subnets.c.network_id == network_id))
-    ]
-
-
-def _check_target(address: IP, subnets: list[Any], label: str, index: int | None) -> None:
+def _check_target(address: IP, subnets: list[Net], label: str, index: int | None) -> None:
     """A target lies in the network's subnet of its family and is not its network or broadcast address."""
     where = f" in port specification {index}" if index is not None else ""
     same_family = [s for s in subnets if s.version == address.version]
@@ -119,22 +111,23 @@ def _check_target(address: IP, subnets: list[Any], label: str, index: int | None
     inside = [s for s in same_family if address in s]
     if not inside:
         raise BadRequest(f"{label} is not within the network subnet{where}")
-    net = inside[0]
-    if address.version == 4 and net.prefixlen < 31 and address == net.broadcast_address:
-        raise BadRequest(f"{label} cannot be a broadcast address")
-    if net.prefixlen < net.max_prefixlen - 1 and address == net.network_address:
-        raise BadRequest(f"{label} cannot be a network address")
+    kind = reserved_addresses(inside[0]).get(address)
+    if kind is not None:
+        raise BadRequest(f"{label} cannot be a {kind} address")
 
 
-def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]) -> None:
-    """LXD's forwardValidate (reference §1.3, rules 8-18), after the listen-address checks."""
+def validate(listen: IP, body: dict[str, Any], subnets: Iterable[Net]) -> None:
+    """LXD's forwardValidate (reference §1.3, rules 8-18), after the listen-address checks; `subnets`: the
+    network's. Bounded whatever the body: at most MAX_PORT_SPECS port specifications, and ranges are counted, not
+    expanded, but for the listen ports, which are checked for repeats one by one until the first one repeated (at
+    most 65,535 a protocol, whatever is asked)."""
     config = body.get("config") or {}
     if not isinstance(config, dict) or not all(isinstance(v, str) for v in config.values()):
         raise BadRequest("Invalid config: expected a map of strings")
     for key in config:
         if key != "target_address" and not key.startswith("user."):
             raise BadRequest(f"Invalid option {quoted(key)}")
-    subnets = _network_subnets(conn, network_id)
+    subnets = list(subnets)
     default = None
     if config.get("target_address"):
         try:
@@ -147,6 +140,8 @@ def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]
     ports = body.get("ports") or []
     if not isinstance(ports, list):
         raise BadRequest("Invalid ports: expected a list")
+    if len(ports) > MAX_PORT_SPECS:
+        raise BadRequest(f"Too many port specifications: {len(ports)} (at most {MAX_PORT_SPECS} a forward)")
     seen: dict[str, set[int]] = {p: set() for p in PROTOCOLS}
     for i, port in enumerate(ports):
         if not isinstance(port, dict) or set(port) - PORT_KEYS:
@@ -167,24 +162,25 @@ def validate(conn: Connection, network_id: str, listen: IP, body: dict[str, Any]
         if not isinstance(listen_text, str) or listen_text.strip() == "":
             raise BadRequest(f"Missing listen port in port specification {i}")
         try:
-            listen_ports = expand(parse_ports(listen_text))
+            listen_ranges = parse_ports(listen_text)
         except ValueError as exc:
             raise BadRequest(f"Invalid listen port in port specification {i}: {exc}") from None
-        for p in listen_ports:
-            if p in seen[port["protocol"]]:
+        taken = seen[port["protocol"]]
+        for p in (p for lo, hi in listen_ranges for p in range(lo, hi + 1)):  # (stops at the first repeat)
+            if p in taken:
                 raise BadRequest(
                     f"Duplicate listen port {p} for protocol {quoted(port['protocol'])} in port specification {i}"
                 )
-            seen[port["protocol"]].add(p)
+            taken.add(p)
         target_text = port.get("target_port") or ""
         if not isinstance(target_text, str):
             raise BadRequest(f"Invalid target port in port specification {i}")
         if target_text:
             try:
-                target_ports = expand(parse_ports(target_text))
+                target_count = count(parse_ports(target_text))
             except ValueError:
                 raise BadRequest(f"Invalid target port in port specification {i}") from None
-            if len(target_ports) not in (1, len(listen_ports)):
+            if target_count not in (1, count(listen_ranges)):
                 raise BadRequest(f"Mismatch of listen port(s) and target port(s) count in port specification {i}")
         if port.get("description") is not None and not isinstance(port["description"], str):
             raise BadRequest(f"Invalid description in port specification {i}")

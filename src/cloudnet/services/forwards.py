@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from cloudnet.errors import BadRequest, Conflict, NotFound, PreconditionFailed
 from cloudnet.services import common, forward_deps, quotas, uplinks
 from cloudnet.services.context import Context
-from cloudnet.services.forward_rules import IP, canonical_ip, normalise, validate
+from cloudnet.services.forward_rules import IP, canonical_ip, normalise, targets, validate
 from cloudnet.services.uplinks import parse_ip, quoted
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
@@ -139,13 +139,15 @@ def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[
             raise BadRequest("Missing listen_address")
         listen = _listen(body["listen_address"])
         _check_not_taken(tx.conn, net.id, listen)
-        uplinks.lock_networks(tx.conn, {net.id})  # its router link is not taken away meanwhile (forward_deps)
         uplink = uplinks.require_uplink(tx.conn, net.id, lock=True)
         _check_not_taken(tx.conn, net.id, listen)  # again: a racing create may have committed it meanwhile
         uplinks.check_external_address(tx.conn, uplink, net.id, listen, what="Listen address")
-        forward_deps.require_link(tx.conn, net.id, listen.version, f"Listen address {quoted(str(listen))}")
+        link = forward_deps.require_link(
+            tx.conn, uplink, net.id, listen.version, f"Listen address {quoted(str(listen))}"
+        )
         _check_description(body.get("description"))
-        validate(tx.conn, net.id, listen, body)
+        validate(listen, body, link.subnets.values())
+        forward_deps.require_reachable(link, targets(body.get("config"), body.get("ports")))
         quotas.enforce(tx, net.project_id, "forward", 1)
         row = {
             "id": common.new_id(), "network_id": net.id, "listen_address": str(listen),
@@ -167,6 +169,9 @@ def update_forward(
     body = _body(body, create=False)
     with store.write() as tx:
         net = resolve_network(tx.conn, ctx, network)
+        # Its router link is not taken away meanwhile (forward_deps), and concurrent updates of it take turns (each
+        # checks If-Match against what the one before it committed).
+        uplinks.lock_networks(tx.conn, {net.id})
         row = _get(tx.conn, net.id, listen)
         _check_etag(row, if_match)
         current = _stored(row)
@@ -184,7 +189,9 @@ def update_forward(
             merged = {"description": body.get("description") or "", "config": body.get("config") or {},
                       "ports": body.get("ports") or []}  # fmt: skip
         _check_description(merged["description"])
-        validate(tx.conn, net.id, ipaddress.ip_address(row.listen_address), merged)
+        link = forward_deps.link_of(tx.conn, net.id)
+        validate(ipaddress.ip_address(row.listen_address), merged, link.subnets.values())
+        forward_deps.require_reachable(link, targets(merged["config"], merged["ports"]))
         values = {"description": merged["description"] or "", "config": _clean_config(merged["config"]),
                   "ports": _clean_ports(merged["ports"])}  # fmt: skip
         if values == {"description": current["description"], "config": current["config"], "ports": current["ports"]}:

@@ -26,9 +26,6 @@ def request_check(store: Store, ctx: Context, name: str) -> dict[str, Any]:
     with store.write() as tx:
         if tx.conn.execute(select(t.hosts.c.name).where(t.hosts.c.name == name)).first() is None:
             raise not_found("host", name)
-        counter = select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)
-        if tx.conn.dialect.name == "postgresql":
-            counter = counter.with_for_update()  # the revision the event gets is the next one
-        before = int(tx.conn.execute(counter).scalar() or 0)
+        before = tx.revision_before()  # the revision the event gets is the next one
         tx.record("host", name, CHECK)
     return {"host": name, "revision": before + 1}

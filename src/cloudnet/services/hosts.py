@@ -183,10 +183,7 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
     with store.write() as tx:
         # The revision before this report's own changes: an agent whose desired state was read at exactly
         # this revision can skip the events of its own report instead of reconciling again for them.
-        counter = select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)
-        if tx.conn.dialect.name == "postgresql":
-            counter = counter.with_for_update()
-        before = int(tx.conn.execute(counter).scalar() or 0)
+        before = tx.revision_before()
         rows = tx.conn.execute(
             select(
                 P.c.id, P.c.project_id, P.c.status, P.c.vif_type, P.c.vif_details, P.c.host_id, P.c.device_owner
@@ -374,9 +371,9 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
     # A network's forwards and SNAT address live on the router that is its uplink.
     served: dict[str, list[str]] = defaultdict(list)
     for nid in {i["network_id"] for ifaces in by_router.values() for i in ifaces}:
-        uplink = uplinks.uplink_of(conn, nid)
-        if uplink is not None:
-            served[uplink.router_id].append(nid)
+        router = uplinks.router_of(conn, nid)
+        if router is not None:
+            served[router[0]].append(nid)
     all_served = [nid for nids in served.values() for nid in nids]
     configs = {n: c or {} for n, c in conn.execute(select(t.networks.c.id, t.networks.c.config).where(
         t.networks.c.id.in_(all_served)))}  # fmt: skip

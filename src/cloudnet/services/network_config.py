@@ -35,10 +35,9 @@ def merge_config(conn: Connection, network_id: str | None, current: dict[str, st
             raise BadRequest(f"Invalid value for {key!r}: {address} is not an IPv{version} address")
         if network_id is None:
             raise BadRequest(f"Cannot set {key!r} on a network without an uplink: attach it to a router first")
-        uplinks.lock_networks(conn, {network_id})  # its router link is not taken away meanwhile (forward_deps)
         uplink = uplinks.require_uplink(conn, network_id, lock=True)
         uplinks.check_external_address(conn, uplink, network_id, address, what="SNAT address")
-        forward_deps.require_link(conn, network_id, version, f"SNAT address {quoted(str(address))}")
+        forward_deps.require_link(conn, uplink, network_id, version, f"SNAT address {quoted(str(address))}")
         merged[key] = str(address)
     return dict(sorted(merged.items()))
 

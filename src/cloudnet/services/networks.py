@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections import defaultdict
 from typing import Any, Literal
 
@@ -272,12 +271,8 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
                 raise Forbidden("Only admins may set cloudnet:routes")
             external = changes.get("router_external", row.router_external)
             changes["routes"] = network_config.check_routes(changes["routes"], bool(external))
-            S = t.subnets
-            cidrs = [c for (c,) in tx.conn.execute(select(S.c.cidr).where(S.c.network_id == network_id))]
-            forward_deps.ranges_kept(
-                tx.conn, network_id, [ipaddress.ip_network(c) for c in [*cidrs, *changes["routes"]]],
-                f"Unable to change cloudnet:routes of network {network_id}", "NetworkRoutesInUse",
-            )  # fmt: skip
+            forward_deps.ranges_kept(tx.conn, network_id, f"Unable to change cloudnet:routes of network {network_id}",
+                                     "NetworkRoutesInUse", routes=changes["routes"])  # fmt: skip
         changes = {k: v for k, v in changes.items() if v is not None}
         if changes.get("port_security_enabled", row.port_security_enabled) != row.port_security_enabled:
             _pool_ports_follow(tx, network_id, changes["port_security_enabled"])

@@ -22,11 +22,10 @@ from sqlalchemy import Connection, select
 from cloudnet.errors import Conflict, Forbidden, InvalidInput
 from cloudnet.services.context import Context
 from cloudnet.services.networks import POOL_FREE_OWNER
+from cloudnet.services.owners import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.store import tables as t
 
 NETWORK_DEVICE = "network:"
-ROUTER_INTERFACE = "network:router_interface"
-ROUTER_GATEWAY = "network:router_gateway"
 # Neutron's ROUTER_INTERFACE_OWNERS, and the gateway, which names its router in device_id too.
 ROUTER_OWNERS = (ROUTER_INTERFACE, "network:router_interface_distributed", "network:ha_router_replicated_interface",
                  ROUTER_GATEWAY)  # fmt: skip

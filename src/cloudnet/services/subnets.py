@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import common, forward_deps, networks, quotas
+from cloudnet.services import common, forward_deps, networks, quotas, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, Tags, check_ip, is_uuid, parse
@@ -387,6 +387,9 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
     A, P = t.ip_allocations, t.ports
     with store.write() as tx:
         row = _get_owned(tx.conn, ctx, subnet_id)
+        # The network first, as router interface changes and forward writers take it (forward_deps.subnet_kept
+        # checks under it) before they allocate from a subnet: the same order, so none waits for the other.
+        uplinks.lock_networks(tx.conn, {row.network_id})
         # Wait for transactions still allocating from it (their foreign-key locks conflict with this
         # one), so that the check below sees their addresses, and keep new ones out until the end.
         tx.conn.execute(select(S.c.id).where(S.c.id == subnet_id).with_for_update())

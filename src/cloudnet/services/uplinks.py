@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, or_, select
 
 from cloudnet.errors import BadRequest
+from cloudnet.services.owners import ROUTER_INTERFACE
 from cloudnet.store import tables as t
 
 P, A, S, N, R, F = t.ports, t.ip_allocations, t.subnets, t.networks, t.routers, t.forwards
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 NAT_KEYS = ("ipv4.nat.address", "ipv6.nat.address")
-ROUTER_INTERFACE = "network:router_interface"
+FORWARD, SNAT = "network forward", "SNAT address"  # the kinds of external addresses, as refusals name them
 
 
 def parse_ip(value: str) -> IP:
@@ -54,9 +56,9 @@ class Uplink:
     subnets: tuple[Net, ...] = ()  # on the link: their network and broadcast addresses are nobody's
 
 
-def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
-    """The external network reached through a router of the network's project attached to `network_id` (None: no
-    uplink)."""
+def router_of(conn: Connection, network_id: str) -> tuple[str, str] | None:
+    """(router, external network) through which `network_id` reaches its uplink: the oldest router of the network's
+    own project attached to it with a gateway (None: no uplink)."""
     router_ids = [
         r[0]
         for r in conn.execute(
@@ -74,9 +76,17 @@ def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
         .where(R.c.id.in_(router_ids), R.c.project_id == owner)
         .order_by(R.c.created_at, R.c.id)
     ).first()
-    if row is None:
-        return None
-    router_id, ext_id = row
+    return None if row is None else (row[0], row[1])
+
+
+def uplink_of(conn: Connection, network_id: str) -> Uplink | None:
+    """The external network reached through a router of the network's project attached to `network_id`, with its
+    ranges (None: no uplink)."""
+    found = router_of(conn, network_id)
+    return None if found is None else _uplink(conn, *found)
+
+
+def _uplink(conn: Connection, router_id: str, ext_id: str) -> Uplink:
     subnets = conn.execute(select(S.c.cidr, S.c.gateway_ip).where(S.c.network_id == ext_id)).all()
     routes = conn.execute(select(N.c.routes).where(N.c.id == ext_id)).scalar() or []
     on_link = tuple(ipaddress.ip_network(c) for c, _gw in subnets)
@@ -93,24 +103,25 @@ def lock_networks(conn: Connection, network_ids: set[str] | list[str]) -> None:
 
 
 def require_uplink(conn: Connection, network_id: str, *, lock: bool = False) -> Uplink:
-    """The network's uplink (400 without one). `lock`: take turns with every other writer of addresses on
-    that uplink (forwards, SNAT addresses) until commit, so that the checks that follow see what they
-    committed; otherwise two requests could both find an address free and both take it."""
-    uplink = uplink_of(conn, network_id)
-    if uplink is None:
+    """The network's uplink (400 without one). `lock`: take turns until commit with every other writer of the
+    network's router link (forward_deps refuses taking it away from what uses it), then with every other writer of
+    addresses on the uplink (forwards, SNAT addresses, its ranges), so that the checks that follow see what they
+    committed; otherwise two requests could both find an address free and both take it. The network's lock comes
+    first because it decides which uplink there is; the uplink's ranges are read once both are held."""
+    if lock:
+        lock_networks(conn, {network_id})
+    found = router_of(conn, network_id)
+    if found is None:
         raise BadRequest(
             f"Network {network_id} has no uplink: attach it to a router with an external gateway first",
             type="NetworkHasNoUplink",
         )
     if lock:
-        conn.execute(select(N.c.id).where(N.c.id == uplink.network_id).with_for_update(key_share=True))
-        return require_uplink(conn, network_id)  # as it is now that the others' changes are in
-    return uplink
+        lock_networks(conn, {found[1]})
+    return _uplink(conn, *found)
 
 
-def check_external_address(
-    conn: Connection, uplink: Uplink, network_id: str, address: IP, *, what: str, skip_forward: str | None = None
-) -> None:
+def check_external_address(conn: Connection, uplink: Uplink, network_id: str, address: IP, *, what: str) -> None:
     """The rules shared by listen addresses and SNAT addresses (400 with the reason otherwise)."""
     text = str(address)
     if address.is_unspecified:
@@ -121,25 +132,47 @@ def check_external_address(
         reserved = reserved_addresses(subnet)
         if address in reserved:
             raise BadRequest(f"{what} {quoted(text)} cannot be a {reserved[address]} address (subnet {subnet})")
-    if text in _all_gateways(conn):
+    if conn.execute(select(S.c.id).where(S.c.gateway_ip == text).limit(1)).first() is not None:
         raise BadRequest(f"{what} {quoted(text)} is already in use by a gateway")
     if conn.execute(select(A.c.port_id).where(A.c.ip_address == text)).first() is not None:
         # Which port is not said: it may be another project's (a router gateway), not the caller's to know of.
         raise BadRequest(f"{what} {quoted(text)} is already in use by a port")
-    fwd = conn.execute(select(F.c.network_id, F.c.id).where(F.c.listen_address == text)).first()
-    if fwd is not None and fwd.id != skip_forward and fwd.network_id != network_id:
+    if any(nid != network_id for nid, _address, _kind in external_addresses(conn, addresses=[text])):
         raise BadRequest(f"{what} {quoted(text)} overlaps with another network or NIC")
-    for (config,) in conn.execute(select(N.c.config).where(N.c.id != network_id)):
-        if any(_canonical((config or {}).get(k)) == text for k in NAT_KEYS):
-            raise BadRequest(f"{what} {quoted(text)} overlaps with another network or NIC")
+
+
+def external_addresses(
+    conn: Connection, *, networks: Iterable[str] | None = None, addresses: Iterable[str] | None = None,
+    kinds: tuple[str, ...] = (FORWARD, SNAT),
+) -> Iterator[tuple[str, str, str]]:  # fmt: skip
+    """(network, address, kind) of the addresses forwards listen on (kind FORWARD) and networks source-NAT to
+    (SNAT): of `networks` only, and only those among `addresses` (canonical, as both are stored); None: all."""
+    ids = None if networks is None else sorted(set(networks))
+    wanted = None if addresses is None else sorted(set(addresses))
+    if ids == [] or wanted == []:
+        return
+    if FORWARD in kinds:
+        forwards = select(F.c.network_id, F.c.listen_address)
+        if ids is not None:
+            forwards = forwards.where(F.c.network_id.in_(ids))
+        if wanted is not None:
+            forwards = forwards.where(F.c.listen_address.in_(wanted))
+        for nid, listen in conn.execute(forwards).all():  # (read whole: the caller may stop early, or query)
+            yield nid, listen, FORWARD
+    if SNAT in kinds:
+        values = [N.c.config[key].as_string() for key in NAT_KEYS]
+        snat = select(N.c.id, *values).where(or_(*(v.isnot(None) if wanted is None else v.in_(wanted) for v in values)))
+        if ids is not None:
+            snat = snat.where(N.c.id.in_(ids))
+        for nid, *found in conn.execute(snat).all():
+            for address in filter(None, map(_canonical, found)):
+                if wanted is None or address in wanted:
+                    yield nid, address, SNAT
 
 
 def external_addresses_in_use(conn: Connection) -> set[str]:
     """Addresses that forwards listen on or networks source-NAT to: not for ports (IPAM skips them)."""
-    used = {a for (a,) in conn.execute(select(F.c.listen_address))}
-    for (config,) in conn.execute(select(N.c.config)):
-        used.update(c for c in (_canonical((config or {}).get(k)) for k in NAT_KEYS) if c)
-    return used
+    return {address for _nid, address, _kind in external_addresses(conn)}
 
 
 def reserved_addresses(subnet: Net) -> dict[IP, str]:
@@ -151,10 +184,6 @@ def reserved_addresses(subnet: Net) -> dict[IP, str]:
     if subnet.version == 4:
         out[subnet.broadcast_address] = "broadcast"
     return out
-
-
-def _all_gateways(conn: Connection) -> set[str]:
-    return {g for (g,) in conn.execute(select(S.c.gateway_ip).where(S.c.gateway_ip.isnot(None)))}
 
 
 def _canonical(value: Any) -> str | None:

@@ -92,6 +92,14 @@ class Tx:
         self.events.append(event)
         self.prepublished = revision
 
+    def revision_before(self) -> int:
+        """The revision committed before this transaction's own events: on PostgreSQL the counter's row stays locked
+        until commit, so that no other writer's events come between (SQLite writers take turns anyway)."""
+        counter = select(RC.c.value).where(RC.c.id == 1)
+        if self.conn.dialect.name == "postgresql":
+            counter = counter.with_for_update()
+        return int(self.conn.execute(counter).scalar() or 0)
+
     def sync(self, upto: int | None = None) -> None:
         """Bring this process's caches up to the committed revision before using them (once per transaction);
         `upto`: a committed revision this transaction saw, instead of reading the counter."""

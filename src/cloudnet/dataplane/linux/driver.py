@@ -313,12 +313,14 @@ class LinuxDataplane:
                     with contextlib.suppress(StepFailed):
                         run(f"metadata:{net_id}", lambda n=network: self._apply_metadata(host, links, n, wanted, full),
                             _fingerprint_of(network))  # fmt: skip
+            # Full passes drop neighbour entries naming no port of the host: which ports there are, once a pass.
+            neighbours = router_ns.known_neighbours(state) if full and state["routers"] else {}
             for router in state["routers"]:
                 wanted_ns.add(names.router_ns(self.host, router["id"]))
                 wanted.update(self._router_legs(router))
                 with contextlib.suppress(StepFailed):
                     run(f"router:{router['id']}", lambda r=router: self._apply_router(host, links, r, state, wanted,
-                                                                                     full))  # fmt: skip
+                                                                                     full, neighbours))  # fmt: skip
             kept = (frozenset(wanted), frozenset(uplinks), frozenset(wanted_ns))
             before = self._kept
             # Only something that went away leaves garbage: an incremental pass that only added skips it.
@@ -771,8 +773,9 @@ class LinuxDataplane:
     # -- routers ------------------------------------------------------------------------------
 
     def _apply_router(
-        self, host: IPRoute, links: _Links, router: dict[str, Any], state: DesiredState, wanted: set[str], full: bool
-    ) -> str:
+        self, host: IPRoute, links: _Links, router: dict[str, Any], state: DesiredState, wanted: set[str], full: bool,
+        neighbours: dict[str, str],
+    ) -> str:  # fmt: skip
         nets = {p["network_id"]: state["networks"].get(p["network_id"]) for p in router["ports"].values()}
         subnet_ids = {f["subnet_id"] for p in router["ports"].values() for f in p["fixed_ips"]}
         key = f"router:{router['id']}"
@@ -780,16 +783,18 @@ class LinuxDataplane:
         if not full and (known := self._unchanged(key, fingerprint, wanted)) is not None:
             return known
         legs: set[str] = set()
-        ns = self._apply_router_now(host, links, router, state, legs, full)
+        ns = self._apply_router_now(host, links, router, state, legs, full, neighbours)
         wanted.update(legs)
         self._done[key] = (fingerprint, frozenset(legs), ns)
         return ns
 
     def _apply_router_now(
-        self, host: IPRoute, links: _Links, router: dict[str, Any], state: DesiredState, wanted: set[str], full: bool
-    ) -> str:
+        self, host: IPRoute, links: _Links, router: dict[str, Any], state: DesiredState, wanted: set[str], full: bool,
+        neighbours: dict[str, str],
+    ) -> str:  # fmt: skip
         """The router's namespace from the desired state alone: its legs and their addresses, its NAT, its routes,
-        and (full passes) no neighbour entry that names no port of this host."""
+        and (full passes) no neighbour entry that names no port of this host (`neighbours`: address -> MAC of each
+        port the host plumbs)."""
         ns = names.router_ns(self.host, router["id"])
         key = f"router:{router['id']}"
         fresh = not netns.exists(ns)
@@ -828,7 +833,7 @@ class LinuxDataplane:
             self._found(key, routes.converge(rtr, wanted_routes, mine=routes.not_the_kernels, read=not fresh))
             if full and not fresh:
                 internal = {i for n, i in indexes.items() if n.startswith(names.ROUTER_IFACE)}
-                routes.drop_stale_neighbours(rtr, internal, router_ns.known_neighbours(state))
+                self._found(key, routes.drop_stale_neighbours(rtr, internal, neighbours))
         return ns
 
     def _ensure_leg(
@@ -850,7 +855,11 @@ class LinuxDataplane:
             idx = [self._create_veth(host, links, leg, {"ifname": end, "address": port["mac_address"]}, ns)]
         bridge = self._bridge_index(host, port["network_id"])
         host.link("set", index=links[leg]["index"], master=bridge, mtu=network["mtu"], state="up")
-        rtr.link("set", index=idx[0], address=port["mac_address"], mtu=network["mtu"], state="up")
+        # The MAC only when it differs: setting even the one it has flushes its neighbour entries (NETDEV_CHANGEADDR),
+        # which every full pass did to every leg.
+        mac = port["mac_address"]
+        new_mac = {} if _mac(rtr.get_links(idx[0])[0]).lower() == mac.lower() else {"address": mac}
+        rtr.link("set", index=idx[0], mtu=network["mtu"], state="up", **new_mac)
         self._configure_addresses(rtr, idx[0], port, extra)
 
     # -- garbage ------------------------------------------------------------------------------

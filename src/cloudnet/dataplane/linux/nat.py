@@ -1,8 +1,9 @@
 """A router's NAT in nftables, converged to what the desired state implies (nat_plan) so that no pass can fail
 on what the kernel already holds, and no leftover outlives a pass that looks.
 
-What was applied is kept per namespace (the shadow), with the ruleset generation the kernel was at right after:
-every commit in a namespace increments it, so an unchanged generation proves that nobody changed anything since.
+What was applied is kept per namespace (the shadow: the tables' structure, beside each forward's elements), with
+the ruleset generation the kernel was at right after: every commit in a namespace increments it, so an unchanged
+generation proves that nobody changed anything since.
 A pass that finds it unchanged sends only the difference from the shadow (a forward change is a few element
 commands in one transaction, whatever the number of forwards). Otherwise (a namespace seen for the first time
 since the agent started, a failed transaction, a commit by someone else, a check asked for) the tables are read
@@ -18,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudnet.dataplane.linux import nft, nft_state
+from cloudnet.dataplane.linux import netns, nft, nft_state
 from cloudnet.dataplane.linux.nat_plan import (
     FAMILIES,
     TABLE,
@@ -40,11 +41,10 @@ class _Shadow:
     identity: tuple[int, int]  # the namespace file's (st_dev, st_ino): a namespace remade under its name differs
     generation: int | None  # the ruleset generation after cloudnet's last commit (None: not known to be ours)
     structures: dict[int, Structure] = field(default_factory=dict)
-    elements: dict[int, Elements] = field(default_factory=lambda: {4: {}, 6: {}})
 
 
 def _identity(namespace: str) -> tuple[int, int]:
-    st = os.stat(f"/run/netns/{namespace}")
+    st = os.stat(netns.path_of(namespace))
     return st.st_dev, st.st_ino
 
 
@@ -133,12 +133,6 @@ class NatTables:
             expected, shadow.generation = shadow.generation, None  # until the commit is known to be the only one
             shadow.generation = self._commit(namespace, commands, expected)
         shadow.structures = dict(structures)
-        for (version, name), items in gone.items():
-            current = shadow.elements[version].setdefault(name, {})
-            for k in items:
-                current.pop(k, None)
-        for (version, name), items in new.items():
-            shadow.elements[version].setdefault(name, {}).update(items)
 
     def _converge(self, namespace: str, structures: dict[int, Structure], desired: dict[int, Elements]) -> list[str]:
         """Read both tables back, apply the exact difference (a table that differs but for elements is rewritten
@@ -171,8 +165,7 @@ class NatTables:
                 generation = nft.commit(namespace, "\n".join(rewrite) + "\n")[1]  # whatever it held: replaced whole
         elif nft.generation(namespace) != before:
             generation = None  # something was committed while reading: look again next time
-        held = {v: {n: dict(items) for n, items in e.items()} for v, e in desired.items()}
-        self._shadows[namespace] = _Shadow(_identity(namespace), generation, dict(structures), held)
+        self._shadows[namespace] = _Shadow(_identity(namespace), generation, dict(structures))
         if found:
             log.warning("NAT of %s differed from the desired state (repaired): %s", namespace, "; ".join(found[:20]))
         return found

@@ -72,10 +72,11 @@ def create(name: str) -> None:
     os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0))
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if _libc.unshare(CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
+        try:
+            unshare()
+        except OSError:
             os.unlink(path)
-            raise OSError(err, f"unshare: {os.strerror(err)}")
+            raise
         try:
             if _libc.mount(b"/proc/thread-self/ns/net", path.encode(), b"none", MS_BIND, None) != 0:
                 err = ctypes.get_errno()
@@ -86,6 +87,13 @@ def create(name: str) -> None:
             _setns(own)
     finally:
         os.close(own)
+
+
+def unshare() -> None:
+    """Move the calling thread into a new, unnamed network namespace of its own (it goes when nothing holds it)."""
+    if _libc.unshare(CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare: {os.strerror(err)}")
 
 
 def _loopback_up() -> None:

@@ -6,6 +6,10 @@ grace period (about 15 ms measured); a kept context makes a one-element delete a
 context's socket belongs to the namespace it was opened in, so contexts are keyed by the namespace
 file's identity: a namespace deleted and recreated under the same name gets a new context. The netlink
 socket that asks for the ruleset generation is kept beside it for the same reason.
+
+Each namespace has a lock of its own, held while its context and socket are used: a step that hangs inside
+libnftables or waits out a netlink answer in one router's namespace (and is abandoned by dataplane/steps.py)
+holds up only that namespace, never the NAT of the other routers or the host's firewall.
 """
 
 from __future__ import annotations
@@ -16,14 +20,13 @@ import os
 import socket
 import struct
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import nftables
 
 from cloudnet.dataplane.linux import netns
-
-_lock = threading.Lock()
 
 
 @dataclass
@@ -33,31 +36,57 @@ class _Kept:
     gen_socket: socket.socket | None = None
 
 
+@dataclass
+class _Namespace:
+    """What is kept open in one namespace, and the lock held while it is used."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    kept: _Kept | None = None
+    forgotten: bool = False  # dropped from _namespaces (perhaps while in use: then its user closes what it kept)
+
+
+# How long a call waits for a namespace another thread uses: far longer than any transaction takes, shorter than a
+# step's time limit, so that a step behind one that hangs there fails with the reason instead of hanging too.
+LOCK_WAIT = 5.0
 # namespace name (None: the process's own) -> what is kept open there
-_contexts: dict[str | None, _Kept] = {}
+_namespaces: dict[str | None, _Namespace] = {}
+_registry = threading.Lock()  # only around lookups in _namespaces: never held while waiting for a namespace
 
 
 class NftError(RuntimeError):
     pass
 
 
+@contextlib.contextmanager
+def _inside(namespace: str | None) -> Iterator[_Namespace]:
+    """The calling thread inside the namespace (None: where it is, the process's own), holding its lock."""
+    with _registry:
+        held = _namespaces.setdefault(namespace, _Namespace())
+    if not held.lock.acquire(timeout=LOCK_WAIT):
+        where = f"namespace {namespace}" if namespace is not None else "the agent's namespace"
+        raise NftError(f"nftables in {where} still in use by another thread after {LOCK_WAIT:g} s")
+    try:
+        with netns.entered(namespace) if namespace is not None else contextlib.nullcontext():
+            yield held
+    finally:
+        held.lock.release()
+        if held.forgotten:
+            _drop_unused(held)
+
+
 def run(namespace: str | None, script: str) -> None:
     """Apply `script` in the namespace as one transaction (all of it or none of it)."""
-    with _lock:
-        if namespace is None:
-            _run(None, script)
-        else:
-            with netns.entered(namespace):
-                _run(namespace, script)
+    with _inside(namespace) as held:
+        _run(held, script)
 
 
 def check(namespace: str | None, script: str) -> None:
     """Have the kernel validate `script` as one transaction and abort it (nft --check): nothing changes."""
-    with _lock, netns.entered(namespace) if namespace is not None else contextlib.nullcontext():
-        ctx = _context(namespace)
+    with _inside(namespace) as held:
+        ctx = _context(held)
         ctx.set_dry_run(True)
         try:
-            _run(namespace, script)
+            _run(held, script)
         finally:
             ctx.set_dry_run(False)
 
@@ -65,28 +94,21 @@ def check(namespace: str | None, script: str) -> None:
 def commit(namespace: str, script: str) -> tuple[int, int]:
     """`run`, returning the ruleset generation right before and right after: after == before + 1 proves that the
     transaction was the only one committed in between."""
-    with _lock, netns.entered(namespace):
-        before = _generation(namespace)
-        _run(namespace, script)
-        return before, _generation(namespace)
+    with _inside(namespace) as held:
+        before = _generation(held)
+        _run(held, script)
+        return before, _generation(held)
 
 
 def listing(namespace: str | None, command: str) -> dict[str, Any] | None:
     """What a `list ...` command answers, as nft's JSON document; None when the object listed does not exist."""
-    with _lock:
-        if namespace is None:
-            return _list(None, command)
-        with netns.entered(namespace):
-            return _list(namespace, command)
-
-
-def _list(namespace: str | None, command: str) -> dict[str, Any] | None:
-    ctx = _context(namespace)
-    ctx.set_json_output(True)
-    try:
-        rc, out, err = ctx.cmd(command)
-    finally:
-        ctx.set_json_output(False)
+    with _inside(namespace) as held:
+        ctx = _context(held)
+        ctx.set_json_output(True)
+        try:
+            rc, out, err = ctx.cmd(command)
+        finally:
+            ctx.set_json_output(False)
     if rc != 0:
         if "No such file or directory" in err:
             return None
@@ -101,15 +123,12 @@ NLM_F_REQUEST = 1
 
 def generation(namespace: str | None) -> int:
     """The namespace's ruleset generation (nft's GETGEN): unchanged means nothing was committed there since."""
-    with _lock:
-        if namespace is None:
-            return _generation(None)
-        with netns.entered(namespace):
-            return _generation(namespace)
+    with _inside(namespace) as held:
+        return _generation(held)
 
 
-def _generation(namespace: str | None) -> int:
-    kept = _kept(namespace)
+def _generation(held: _Namespace) -> int:
+    kept = _kept(held)
     if kept.gen_socket is None:  # opened inside the namespace, kept: closing it right after a commit would wait
         kept.gen_socket = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
         kept.gen_socket.settimeout(5)
@@ -130,35 +149,50 @@ def _generation(namespace: str | None) -> int:
 
 
 def forget(namespace: str | None) -> None:
-    """Drop the namespace's context (and with it the netlink sockets that keep the namespace alive)."""
-    with _lock:
-        _drop(_contexts.pop(namespace, None))
+    """Drop the namespace's context (and with it the netlink sockets that keep the namespace alive). Never waits:
+    if the namespace is in use (or its user hangs), whoever holds it closes what it kept when it lets go."""
+    with _registry:
+        held = _namespaces.pop(namespace, None)
+    if held is None:
+        return
+    held.forgotten = True
+    _drop_unused(held)
 
 
-def _drop(kept: _Kept | None) -> None:
-    if kept is not None and kept.gen_socket is not None:
-        kept.gen_socket.close()
+def _drop_unused(held: _Namespace) -> None:
+    """Close what a forgotten namespace kept, unless it is in use: its user does when it lets go (each checks after
+    the other has marked or released it, so one of them does)."""
+    if held.lock.acquire(blocking=False):
+        try:
+            _drop(held)
+        finally:
+            held.lock.release()
 
 
-def _kept(namespace: str | None) -> _Kept:
+def _drop(held: _Namespace) -> None:
+    if held.kept is not None and held.kept.gen_socket is not None:
+        held.kept.gen_socket.close()
+    held.kept = None
+
+
+def _kept(held: _Namespace) -> _Kept:
     st = os.stat("/proc/thread-self/ns/net")  # the thread is already inside the namespace
     identity = (st.st_dev, st.st_ino)
-    kept = _contexts.get(namespace)
-    if kept is not None and kept.identity == identity:
-        return kept
-    _drop(kept)
+    if held.kept is not None and held.kept.identity == identity:
+        return held.kept
+    _drop(held)
     ctx = nftables.Nftables()  # created inside the namespace: its netlink socket belongs there
     ctx.set_echo_output(False)
-    kept = _contexts[namespace] = _Kept(identity, ctx)
-    return kept
+    held.kept = _Kept(identity, ctx)
+    return held.kept
 
 
-def _context(namespace: str | None) -> nftables.Nftables:
-    return _kept(namespace).ctx
+def _context(held: _Namespace) -> nftables.Nftables:
+    return _kept(held).ctx
 
 
-def _run(namespace: str | None, script: str) -> None:
-    rc, _out, err = _context(namespace).cmd(script)
+def _run(held: _Namespace, script: str) -> None:
+    rc, _out, err = _context(held).cmd(script)
     if rc != 0:
         raise NftError(err.strip() or f"nft failed with status {rc}")
 

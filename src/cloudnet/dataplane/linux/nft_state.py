@@ -9,7 +9,6 @@ assumed about how nft prints what it was given.
 
 from __future__ import annotations
 
-import ctypes
 import ipaddress
 import json
 import threading
@@ -20,12 +19,10 @@ from typing import Any, TypeVar
 
 import nftables
 
-from cloudnet.dataplane.linux import nft
+from cloudnet.dataplane.linux import netns, nft
 from cloudnet.dataplane.linux.nat_plan import TABLE
 
-CLONE_NEWNET = 0x40000000
 SHOWN = 10  # elements named per set and kind of difference (the rest are counted)
-_libc = ctypes.CDLL(None, use_errno=True)
 T = TypeVar("T")
 
 
@@ -109,8 +106,7 @@ def scratch(work: Callable[[nftables.Nftables], T]) -> T:
 
     def probe() -> None:
         try:
-            if _libc.unshare(CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+            netns.unshare()
             found.append(work(nftables.Nftables()))
         except BaseException as exc:  # handed to the caller's thread
             errors.append(exc)

@@ -96,10 +96,10 @@ def _describe(key: Route) -> str:
     return f"{dst}" + (f" via {gateway}" if gateway else "") + f" (interface {oif})"
 
 
-def drop_stale_neighbours(ipr: IPRoute, oifs: set[int], known: dict[str, str]) -> int:
+def drop_stale_neighbours(ipr: IPRoute, oifs: set[int], known: dict[str, str]) -> list[str]:
     """Delete neighbour entries on `oifs` for addresses not in `known` (address -> MAC) or under another MAC;
-    returns how many went."""
-    dropped = 0
+    returns what went."""
+    dropped = []
     for msg in ipr.get_neighbours():
         address, mac = msg.get_attr("NDA_DST"), msg.get_attr("NDA_LLADDR")
         if msg["ifindex"] not in oifs or not address or msg["state"] & (NUD_PERMANENT | NUD_NOARP):
@@ -109,9 +109,10 @@ def drop_stale_neighbours(ipr: IPRoute, oifs: set[int], known: dict[str, str]) -
         expected = known.get(str(ipaddress.ip_address(address)))
         if expected is not None and (not mac or mac.lower() == expected.lower()):
             continue
+        why = "no port of this host has that address" if expected is None else f"its port's MAC is {expected}"
         try:
             ipr.neigh("del", dst=address, ifindex=msg["ifindex"], family=msg["family"])
-            dropped += 1
+            dropped.append(f"stale neighbour {address} at {mac or 'no address'} (interface {msg['ifindex']}): {why}")
         except NetlinkError as exc:
             if exc.code != 2:  # ENOENT: gone meanwhile
                 raise
