@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Table, delete, insert, select, true, update
+from sqlalchemy import Connection, Row, Select, Table, delete, insert, select, true, update
 from sqlalchemy.sql import ColumnElement
 
 from cloudnet.errors import Forbidden, not_found
@@ -93,6 +93,12 @@ def visible(table: Table, ctx: Context) -> ColumnElement[bool] | None:
     if ctx.is_admin:
         return None
     return table.c.project_id == ctx.project_id
+
+
+def only_visible(stmt: Select[Any], table: Table, ctx: Context) -> Select[Any]:
+    """`stmt` limited to the rows of `table` the caller may see (every row for admins)."""
+    cond = visible(table, ctx)
+    return stmt if cond is None else stmt.where(cond)
 
 
 def get_row(conn: Connection, table: Table, kind: str, ident: str, ctx: Context) -> Row[Any]:

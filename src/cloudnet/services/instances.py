@@ -149,8 +149,7 @@ def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
 
 
 def _visible(ctx: Context) -> Any:
-    cond = common.visible(I, ctx)
-    return select(I) if cond is None else select(I).where(cond)
+    return common.only_visible(select(I), I, ctx)
 
 
 def list_instances(store: Store, ctx: Context, q: ListQuery) -> Page:

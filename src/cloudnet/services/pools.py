@@ -1021,9 +1021,7 @@ def _dicts(conn: Connection, rows: list[Any], defaults: Defaults) -> list[dict[s
 
 
 def _visible(ctx: Context) -> Any:
-    cond = common.visible(PP, ctx)
-    stmt = select(PP).order_by(PP.c.host, PP.c.project_id, PP.c.network_id)
-    return stmt if cond is None else stmt.where(cond)
+    return common.only_visible(select(PP).order_by(PP.c.host, PP.c.project_id, PP.c.network_id), PP, ctx)
 
 
 def list_pools(store: Store, ctx: Context, filters: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:

@@ -193,9 +193,7 @@ def port_dict(
 
 
 def _visible_stmt(ctx: Context) -> Any:
-    stmt = select(P)
-    cond = common.visible(P, ctx)
-    return stmt if cond is None else stmt.where(cond)
+    return common.only_visible(select(P), P, ctx)
 
 
 # API attributes that are exactly one column: a list asking only for these (and the related lists
@@ -219,8 +217,7 @@ def list_ports(store: Store, ctx: Context, q: ListQuery) -> Page:
         if projected:
             names = [f for f in q.fields if f in COLUMN_FIELDS]
             stmt = select(P.c.id, *[COLUMN_FIELDS[f].label(f"f{i}") for i, f in enumerate(names)])
-            cond = common.visible(P, ctx)
-            rows, more = fetch_page(conn, P, ATTRS, stmt if cond is None else stmt.where(cond), q, "port")
+            rows, more = fetch_page(conn, P, ATTRS, common.only_visible(stmt, P, ctx), q, "port")
             return Page(_project(conn, rows, names, fields & RELATED_FIELDS), more)
         rows, more = fetch_page(conn, P, ATTRS, _visible_stmt(ctx), q, "port")
         return Page(to_dicts(conn, rows, fields or None), more)

@@ -102,10 +102,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
 
 def list_routers(store: Store, ctx: Context, q: ListQuery) -> Page:
     with store.read() as conn:
-        stmt = select(R)
-        cond = common.visible(R, ctx)
-        if cond is not None:
-            stmt = stmt.where(cond)
+        stmt = common.only_visible(select(R), R, ctx)
         rows, more = fetch_page(conn, R, ATTRS, stmt, q, "router")
         return Page(to_dicts(conn, rows), more)
 

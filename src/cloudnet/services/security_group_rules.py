@@ -195,10 +195,7 @@ def rule_dict(r: Any) -> dict[str, Any]:
 
 def list_rules(store: Store, ctx: Context, q: ListQuery) -> Page:
     with store.read() as conn:
-        stmt = select(R)
-        cond = common.visible(R, ctx)
-        if cond is not None:
-            stmt = stmt.where(cond)
+        stmt = common.only_visible(select(R), R, ctx)
         rows, more = fetch_page(conn, R, RULE_ATTRS, stmt, q, "security_group_rule")
         return Page([rule_dict(r) for r in rows], more)
 

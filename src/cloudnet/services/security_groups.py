@@ -126,10 +126,7 @@ def _ensure_default_for(store: Store, ctx: Context) -> None:
 def list_groups(store: Store, ctx: Context, q: ListQuery) -> Page:
     _ensure_default_for(store, ctx)
     with store.read() as conn:
-        stmt = select(SG)
-        cond = common.visible(SG, ctx)
-        if cond is not None:
-            stmt = stmt.where(cond)
+        stmt = common.only_visible(select(SG), SG, ctx)
         rows, more = fetch_page(conn, SG, ATTRS, stmt, q, "security_group")
         return Page(_sg_dicts(conn, rows), more)
 
