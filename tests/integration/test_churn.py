@@ -181,16 +181,26 @@ class Churn:
                         "target_address": self.rng.choice(targets)})  # fmt: skip
         return out
 
+    def attached(self) -> set[str]:
+        """Subnets with a router interface: where forward targets are reachable from an uplink."""
+        legs = self.api.get("/ports", params={"device_owner": "network:router_interface"}).json()["ports"]
+        return {f["subnet_id"] for p in legs for f in p["fixed_ips"]}
+
     def _targets(self, net: Json, version: int) -> list[str]:
         found = []
-        for sub in self.subnets(net):
+        subnets, attached = self.subnets(net), self.attached()
+        if self.rng.random() < 0.8 and any(s["id"] in attached for s in subnets):  # mostly reachable ones
+            subnets = [s for s in subnets if s["id"] in attached]
+        for sub in subnets:
             cidr = ipaddress.ip_network(sub["cidr"])
             if cidr.version == version:
                 found += [str(cidr.network_address + self.rng.randint(2, 200)) for _ in range(2)]
         return found
 
     def forward_create(self) -> None:
-        if net := self.pick(self.networks()):
+        networks, attached = self.networks(), self.attached()
+        linked = [n for n in networks if any(s in attached for s in n["subnets"])]
+        if net := self.pick(linked if linked and self.rng.random() < 0.8 else networks):
             version = self.rng.choice((4, 6))
             targets = self._targets(net, version)
             if not targets:
