@@ -29,8 +29,8 @@ run: deps
 		ln -sfn $(CURDIR)/$(BIN)/cloudnet /usr/local/bin/cloudnet; fi
 	$(BIN)/cloudnet up --state-dir $(STATE_DIR) $(UP_ARGS)
 
-test: deps
-	$(BIN)/ruff check .
+# Lint first: ruff's checks and its formatting are part of the suite.
+test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" && rc=0; exit $$rc
 
 lint: deps

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import pty
 import select
@@ -25,56 +24,13 @@ from typing import Any
 
 import httpx
 import pytest
-import typer
 import yaml
-from typer.testing import CliRunner
 
-from cloudnet.cli.main import app
-from tests.api.test_cli import Outcome, show_table, table_dicts
 from tests.api.test_forwards import Site, build_site, error, port, post, show, url
+from tests.support.cli import Cli, show_table, table_dicts
 from tests.support.server import RunningServer
 
-COMMAND = typer.main.get_command(app)
 Json = dict[str, Any]
-
-
-class Cli:
-    """`cloudnet --url <url> ...` in-process, with stdin text and optionally the CLI's own httpx client."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.runner = CliRunner()
-
-    def run(self, *args: str, input: str | None = None, http: httpx.Client | None = None) -> Outcome:
-        with self.runner.isolation(input=input) as (out, err, mixed):
-            try:
-                COMMAND.main(args=["--url", self.url, *args], prog_name="cloudnet", obj=http)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            return Outcome(code, out.getvalue().decode(), err.getvalue().decode(), mixed.getvalue().decode())
-
-    def ok(self, *args: str, input: str | None = None, http: httpx.Client | None = None) -> str:
-        result = self.run(*args, input=input, http=http)
-        assert result.exit_code == 0, f"cloudnet {' '.join(args)} -> {result.exit_code}\n{result.output}"
-        assert result.stderr == ""
-        return result.stdout
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.ok(*args, "-f", "json"))
-
-    def fail(self, *args: str, input: str | None = None, http: httpx.Client | None = None) -> str:
-        """A command that must fail with one `Error: ...` line on stderr; that line."""
-        result = self.run(*args, input=input, http=http)
-        assert result.exit_code == 1, f"cloudnet {' '.join(args)} -> {result.exit_code}:\n{result.output}"
-        assert result.stdout == ""
-        lines = result.stderr.splitlines()
-        assert len(lines) == 1, result.stderr
-        assert lines[0].startswith("Error: "), lines[0]
-        return lines[0]
 
 
 @pytest.fixture
@@ -116,7 +72,7 @@ def stored(api: httpx.Client, address: str, network: str = "private") -> Json:
 
 
 def test_create_list_show_delete_in_every_format(cli: Cli, api: httpx.Client, site: Site) -> None:
-    out = cli.ok("network", "forward", "create", "private", "192.0.2.10", "target_address=10.0.0.5", "user.a=x=y",
+    out = cli.out("network", "forward", "create", "private", "192.0.2.10", "target_address=10.0.0.5", "user.a=x=y",
                  "--description", "web")  # fmt: skip
     assert out == "Network forward 192.0.2.10 created\n"
     fwd = stored(api, "192.0.2.10")
@@ -127,7 +83,7 @@ def test_create_list_show_delete_in_every_format(cli: Cli, api: httpx.Client, si
     )
     # The canonical address is what is reported.
     assert (
-        cli.ok("network", "forward", "create", "private", "2001:DB8:0::10") == "Network forward 2001:db8::10 created\n"
+        cli.out("network", "forward", "create", "private", "2001:DB8:0::10") == "Network forward 2001:db8::10 created\n"
     )
     ports = [port(target_address="fd00::6"), port(protocol="udp", target_address="fd00::6")]
     assert api.patch(url("private", "2001:db8::10"), json={"ports": ports}).status_code == 200
@@ -136,31 +92,31 @@ def test_create_list_show_delete_in_every_format(cli: Cli, api: httpx.Client, si
     listed = api.get(url("private")).json()["forwards"]
     assert cli.json("network", "forward", "list", "private") == listed
     assert cli.json("network", "forward", "list", site.networks["private"]["id"]) == listed
-    assert yaml.safe_load(cli.ok("network", "forward", "list", "private", "-f", "yaml")) == listed
+    assert yaml.safe_load(cli.out("network", "forward", "list", "private", "-f", "yaml")) == listed
     expected_rows = [
         {"Listen Address": "192.0.2.10", "Description": "web", "Default Target Address": "10.0.0.5", "Ports": "0"},
         {"Listen Address": "2001:db8::10", "Description": "", "Default Target Address": "", "Ports": "2"},
     ]
-    assert table_dicts(cli.ok("network", "forward", "list", "private")) == expected_rows
-    assert list(csv.DictReader(io.StringIO(cli.ok("network", "forward", "list", "private", "-f", "csv")))) == (
+    assert table_dicts(cli.out("network", "forward", "list", "private")) == expected_rows
+    assert list(csv.DictReader(io.StringIO(cli.out("network", "forward", "list", "private", "-f", "csv")))) == (
         expected_rows
     )
 
     assert cli.json("network", "forward", "show", "private", "192.0.2.10") == fwd
     assert cli.json("network", "forward", "show", "private", "2001:DB8::10") == v6
-    assert yaml.safe_load(cli.ok("network", "forward", "show", "private", "2001:db8::10", "-f", "yaml")) == v6
-    table = show_table(cli.ok("network", "forward", "show", "private", "192.0.2.10"))
+    assert yaml.safe_load(cli.out("network", "forward", "show", "private", "2001:db8::10", "-f", "yaml")) == v6
+    table = show_table(cli.out("network", "forward", "show", "private", "192.0.2.10"))
     assert list(table) == sorted(fwd)
     assert (table["listen_address"], table["description"]) == ("192.0.2.10", "web")
     assert table["config"] == "target_address=10.0.0.5, user.a=x=y"
-    rows = dict(list(csv.reader(io.StringIO(cli.ok("network", "forward", "show", "private", "2001:db8::10",
+    rows = dict(list(csv.reader(io.StringIO(cli.out("network", "forward", "show", "private", "2001:db8::10",
                                                    "-f", "csv"))))[1:])  # fmt: skip
     assert rows["ports"].splitlines() == [
         "description=, protocol=tcp, listen_port=80, target_port=, target_address=fd00::6",
         "description=, protocol=udp, listen_port=80, target_port=, target_address=fd00::6",
     ]
 
-    assert cli.ok("network", "forward", "delete", "private", "192.0.2.10") == "Network forward 192.0.2.10 deleted\n"
+    assert cli.out("network", "forward", "delete", "private", "192.0.2.10") == "Network forward 192.0.2.10 deleted\n"
     error(api.get(url("private", "192.0.2.10")), 404)
     assert cli.fail("network", "forward", "show", "private", "192.0.2.10") == (
         "Error: Network forward not found (404 NetworkForwardNotFound)"
@@ -191,7 +147,7 @@ def test_create_errors(cli: Cli, api: httpx.Client, site: Site) -> None:
     assert cli.fail("network", "forward", "create", "nope", "192.0.2.10") == "Error: No network found for 'nope'"
     assert cli.fail("network", "forward", "list", "nope") == "Error: No network found for 'nope'"
     assert api.get(url("private")).json()["forwards"] == []
-    cli.ok("network", "forward", "create", "private", "192.0.2.10")
+    cli.out("network", "forward", "create", "private", "192.0.2.10")
     assert cli.fail("network", "forward", "create", "private", "192.0.2.10") == (
         "Error: A forward for that listen address already exists (409 NetworkForwardExists)"
     )
@@ -216,7 +172,7 @@ ports:
   listen_port: 53, 54
   target_address: 10.0.0.7
 """
-    assert cli.ok("network", "forward", "create", "private", "192.0.2.10", input=document) == (
+    assert cli.out("network", "forward", "create", "private", "192.0.2.10", input=document) == (
         "Network forward 192.0.2.10 created\n"
     )
     fwd = stored(api, "192.0.2.10")
@@ -229,7 +185,7 @@ ports:
          "target_address": "10.0.0.7"},
     ]  # fmt: skip
     # Arguments win over the document: config merged key by key, the description replaced.
-    cli.ok("network", "forward", "create", "private", "192.0.2.11", "user.n=8", "--description", "flag",
+    cli.out("network", "forward", "create", "private", "192.0.2.11", "user.n=8", "--description", "flag",
            input="description: doc\nconfig:\n  user.n: '1'\n  user.m: '2'\n")  # fmt: skip
     fwd = stored(api, "192.0.2.11")
     assert (fwd["description"], fwd["config"]) == ("flag", {"user.m": "2", "user.n": "8"})
@@ -254,30 +210,30 @@ ports:
 def test_get_set_unset(cli: Cli, api: httpx.Client, site: Site) -> None:
     post(api, "private", {"listen_address": "192.0.2.10", "ports": [port()]})
     base = ("private", "192.0.2.10")
-    assert cli.ok("network", "forward", "set", *base, "target_address=10.0.0.5", "user.a=1") == ""
+    assert cli.out("network", "forward", "set", *base, "target_address=10.0.0.5", "user.a=1") == ""
     fwd = stored(api, "192.0.2.10")
     assert fwd["config"] == {"target_address": "10.0.0.5", "user.a": "1"}
     assert len(fwd["ports"]) == 1  # set keeps the ports
-    assert cli.ok("network", "forward", "get", *base, "target_address") == "10.0.0.5\n"
-    assert cli.ok("network", "forward", "get", *base, "user.missing") == ""
+    assert cli.out("network", "forward", "get", *base, "target_address") == "10.0.0.5\n"
+    assert cli.out("network", "forward", "get", *base, "user.missing") == ""
     # LXD's `set NETWORK ADDRESS KEY VALUE` form.
-    cli.ok("network", "forward", "set", *base, "user.b", "two words")
-    assert cli.ok("network", "forward", "get", *base, "user.b") == "two words\n"
+    cli.out("network", "forward", "set", *base, "user.b", "two words")
+    assert cli.out("network", "forward", "get", *base, "user.b") == "two words\n"
 
     # The description: a property, with or without -p.
-    cli.ok("network", "forward", "set", *base, "description=the web")
+    cli.out("network", "forward", "set", *base, "description=the web")
     assert stored(api, "192.0.2.10")["description"] == "the web"
-    assert cli.ok("network", "forward", "get", *base, "description") == "the web\n"
-    cli.ok("network", "forward", "set", *base, "-p", "description=via -p")
-    assert cli.ok("network", "forward", "get", *base, "-p", "description") == "via -p\n"
-    assert cli.ok("network", "forward", "get", "private", "192.0.2.10", "--property", "listen_address") == (
+    assert cli.out("network", "forward", "get", *base, "description") == "the web\n"
+    cli.out("network", "forward", "set", *base, "-p", "description=via -p")
+    assert cli.out("network", "forward", "get", *base, "-p", "description") == "via -p\n"
+    assert cli.out("network", "forward", "get", "private", "192.0.2.10", "--property", "listen_address") == (
         "192.0.2.10\n"
     )
-    cli.ok("network", "forward", "unset", *base, "description")
+    cli.out("network", "forward", "unset", *base, "description")
     assert stored(api, "192.0.2.10")["description"] == ""
 
-    cli.ok("network", "forward", "unset", *base, "user.a")
-    cli.ok("network", "forward", "unset", *base, "target_address")
+    cli.out("network", "forward", "unset", *base, "user.a")
+    cli.out("network", "forward", "unset", *base, "target_address")
     fwd = stored(api, "192.0.2.10")
     assert fwd["config"] == {"user.b": "two words"}
     assert len(fwd["ports"]) == 1
@@ -308,7 +264,7 @@ def test_set_sends_the_etag_and_loses_no_concurrent_change(cli: Cli, api: httpx.
     etag = show(api, "private", "192.0.2.10")[1]
     watch = Watch()
     try:
-        cli.ok("network", "forward", "set", "private", "192.0.2.10", "user.b=2", http=watch.client)
+        cli.out("network", "forward", "set", "private", "192.0.2.10", "user.b=2", http=watch.client)
         [put_headers] = watch.puts()
         assert put_headers["if-match"] == etag
     finally:
@@ -344,13 +300,13 @@ def test_edit_from_stdin(cli: Cli, api: httpx.Client, site: Site) -> None:
     post(api, "private", {"listen_address": "192.0.2.10", "description": "old", "config": {"user.a": "1"},
                           "ports": [port()]})  # fmt: skip
     # What `show -f yaml` prints can be edited and fed back (read-only fields are ignored).
-    document = yaml.safe_load(cli.ok("network", "forward", "show", "private", "192.0.2.10", "-f", "yaml"))
+    document = yaml.safe_load(cli.out("network", "forward", "show", "private", "192.0.2.10", "-f", "yaml"))
     document["description"] = "new"
     document["config"] = {"target_address": "10.0.0.5"}
     document["ports"].append({"protocol": "udp", "listen_port": 53, "target_address": "10.0.0.7"})
     watch = Watch()
     try:
-        assert cli.ok("network", "forward", "edit", "private", "192.0.2.10", input=yaml.safe_dump(document),
+        assert cli.out("network", "forward", "edit", "private", "192.0.2.10", input=yaml.safe_dump(document),
                       http=watch.client) == ""  # fmt: skip
         [put_headers] = watch.puts()
         assert "if-match" not in put_headers  # stdin replaces whatever is there, as in LXD
@@ -361,7 +317,7 @@ def test_edit_from_stdin(cli: Cli, api: httpx.Client, site: Site) -> None:
     assert [(p["protocol"], p["listen_port"]) for p in fwd["ports"]] == [("tcp", "80"), ("udp", "53")]
 
     # It is a PUT: what the document leaves out is gone.
-    cli.ok("network", "forward", "edit", "private", "192.0.2.10", input="description: only this\n")
+    cli.out("network", "forward", "edit", "private", "192.0.2.10", input="description: only this\n")
     fwd = stored(api, "192.0.2.10")
     assert (fwd["description"], fwd["config"], fwd["ports"]) == ("only this", {}, [])
 
@@ -457,11 +413,11 @@ def test_edit_in_editor_on_a_terminal(server: RunningServer, api: httpx.Client, 
 def test_port_add_and_remove(cli: Cli, api: httpx.Client, site: Site) -> None:
     post(api, "private", {"listen_address": "192.0.2.10", "config": {"target_address": "10.0.0.5"}})
     base = ("private", "192.0.2.10")
-    assert cli.ok("network", "forward", "port", "add", *base, "tcp", "80", "10.0.0.6", "8080",
+    assert cli.out("network", "forward", "port", "add", *base, "tcp", "80", "10.0.0.6", "8080",
                   "--description", "web") == ""  # fmt: skip
-    cli.ok("network", "forward", "port", "add", *base, "udp", "53", "10.0.0.7")
-    cli.ok("network", "forward", "port", "add", *base, "tcp", "443, 8443", "10.0.0.6")
-    cli.ok("network", "forward", "port", "add", *base, "tcp", "82-83,84", "10.0.0.8", "90,91-92")
+    cli.out("network", "forward", "port", "add", *base, "udp", "53", "10.0.0.7")
+    cli.out("network", "forward", "port", "add", *base, "tcp", "443, 8443", "10.0.0.6")
+    cli.out("network", "forward", "port", "add", *base, "tcp", "82-83,84", "10.0.0.8", "90,91-92")
     assert stored(api, "192.0.2.10")["ports"] == [
         {"description": "web", "protocol": "tcp", "listen_port": "80", "target_port": "8080",
          "target_address": "10.0.0.6"},
@@ -471,7 +427,7 @@ def test_port_add_and_remove(cli: Cli, api: httpx.Client, site: Site) -> None:
         {"description": "", "protocol": "tcp", "listen_port": "82-83,84", "target_port": "90,91-92",
          "target_address": "10.0.0.8"},
     ]  # fmt: skip
-    assert table_dicts(cli.ok("network", "forward", "list", "private"))[0]["Ports"] == "4"
+    assert table_dicts(cli.out("network", "forward", "list", "private"))[0]["Ports"] == "4"
 
     before = stored(api, "192.0.2.10")
     for args, message in (
@@ -496,32 +452,32 @@ def test_port_add_and_remove(cli: Cli, api: httpx.Client, site: Site) -> None:
     assert cli.fail("network", "forward", "port", "remove", *base, "tcp", "443") == ("Error: No matching port(s) found")
     assert cli.fail("network", "forward", "port", "remove", *base, "sctp") == "Error: No matching port(s) found"
     assert stored(api, "192.0.2.10") == before
-    cli.ok("network", "forward", "port", "remove", *base, "tcp", "443 , 8443")
-    cli.ok("network", "forward", "port", "remove", *base, "udp")
+    cli.out("network", "forward", "port", "remove", *base, "tcp", "443 , 8443")
+    cli.out("network", "forward", "port", "remove", *base, "udp")
     assert [p["listen_port"] for p in stored(api, "192.0.2.10")["ports"]] == ["80", "82-83,84"]
-    cli.ok("network", "forward", "port", "remove", *base, "tcp", "--force")
+    cli.out("network", "forward", "port", "remove", *base, "tcp", "--force")
     fwd = stored(api, "192.0.2.10")
     assert (fwd["ports"], fwd["config"]) == ([], {"target_address": "10.0.0.5"})
     assert cli.fail("network", "forward", "port", "remove", *base) == "Error: No matching port(s) found"
 
     # --force with a single match is fine, and removing everything at once too.
-    cli.ok("network", "forward", "port", "add", *base, "tcp", "80", "10.0.0.6")
-    cli.ok("network", "forward", "port", "remove", *base, "--force")
-    cli.ok("network", "forward", "port", "add", *base, "tcp", "80", "10.0.0.6")
-    cli.ok("network", "forward", "port", "add", *base, "udp", "80", "10.0.0.6")
-    cli.ok("network", "forward", "port", "remove", *base, "--force")
+    cli.out("network", "forward", "port", "add", *base, "tcp", "80", "10.0.0.6")
+    cli.out("network", "forward", "port", "remove", *base, "--force")
+    cli.out("network", "forward", "port", "add", *base, "tcp", "80", "10.0.0.6")
+    cli.out("network", "forward", "port", "add", *base, "udp", "80", "10.0.0.6")
+    cli.out("network", "forward", "port", "remove", *base, "--force")
     assert stored(api, "192.0.2.10")["ports"] == []
 
 
 def test_port_commands_on_ipv6(cli: Cli, api: httpx.Client, site: Site) -> None:
-    cli.ok("network", "forward", "create", "private", "2001:db8::10", "target_address=fd00::5")
-    cli.ok("network", "forward", "port", "add", "private", "2001:DB8::10", "tcp", "80,90-100", "FD00::6", "443")
+    cli.out("network", "forward", "create", "private", "2001:db8::10", "target_address=fd00::5")
+    cli.out("network", "forward", "port", "add", "private", "2001:DB8::10", "tcp", "80,90-100", "FD00::6", "443")
     fwd = stored(api, "2001:db8::10")
     assert fwd["ports"] == [{"description": "", "protocol": "tcp", "listen_port": "80,90-100", "target_port": "443",
                              "target_address": "fd00::6"}]  # fmt: skip
-    cli.ok("network", "forward", "port", "remove", "private", "2001:db8::10", "tcp", "80,90-100")
+    cli.out("network", "forward", "port", "remove", "private", "2001:db8::10", "tcp", "80,90-100")
     assert stored(api, "2001:db8::10")["ports"] == []
-    cli.ok("network", "forward", "delete", "private", "2001:db8:0::10")
+    cli.out("network", "forward", "delete", "private", "2001:db8:0::10")
     assert api.get(url("private")).json()["forwards"] == []
 
 
@@ -534,15 +490,15 @@ def test_network_set_merges_config_and_unset_removes(cli: Cli, api: httpx.Client
     def config() -> Json:
         return dict(api.get(f"/networks/{net_id}").json()["network"]["config"])
 
-    assert cli.ok("network", "set", "private", "ipv4.nat.address=192.0.2.9", "user.a=x=y") == ""
+    assert cli.out("network", "set", "private", "ipv4.nat.address=192.0.2.9", "user.a=x=y") == ""
     assert config() == {"ipv4.nat.address": "192.0.2.9", "user.a": "x=y"}
-    cli.ok("network", "set", "private", "--set", "ipv6.nat.address=2001:DB8::9")
+    cli.out("network", "set", "private", "--set", "ipv6.nat.address=2001:DB8::9")
     assert config() == {"ipv4.nat.address": "192.0.2.9", "ipv6.nat.address": "2001:db8::9", "user.a": "x=y"}
-    cli.ok("network", "set", "private", "user.b", "two words")  # LXD's KEY VALUE form
+    cli.out("network", "set", "private", "user.b", "two words")  # LXD's KEY VALUE form
     assert config()["user.b"] == "two words"
-    cli.ok("network", "set", "private", "user.b=")  # an empty value removes the key
+    cli.out("network", "set", "private", "user.b=")  # an empty value removes the key
     assert "user.b" not in config()
-    cli.ok("network", "unset", "private", "ipv6.nat.address", "user.a")
+    cli.out("network", "unset", "private", "ipv6.nat.address", "user.a")
     assert config() == {"ipv4.nat.address": "192.0.2.9"}
 
     before = config()
@@ -557,4 +513,4 @@ def test_network_set_merges_config_and_unset_removes(cli: Cli, api: httpx.Client
     assert cli.fail("network", "unset", "nope", "user.a") == "Error: No network found for 'nope'"
     assert config() == before
     # The network's own forward may listen on its SNAT address.
-    assert cli.ok("network", "forward", "create", "private", "192.0.2.9") == "Network forward 192.0.2.9 created\n"
+    assert cli.out("network", "forward", "create", "private", "192.0.2.9") == "Network forward 192.0.2.9 created\n"

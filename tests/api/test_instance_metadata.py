@@ -7,22 +7,16 @@ writes internal metadata explicitly.
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import typer
-from typer.testing import CliRunner
 
-from cloudnet.cli.main import app
+from tests.support.cli import Cli
 from tests.support.server import RunningServer
 
 Json = dict[str, Any]
 MISSING = "5f0e3f2c-0d7e-4c39-9a3e-2b8f8a0c9d11"
-COMMAND = typer.main.get_command(app)
 
 
 def error(r: httpx.Response, status: int, type_: str | None = None) -> str:
@@ -168,67 +162,37 @@ def test_owner_and_other_projects(server: RunningServer, tokens: dict[str, Any])
 # -- CLI ----------------------------------------------------------------------------------------
 
 
-class Cli:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.runner = CliRunner()
-
-    def run(self, *args: str) -> tuple[int, str, str]:
-        with self.runner.isolation() as (out, err, _mixed):
-            try:
-                COMMAND.main(args=["--url", self.url, *args], prog_name="cloudnet")
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            return code, out.getvalue().decode(), err.getvalue().decode()
-
-
 @pytest.fixture
-def cli(server: RunningServer) -> Iterator[Cli]:
-    yield Cli(server.url)
+def cli(server: RunningServer) -> Cli:
+    return Cli(server.url)
 
 
 def test_cli(cli: Cli, api: httpx.Client, vm: Json, tmp_path: Any) -> None:
-    code, out, err = cli.run("instance", "metadata", "set", "vm", "user-script", "#!/bin/sh", "-f", "json")
-    assert code == 0, err
-    assert json.loads(out) == {"key": "user-script", "value": "#!/bin/sh", "store": "customer"}
+    assert cli.json("instance", "metadata", "set", "vm", "user-script", "#!/bin/sh") == {
+        "key": "user-script", "value": "#!/bin/sh", "store": "customer"}  # fmt: skip
     script = tmp_path / "v.txt"
     script.write_text("multi\nline\n")
-    code, out, err = cli.run("instance", "metadata", "set", vm["id"], "root_pw", "--file", str(script), "-f", "json")
-    assert code == 0, err
-    assert json.loads(out) == {"key": "root_pw", "value": "multi\nline\n", "store": "internal"}
+    assert cli.json("instance", "metadata", "set", vm["id"], "root_pw", "--file", str(script)) == {
+        "key": "root_pw", "value": "multi\nline\n", "store": "internal"}  # fmt: skip
 
-    code, out, err = cli.run("instance", "metadata", "list", "vm", "-f", "json")
-    assert code == 0, err
-    assert json.loads(out) == [
+    assert cli.json("instance", "metadata", "list", "vm") == [
         {"key": "role", "value": "web", "store": "customer"},
         {"key": "user-script", "value": "#!/bin/sh", "store": "customer"},
         {"key": "root_pw", "value": "multi\nline\n", "store": "internal"},
     ]
-    code, out, _ = cli.run("instance", "metadata", "get", "vm", "role", "-f", "json")
-    assert code == 0 and json.loads(out) == {"key": "role", "value": "web"}
-    code, out, _ = cli.run("instance", "metadata", "list", "vm")
-    assert code == 0 and "user-script" in out and "Store" in out
+    assert cli.json("instance", "metadata", "get", "vm", "role") == {"key": "role", "value": "web"}
+    out = cli.out("instance", "metadata", "list", "vm")
+    assert "user-script" in out and "Store" in out
 
-    code, _, err = cli.run("instance", "metadata", "get", "vm", "nope")
-    assert code == 1 and "could not be found" in err
-    code, _, err = cli.run("instance", "metadata", "set", "vm", "sdc:uuid", "x")
-    assert code == 1 and 'Cannot update the "sdc" Namespace.' in err
-    code, _, err = cli.run("instance", "metadata", "set", "vm", "k")
-    assert code == 1 and "either" in err
-    code, _, err = cli.run("instance", "metadata", "set", "vm", "k", "v", "--internal")
-    assert code == 0, err
+    assert "could not be found" in cli.fail("instance", "metadata", "get", "vm", "nope")
+    assert 'Cannot update the "sdc" Namespace.' in cli.fail("instance", "metadata", "set", "vm", "sdc:uuid", "x")
+    assert "either" in cli.fail("instance", "metadata", "set", "vm", "k")
+    cli.ok("instance", "metadata", "set", "vm", "k", "v", "--internal")
     assert api.get(f"/instances/{vm['id']}/metadata").json()["internal_metadata"]["k"] == "v"
 
-    code, _, err = cli.run("instance", "metadata", "unset", "vm", "role", "user-script")
-    assert code == 0, err
-    code, _, err = cli.run("instance", "metadata", "unset", "vm", "k", "--internal")
-    assert code == 0, err
-    code, _, err = cli.run("instance", "metadata", "unset", "vm", "role", "root_pw")
-    assert code == 1 and "Failed to remove 1 of 2" in err
+    cli.ok("instance", "metadata", "unset", "vm", "role", "user-script")
+    cli.ok("instance", "metadata", "unset", "vm", "k", "--internal")
+    partly = cli.run("instance", "metadata", "unset", "vm", "role", "root_pw")  # one line per miss, then the sum
+    assert partly.exit_code == 1 and partly.stderr.splitlines()[-1] == "Error: Failed to remove 1 of 2 metadata keys"
     assert api.get(f"/instances/{vm['id']}/metadata").json() == {"metadata": {}, "internal_metadata": {}}
-    code, _, err = cli.run("instance", "metadata", "list", "no-such-vm")
-    assert code == 1 and "No instance found" in err
+    assert "No instance found" in cli.fail("instance", "metadata", "list", "no-such-vm")

@@ -4,9 +4,8 @@ filled, network and security group deletion, and the `cloudnet pool` commands. B
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import delete, update
-from typer.testing import CliRunner
 
-from cloudnet.cli.main import app as cli_app
 from cloudnet.config import ServerConfig
 from cloudnet.services import hosts, networks, pools, subnets
 from cloudnet.services import ports as port_service
@@ -24,6 +21,7 @@ from cloudnet.services.context import Context
 from cloudnet.store import tables
 from cloudnet.store.db import Store
 from tests.support.api import create, error, network_on_host, pool_config
+from tests.support.cli import Cli
 from tests.support.server import RunningServer
 
 Json = dict[str, Any]
@@ -329,24 +327,17 @@ def test_security_group_deletion_updates_pools(api: httpx.Client, net: Json) -> 
 
 
 @pytest.fixture
-def cli(server: RunningServer) -> Iterator[Callable[..., Any]]:
-    runner = CliRunner()
-
-    def run(*args: str) -> Any:
-        result = runner.invoke(cli_app, ["--url", server.url, *args, "-f", "json"])
-        assert result.exit_code == 0, result.output
-        return json.loads(result.output)
-
-    yield run
+def cli(server: RunningServer) -> Cli:
+    return Cli(server.url)
 
 
-def test_cli_pool_list_show_set(api: httpx.Client, net: Json, cli: Callable[..., Any]) -> None:
+def test_cli_pool_list_show_set(api: httpx.Client, net: Json, cli: Cli) -> None:
     claim(api, net["id"])
-    (listed,) = cli("pool", "list")
+    (listed,) = cli.json("pool", "list")
     assert listed["ready"] == 3 and listed["host"] == HOST
-    shown = cli("pool", "show", listed["id"])
+    shown = cli.json("pool", "show", listed["id"])
     assert shown["in_use"] == 1 and shown["network_id"] == net["id"]
-    changed = cli("pool", "set", listed["id"], "--max", "7", "--ttl", "30")
+    changed = cli.json("pool", "set", listed["id"], "--max", "7", "--ttl", "30")
     assert (changed["max"], changed["ttl"], changed["min"]) == (7, 30, 2)
 
 
