@@ -28,7 +28,8 @@ class InvalidInput(BadRequest):
     type = "InvalidInput"
 
     def __init__(self, reason: str) -> None:
-        super().__init__(f"Invalid input for operation: {reason}")
+        # Neutron's wording ends with a period (InvalidInput: "Invalid input for operation: %(error_message)s.").
+        super().__init__(f"Invalid input for operation: {reason}" + ("" if reason.endswith(".") else "."))
 
 
 class NotAuthenticated(CloudnetError):
@@ -65,15 +66,18 @@ class ServiceUnavailable(CloudnetError):
         self.retry_after = retry_after
 
 
+# Neutron's NotFound wordings that differ from "<Label> <id> could not be found." (neutron-lib's l3 RouterNotFound
+# has no period; neutron's securitygroup extension says "does not exist").
+_NOT_FOUND = {
+    "router": "Router {} could not be found",
+    "security_group": "Security group {} does not exist",
+    "security_group_rule": "Security group rule {} does not exist",
+}
+
+
 def not_found(kind: str, ident: object) -> NotFound:
     """`NetworkNotFound`: "Network <id> could not be found." as Neutron words it."""
-    label = {
-        "network": "Network",
-        "subnet": "Subnet",
-        "port": "Port",
-        "router": "Router",
-        "security_group": "Security group",
-        "security_group_rule": "Security group rule",
-    }.get(kind, kind.replace("_", " ").capitalize())
+    label = {"network": "Network", "subnet": "Subnet", "port": "Port"}.get(kind, kind.replace("_", " ").capitalize())
     type_name = "".join(part.capitalize() for part in kind.split("_")) + "NotFound"
-    return NotFound(f"{label} {ident} could not be found.", type=type_name)
+    message = _NOT_FOUND.get(kind, label + " {} could not be found.").format(ident)
+    return NotFound(message, type=type_name)

@@ -955,9 +955,9 @@ def test_security_group_rules(cli: Cli, api: httpx.Client) -> None:
     assert remaining == defaults | {from_admins["id"]}
     assert api.get(f"/security-group-rules/{https['id']}").status_code == 404
     line = cli.fail("security-group", "rule", "delete", https["id"])
-    assert line == f"Error: Security group rule {https['id']} could not be found. (404 SecurityGroupRuleNotFound)"
+    assert line == f"Error: Security group rule {https['id']} does not exist (404 SecurityGroupRuleNotFound)"
     line = cli.fail("security-group", "rule", "show", "not-a-rule")
-    assert line == "Error: Security group rule not-a-rule could not be found. (404 SecurityGroupRuleNotFound)"
+    assert line == "Error: Security group rule not-a-rule does not exist (404 SecurityGroupRuleNotFound)"
 
 
 def test_network_routes_of_an_external_network(cli: Cli, api: httpx.Client) -> None:

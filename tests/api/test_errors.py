@@ -230,3 +230,30 @@ def test_read_only_attributes_rejected(api: httpx.Client, collection: str) -> No
         r = api.post(f"/{collection}", json={COLLECTIONS[collection]: {**body, attr: value}})
         assert attr in neutron_error(r, 400)
     assert len(api.get(f"/{collection}").json()[collection]) == (1 if collection == "networks" else 0)
+
+
+# Neutron's own words (neutron-lib exceptions, neutron's securitygroup extension).
+NOT_FOUND_WORDS = {
+    "networks": "Network {} could not be found.",
+    "subnets": "Subnet {} could not be found.",
+    "ports": "Port {} could not be found.",
+    "routers": "Router {} could not be found",
+    "security-groups": "Security group {} does not exist",
+    "security-group-rules": "Security group rule {} does not exist",
+}
+
+
+def test_error_words_as_neutron(api: httpx.Client) -> None:
+    missing = "0e984725-c51c-4bf4-9960-e1c80e27aba0"
+    for collection, words in NOT_FOUND_WORDS.items():
+        assert neutron_error(api.get(f"/{collection}/{missing}"), 404, NOT_FOUND_TYPES[collection]) == words.format(
+            missing
+        )
+    # InvalidInput: "Invalid input for operation: <reason>." (one period)
+    msg = neutron_error(api.get("/networks", params={"admin_state_up": "maybe"}), 400, "InvalidInput")
+    assert msg == "Invalid input for operation: 'maybe' cannot be converted to boolean."
+    net = api.post("/networks", json={"network": {"name": "n"}}).json()["network"]
+    msg = neutron_error(api.post("/networks", json={"network": {"name": "n", "bogus": 1}}), 400, "HTTPBadRequest")
+    assert msg == "Unrecognized attribute(s) 'bogus'"
+    msg = neutron_error(api.put(f"/networks/{net['id']}", json={"network": {"mtu": "big"}}), 400, "HTTPBadRequest")
+    assert msg.startswith("Invalid input for mtu. Reason: ") and msg.endswith(".")

@@ -122,7 +122,7 @@ def test_fields(api: httpx.Client, nets: dict[str, dict[str, Any]]) -> None:
     # fields combine with filters, sorting and paging
     page = api.get("/networks", params={"fields": "name", "sort_key": "name", "limit": 2}).json()
     assert page["networks"] == [{"name": "alpha"}, {"name": "bravo"}]
-    assert [link["rel"] for link in page["networks_links"]] == ["next"]
+    assert [link["rel"] for link in page["networks_links"]] == ["next", "previous"]
 
     net = create(api, "networks", "network", name="ported")
     sub = create(api, "subnets", "subnet", network_id=net["id"], cidr="10.5.0.0/24")
@@ -197,32 +197,49 @@ def test_pagination_walks_every_item_once(api: httpx.Client, sort: list[tuple[st
     # page_reverse without a marker is the last page
     tail = api.get("/networks", params=[*sort, ("limit", "3"), ("page_reverse", "true")]).json()
     assert [x["id"] for x in tail["networks"]] == everything[-3:]
-    assert [link["rel"] for link in tail["networks_links"]] == ["previous"]
+    # going backward Neutron always offers `next`; `previous` while the pages are full
+    assert [link["rel"] for link in tail["networks_links"]] == ["next", "previous"]
 
 
 def test_pagination_links(api: httpx.Client, nets: dict[str, dict[str, Any]]) -> None:
+    """As Neutron's api_common.get_pagination_links: `next` unless a forward page came back short, `previous`
+    unless a backward page came back short, hrefs = the request's query + marker (+ page_reverse=True)."""
     first = api.get("/networks", params={"limit": 2, "sort_key": "name", "admin_state_up": "true"}).json()
     assert [n["name"] for n in first["networks"]] == ["alpha", "charlie"]
-    (link,) = first["networks_links"]
-    assert link["rel"] == "next"
+    links = {x["rel"]: x["href"] for x in first["networks_links"]}
+    assert list(links) == ["next", "previous"]
     # the link keeps the filters and sort, and points after the last item
-    href = httpx.URL(link["href"])
+    href = httpx.URL(links["next"])
     assert href.path == "/v2.0/networks"
-    assert href.params["marker"] == nets["charlie"]["id"]
-    assert href.params["admin_state_up"] == "true"
-    assert href.params["sort_key"] == "name"
-    second = api.get(link["href"]).json()
+    assert list(href.params.multi_items()) == [("limit", "2"), ("sort_key", "name"), ("admin_state_up", "true"),
+                                               ("marker", nets["charlie"]["id"])]  # fmt: skip
+    back = httpx.URL(links["previous"])
+    assert list(back.params.multi_items())[-2:] == [("marker", nets["alpha"]["id"]), ("page_reverse", "True")]
+    assert api.get(links["previous"]).json()["networks"] == []
+    second = api.get(links["next"]).json()
     assert [n["name"] for n in second["networks"]] == ["delta"]
     assert [x["rel"] for x in second["networks_links"]] == ["previous"]
     prev = api.get(second["networks_links"][0]["href"]).json()
     assert [n["name"] for n in prev["networks"]] == ["alpha", "charlie"]
+    assert [x["rel"] for x in prev["networks_links"]] == ["next", "previous"]
 
-    # a limit covering everything gives no next link; no limit gives no links at all
+    # a full page has a next link even when nothing follows (Neutron does not look ahead); it leads to []
     whole = api.get("/networks", params={"limit": 5}).json()
     assert len(whole["networks"]) == 5
-    assert "networks_links" not in whole or [x["rel"] for x in whole["networks_links"]] == []
+    nxt = [x["href"] for x in whole["networks_links"] if x["rel"] == "next"]
+    empty = api.get(nxt[0]).json()
+    assert empty["networks"] == []
+    # an empty page going forward: only `previous`, without a marker
+    assert [x["rel"] for x in empty["networks_links"]] == ["previous"]
+    assert "marker" not in httpx.URL(empty["networks_links"][0]["href"]).params
+    # no limit (or limit=0) gives no links at all
     assert "networks_links" not in api.get("/networks").json()
+    assert "networks_links" not in api.get("/networks", params={"limit": 0}).json()
     assert len(listed(api, "networks", {"limit": 0})) == 5
+    # hostile: a marker the caller cannot see, a bad limit
+    assert error(api.get("/networks", params={"limit": 2, "marker": "no-such"}), 404, "NetworkNotFound")
+    error(api.get("/networks", params={"limit": -1}), 400)
+    error(api.get("/networks", params={"limit": "x"}), 400)
 
 
 def test_pagination_on_other_collections(api: httpx.Client) -> None:

@@ -188,10 +188,27 @@ def test_gateway_on_unknown_network(api: httpx.Client) -> None:
 
 
 def test_gateway_on_external_network_without_subnet(api: httpx.Client) -> None:
+    """As Neutron (`openstack router set --external-gateway`): 200, a gateway port without fixed IPs."""
     net = create(api, "networks", "network", **{"router:external": True})
     r = api.post("/routers", json={"router": {"external_gateway_info": {"network_id": net["id"]}}})
-    error(r, 400, "BadRequest")
-    assert api.get("/routers").json()["routers"] == []
+    assert r.status_code == 201, r.text
+    router = r.json()["router"]
+    assert router["external_gateway_info"] == {"network_id": net["id"], "enable_snat": True, "external_fixed_ips": []}
+    (gw,) = ports_of(api, device_id=router["id"], device_owner=GATEWAY)
+    assert gw["fixed_ips"] == [] and gw["network_id"] == net["id"]
+    other = create(api, "routers", "router", name="later")
+    r = api.put(f"/routers/{other['id']}", json={"router": {"external_gateway_info": {"network_id": net["id"]}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["router"]["external_gateway_info"]["external_fixed_ips"] == []
+    # hostile: an address asked for where there is no subnet to give it
+    bad = {"network_id": net["id"], "external_fixed_ips": [{"ip_address": "203.0.113.9"}]}
+    r = api.put(f"/routers/{other['id']}", json={"router": {"external_gateway_info": bad}})
+    assert r.status_code == 400, r.text
+    assert api.get(f"/routers/{other['id']}").json()["router"]["external_gateway_info"]["external_fixed_ips"] == []
+    # and it goes as it came
+    r = api.put(f"/routers/{router['id']}", json={"router": {"external_gateway_info": {}}})
+    assert r.status_code == 200 and r.json()["router"]["external_gateway_info"] is None
+    assert ports_of(api, device_id=router["id"]) == []
 
 
 @pytest.mark.parametrize("clear", [{}, None])

@@ -21,6 +21,13 @@ EXTENSIONS = [
         "Neutron L3 Configurable external gateway mode",
         "Extension of the router's external gateway info to enable SNAT",
     ),
+    ("extraroute", "Neutron Extra Route", "Extra routes configuration for L3 router"),
+    (
+        "extraroute-atomic",
+        "Atomic add/remove extra routes",
+        "Edit extra routes of a router on server side by atomic add/remove extra routes",
+    ),
+    ("tag-creation", "Tag support on create", "Enables to specify tags on create"),
     ("security-group", "security-group", "The security groups extension."),
     ("port-security", "Port Security", "Provides port security"),
     ("allowed-address-pairs", "Allowed Address Pairs", "Provides allowed address pairs"),

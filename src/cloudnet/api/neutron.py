@@ -70,7 +70,7 @@ def list_query(request: Request) -> ListQuery:
         elif key == "marker":
             q.marker = value
         elif key == "page_reverse":
-            q.page_reverse = value.lower() in ("true", "1")
+            q.page_reverse = value.lower() == "true"  # as Neutron: anything else is false
         else:
             q.filters.setdefault(key, []).append(value)
     return q
@@ -156,21 +156,23 @@ def list_response(request: Request, collection: str, page: Page, q: ListQuery) -
 
 
 def _links(request: Request, page: Page, q: ListQuery) -> list[dict[str, str]]:
-    if q.limit is None or not page.items:
+    """Neutron's links (api_common.get_pagination_links): whenever a limit is given, `next` unless a short page
+    came back going forward, `previous` unless a short page came back going backward; each href is the request's
+    own query without marker/page_reverse, then the marker (when the page has items), then page_reverse=True."""
+    if q.limit is None:
         return []
-    first, last = page.items[0]["id"], page.items[-1]["id"]
+    items = page.items
     base = [(k, v) for k, v in request.query_params.multi_items() if k not in ("marker", "page_reverse")]
     url = str(request.url.replace(query=""))
 
-    def href(marker: str, reverse: bool) -> str:
-        params = [*base, ("marker", marker)] + ([("page_reverse", "True")] if reverse else [])
+    def href(item: dict[str, Any] | None, reverse: bool) -> str:
+        params = [*base, *([("marker", item["id"])] if item else []), *([("page_reverse", "True")] if reverse else [])]
         return f"{url}?{urlencode(params)}"
 
+    short = len(items) < q.limit
     links = []
-    has_next = page.has_more if not q.page_reverse else q.marker is not None
-    has_previous = q.marker is not None if not q.page_reverse else page.has_more
-    if has_next:
-        links.append({"rel": "next", "href": href(last, False)})
-    if has_previous:
-        links.append({"rel": "previous", "href": href(first, True)})
+    if not (short and not q.page_reverse):
+        links.append({"rel": "next", "href": href(items[-1] if items else None, False)})
+    if not (short and q.page_reverse):
+        links.append({"rel": "previous", "href": href(items[0] if items else None, True)})
     return links

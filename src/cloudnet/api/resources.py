@@ -123,6 +123,17 @@ def build() -> APIRouter:
         info = await call(routers.remove_interface, state(request).store, context(request), router_id, body)
         return neutron.JSON(info)
 
+    def extraroutes(add: bool) -> Callable[..., Any]:
+        async def change(request: Request, router_id: str) -> Response:
+            neutron.check_id("router", router_id)
+            body = await neutron.body_of(request)
+            return neutron.JSON(await call(routers.change_routes, state(request).store, context(request), router_id,
+                                           body, add))  # fmt: skip
+
+        return change
+
     router.add_api_route("/v2.0/routers/{router_id}/add_router_interface", add_interface, methods=["PUT"])
     router.add_api_route("/v2.0/routers/{router_id}/remove_router_interface", remove_interface, methods=["PUT"])
+    router.add_api_route("/v2.0/routers/{router_id}/add_extraroutes", extraroutes(True), methods=["PUT"])
+    router.add_api_route("/v2.0/routers/{router_id}/remove_extraroutes", extraroutes(False), methods=["PUT"])
     return router

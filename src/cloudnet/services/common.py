@@ -111,15 +111,25 @@ def get_row(conn: Connection, table: Table, kind: str, ident: str, ctx: Context)
 
 
 def touch(
-    tx: Tx, table: Table, ident: str, resource: str, project_id: str, values: dict[str, Any] | None = None
-) -> None:
-    """Write changed values, bump updated_at and revision_number, record the update event."""
+    tx: Tx, table: Table, ident: str, resource: str, project_id: str, values: dict[str, Any] | None = None,
+    *, row: Row[Any] | None = None, changed: bool = False,
+) -> bool:  # fmt: skip
+    """Write changed values, bump updated_at and revision_number, record the update event. Given the current `row`,
+    values it already holds are dropped, and when nothing is left (and nothing else `changed`) nothing is written:
+    a no-op update keeps its revision_number and updated_at, as in Neutron. Returns whether it wrote."""
+    values = dict(values or {})
+    if row is not None:
+        current = row._mapping
+        values = {k: v for k, v in values.items() if k not in current or current[k] != v}
+        if not values and not changed:
+            return False
     tx.conn.execute(
         update(table)
         .where(table.c.id == ident)
-        .values(**(values or {}), updated_at=tx.now, revision_number=table.c.revision_number + 1)
+        .values(**values, updated_at=tx.now, revision_number=table.c.revision_number + 1)
     )
     tx.record(resource, ident, "update", project_id)
+    return True
 
 
 # -- tags ---------------------------------------------------------------------------------------

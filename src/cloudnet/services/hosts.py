@@ -174,6 +174,16 @@ def sweep_dead(store: Store, down_time: float) -> list[str]:
     return dead
 
 
+# Ports a host realises for a whole network (router legs, metadata ports): bound to no host, any host that has
+# realised them may say so (they are ACTIVE once one has).
+SHARED_OWNERS = frozenset({ports.ROUTER_INTERFACE, ports.ROUTER_GATEWAY, metadata_ports.DEVICE_OWNER})
+
+
+def _reports_on(row: Any, host: str) -> bool:
+    """Whether `host` may report the status of this port: one bound to it, or an unbound shared one."""
+    return bool(row.host_id == host or (row.device_owner in SHARED_OWNERS and not row.host_id))
+
+
 def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) -> dict[str, Any]:
     """Statuses the host's agent observed; ports bound elsewhere are refused, unchanged ones are skipped."""
     _admin(ctx)
@@ -192,11 +202,13 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
         found = {r.id: r for r in rows}
         for port_id, item in wanted.items():
             row = found.get(port_id)
-            if row is None or row.host_id != host:
+            if row is None or not _reports_on(row, host):
                 continue
             values: dict[str, Any] = {}
             if row.status != item.status:
                 values["status"] = item.status
+            if row.device_owner in SHARED_OWNERS:  # (status only: their binding is no host's)
+                item = PortStatus(id=port_id, status=item.status)
             if item.vif_type is not None and row.vif_type != item.vif_type:
                 values["vif_type"] = item.vif_type
             details = item.vif_details
@@ -209,7 +221,7 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
             if values:
                 common.touch(tx, P, port_id, "port", row.project_id, values)
                 updated.append(port_id)
-    ignored = set(wanted) - set(found) | {i for i, r in found.items() if r.host_id != host}
+    ignored = set(wanted) - set(found) | {i for i, r in found.items() if not _reports_on(r, host)}
     return {"updated": updated, "ignored": sorted(ignored), "revision_before": before,
             "revision": before + len(tx.events)}  # fmt: skip
 
@@ -384,6 +396,7 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
             "name": r.name,
             "admin_state_up": r.admin_state_up,
             "enable_snat": r.enable_snat,
+            "routes": list(r.routes or []),
             "gateway": {"port_id": r.gw_port_id, "network_id": gw_nets.get(r.gw_port_id)} if r.gw_port_id else None,
             "interfaces": sorted(by_router.get(r.id, []), key=lambda i: i["port_id"]),
             "nat_addresses": {

@@ -302,7 +302,7 @@ def update_instance(store: Store, ctx: Context, instance_id: str, body: dict[str
                 changes[column] = getattr(spec, key)
         if "user_data" in given:
             changes["user_data"] = spec.user_data
-        common.touch(tx, I, instance_id, "instance", row.project_id, changes)
+        common.touch(tx, I, instance_id, "instance", row.project_id, changes, row=row)
         return _reload(tx.conn, instance_id)
 
 

@@ -276,7 +276,7 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
         changes = {k: v for k, v in changes.items() if v is not None}
         if changes.get("port_security_enabled", row.port_security_enabled) != row.port_security_enabled:
             _pool_ports_follow(tx, network_id, changes["port_security_enabled"])
-        common.touch(tx, N, network_id, "network", row.project_id, changes)
+        common.touch(tx, N, network_id, "network", row.project_id, changes, row=row)
         return to_dicts(tx.conn, [tx.conn.execute(select(N).where(N.c.id == network_id)).one()])[0]
 
 

@@ -641,6 +641,9 @@ def update_in_tx(tx: Tx, ctx: Context, port_id: str, spec: PortUpdate, extra: di
     row = common.get_row(tx.conn, P, "port", port_id, ctx)
     given = spec.model_fields_set
     changes: dict[str, Any] = dict(extra or {})
+    # What lives in other tables is compared before and after: a no-op update bumps nothing.
+    side = sorted({"fixed_ips", "security_groups", "allowed_address_pairs"} & given)
+    before = {k: v for k, v in load(tx.conn, [port_id])[0].items() if k in side} if side else {}
     for key in ("name", "description", "admin_state_up", "device_id", "device_owner", "vnic_type", "host_id"):
         if key in given and getattr(spec, key) is not None:
             changes[key] = getattr(spec, key)
@@ -666,7 +669,8 @@ def update_in_tx(tx: Tx, ctx: Context, port_id: str, spec: PortUpdate, extra: di
         changes.setdefault("port_security_enabled", port_security.update(tx, ctx, row, spec, mac))
     if "fixed_ips" in given:
         _update_fixed_ips(tx, ctx, row, spec.fixed_ips or [], changes.get("device_owner", row.device_owner))
-    common.touch(tx, P, port_id, "port", row.project_id, changes)
+    after = {k: v for k, v in load(tx.conn, [port_id])[0].items() if k in side} if side else {}
+    common.touch(tx, P, port_id, "port", row.project_id, changes, row=row, changed=after != before)
 
 
 def _update_fixed_ips(tx: Tx, ctx: Context, row: Any, fixed: list[FixedIp], owner: str) -> None:

@@ -10,7 +10,7 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, Forbidden, NotFound
-from cloudnet.services import common, forward_deps, networks, ports, quotas, subnets
+from cloudnet.services import common, forward_deps, networks, ports, quotas, router_routes, subnets
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.validation import Body, Tags, parse
@@ -51,6 +51,7 @@ class RouterUpdate(Body):
     admin_state_up: bool | None = None
     # {} or null removes the gateway
     external_gateway_info: dict[str, Any] | None = None
+    routes: Any = None  # (checked by router_routes, which bounds the list before reading it)
 
 
 class InterfaceRequest(Body):
@@ -88,7 +89,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "admin_state_up": r.admin_state_up,
                 "status": r.status,
                 "external_gateway_info": gateway,
-                "routes": [],
+                "routes": list(r.routes or []),
                 "distributed": False,
                 "ha": False,
                 "availability_zone_hints": [],
@@ -151,9 +152,7 @@ def _set_gateway(tx: Tx, ctx: Context, router: Any, info: GatewayInfo | None) ->
     if current is not None:
         tx.conn.execute(R.update().where(R.c.id == router.id).values(gw_port_id=None))
         ports.delete_in_tx(tx, current)
-    has_subnet = tx.conn.execute(select(t.subnets.c.id).where(t.subnets.c.network_id == network.id)).first()
-    if not has_subnet:
-        raise BadRequest(f"Bad router request: No subnet on external network {network.id}.", type="BadRequest")
+    # An external network without a subnet is a valid gateway (Neutron: a gateway port without fixed IPs).
     spec = ports.PortCreate(
         network_id=network.id,
         project_id=network.project_id if ctx.is_admin else None,
@@ -192,18 +191,39 @@ def create_routers(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> 
 def update_router(store: Store, ctx: Context, router_id: str, body: dict[str, Any]) -> dict[str, Any]:
     spec = parse(RouterUpdate, body)
     given = spec.model_fields_set
+    routes = router_routes.parse(spec.routes or [], router_id) if "routes" in given else None
     with store.write() as tx:
         router = common.get_row(tx.conn, R, "router", router_id, ctx)
         changes = {k: getattr(spec, k) for k in ("name", "description", "admin_state_up")
                    if k in given and getattr(spec, k) is not None}  # fmt: skip
+        if routes is not None:  # (checked against the router's subnets before its gateway changes, as Neutron)
+            changes["routes"] = router_routes.check(tx.conn, router_id, routes)
+        gateway_moved = False
         if "external_gateway_info" in given:
             info = spec.external_gateway_info
+            before = _reload(tx.conn, router_id)["external_gateway_info"]
             attached = [p.network_id for p in _interfaces(tx.conn, router_id)]
             with forward_deps.links_kept(tx.conn, attached, f"Gateway cannot be updated for router {router_id}",
                                          "RouterExternalGatewayInUseByForward"):  # fmt: skip
                 _set_gateway(tx, ctx, router, parse(GatewayInfo, info) if info else None)
-        common.touch(tx, R, router_id, "router", router.project_id, changes)
+            gateway_moved = _reload(tx.conn, router_id)["external_gateway_info"] != before
+        common.touch(tx, R, router_id, "router", router.project_id, changes, row=router, changed=gateway_moved)
         return _reload(tx.conn, router_id)
+
+
+def change_routes(store: Store, ctx: Context, router_id: str, body: Any, add: bool) -> dict[str, Any]:
+    """extraroute-atomic: PUT .../add_extraroutes or .../remove_extraroutes with {"router": {"routes": [...]}}."""
+    inner = body.get("router") if isinstance(body, dict) else None
+    if not isinstance(inner, dict) or set(inner) != {"routes"}:
+        raise BadRequest('Bad router request: expected {"router": {"routes": [...]}}.', type="BadRequest")
+    given = router_routes.parse(inner["routes"], router_id)
+    with store.write() as tx:
+        router = common.get_row(tx.conn, R, "router", router_id, ctx)
+        old = list(router.routes or [])
+        new = router_routes.added(old, given) if add else router_routes.removed(old, given)
+        common.touch(tx, R, router_id, "router", router.project_id,
+                     {"routes": router_routes.check(tx.conn, router_id, new)}, row=router)  # fmt: skip
+        return {"router": _reload(tx.conn, router_id)}
 
 
 def delete_router(store: Store, ctx: Context, router_id: str) -> None:
@@ -350,7 +370,11 @@ def remove_interface(store: Store, ctx: Context, router_id: str, body: dict[str,
                 f"Router {router_id} has no interface on subnet {req.subnet_id}",
                 type="RouterInterfaceNotFoundForSubnet",
             )
-        subnet_ids = [r[0] for r in tx.conn.execute(select(A.c.subnet_id).where(A.c.port_id == port.id))]
+        subnet_rows = tx.conn.execute(
+            select(t.subnets).join(A, A.c.subnet_id == t.subnets.c.id).where(A.c.port_id == port.id)
+        ).all()
+        router_routes.check_interface_unused(router, subnet_rows)
+        subnet_ids = [s.id for s in subnet_rows]
         what = f"Router interface for subnet {', '.join(sorted(subnet_ids))} on router {router_id} cannot be removed"
         with forward_deps.links_kept(tx.conn, {port.network_id}, what, "RouterInterfaceInUseByForward"):
             ports.delete_in_tx(tx, port)

@@ -168,7 +168,7 @@ def update_group(store: Store, ctx: Context, sg_id: str, body: dict[str, Any]) -
         if changes.get("stateful", row.stateful) != row.stateful and _in_use(tx.conn, sg_id):
             # Neutron: the ports' filtering would change under them (their connections' state with it).
             raise Conflict(f"Security Group {sg_id} in use.", type="SecurityGroupInUse")
-        common.touch(tx, SG, sg_id, "security_group", row.project_id, changes)
+        common.touch(tx, SG, sg_id, "security_group", row.project_id, changes, row=row)
         return _sg_dicts(tx.conn, [tx.conn.execute(select(SG).where(SG.c.id == sg_id)).one()])[0]
 
 

@@ -362,7 +362,7 @@ def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, An
             changes["dns_nameservers"] = spec.dns_nameservers or []
         if "host_routes" in given:
             changes["host_routes"] = _check_routes(cidr, spec.host_routes or [])
-        common.touch(tx, S, subnet_id, "subnet", row.project_id, changes)
+        common.touch(tx, S, subnet_id, "subnet", row.project_id, changes, row=row)
         return to_dicts(tx.conn, [tx.conn.execute(select(S).where(S.c.id == subnet_id)).one()])[0]
 
 

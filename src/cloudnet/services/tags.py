@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cloudnet.errors import BadRequest, Forbidden, NotFound, not_found
@@ -14,13 +16,30 @@ from cloudnet.services.validation import MAX_TAGS, check_tags, tag_error
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
-TABLES = {
-    "networks": ("network", t.networks),
-    "subnets": ("subnet", t.subnets),
-    "ports": ("port", t.ports),
-    "routers": ("router", t.routers),
-    "security-groups": ("security_group", t.security_groups),
+# (conn, ctx, id) -> the row, if the caller may see it (else a NotFound)
+Finder = Callable[[Connection, Context, str], Any]
+
+
+@dataclass(frozen=True)
+class Taggable:
+    kind: str  # e.g. "security_group": the NotFound's wording and the event's resource
+    table: Table  # a table with Neutron's standard attributes (id, project_id, revision_number, updated_at)
+    find: Finder | None = None  # None: the caller's own rows (all for admins)
+
+
+# The collections whose /tags the API serves, by URL segment. A new taggable resource adds itself with one line:
+# `tags.register("floatingips", Taggable("floatingip", t.floating_ips))`.
+TABLES: dict[str, Taggable] = {
+    "networks": Taggable("network", t.networks, networks.get_visible),
+    "subnets": Taggable("subnet", t.subnets, subnets.get_visible),
+    "ports": Taggable("port", t.ports),
+    "routers": Taggable("router", t.routers),
+    "security-groups": Taggable("security_group", t.security_groups),
 }
+
+
+def register(collection: str, taggable: Taggable) -> None:
+    TABLES[collection] = taggable
 
 
 def _check(tag: str) -> str:
@@ -32,19 +51,17 @@ def _check(tag: str) -> str:
 
 def _visible(conn: Connection, ctx: Context, collection: str, resource_id: str) -> Any:
     """The resource if the caller may see it (shared and external networks, and their subnets, included)."""
-    kind, table = TABLES[collection]
+    res = TABLES[collection]
     if "\x00" in resource_id:  # no such id, and PostgreSQL refuses the query
-        raise not_found(kind, resource_id)
-    if collection == "networks":
-        return networks.get_visible(conn, ctx, resource_id)
-    if collection == "subnets":
-        return subnets.get_visible(conn, ctx, resource_id)
-    return common.get_row(conn, table, kind, resource_id, ctx)
+        raise not_found(res.kind, resource_id)
+    if res.find is not None:
+        return res.find(conn, ctx, resource_id)
+    return common.get_row(conn, res.table, res.kind, resource_id, ctx)
 
 
 def _resource(tx: Tx, ctx: Context, collection: str, resource_id: str) -> tuple[str, str]:
     """Kind and project of a resource whose tags the caller may change: its own (or any, for admins)."""
-    kind, _table = TABLES[collection]
+    kind = TABLES[collection].kind
     row = _visible(tx.conn, ctx, collection, resource_id)
     if not ctx.is_admin and row.project_id != ctx.project_id:
         raise Forbidden(f"Only the owner may change the tags of {kind} {resource_id}")
@@ -60,8 +77,9 @@ def replace(store: Store, ctx: Context, collection: str, resource_id: str, value
         raise BadRequest(f"Invalid input for operation: {exc}.") from None
     with store.write() as tx:
         kind, project = _resource(tx, ctx, collection, resource_id)
-        common.set_tags(tx.conn, resource_id, clean)
-        common.touch(tx, TABLES[collection][1], resource_id, kind, project)
+        if common.load_tags(tx.conn, [resource_id]).get(resource_id, []) != clean:  # (the same set: no revision)
+            common.set_tags(tx.conn, resource_id, clean)
+            common.touch(tx, TABLES[collection].table, resource_id, kind, project)
     return clean
 
 
@@ -76,7 +94,7 @@ def add(store: Store, ctx: Context, collection: str, resource_id: str, tag: str)
         module = postgresql if tx.conn.dialect.name == "postgresql" else sqlite
         stmt = module.insert(t.tags).values(resource_id=resource_id, tag=tag).on_conflict_do_nothing()
         if tx.conn.execute(stmt.returning(t.tags.c.tag)).first():
-            common.touch(tx, TABLES[collection][1], resource_id, kind, project)
+            common.touch(tx, TABLES[collection].table, resource_id, kind, project)
 
 
 def remove(store: Store, ctx: Context, collection: str, resource_id: str, tag: str | None) -> None:
@@ -85,9 +103,11 @@ def remove(store: Store, ctx: Context, collection: str, resource_id: str, tag: s
         stmt = delete(t.tags).where(t.tags.c.resource_id == resource_id)
         if tag is not None:
             stmt = stmt.where(t.tags.c.tag == tag)
-        if tx.conn.execute(stmt).rowcount == 0 and tag is not None:
-            raise NotFound(f"Tag {tag} could not be found for {kind} {resource_id}.", type="TagNotFound")
-        common.touch(tx, TABLES[collection][1], resource_id, kind, project)
+        if tx.conn.execute(stmt).rowcount == 0:
+            if tag is not None:
+                raise NotFound(f"Tag {tag} could not be found for {kind} {resource_id}.", type="TagNotFound")
+            return  # (no tags to remove: no revision)
+        common.touch(tx, TABLES[collection].table, resource_id, kind, project)
 
 
 def get_all(store: Store, ctx: Context, collection: str, resource_id: str) -> list[str]:

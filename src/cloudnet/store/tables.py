@@ -201,6 +201,8 @@ routers = Table(
     Column("status", String(16), nullable=False),
     Column("gw_port_id", ID, ForeignKey("ports.id"), nullable=True),
     Column("enable_snat", Boolean, nullable=False, default=True),
+    # extraroute: [{"destination": cidr, "nexthop": ip}], checked against the router's subnets
+    Column("routes", JSON, nullable=False, default=list),
 )
 
 tags = Table(

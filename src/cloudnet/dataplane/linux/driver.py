@@ -46,7 +46,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane import security
 from cloudnet.dataplane.base import DesiredState, PortReport
-from cloudnet.dataplane.linux import firewall, names, nat, netns, nft, ns_guard, router_ns, routes
+from cloudnet.dataplane.linux import firewall, names, nat, netns, nft, ns_guard, router_ns, routes, shared_ports
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 
 if TYPE_CHECKING:  # the SR-IOV driver builds on this module's helpers
@@ -321,6 +321,7 @@ class LinuxDataplane:
                 with contextlib.suppress(StepFailed):
                     run(f"router:{router['id']}", lambda r=router: self._apply_router(host, links, r, state, wanted,
                                                                                      full, neighbours))  # fmt: skip
+            reports += shared_ports.reports(state, self.steps, [n for n in networks if n not in broken])
             kept = (frozenset(wanted), frozenset(uplinks), frozenset(wanted_ns))
             before = self._kept
             # Only something that went away leaves garbage: an incremental pass that only added skips it.
@@ -828,8 +829,7 @@ class LinuxDataplane:
             found = self.nat.apply(ns, router_ns.nat_structures(router, state), router.get("forwards", []),
                                    check=self._checking)  # fmt: skip
             self._found(key, found)
-            gw_index = indexes.get(names.router_gw(gw_port)) if gw_port else None
-            wanted_routes = router_ns.wanted_routes(router, state, gw_index)
+            wanted_routes = router_ns.router_routes(router, state, indexes)
             self._found(key, routes.converge(rtr, wanted_routes, mine=routes.not_the_kernels, read=not fresh))
             if full and not fresh:
                 internal = {i for n, i in indexes.items() if n.startswith(names.ROUTER_IFACE)}

@@ -69,6 +69,34 @@ def wanted_routes(router: dict[str, Any], state: DesiredState, gw_index: int | N
     return list(out.values())
 
 
+def router_routes(router: dict[str, Any], state: DesiredState, indexes: dict[str, int]) -> list[routes.Route]:
+    """Every route of the router's namespace: its default routes, then its extra routes (extraroute), each through
+    the leg on whose subnet its nexthop is (`indexes`: leg name -> interface index). An extra route replaces a
+    default route to the same destination, as `ip route replace` would; of extra routes to one destination the first
+    is kept (one route per destination: the converge would otherwise swap them on every pass); one whose nexthop is
+    on no leg here (its interface is on another host's share, or its gateway has gone) is left out."""
+    gw_port = gateway_port(router)
+    gw_index = indexes.get(names.router_gw(gw_port["id"])) if gw_port else None
+    out = {(r[0], r[1]): r for r in wanted_routes(router, state, gw_index)}
+    legs = []
+    for pid, port in router["ports"].items():
+        is_gw = gw_port is not None and pid == gw_port["id"]
+        index = indexes.get(names.router_gw(pid) if is_gw else names.router_iface(pid))
+        for f in port["fixed_ips"]:
+            subnet = state["subnets"].get(f["subnet_id"])
+            if index is not None and subnet:
+                legs.append((ipaddress.ip_network(subnet["cidr"]), index))
+    extra: dict[tuple[int, str], routes.Route] = {}
+    for r in router.get("routes", []):
+        hop = ipaddress.ip_address(r["nexthop"])
+        index = next((i for cidr, i in legs if hop in cidr), None)
+        if index is not None:
+            route = routes.route(r["destination"], r["nexthop"], index)
+            extra.setdefault((route[0], route[1]), route)
+    out.update(extra)
+    return list(out.values())
+
+
 def known_neighbours(state: DesiredState) -> dict[str, str]:
     """Address -> MAC of every port this host plumbs: the only neighbours a router's internal legs can have."""
     ports = list(state["ports"].values()) + list(state.get("pool_ports", {}).values())

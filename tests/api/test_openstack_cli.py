@@ -1,0 +1,87 @@
+"""The real `openstack` CLI (python-openstackclient) against the live API: router routes, a gateway on an external
+network without a subnet, tags at creation (clouds.yaml with no Keystone: auth_type none)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.api import create
+from tests.support.server import RunningServer
+
+
+@pytest.fixture
+def backend() -> str:
+    """The CLI is what is tested here, not the database (its start-up costs seconds a command): SQLite only."""
+    return "sqlite"
+
+
+@pytest.fixture
+def openstack(server: RunningServer, tmp_path: Path) -> Any:
+    clouds = tmp_path / "clouds.yaml"
+    endpoint = server.url + "/v2.0"
+    clouds.write_text(yaml.safe_dump({"clouds": {"cloudnet": {
+        "auth_type": "none", "auth": {"endpoint": endpoint}, "network_endpoint_override": endpoint}}}))  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+    env.update(OS_CLIENT_CONFIG_FILE=str(clouds), OS_CLOUD="cloudnet")
+    exe = Path(sys.executable).parent / "openstack"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=120)
+
+    return run
+
+
+def test_network_create_with_tags(openstack: Any, api: httpx.Client) -> None:
+    done = openstack("network", "create", "--tag", "x", "--tag", "y", "tagged", "-f", "json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert sorted(shown["tags"]) == ["x", "y"]
+    net = api.get(f"/networks/{shown['id']}").json()["network"]
+    assert sorted(net["tags"]) == ["x", "y"]
+    # hostile: a tag Neutron refuses (a comma) fails the command and tags nothing
+    bad = openstack("network", "create", "--tag", "a,b", "bad", "-f", "json")
+    assert bad.returncode != 0
+    assert all("a,b" not in n["tags"] for n in api.get("/networks").json()["networks"])
+
+
+def test_router_routes_and_gateway_without_subnet(openstack: Any, api: httpx.Client) -> None:
+    ext = create(api, "networks", "network", name="public", **{"router:external": True})
+    net = create(api, "networks", "network", name="inside")
+    sub = create(api, "subnets", "subnet", network_id=net["id"], cidr="10.0.0.0/24")
+    # (each command costs the CLI's start-up, ~2 s: what the CLI does not add is made through the API)
+    rid = create(api, "routers", "router", name="r1")["id"]
+    done = openstack("router", "set", "--external-gateway", ext["id"], "r1")
+    assert done.returncode == 0, done.stderr
+    assert api.get(f"/routers/{rid}").json()["router"]["external_gateway_info"]["network_id"] == ext["id"]
+    assert api.put(f"/routers/{rid}/add_router_interface", json={"subnet_id": sub["id"]}).status_code == 200
+
+    done = openstack("router", "add", "route", "r1", "--route", "destination=192.168.5.0/24,gateway=10.0.0.9",
+                     "--route", "destination=192.168.6.0/24,gateway=10.0.0.9")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert api.get(f"/routers/{rid}").json()["router"]["routes"] == [
+        {"destination": "192.168.5.0/24", "nexthop": "10.0.0.9"},
+        {"destination": "192.168.6.0/24", "nexthop": "10.0.0.9"},
+    ]
+    done = openstack("router", "remove", "route", "r1", "--route", "destination=192.168.5.0/24,gateway=10.0.0.9")
+    assert done.returncode == 0, done.stderr
+    assert api.get(f"/routers/{rid}").json()["router"]["routes"] == [
+        {"destination": "192.168.6.0/24", "nexthop": "10.0.0.9"}
+    ]
+    # hostile: a nexthop the router is not connected to is refused with Neutron's words
+    done = openstack("router", "add", "route", "r1", "--route", "destination=192.168.7.0/24,gateway=172.16.0.1")
+    assert done.returncode != 0
+    assert "not connected with router" in done.stderr + done.stdout
+    assert len(api.get(f"/routers/{rid}").json()["router"]["routes"]) == 1
+    # `router set --route` replaces them all, `--no-route` clears them
+    done = openstack("router", "set", "r1", "--no-route")
+    assert done.returncode == 0, done.stderr
+    assert api.get(f"/routers/{rid}").json()["router"]["routes"] == []
