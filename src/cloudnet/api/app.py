@@ -3,8 +3,8 @@
 The route modules declare their routes with FastAPI's `APIRouter` decorators (every endpoint takes the request
 and string path parameters, and answers a Response), but the application serving them is a plain Starlette
 one with one flat route table: FastAPI's nested router matching cost ~250 µs per request, more than a whole
-port create, and nothing else of FastAPI (validation, dependencies, OpenAPI) is used. The hottest routes (port
-create and pool claim) come first in the table.
+port create, and nothing else of FastAPI (validation, dependencies, OpenAPI) is used: the OpenAPI document is
+built from this table by api/openapi.py. The hottest routes (port create and pool claim) come first in the table.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from cloudnet.api import (
     hosts,
     identity,
     instance_metadata,
+    openapi,
     port_pools,
     quotas,
     resources,
@@ -92,6 +93,7 @@ def _plain(route: APIRoute) -> Route:
 def routes(routers: Iterable[APIRouter]) -> list[BaseRoute]:
     table: list[BaseRoute] = [Route("/", _versions, methods=["GET"]), Route("/v2.0", _v2_root, methods=["GET"]),
                               Route("/v2.0/", _v2_root, methods=["GET"])]  # fmt: skip
+    table += [Route(path, openapi.serve, methods=["GET"], name="openapi") for path in openapi.PATHS]
     for router in routers:
         for route in router.routes:
             if not isinstance(route, APIRoute):

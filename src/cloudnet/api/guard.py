@@ -22,8 +22,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Version discovery answers anyone (keystoneauth asks before it authenticates).
-PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/"})
+# Version discovery answers anyone (keystoneauth asks before it authenticates), and so does the OpenAPI document
+# (it describes the API, and holds no data).
+PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/", "/openapi.json", "/v2.0/openapi.json"})
 CONTEXT_KEY = "cloudnet.context"
 
 

@@ -1,0 +1,239 @@
+"""The OpenAPI 3.1 document of the whole API, served at /openapi.json and /v2.0/openapi.json.
+
+Built from the application's own route table, so it lists exactly the routes served; each operation's request
+body comes from the model its service validates it with (services/*: the `Body` models), its answers from
+api/schemas.py. A route this table does not know (a new one) is still listed, with loose bodies and marked
+`x-cloudnet-undocumented`, which tests/api/test_openapi.py refuses. Served without authentication, like version
+discovery: it describes the API and holds no data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from cloudnet import __version__
+from cloudnet.api import resources, schemas
+from cloudnet.api.guard import PUBLIC_PATHS
+from cloudnet.api.neutron import JSON
+from cloudnet.api.schemas import BOOL, INT, OBJ, STR, STRS, Schema, array, envelope, listing, obj
+from cloudnet.services import (
+    hosts,
+    instances,
+    networks,
+    pools,
+    ports,
+    routers,
+    security_group_rules,
+    security_groups,
+    subnets,
+    tags,
+)
+
+PATHS = ("/openapi.json", "/v2.0/openapi.json")
+UNDOCUMENTED = "x-cloudnet-undocumented"
+
+
+@dataclass(frozen=True)
+class Op:
+    status: int  # the success status
+    response: Schema | None  # None: no body
+    request: Schema | type[BaseModel] | None = None
+    query: tuple[tuple[str, Schema], ...] = ()
+
+
+LIST_QUERY = (("fields", STR), ("limit", {"type": "integer", "minimum": 0}), ("marker", STR), ("sort_key", STR),
+              ("sort_dir", {"enum": ["asc", "desc"]}), ("page_reverse", BOOL))  # fmt: skip
+FIELDS = (("fields", STR),)
+MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
+    "network": (networks.NetworkCreate, networks.NetworkUpdate),
+    "subnet": (subnets.SubnetCreate, subnets.SubnetUpdate),
+    "port": (ports.PortCreate, ports.PortUpdate),
+    "router": (routers.RouterCreate, routers.RouterUpdate),
+    "security_group": (security_groups.GroupCreate, security_groups.GroupUpdate),
+    "security_group_rule": (security_group_rules.RuleCreate, None),
+    "instance": (instances.InstanceCreate, instances.InstanceUpdate),
+}
+# Request models the table refers to besides MODELS (each becomes a component schema).
+OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,
+                                             pools.ReleaseSpec, hosts.HostReport, hosts.PortStatusReport,
+                                             instances.MetadataItem)  # fmt: skip
+FORWARD_BODY = obj({
+    "listen_address": STR, "description": STR, "config": {"type": "object", "additionalProperties": STR},
+    "ports": array(obj({"description": STR, "protocol": {"enum": ["tcp", "udp"]}, "listen_port": STR,
+                        "target_port": STR, "target_address": STR}, ("protocol", "listen_port", "target_address"),
+                       extra=False)),
+}, extra=False)  # fmt: skip
+QUOTA_BODY = envelope("quota", {"type": "object", "properties": {"check_limit": BOOL},
+                                "additionalProperties": INT})  # fmt: skip
+VERSIONS = obj({"versions": array(schemas.VERSION)}, ("versions",))
+V2_ROOT = obj({"version": schemas.VERSION, "resources": array(OBJ)}, ("version",))
+
+
+def _wrapped(key: str, model: type[BaseModel]) -> Schema:
+    return {"type": "object", "properties": {key: {"$ref": _ref(model)}}, "required": [key]}
+
+
+def _ref(model: type[BaseModel]) -> str:
+    return f"#/components/schemas/{model.__name__}"
+
+
+def _table() -> dict[tuple[str, str], Op]:
+    ops: dict[tuple[str, str], Op] = {}
+    for res in resources.RESOURCES:
+        if res.member not in MODELS or res.member not in schemas.MEMBERS:
+            continue  # a resource added without its schemas: listed as undocumented
+        base, member = f"/v2.0/{res.collection}", schemas.MEMBERS[res.member]
+        create, update = MODELS[res.member]
+        one = {"type": "object", "properties": {res.member: {"$ref": _ref(create)}}, "required": [res.member]}
+        bulk = {
+            "type": "object",
+            "required": [res.plural],
+            "properties": {res.plural: {"type": "array", "minItems": 1, "items": {"$ref": _ref(create)}}},
+        }
+        ops[("GET", base)] = Op(200, listing(res.plural, member), query=LIST_QUERY)
+        ops[("POST", base)] = Op(201, {"oneOf": [envelope(res.member, member), listing(res.plural, member, False)]},
+                                 {"oneOf": [one, bulk]})  # fmt: skip
+        ops[("GET", base + "/{item_id}")] = Op(200, envelope(res.member, member), query=FIELDS)
+        ops[("DELETE", base + "/{item_id}")] = Op(204, None)
+        if update is not None:
+            ops[("PUT", base + "/{item_id}")] = Op(200, envelope(res.member, member), _wrapped(res.member, update))
+    for action in ("add_router_interface", "remove_router_interface"):
+        ops[("PUT", f"/v2.0/routers/{{router_id}}/{action}")] = Op(200, schemas.INTERFACE_INFO,
+                                                                   routers.InterfaceRequest)  # fmt: skip
+    pool, port = envelope("port_pool", schemas.PORT_POOL), envelope("port", schemas.PORT)
+    tag_list = obj({"tags": STRS}, ("tags",))
+    forward, fwd_base = envelope("forward", schemas.FORWARD), "/v2.0/networks/{network}/forwards"
+    item = "/v2.0/instances/{instance_id}/metadata/{key}"
+    quota = "/v2.0/quotas/{project_id}"
+    ops.update({
+        ("GET", "/"): Op(200, VERSIONS), ("GET", "/v2.0"): Op(200, V2_ROOT), ("GET", "/v2.0/"): Op(200, V2_ROOT),
+        ("GET", "/openapi.json"): Op(200, OBJ), ("GET", "/v2.0/openapi.json"): Op(200, OBJ),
+        ("GET", "/v2.0/port-pools"): Op(200, listing("port_pools", schemas.PORT_POOL, False)),
+        ("GET", "/v2.0/port-pools/{pool_id}"): Op(200, pool),
+        ("PUT", "/v2.0/port-pools/{pool_id}"): Op(200, pool, _wrapped("port_pool", pools.PoolUpdate)),
+        ("POST", "/v2.0/port-pools/claim"): Op(201, port, _wrapped("claim", pools.ClaimSpec)),
+        ("POST", "/v2.0/port-pools/release"): Op(200, envelope("release", OBJ), pools.ReleaseSpec),
+        ("GET", "/v2.0/extensions"): Op(200, listing("extensions", schemas.EXTENSION, False)),
+        ("GET", "/v2.0/extensions/{alias}"): Op(200, envelope("extension", schemas.EXTENSION)),
+        ("GET", "/v2.0/{collection}/{resource_id}/tags"): Op(200, tag_list),
+        ("PUT", "/v2.0/{collection}/{resource_id}/tags"): Op(200, tag_list, tag_list),
+        ("DELETE", "/v2.0/{collection}/{resource_id}/tags"): Op(204, None),
+        ("GET", "/v2.0/{collection}/{resource_id}/tags/{tag}"): Op(204, None),
+        ("PUT", "/v2.0/{collection}/{resource_id}/tags/{tag}"): Op(201, None),
+        ("DELETE", "/v2.0/{collection}/{resource_id}/tags/{tag}"): Op(204, None),
+        ("GET", "/v2.0/hosts"): Op(200, listing("hosts", schemas.HOST, False)),
+        ("GET", "/v2.0/hosts/{name}"): Op(200, envelope("host", schemas.HOST)),
+        ("PUT", "/v2.0/hosts/{name}"): Op(200, envelope("host", schemas.HOST), _wrapped("host", hosts.HostReport)),
+        ("DELETE", "/v2.0/hosts/{name}"): Op(204, None),
+        ("POST", "/v2.0/hosts/{name}/check"): Op(202, envelope("check", OBJ)),
+        ("GET", "/v2.0/hosts/{name}/state"): Op(200, obj({"revision": INT, "host": STR}, ("revision",))),
+        ("PUT", "/v2.0/hosts/{name}/ports"): Op(200, OBJ, hosts.PortStatusReport),
+        ("GET", fwd_base): Op(200, listing("forwards", schemas.FORWARD, False)),
+        ("POST", fwd_base): Op(201, forward, FORWARD_BODY),
+        ("GET", fwd_base + "/{listen_address}"): Op(200, forward),
+        ("PUT", fwd_base + "/{listen_address}"): Op(200, forward, FORWARD_BODY),
+        ("PATCH", fwd_base + "/{listen_address}"): Op(200, forward, FORWARD_BODY),
+        ("DELETE", fwd_base + "/{listen_address}"): Op(204, None),
+        ("GET", "/v2.0/instances/{instance_id}/metadata"): Op(200, OBJ),
+        ("GET", item): Op(200, envelope("metadata_item", OBJ)),
+        ("PUT", item): Op(200, OBJ, instances.MetadataItem),
+        ("DELETE", item): Op(204, None),
+        ("GET", "/v2.0/quotas"): Op(200, listing("quotas", OBJ, False)),
+        ("GET", quota): Op(200, envelope("quota", schemas.QUOTA)),
+        ("GET", quota + "/details"): Op(200, envelope("quota", schemas.QUOTA_DETAILS)),
+        ("GET", quota + "/default"): Op(200, envelope("quota", schemas.QUOTA)),
+        ("PUT", quota): Op(200, envelope("quota", schemas.QUOTA), QUOTA_BODY),
+        ("DELETE", quota): Op(204, None),
+        ("GET", "/v3"): Op(200, envelope("version", schemas.VERSION)),
+        ("GET", "/v3/"): Op(200, envelope("version", schemas.VERSION)),
+        ("GET", "/v3/projects"): Op(200, obj({"projects": array(schemas.PROJECT), "links": OBJ}, ("projects",))),
+        ("GET", "/v3/projects/{project_id}"): Op(200, envelope("project", schemas.PROJECT)),
+        ("GET", "/v2.0/events"): Op(200, obj({"events": array(schemas.EVENT), "revision": INT}, ("events",)),
+                                    query=(("since", {"type": "integer", "minimum": 0}),
+                                           ("limit", {"type": "integer", "minimum": 1}),
+                                           ("timeout", {"type": "number", "minimum": 0}))),
+    })  # fmt: skip
+    return ops
+
+
+# Path parameters with a fixed set of values (the rest are free strings).
+PATH_ENUMS: dict[str, Schema] = {"collection": {"enum": sorted(tags.TABLES)}}
+
+
+def _path(route: Route) -> str:
+    return re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+
+
+def _operation(method: str, path: str, op: Op | None, name: str) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"name": p, "in": "path", "required": True, "schema": PATH_ENUMS.get(p, {"type": "string", "minLength": 1})}
+        for p in re.findall(r"\{(\w+)\}", path)
+    ]
+    out: dict[str, Any] = {"operationId": f"{method.lower()}_{name}"}
+    if op is None:  # a route this table does not know
+        out[UNDOCUMENTED] = True
+        op = Op(200, OBJ, OBJ if method in ("POST", "PUT", "PATCH") else None)
+    params += [{"name": n, "in": "query", "required": False, "schema": s} for n, s in op.query]
+    if params:
+        out["parameters"] = params
+    if op.request is not None:
+        body = {"$ref": _ref(op.request)} if isinstance(op.request, type) else op.request
+        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    ok: dict[str, Any] = {"description": "success"}
+    if op.response is not None:
+        ok["content"] = {"application/json": {"schema": op.response}}
+    error = {"description": "a Neutron error", "content": {"application/json": {"schema": schemas.ERROR}}}
+    out["responses"] = {str(op.status): ok, "4XX": error, "503": error}
+    if path in PUBLIC_PATHS:
+        out["security"] = []
+    return out
+
+
+def _models() -> dict[str, Schema]:
+    """The request models' schemas, their nested models hoisted into components."""
+    found: dict[str, Schema] = {}
+    wanted = {m for pair in MODELS.values() for m in pair if m is not None} | set(OTHER_MODELS)
+    for model in sorted(wanted, key=lambda m: m.__name__):
+        schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+        found.update(schema.pop("$defs", {}))
+        found[model.__name__] = schema
+    return found
+
+
+def document(routes: Iterable[BaseRoute]) -> dict[str, Any]:
+    table = _table()
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        if not isinstance(route, Route):
+            continue
+        path = _path(route)
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            paths.setdefault(path, {})[method.lower()] = _operation(
+                method, path, table.get((method, path)), route.name or "route"
+            )
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "cloudnet", "version": __version__,
+                 "description": "Neutron v2.0-compatible networking API with cloudnet's extensions."},
+        "paths": paths,
+        "components": {
+            "schemas": _models(),
+            "securitySchemes": {"token": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"}},
+        },
+        "security": [{"token": []}],
+    }  # fmt: skip
+
+
+async def serve(request: Request) -> Response:
+    doc = getattr(request.app.state, "openapi", None)
+    if doc is None:
+        doc = request.app.state.openapi = document(request.app.routes)
+    return JSON(doc)

@@ -1,0 +1,124 @@
+"""JSON schemas of what the API answers (the OpenAPI document's response bodies, api/openapi.py).
+
+Request bodies are described by the services' own validation models; these describe the representations the
+services build. A member's attributes are all optional in the schema, since `?fields=` trims them, but each has
+its type, nullable only where the service gives null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+STR: Schema = {"type": "string"}
+INT: Schema = {"type": "integer"}
+BOOL: Schema = {"type": "boolean"}
+OBJ: Schema = {"type": "object"}
+STRS: Schema = {"type": "array", "items": STR}
+
+
+def nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(props: dict[str, Schema], required: tuple[str, ...] = (), extra: bool = True) -> Schema:
+    out: Schema = {"type": "object", "properties": props, "additionalProperties": extra}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+def array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+NSTR = nullable(STR)
+NINT = nullable(INT)
+STANDARD: dict[str, Schema] = {
+    "id": STR, "name": STR, "description": STR, "project_id": STR, "tenant_id": STR, "created_at": STR,
+    "updated_at": STR, "revision_number": INT, "tags": STRS,
+}  # fmt: skip
+FIXED_IP = obj({"subnet_id": STR, "ip_address": STR}, ("subnet_id", "ip_address"))
+ROUTE = obj({"destination": STR, "nexthop": STR}, ("destination", "nexthop"))
+
+NETWORK = obj({
+    **STANDARD, "admin_state_up": BOOL, "shared": BOOL, "status": STR, "subnets": STRS, "mtu": INT,
+    "router:external": BOOL, "provider:network_type": NSTR, "provider:physical_network": NSTR,
+    "provider:segmentation_id": NINT, "port_security_enabled": BOOL, "availability_zone_hints": STRS,
+    "availability_zones": STRS, "ipv4_address_scope": NSTR, "ipv6_address_scope": NSTR, "is_default": BOOL,
+    "l2_adjacency": BOOL, "config": OBJ, "cloudnet:routes": STRS,
+})  # fmt: skip
+SUBNET = obj({
+    **STANDARD, "network_id": STR, "ip_version": {"enum": [4, 6]}, "cidr": STR, "gateway_ip": NSTR,
+    "allocation_pools": array(obj({"start": STR, "end": STR}, ("start", "end"))), "dns_nameservers": STRS,
+    "host_routes": array(ROUTE), "enable_dhcp": BOOL, "ipv6_ra_mode": NSTR, "ipv6_address_mode": NSTR,
+    "subnetpool_id": NSTR, "service_types": STRS,
+})  # fmt: skip
+PORT = obj({
+    **STANDARD, "network_id": STR, "mac_address": STR, "admin_state_up": BOOL,
+    "status": {"enum": ["ACTIVE", "DOWN", "BUILD", "ERROR"]}, "device_id": STR, "device_owner": STR,
+    "fixed_ips": array(FIXED_IP), "security_groups": STRS, "port_security_enabled": BOOL,
+    "allowed_address_pairs": array(obj({"ip_address": STR, "mac_address": STR}, ("ip_address",))),
+    "extra_dhcp_opts": array(OBJ), "binding:vnic_type": STR, "binding:host_id": STR, "binding:profile": OBJ,
+    "binding:vif_type": STR, "binding:vif_details": OBJ,
+})  # fmt: skip
+GATEWAY = obj({"network_id": STR, "enable_snat": BOOL, "external_fixed_ips": array(FIXED_IP)}, ("network_id",))
+ROUTER = obj({
+    **STANDARD, "admin_state_up": BOOL, "status": STR, "external_gateway_info": nullable(GATEWAY),
+    "routes": array(ROUTE), "distributed": BOOL, "ha": BOOL, "availability_zone_hints": STRS,
+    "availability_zones": STRS, "flavor_id": NSTR,
+})  # fmt: skip
+RULE = obj({
+    **STANDARD, "security_group_id": STR, "direction": {"enum": ["ingress", "egress"]},
+    "ethertype": {"enum": ["IPv4", "IPv6"]}, "protocol": NSTR, "port_range_min": NINT, "port_range_max": NINT,
+    "remote_ip_prefix": NSTR, "remote_group_id": NSTR, "remote_address_group_id": NSTR, "normalized_cidr": NSTR,
+    "belongs_to_default_sg": nullable(BOOL),
+})  # fmt: skip
+SECURITY_GROUP = obj({**STANDARD, "stateful": BOOL, "shared": BOOL, "security_group_rules": array(RULE)})
+INSTANCE = obj({
+    **STANDARD, "hostname": NSTR, "host": NSTR, "netns": NSTR, "status": STR, "metadata": OBJ,
+    "ssh_keys": array(OBJ), "nets": array(OBJ), "ports": array(OBJ), "metadata_tokens": STR,
+})  # fmt: skip
+HOST = obj({
+    "name": STR, "agent_version": STR, "heartbeat_at": NSTR, "alive": BOOL, "created_at": STR, "updated_at": STR,
+    "report": OBJ,
+}, ("name",))  # fmt: skip
+PORT_POOL = obj({"id": STR, "host": STR, "project_id": STR, "network_id": STR}, ("id",))
+FORWARD_PORT = obj({"description": STR, "protocol": STR, "listen_port": STR, "target_port": STR,
+                    "target_address": STR})  # fmt: skip
+FORWARD = obj({
+    "id": STR, "network_id": STR, "network": STR, "location": STR, "project_id": STR, "listen_address": STR,
+    "description": STR, "config": {"type": "object", "additionalProperties": STR}, "ports": array(FORWARD_PORT),
+    "created_at": STR, "updated_at": STR, "revision_number": INT,
+}, ("id", "listen_address"))  # fmt: skip
+EVENT = obj({"revision": INT, "resource": STR, "resource_id": STR, "operation": STR, "project_id": NSTR,
+             "created_at": STR}, ("revision", "resource", "resource_id", "operation"))  # fmt: skip
+QUOTA = {"type": "object", "additionalProperties": INT}
+QUOTA_DETAILS = {"type": "object", "additionalProperties": obj({"limit": INT, "used": INT, "reserved": INT})}
+PROJECT = obj({"id": STR, "name": STR, "domain_id": STR, "enabled": BOOL}, ("id",))
+EXTENSION = obj({"alias": STR, "name": STR, "description": STR, "updated": STR, "links": array(OBJ)},
+                ("alias", "name", "description", "updated", "links"), extra=False)  # fmt: skip
+LINKS = array(obj({"rel": STR, "href": STR}, ("rel", "href"), extra=False))
+VERSION = obj({"id": STR, "status": STR, "links": array(OBJ)}, ("id", "status"))
+INTERFACE_INFO = obj({"id": STR, "tenant_id": STR, "project_id": STR, "port_id": STR, "network_id": STR,
+                      "subnet_id": STR, "subnet_ids": STRS}, ("id", "port_id", "subnet_id"))  # fmt: skip
+ERROR = obj({"NeutronError": obj({"type": STR, "message": STR, "detail": STR}, ("type", "message", "detail"))},
+            ("NeutronError",))  # fmt: skip
+
+# The Neutron-style members, by body key.
+MEMBERS: dict[str, Schema] = {
+    "network": NETWORK, "subnet": SUBNET, "port": PORT, "router": ROUTER, "security_group": SECURITY_GROUP,
+    "security_group_rule": RULE, "instance": INSTANCE,
+}  # fmt: skip
+
+
+def envelope(key: str, schema: Schema) -> Schema:
+    return obj({key: schema}, (key,))
+
+
+def listing(plural: str, member: Schema, links: bool = True) -> Schema:
+    props: dict[str, Schema] = {plural: array(member)}
+    if links:
+        props[f"{plural}_links"] = LINKS
+    return obj(props, (plural,))
