@@ -20,6 +20,7 @@ TABLES = {
     "ports": ("port", t.ports),
     "routers": ("router", t.routers),
     "security-groups": ("security_group", t.security_groups),
+    "floatingips": ("floatingip", t.forwards),
 }
 
 
