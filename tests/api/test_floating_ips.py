@@ -90,6 +90,9 @@ def test_floating_ip_lifecycle_is_a_forward(api: httpx.Client) -> None:
     listed = api.get("/floatingips", params={"port_id": port["id"]}).json()["floatingips"]
     assert [f["id"] for f in listed] == [made["id"]]
     assert api.get("/floatingips", params={"status": "DOWN"}).json()["floatingips"] == []
+    assert len(api.get("/floatingips", params={"status": ["DOWN", "ACTIVE"]}).json()["floatingips"]) == 1
+    check_error(api.get("/floatingips", params={"floating_ip_address": "x"}), 400, "InvalidInput")
+    check_error(api.get("/floatingips", params={"router_idx": "x"}), 400, "HTTPBadRequest")
     assert [f["id"] for f in api.get("/floatingips", params={"fixed_ip_address": fixed}).json()["floatingips"]] == [
         made["id"]
     ]

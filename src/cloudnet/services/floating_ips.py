@@ -15,10 +15,10 @@ import ipaddress
 from typing import Any
 
 from pydantic import Field, field_validator
-from sqlalchemy import Connection, delete, exists, insert, select, update
+from sqlalchemy import Connection, delete, exists, false, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from cloudnet.errors import BadRequest, Conflict, Forbidden, NotFound
+from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound
 from cloudnet.services import common, floating_common, forward_deps, ipam, networks, quotas, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.owners import ROUTER_INTERFACE
@@ -42,12 +42,21 @@ def _by_router(values: list[str]) -> Any:
 
 
 def _by_status(values: list[str]) -> Any:
-    return F.c.network_id.is_not(None) if values == ["ACTIVE"] else F.c.network_id.is_(None)
+    """ACTIVE: targets something (it is a forward of a network); DOWN: holds its address only."""
+    conds = {"ACTIVE": F.c.network_id.is_not(None), "DOWN": F.c.network_id.is_(None)}
+    return or_(false(), *(conds[v] for v in sorted(set(values)) if v in conds))
+
+
+def _address(value: str) -> str:
+    try:
+        return check_ip(value)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 ATTRS: dict[str, Attr] = {
     **common.standard_attrs(F),
-    "floating_ip_address": Attr(F.c.listen_address, check_ip),
+    "floating_ip_address": Attr(F.c.listen_address, _address),
     "floating_network_id": Attr(F.c.floating_network_id),
     "fixed_ip_address": Attr(TARGET, sortable=False),
     "port_id": Attr(filter=_by_port, sortable=False),
