@@ -117,9 +117,11 @@ def fip_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
 def release_port(tx: Tx, port: Any) -> None:
     """A port is going: the targets on its addresses go with it (Neutron disassociates the floating IPs on it and
     deletes its port forwardings). A forward left targeting nothing is an unassociated floating IP again."""
+    on_network = select(F.c.id).where(F.c.network_id == port.network_id).limit(1)
+    if tx.conn.execute(on_network).first() is None:
+        return  # the usual case: one indexed look, nothing more on a port delete
+    uplinks.lock_networks(tx.conn, {port.network_id})  # as every writer of the network's forwards
     ips = {ip for _s, ip in port_ips(tx.conn, port.id)}
-    if not ips:
-        return
     for row in tx.conn.execute(select(F).where(F.c.network_id == port.network_id)).all():
         config = dict(row.config or {})
         specs = [s for s in row.ports or [] if s["target_address"] not in ips]

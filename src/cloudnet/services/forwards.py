@@ -45,8 +45,13 @@ def _stored(row: Any) -> dict[str, Any]:
         "listen_address": row.listen_address,
         "description": row.description,
         "config": row.config or {},
-        "ports": [{k: v for k, v in p.items() if k != "id"} for p in row.ports or []],  # ids: Neutron's face only
+        "ports": _without_ids(row.ports or []),
     }
+
+
+def _without_ids(ports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Port specifications as LXD has them: their ids are for Neutron's face (port forwardings) only."""
+    return [{k: v for k, v in p.items() if k != "id"} for p in ports]
 
 
 def to_dict(row: Any, network_name: str = "") -> dict[str, Any]:
@@ -203,7 +208,7 @@ def update_forward(
         forward_deps.require_reachable(link, targets(merged["config"], merged["ports"]))
         values = {"description": merged["description"] or "", "config": _clean_config(merged["config"]),
                   "ports": _clean_ports(merged["ports"], row)}  # fmt: skip
-        if values == {"description": row.description, "config": row.config or {}, "ports": row.ports or []}:
+        if {**values, "ports": _without_ids(values["ports"])} == {k: current[k] for k in values}:
             return to_dict(row, net.name)  # nothing changed: nothing to apply
         tx.conn.execute(
             update(F)
