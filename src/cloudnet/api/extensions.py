@@ -21,6 +21,29 @@ EXTENSIONS = [
     ("external-net", "Neutron external network", "Adds external network attribute to network resource."),
     ("provider", "Provider Network", "Expose mapping of virtual networks to physical networks"),
     ("router", "Neutron L3 Router", "Router abstraction for basic L3 forwarding between L2 networks"),
+    # Floating IPs and their port forwardings: a face over the network forwards (services/floating_common.py).
+    ("fip-port-details", "Floating IP Port Details Extension", "A floating IP shows its port's details (port_details)"),
+    ("floating-ip-port-forwarding", "Floating IP Port Forwarding", "Port forwardings of a floating IP"),
+    (
+        "floating-ip-port-forwarding-description",
+        "Floating IP Port Forwarding new attribute description",
+        "Port forwardings have a description",
+    ),
+    (
+        "floating-ip-port-forwarding-port-ranges",
+        "Floating IP Port Forwarding support port ranges",
+        "external_port_range and internal_port_range (a:b) in port forwardings",
+    ),
+    (
+        "floating-ip-port-forwarding-detail",
+        "Floating IP port forwarding detail",
+        "The port forwardings a floating IP shows include their id and internal_port_id",
+    ),
+    (
+        "expose-port-forwarding-in-fip",
+        "Expose port forwarding in floating IP",
+        "A floating IP shows its port forwardings (port_forwardings)",
+    ),
     (
         "ext-gw-mode",
         "Neutron L3 Configurable external gateway mode",

@@ -12,7 +12,16 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, quick, state
-from cloudnet.services import instances, networks, ports, routers, security_group_rules, security_groups, subnets
+from cloudnet.services import (
+    floating_ips,
+    instances,
+    networks,
+    ports,
+    routers,
+    security_group_rules,
+    security_groups,
+    subnets,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,8 @@ RESOURCES = [
                       "delete_port"), quick_create=True),
     _resource("routers", "router", "routers", routers, "list_routers", "get_router", "create_routers",
               "update_router", "delete_router"),
+    _resource("floatingips", "floatingip", "floatingips", floating_ips, "list_floating_ips", "get_floating_ip",
+              "create_floating_ips", "update_floating_ip", "delete_floating_ip"),
     _resource("security-groups", "security_group", "security_groups", security_groups, "list_groups",
               "get_group", "create_groups", "update_group", "delete_group"),
     _resource("instances", "instance", "instances", instances, "list_instances", "get_instance",

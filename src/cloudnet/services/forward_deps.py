@@ -207,6 +207,13 @@ def ranges_kept(
     gateways = select(R.c.id).join(P, P.c.id == R.c.gw_port_id).where(P.c.network_id == external_id)
     behind = select(P.c.network_id).where(P.c.device_owner == ROUTER_INTERFACE, P.c.device_id.in_(gateways))
     behind_ids = {nid for (nid,) in conn.execute(behind.distinct())}
+    # Floating IPs associated to nothing use it too (Neutron: their port's address is in the subnet).
+    loose = select(F.c.listen_address).where(F.c.floating_network_id == external_id, F.c.network_id.is_(None))
+    for (text,) in conn.execute(loose):
+        address = parse_ip(text)
+        if any(address in r for r in before if r.version == address.version) and not any(
+                address in r for r in after if r.version == address.version):  # fmt: skip
+            raise Conflict(f"{what}: floating IP {text} is in it; delete that first", type=type_)
     for nid, text, kind in sorted(uplinks.external_addresses(conn, networks=behind_ids)):
         address = parse_ip(text)
         inside = any(address.version == r.version and address in r for r in before)

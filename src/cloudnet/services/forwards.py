@@ -17,7 +17,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, PreconditionFailed
-from cloudnet.services import common, forward_deps, quotas, uplinks
+from cloudnet.services import common, floating_common, forward_deps, quotas, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.forward_rules import IP, canonical_ip, normalise, targets, validate
 from cloudnet.services.uplinks import parse_ip, quoted
@@ -45,8 +45,13 @@ def _stored(row: Any) -> dict[str, Any]:
         "listen_address": row.listen_address,
         "description": row.description,
         "config": row.config or {},
-        "ports": row.ports or [],
+        "ports": _without_ids(row.ports or []),
     }
+
+
+def _without_ids(ports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Port specifications as LXD has them: their ids are for Neutron's face (port forwardings) only."""
+    return [{k: v for k, v in p.items() if k != "id"} for p in ports]
 
 
 def to_dict(row: Any, network_name: str = "") -> dict[str, Any]:
@@ -64,10 +69,15 @@ def etag(row: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _clean_ports(ports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _clean_ports(ports: list[dict[str, Any]], current: Any = None) -> list[dict[str, Any]]:
+    """The port specifications as stored: each with the id the port forwarding API shows it by, kept across
+    changes while its protocol and listen ports stay (`current`: the forward's row, if it exists)."""
+    specs = current.ports or [] if current is not None else []
+    ids = {(p["protocol"], p["listen_port"]): floating_common.spec_id(current.id, p) for p in specs}
     return [
-        {"description": p.get("description") or "", "protocol": p["protocol"], "listen_port": p["listen_port"],
-         "target_port": p.get("target_port") or "", "target_address": p["target_address"]}
+        {"id": ids.get((p["protocol"], p["listen_port"])) or common.new_id(), "description": p.get("description") or "",
+         "protocol": p["protocol"], "listen_port": p["listen_port"], "target_port": p.get("target_port") or "",
+         "target_address": p["target_address"]}
         for p in ports
     ]  # fmt: skip
 
@@ -100,9 +110,12 @@ def _listen(value: str) -> IP:
         raise BadRequest(f"Failed parsing address forward listen address {quoted(value)}: invalid IP address") from None
 
 
-def _check_not_taken(conn: Connection, network_id: str, listen: IP) -> None:
-    if conn.execute(select(F.c.id).where(F.c.network_id == network_id, F.c.listen_address == str(listen))).first():
+def _check_not_taken(conn: Connection, ctx: Context, network_id: str, listen: IP) -> None:
+    held = conn.execute(select(F.c.id, F.c.network_id, F.c.project_id).where(F.c.listen_address == str(listen))).first()
+    if held is not None and held.network_id == network_id:
         raise Conflict("A forward for that listen address already exists", type="NetworkForwardExists")
+    if held is not None and held.network_id is None:  # a floating IP (Neutron's face) holding it, associated to
+        raise floating_common.address_held(ctx, str(listen), held)  # nothing; another network's: LXD's words below
 
 
 def _get(conn: Connection, network_id: str, listen: str) -> Any:
@@ -138,9 +151,9 @@ def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[
         if "listen_address" not in body or not isinstance(body["listen_address"], str):
             raise BadRequest("Missing listen_address")
         listen = _listen(body["listen_address"])
-        _check_not_taken(tx.conn, net.id, listen)
+        _check_not_taken(tx.conn, ctx, net.id, listen)
         uplink = uplinks.require_uplink(tx.conn, net.id, lock=True)
-        _check_not_taken(tx.conn, net.id, listen)  # again: a racing create may have committed it meanwhile
+        _check_not_taken(tx.conn, ctx, net.id, listen)  # again: a racing create may have committed it meanwhile
         uplinks.check_external_address(tx.conn, uplink, net.id, listen, what="Listen address")
         link = forward_deps.require_link(
             tx.conn, uplink, net.id, listen.version, f"Listen address {quoted(str(listen))}"
@@ -150,7 +163,8 @@ def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[
         forward_deps.require_reachable(link, targets(body.get("config"), body.get("ports")))
         quotas.enforce(tx, net.project_id, "forward", 1)
         row = {
-            "id": common.new_id(), "network_id": net.id, "listen_address": str(listen),
+            "id": common.new_id(), "network_id": net.id, "floating_network_id": uplink.network_id,
+            "listen_address": str(listen),
             "description": body.get("description") or "", "config": _clean_config(body.get("config") or {}),
             "ports": _clean_ports(body.get("ports") or []), "project_id": net.project_id,
             "created_at": tx.now, "updated_at": tx.now, "revision_number": 0,
@@ -193,8 +207,8 @@ def update_forward(
         validate(ipaddress.ip_address(row.listen_address), merged, link.subnets.values())
         forward_deps.require_reachable(link, targets(merged["config"], merged["ports"]))
         values = {"description": merged["description"] or "", "config": _clean_config(merged["config"]),
-                  "ports": _clean_ports(merged["ports"])}  # fmt: skip
-        if values == {"description": current["description"], "config": current["config"], "ports": current["ports"]}:
+                  "ports": _clean_ports(merged["ports"], row)}  # fmt: skip
+        if {**values, "ports": _without_ids(values["ports"])} == {k: current[k] for k in values}:
             return to_dict(row, net.name)  # nothing changed: nothing to apply
         tx.conn.execute(
             update(F)
@@ -209,12 +223,18 @@ def delete_forward(store: Store, ctx: Context, network: str, listen: str) -> Non
     with store.write() as tx:
         net = resolve_network(tx.conn, ctx, network)
         row = _get(tx.conn, net.id, listen)
+        tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == row.id))
         tx.conn.execute(delete(F).where(F.c.id == row.id))
         tx.record("forward", row.id, "delete", net.project_id)
 
 
 def delete_for_network(tx: Tx, network_id: str) -> None:
-    for fid, project in tx.conn.execute(select(F.c.id, F.c.project_id).where(F.c.network_id == network_id)).all():
+    """The network's forwards, and the floating IPs on it (an external network) that are associated to nothing
+    (as Neutron deletes those; an associated one needs a router gateway there, which keeps the network)."""
+    unassociated = (F.c.floating_network_id == network_id) & F.c.network_id.is_(None)
+    rows = tx.conn.execute(select(F.c.id, F.c.project_id).where((F.c.network_id == network_id) | unassociated))
+    for fid, project in rows.all():
+        tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == fid))
         tx.conn.execute(delete(F).where(F.c.id == fid))
         tx.record("forward", fid, "delete", project)
 

@@ -18,6 +18,7 @@ from cloudnet.services import (
     address_pairs,
     cache,
     common,
+    floating_common,
     forward_deps,
     ipam,
     networks,
@@ -714,6 +715,7 @@ def delete_port(store: Store, ctx: Context, port_id: str) -> None:
 
 
 def delete_in_tx(tx: Tx, row: Any) -> None:
+    floating_common.release_port(tx, row)  # its floating IPs and port forwardings let go of it, as in Neutron
     tx.conn.execute(delete(A).where(A.c.port_id == row.id))
     tx.conn.execute(delete(PSG).where(PSG.c.port_id == row.id))
     tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == row.id))

@@ -51,7 +51,8 @@ class OverQuota(Conflict):
         super().__init__(f"Quota exceeded for resources: {resources!r}.")
 
 
-# resource -> (table, extra conditions): what a project uses of it (floating IPs: none exist yet).
+# resource -> (table, extra conditions): what a project uses of it. A floating IP is a network forward (one model:
+# services/floating_common.py), so both quotas count the project's forwards.
 _USAGE: dict[str, tuple[Any, tuple[ColumnElement[bool], ...]]] = {
     "network": (t.networks, ()),
     "subnet": (t.subnets, ()),
@@ -60,6 +61,7 @@ _USAGE: dict[str, tuple[Any, tuple[ColumnElement[bool], ...]]] = {
     "security_group": (t.security_groups, ()),
     "security_group_rule": (t.security_group_rules, ()),
     "forward": (t.forwards, ()),
+    "floatingip": (t.forwards, ()),
 }
 
 _defaults: weakref.WeakKeyDictionary[Store, dict[str, int]] = weakref.WeakKeyDictionary()

@@ -35,6 +35,7 @@ TABLES: dict[str, Taggable] = {
     "ports": Taggable("port", t.ports),
     "routers": Taggable("router", t.routers),
     "security-groups": Taggable("security_group", t.security_groups),
+    "floatingips": Taggable("floatingip", t.forwards),
 }
 
 

@@ -228,11 +228,16 @@ hosts = Table(
     Column("report", JSON, nullable=False),
 )
 
+# A network forward is also a floating IP (services/floating_ips.py): one external address, whole or per port.
 forwards = Table(
     "forwards",
     metadata,
     Column("id", ID, primary_key=True),
-    Column("network_id", ID, ForeignKey("networks.id"), nullable=False, index=True),
+    # The network its targets are on; NULL while it targets nothing (a floating IP not associated to any port).
+    Column("network_id", ID, ForeignKey("networks.id"), nullable=True, index=True),
+    # The external network its address is taken from (Neutron's floating_network_id); NULL for forwards an
+    # earlier version made, which is then their network's uplink.
+    Column("floating_network_id", ID, ForeignKey("networks.id"), nullable=True, index=True),
     # Canonical text form; unique: one listen address belongs to one network.
     Column("listen_address", String(64), nullable=False, unique=True),
     Column("description", String(255), nullable=False, default=""),
