@@ -1,0 +1,39 @@
+"""The driver selector: the agent's configuration picks the driver and what it composes; nothing else is accepted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cloudnet.config import AgentConfig
+from cloudnet.dataplane import drivers
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.dataplane.sriov.driver import SriovDataplane
+from tests.support.sriov_tree import add_pf
+
+
+def test_linux_with_sriov_direct_ports_bound_by_their_binder(tmp_path: Path) -> None:
+    add_pf(tmp_path, "pf0", ["vf0", "vf1"])
+    config = AgentConfig(host="sel", state_dir=tmp_path / "state", sriov={"physnet2": ["pf0"]}, sysfs_root=tmp_path)
+    report = drivers.host_report(config)
+    assert [len(pf["vfs"]) for pf in report["sriov"]["pfs"]] == [2]
+    dataplane = drivers.build(config, report)
+    assert isinstance(dataplane, LinuxDataplane)
+    [binder] = dataplane.binders
+    assert isinstance(binder, SriovDataplane) and binder.vnic_type == "direct"
+    assert binder.report is report  # the heartbeat's inventory is refreshed by the binder after each plug
+
+
+def test_linux_alone(tmp_path: Path) -> None:
+    config = AgentConfig(host="sel", state_dir=tmp_path, uplinks={"physnet1": "eth9"})
+    report = drivers.host_report(config)
+    assert report == {"uplinks": {"physnet1": "eth9"}}
+    dataplane = drivers.build(config, report)
+    assert isinstance(dataplane, LinuxDataplane) and dataplane.binders == []
+
+
+def test_an_unknown_driver_is_refused_with_the_known_ones(tmp_path: Path) -> None:
+    config = AgentConfig(host="sel", state_dir=tmp_path, dataplane="../linux")
+    with pytest.raises(ValueError, match=r"unknown dataplane '\.\./linux' \(known: linux\)"):
+        drivers.build(config, drivers.host_report(config))
