@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from cloudnet.dataplane.kernel.ns_guard import InstanceNamespaces
 from cloudnet.dataplane.steps import Steps
@@ -61,6 +61,7 @@ def failed(port_id: str, reason: str) -> PortReport:
     return PortReport(port_id, "ERROR", "binding_failed", {"reason": reason})
 
 
+@runtime_checkable
 class Dataplane(Protocol):
     """What the agent sees of a driver."""
 
@@ -85,6 +86,7 @@ class Dataplane(Protocol):
 # -- the jobs -----------------------------------------------------------------------------------------------------
 
 
+@runtime_checkable
 class Job(Protocol):
     def step_keys(self, state: DesiredState) -> list[str]:
         """The step keys of this job's objects in `state` (failures of any others are forgotten)."""
@@ -95,6 +97,7 @@ class Job(Protocol):
         ...
 
 
+@runtime_checkable
 class Networks(Job, Protocol[P]):
     def apply(self, run: P) -> None:
         """L2 of every network the host needs; a network that fails is named, with why, in the pass's `broken` (its
@@ -102,6 +105,7 @@ class Networks(Job, Protocol[P]):
         ...
 
 
+@runtime_checkable
 class Ports(Job, Protocol[P]):
     def apply(self, run: P) -> list[PortReport]:
         """Every instance's ports this driver plugs (its vnic types), reported; those on a broken network or without
@@ -111,24 +115,28 @@ class Ports(Job, Protocol[P]):
     def is_plugged(self, port_id: str) -> bool: ...
 
 
+@runtime_checkable
 class PoolPorts(Job, Protocol[P]):
     def apply(self, run: P) -> list[PortReport]:
         """The ready pool ports' prepared devices, reported (`binding:vif_details.prepared_netns`)."""
         ...
 
 
+@runtime_checkable
 class MetadataReach(Job, Protocol[P]):
     def apply(self, run: P) -> None:
         """169.254.169.254 in each network with a metadata port, in `metadata_ns(host, network id)`."""
         ...
 
 
+@runtime_checkable
 class Routers(Job, Protocol[P]):
     def apply(self, run: P) -> None:
         """Every router of the state: legs, routes, gateway SNAT and forwards."""
         ...
 
 
+@runtime_checkable
 class PortBinder(Protocol):
     """Plugs the instance ports of one `binding:vnic_type` the driver does not plug itself (SR-IOV `direct`: a VF,
     sriov/driver.py), within the driver's pass: its steps, and the pass's checked view of instance namespaces."""
