@@ -36,7 +36,8 @@ from typing import Any
 import httpx
 from common import ROOT, UNLIMITED, free_port, median, ms, percentile, pin_client, row
 
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 
 

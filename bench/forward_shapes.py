@@ -28,7 +28,8 @@ from pathlib import Path
 from common import machine_load, ms, percentile, row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from cloudnet.dataplane.linux import netns, nft
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import nft
 from cloudnet.dataplane.linux.nat_plan import blocks
 
 T = "ip bench"

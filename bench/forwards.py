@@ -29,7 +29,8 @@ from common import machine_load, ms, percentile, row
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.netserve import Responder, tcp_ask
 
-from cloudnet.dataplane.linux import nat, netns, nft
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import nat, nft
 
 PORTS = 250
 TARGET = "10.250.0.10"

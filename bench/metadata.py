@@ -33,7 +33,8 @@ from typing import Any
 import httpx
 from common import ROOT, UNLIMITED, free_port, median, ms, percentile, row
 
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names
 from cloudnet.metadata import signing
 
 PYTHON = str(ROOT / ".venv/bin/python")

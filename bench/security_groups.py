@@ -43,7 +43,8 @@ from tests.support import frames
 from tests.support.netserve import Responder, tcp_ask
 
 from cloudnet.dataplane import security
-from cloudnet.dataplane.linux import conntrack, firewall, fw_check, fw_render, fw_script, names, netns, nft
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import conntrack, firewall, fw_check, fw_render, fw_script, names, nft
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, Steps
 
 NET = "6a1f0000-0000-4000-8000-000000000001"

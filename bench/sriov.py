@@ -1,4 +1,4 @@
-"""SR-IOV direct-port attach and release benchmark, at the driver level (dataplane/sriov.py).
+"""SR-IOV direct-port attach and release benchmark, at the driver level (dataplane/sriov/driver.py).
 
 No SR-IOV hardware: a sysfs tree in tmp with one PF and N VFs, a veth pair standing in for the PF and for
 each VF netdev, one namespace per instance. The PF-side VF MAC/VLAN request is recorded, not sent (it needs
@@ -22,8 +22,8 @@ from typing import Any
 from common import ms, percentile, row
 from tests.support.sriov_tree import add_pf
 
-from cloudnet.dataplane.linux import netns
-from cloudnet.dataplane.sriov import SriovDataplane
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.sriov.driver import SriovDataplane
 
 
 def _state(instances: list[dict[str, Any]], res: list[dict[str, Any]], ports: dict[str, Any]) -> dict[str, Any]:

@@ -91,6 +91,8 @@ class AgentConfig:
     park_pool_devices: bool = False
     # Seconds one object's dataplane step may take before it is marked failed (dataplane/steps.py).
     step_timeout: float = 10.0
+    # The dataplane driver (dataplane/drivers.py).
+    dataplane: str = "linux"
     # SmartOS metadata sockets: an idle connection is closed after this many seconds; the longest request line;
     # connections per instance socket (a guest can use them up only for itself).
     mdata_idle_timeout: float = 300.0

@@ -34,7 +34,7 @@ def is_managed_ns(host: str, name: str) -> bool:
 def spelled(value: str) -> str:
     """The path a namespace name (under /run/netns) or an absolute path stands for, spelt plainly (no NUL or white
     space; no '.', '..' or empty components); ValueError otherwise. What the path holds is the host agent's to check
-    before it enters it (dataplane/linux/ns_guard.py)."""
+    before it enters it (dataplane/kernel/ns_guard.py)."""
     if "\x00" in value or any(c.isspace() for c in value):
         raise ValueError("a namespace name or path has no NUL or white space")
     if "/" not in value:

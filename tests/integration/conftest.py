@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from cloudnet.dataplane.linux import netns, nft
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import nft
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import Cloud
 from tests.support.forward_site import Site, forward_site

@@ -22,7 +22,8 @@ from typing import Any
 
 import httpx
 
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names
 from tests.support.cloud import Cloud, ns_run
 from tests.support.process import CLOUDNET
 

@@ -8,7 +8,8 @@ import threading
 from pathlib import Path
 
 from cloudnet.agent.metadata_proxy import MetadataProxy
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names
 from tests.support.cloud import Cloud, ns_run, ping
 
 # A one-shot TCP server for the outside namespace: prints the address of the first client.

@@ -21,9 +21,10 @@ import httpx
 import pytest
 
 from cloudnet.config import ServerConfig
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.kernel.ns_guard import InstanceNamespaces, NamespaceRefused
+from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.driver import LinuxDataplane
-from cloudnet.dataplane.linux.ns_guard import InstanceNamespaces, NamespaceRefused
 from tests.support.api import check_error
 from tests.support.cloud import Cloud, ns_run
 from tests.support.guest_metadata import agent_with_proxy, cloud_init_available, read_as_cloud_init
@@ -148,7 +149,7 @@ def test_a_hung_step_holds_only_its_instance(cloud: Cloud, server: RunningServer
     """An instance whose plug hangs (as a FIFO once made it) is timed out and failed; the host goes on."""
     release = threading.Event()
     dataplane = LinuxDataplane(cloud.host, step_timeout=1.0)
-    plug = dataplane._plug
+    plug = dataplane.ports._plug  # type: ignore[attr-defined]
     stuck: list[str] = []
 
     def hanging_plug(host: Any, links: Any, inst: dict[str, Any], *rest: Any) -> None:
@@ -157,7 +158,7 @@ def test_a_hung_step_holds_only_its_instance(cloud: Cloud, server: RunningServer
             release.wait(60)  # the fault injected: this object's kernel work never returns
         plug(host, links, inst, *rest)
 
-    dataplane._plug = hanging_plug  # type: ignore[method-assign]
+    dataplane.ports._plug = hanging_plug  # type: ignore[attr-defined]
     try:
         with agent_with_proxy(cloud, server, dataplane=dataplane):
             net, _sub = cloud.network("hung", "10.96.0.0/24")

@@ -28,7 +28,8 @@ import pytest
 
 from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata_proxy import MetadataProxy
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names
 from cloudnet.metadata import signing
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp

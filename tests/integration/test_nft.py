@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from cloudnet.dataplane.linux import netns, nft
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import nft
 
 
 def ruleset(name: str) -> str:

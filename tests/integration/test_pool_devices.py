@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names
 from tests.support.cloud import Cloud, ns_run, ping
 
 FREE_OWNER = "compute:cloudnet-pool"

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from cloudnet.dataplane import security
-from cloudnet.dataplane.linux import fw_render, names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import fw_render, names
 from tests.support import frames
 from tests.support.cloud import ns_run, ping
 from tests.support.netserve import Responder, tcp_ask

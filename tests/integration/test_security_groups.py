@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cloudnet.dataplane.linux import conntrack, names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import conntrack, names
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import ping
 from tests.support.netserve import Responder, tcp_ask, udp_ask

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.kernel import netns
 from tests.support.cloud import Cloud, ns_run
 from tests.support.guest_metadata import agent_with_proxy
 from tests.support.netserve import Responder, tcp_ask

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from cloudnet.dataplane import sriov_inventory as inv
-from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
-from cloudnet.dataplane.sriov import PfNetlink, SriovDataplane, vf_nla, vf_request
+from cloudnet.dataplane.sriov import inventory as inv
+from cloudnet.dataplane.sriov.driver import PfNetlink, SriovDataplane, vf_nla, vf_request
 from cloudnet.services import hosts, sriov
 from cloudnet.store.db import Store
 from tests.support.api import create
@@ -146,7 +146,7 @@ def test_instance_with_a_direct_port_through_the_api_and_the_agent(rig: Rig, ser
 
     report: dict[str, Any] = {"uplinks": {}}
     report["sriov"] = inv.inventory_report(inv.read_inventory({"physnet2": [rig.pf]}, None, rig.sysfs))
-    dataplane = LinuxDataplane(rig.host, sriov=rig.dataplane(report))
+    dataplane = LinuxDataplane(rig.host, binders=[rig.dataplane(report)])
     try:
         with running_agent(server.url, rig.host, dataplane, report):
             _direct_port_round_trip(rig, api)
@@ -205,7 +205,7 @@ def test_a_pf_that_refuses_vf_settings_fails_its_port_only(rig: Rig, server: Any
     for ns in (other_ns, ok_ns):  # (before their instances: a namespace appearing later is seen at a full pass)
         netns.ensure(ns)
     try:
-        with running_agent(server.url, rig.host, LinuxDataplane(rig.host, sriov=sriov_dp), report):
+        with running_agent(server.url, rig.host, LinuxDataplane(rig.host, binders=[sriov_dp]), report):
             _one_refusing_pf(rig, api, other_ns, ok_ns, recorded)
     finally:
         LinuxDataplane(rig.host).teardown()

@@ -14,7 +14,7 @@ import httpx
 
 from cloudnet.agent.agent import Agent
 from cloudnet.agent.client import ApiClient
-from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.server import RunningServer
 

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.kernel import netns
 
 ETH_P_ALL = 0x0003
 BROADCAST = "ff:ff:ff:ff:ff:ff"

@@ -10,7 +10,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
-from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.kernel import netns
 
 
 def _family(address: str) -> int:

@@ -12,7 +12,7 @@ import contextlib
 import uuid
 from collections.abc import Iterator
 
-from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.kernel import netns
 
 
 @contextlib.contextmanager

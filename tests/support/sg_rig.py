@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudnet.dataplane.base import PortReport
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 
 Rule = dict[str, Any]

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from sqlalchemy import insert, select
 
-from cloudnet.dataplane import sriov_inventory as inv
+from cloudnet.dataplane.sriov import inventory as inv
 from cloudnet.services import common, sriov
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudnet.dataplane import sriov_inventory as inv
+from cloudnet.dataplane.sriov import inventory as inv
 from tests.support.sriov_tree import add_pf
 
 

@@ -1,7 +1,7 @@
 """The metadata proxy: 169.254.169.254:80 in every network's metadata namespace, one asyncio loop for all.
 
 A state observer of the agent. For each network with instance ports on this host it listens inside the
-network's metadata namespace (`names.metadata_ns`, created and plugged by the dataplane driver), on
+network's metadata namespace (`dataplane.base.metadata_ns`, created and plugged by the dataplane driver), on
 169.254.169.254:80 and, when the driver gave the namespace fe80::a9fe:a9fe, on [fe80::a9fe:a9fe]:80. The
 listening sockets are opened with this loop's thread inside the namespace (setns), then served from the
 agent's own namespace, so one thread serves every network (neutron runs one haproxy per network).
@@ -34,7 +34,8 @@ from cloudnet.agent.metadata_guest import MISS_WAIT, NetworkGuests, Relay
 from cloudnet.agent.metadata_relay import Callers
 from cloudnet.agent.metadata_upstream import ANSWER_TIMEOUT, Upstream
 from cloudnet.agent.ratelimit import RateLimiter
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.base import metadata_ns
+from cloudnet.dataplane.kernel import netns
 from cloudnet.metadata import signing
 from cloudnet.metadata.http_server import HttpServer
 
@@ -211,7 +212,7 @@ class MetadataProxy:
         await asyncio.gather(*others, return_exceptions=True)
 
     async def _ensure(self, network_id: str) -> None:
-        namespace = names.metadata_ns(self.host, network_id)
+        namespace = metadata_ns(self.host, network_id)
         current = self._listeners.get(network_id)
         try:
             st = os.stat(netns.path_of(namespace))

@@ -5,39 +5,22 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from typing import Any
 
 from cloudnet.agent.agent import Agent, StateObserver
 from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata_proxy import MetadataProxy
 from cloudnet.config import AgentConfig
-from cloudnet.dataplane.linux.driver import LinuxDataplane
-from cloudnet.dataplane.sriov import SriovDataplane
-from cloudnet.dataplane.sriov_inventory import inventory_report, read_inventory
+from cloudnet.dataplane import drivers
 from cloudnet.metadata import signing
 from cloudnet.metadata.mdata_server import MdataService
 
 log = logging.getLogger("cloudnet.agent")
 
 
-def agent_report(config: AgentConfig) -> dict[str, Any]:
-    """What the heartbeat reports about this host: uplinks, and the SR-IOV inventory when VFs are mapped."""
-    report: dict[str, Any] = {"uplinks": config.uplinks}
-    if config.sriov:
-        report["sriov"] = inventory_report(read_inventory(config.sriov, config.sriov_exclude, config.sysfs_root))
-    return report
-
-
 def build(config: AgentConfig) -> Agent:
     client = ApiClient(config.server, config.host, config.token)
-    report = agent_report(config)
-    sriov = None
-    if config.sriov:
-        # Shares `report` with the Agent: it refreshes report["sriov"] after each plug or release.
-        sriov = SriovDataplane(config.host, config.state_dir, mappings=config.sriov, exclude=config.sriov_exclude,
-                               sysfs_root=config.sysfs_root, report=report)  # fmt: skip
-    dataplane = LinuxDataplane(config.host, config.uplinks, sriov, park=config.park_pool_devices,
-                               step_timeout=config.step_timeout)  # fmt: skip
+    report = drivers.host_report(config)
+    dataplane = drivers.build(config, report)  # shares `report` with the Agent (the driver may refresh parts)
     observers: list[StateObserver] = []
     if config.metadata_url:
         # 169.254.169.254 in every network namespace of this host, signing with the server's secret.

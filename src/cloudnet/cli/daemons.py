@@ -99,7 +99,7 @@ def _uplinks(values: list[str] | None) -> dict[str, str]:
 
 
 def _sriov(sriov: list[str] | None, exclude: list[str] | None) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
-    from cloudnet.dataplane.sriov_inventory import parse_exclude, parse_sriov
+    from cloudnet.dataplane.sriov.inventory import parse_exclude, parse_sriov
 
     try:
         return parse_sriov(sriov or []), parse_exclude(exclude or [])

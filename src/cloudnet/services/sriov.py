@@ -3,7 +3,7 @@
 A direct port bound to an instance on a host holds one VF of that host, recorded in
 `sriov_reservations` (unique per (host, pci_slot) and per port: the database, not this code, makes
 sharing a VF impossible). The VFs a host has come from its agent's heartbeat report (`report["sriov"]`,
-dataplane/sriov_inventory.py); a VF is free when it is not excluded, not reserved, and its netdev is in
+dataplane/sriov/inventory.py); a VF is free when it is not excluded, not reserved, and its netdev is in
 the host namespace (absent: the agent has not handed it back yet, or something else uses it).
 """
 

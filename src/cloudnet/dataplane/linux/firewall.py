@@ -30,7 +30,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cloudnet.dataplane import security
-from cloudnet.dataplane.linux import conntrack, fw_check, fw_render, fw_script, names, netns, nft
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import conntrack, fw_check, fw_render, fw_script, names, nft
 from cloudnet.dataplane.linux.fw_numbers import Numbers
 from cloudnet.dataplane.linux.fw_policy import PolicyReader
 from cloudnet.dataplane.linux.fw_render import Part

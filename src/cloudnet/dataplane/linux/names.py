@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hashlib
 
+# Where the metadata proxy listens is the driver interface's (every driver makes the same namespace reachable).
+from cloudnet.dataplane.base import METADATA_NS_PREFIX, metadata_ns, metadata_ns_prefix  # noqa: F401
+
 # The namespaces cloudnet provides and reserves are named in a module shared with the control plane.
 from cloudnet.namespaces import (  # noqa: F401
     MANAGED_NS_PREFIX,
@@ -30,7 +33,6 @@ ROUTER_GW = "qg-"  # router end of the gateway leg
 PREFIXES = (BRIDGE, TAP, TAP_PEER, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE)
 HOST_NS_PREFIX = "cloudnet-host-"
 ROUTER_NS_PREFIX = "cloudnet-router-"
-METADATA_NS_PREFIX = "cloudnet-meta-"
 PARK_NS_PREFIX = "cloudnet-park-"  # (the shared holding namespace of earlier versions: removed when found)
 
 
@@ -84,16 +86,6 @@ def router_ns_prefix(host: str) -> str:
 
 def router_ns(host: str, router_id: str) -> str:
     return router_ns_prefix(host) + router_id
-
-
-def metadata_ns_prefix(host: str) -> str:
-    # Per host, like routers: two agents on one machine never take over each other's metadata namespaces.
-    return f"{METADATA_NS_PREFIX}{hashlib.sha1(host.encode()).hexdigest()[:6]}-"
-
-
-def metadata_ns(host: str, network_id: str) -> str:
-    """The namespace where the network's metadata proxy listens on 169.254.169.254 (neutron's ovnmeta-<net>)."""
-    return metadata_ns_prefix(host) + network_id
 
 
 def park_ns(host: str) -> str:

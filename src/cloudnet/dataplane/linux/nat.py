@@ -19,7 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudnet.dataplane.linux import netns, nft, nft_state
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import nft, nft_state
 from cloudnet.dataplane.linux.nat_plan import (
     FAMILIES,
     TABLE,

@@ -26,7 +26,7 @@ from typing import Any
 
 import nftables
 
-from cloudnet.dataplane.linux import netns
+from cloudnet.dataplane.kernel import netns
 
 
 @dataclass

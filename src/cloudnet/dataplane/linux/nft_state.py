@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 import nftables
 
-from cloudnet.dataplane.linux import netns, nft
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import nft
 from cloudnet.dataplane.linux.nat_plan import TABLE
 
 SHOWN = 10  # elements named per set and kind of difference (the rest are counted)

@@ -7,7 +7,8 @@ import ipaddress
 from typing import Any
 
 from cloudnet.dataplane.base import DesiredState
-from cloudnet.dataplane.linux import names, routes
+from cloudnet.dataplane.kernel import routes
+from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.nat_plan import Structure
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudnet import namespaces
-from cloudnet.dataplane.linux import names, netns
+from cloudnet.dataplane.kernel import netns
 
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3)
 SYS_OPENAT2 = 437  # the same number on every architecture (the generic table)
@@ -204,7 +204,7 @@ class InstanceNamespaces:
         self._claimed: dict[Identity, str] = {}  # namespace -> the instance that has it
 
     def _build(self) -> None:
-        for name in netns.names(names.RESERVED_NS_PREFIX):
+        for name in netns.names(namespaces.RESERVED_NS_PREFIX):
             ident = _identity(str(netns.RUN_DIR / name))
             if ident is not None:
                 self._made[ident] = name
@@ -237,7 +237,7 @@ class InstanceNamespaces:
                 raise NamespaceRefused(f"{inst['netns']} is {self._special[ident]}")
             made = self._made.get(ident)
             # Only a namespace cloudnet provided for this very instance (it is named after it), never another.
-            if made is not None and not (made == inst["netns"] and names.is_managed_ns(self.host, made)):
+            if made is not None and not (made == inst["netns"] and namespaces.is_managed_ns(self.host, made)):
                 raise NamespaceRefused(f"{inst['netns']} is a namespace cloudnet made ({made})")
             holder = self._claimed.setdefault(ident, inst["id"]) if claim else inst["id"]
             if holder != inst["id"]:

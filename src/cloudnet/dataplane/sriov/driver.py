@@ -8,7 +8,7 @@ Plug a reserved VF into its instance:
      anti-spoofing) cannot be enforced on it, which the port shows as `binding:vif_details.port_filter: false`;
   2. the VF's netdev (found under sysfs `virtfn<i>/net/`) gets an alias naming the VF, moves into the
      instance namespace and is renamed to eth<position>; MAC, MTU, state, addresses and routes as the
-     Linux dataplane sets them for a veth port (its static helpers);
+     Linux dataplane sets them for a veth port (kernel/addressing.py);
   3. the port is reported ACTIVE, vif_type hw_veb.
 Release: on the PF `vf <i> vlan 0 mac 00:00:00:00:00:00` (no duplicate MAC when the VF is reused), the
 netdev gets its own name back and returns to the host namespace.
@@ -32,11 +32,10 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.requests.link import LinkIPRouteFilter
 
-from cloudnet.dataplane import sriov_inventory as inv
 from cloudnet.dataplane.base import DesiredState, PortReport
-from cloudnet.dataplane.linux import netns
-from cloudnet.dataplane.linux.driver import LinuxDataplane
-from cloudnet.dataplane.linux.ns_guard import InstanceNamespaces, NamespaceRefused
+from cloudnet.dataplane.kernel import addressing, netns
+from cloudnet.dataplane.kernel.ns_guard import InstanceNamespaces, NamespaceRefused
+from cloudnet.dataplane.sriov import inventory as inv
 from cloudnet.dataplane.steps import StepFailed, Steps
 
 log = logging.getLogger(__name__)
@@ -90,7 +89,10 @@ def _by_alias(ipr: IPRoute, alias: str) -> int | None:
 
 
 class SriovDataplane:
-    """Converges the host's direct ports to `state["sriov"]` (services/sriov.desired) and the instances."""
+    """Converges the host's direct ports to `state["sriov"]` (services/sriov.desired) and the instances: the port
+    binder (dataplane.base.PortBinder) of vnic type `direct`, which a driver plugging the other ports composes."""
+
+    vnic_type = "direct"
 
     def __init__(
         self,
@@ -191,7 +193,7 @@ class SriovDataplane:
             details = {"vlan": str(res["vlan"]), "port_filter": False}  # groups cannot be enforced on a VF
             up = "ACTIVE" if port["admin_state_up"] else "DOWN"
             fingerprint = (
-                slot, res["vlan"], _spoofchk(port), *LinuxDataplane._fingerprint(inst, position, port, network, state)
+                slot, res["vlan"], _spoofchk(port), *addressing.fingerprint(inst, position, port, network, state)
             )  # fmt: skip
             if self._applied.get(res["port_id"]) == fingerprint and netns.exists(inst["netns"]):
                 reports.append(PortReport(res["port_id"], up, VIF_TYPE, details))
@@ -285,8 +287,8 @@ class SriovDataplane:
                 guest.link("set", index=lo[0], state="up")
             state_up = "up" if port["admin_state_up"] else "down"
             guest.link("set", index=idx, address=port["mac_address"], mtu=network["mtu"], state=state_up)
-            LinuxDataplane._configure_addresses(guest, idx, port)
-            LinuxDataplane._configure_routes(guest, idx, port, state, default=position == 0)
+            addressing.configure_addresses(guest, idx, port)
+            addressing.configure_routes(guest, idx, port, state, default=position == 0)
         self._write(rec)
 
     # -- release ------------------------------------------------------------------------------

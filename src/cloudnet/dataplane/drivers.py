@@ -1,0 +1,52 @@
+"""The driver selector: the dataplane a host runs, by name, from the agent's configuration. The agent builds its
+driver here and sees it only through dataplane.base; a new driver (OVN) is a package of its own and one line in
+DRIVERS."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from cloudnet.config import AgentConfig
+from cloudnet.dataplane.base import Dataplane, PortBinder
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.dataplane.sriov import inventory
+from cloudnet.dataplane.sriov.driver import SriovDataplane
+
+# A driver from the agent's configuration and its heartbeat report (the same dict the agent sends: a driver may
+# refresh its own members, e.g. report["sriov"] after each plug or release).
+Factory = Callable[[AgentConfig, dict[str, Any]], Dataplane]
+
+
+def host_report(config: AgentConfig) -> dict[str, Any]:
+    """What the heartbeat reports about this host's dataplane: uplinks, and the SR-IOV inventory when VFs are
+    mapped."""
+    report: dict[str, Any] = {"uplinks": config.uplinks}
+    if config.sriov:
+        report["sriov"] = inventory.inventory_report(
+            inventory.read_inventory(config.sriov, config.sriov_exclude, config.sysfs_root)
+        )
+    return report
+
+
+def _binders(config: AgentConfig, report: dict[str, Any]) -> list[PortBinder]:
+    if not config.sriov:
+        return []
+    return [SriovDataplane(config.host, config.state_dir, mappings=config.sriov, exclude=config.sriov_exclude,
+                           sysfs_root=config.sysfs_root, report=report)]  # fmt: skip
+
+
+def _linux(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
+    return LinuxDataplane(config.host, config.uplinks, _binders(config, report), park=config.park_pool_devices,
+                          step_timeout=config.step_timeout)  # fmt: skip
+
+
+DRIVERS: dict[str, Factory] = {"linux": _linux}
+
+
+def build(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
+    """The configured driver (config.dataplane); ValueError naming the known ones for any other name."""
+    factory = DRIVERS.get(config.dataplane)
+    if factory is None:
+        raise ValueError(f"unknown dataplane {config.dataplane!r} (known: {', '.join(sorted(DRIVERS))})")
+    return factory(config, report)
