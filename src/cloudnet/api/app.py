@@ -33,6 +33,7 @@ from cloudnet.api import (
     hosts,
     identity,
     instance_metadata,
+    keystone,
     port_pools,
     quotas,
     resources,
@@ -167,7 +168,8 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     quota_service.configure(store, config.quotas)
     app = Starlette(
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
-                       hosts.router, forwards.router, instance_metadata.router, quotas.router, identity.router]),
+                       hosts.router, forwards.router, instance_metadata.router, quotas.router, identity.router,
+                       keystone.router]),
         exception_handlers=handlers,
         middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size)],  # type: ignore[arg-type]
         lifespan=lifespan,

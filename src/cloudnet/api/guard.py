@@ -22,8 +22,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Version discovery answers anyone (keystoneauth asks before it authenticates).
-PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/"})
+# Version discovery answers anyone (keystoneauth asks before it authenticates); /v3/auth/* authenticate for
+# themselves (api/keystone.py: a login has no token yet).
+PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/", "/v3/auth/tokens", "/v3/auth/projects"})
 CONTEXT_KEY = "cloudnet.context"
 
 
