@@ -75,7 +75,9 @@ class Authenticator:
         return {ctx.project_id for ctx in tokens.values()} | {p for user in users.values() for p in user.projects}
 
     def users(self) -> dict[str, keystone.User]:
-        self._refresh()
+        """The users as the file has them now (a login reads it: one stat, and `cloudnet user set` takes effect at
+        once rather than within the second requests wait)."""
+        self._refresh(force=True)
         return self._users
 
     def issued(self, token: str | None) -> keystone.Issued | None:
@@ -84,9 +86,9 @@ class Authenticator:
             return None
         return self.signer.verify(token)
 
-    def _refresh(self) -> None:
+    def _refresh(self, force: bool = False) -> None:
         now = time.monotonic()
-        if now - self._checked > 1.0:  # pick up edits to the file without a restart
+        if force or now - self._checked > 1.0:  # pick up edits to the file without a restart
             with self._lock:
                 self._checked = now
                 try:

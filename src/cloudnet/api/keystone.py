@@ -69,9 +69,9 @@ async def _body(request: Request) -> Any:
 
 def _login(auth: Authenticator, limits: Limits, req: keystone.AuthRequest, address: str) -> tuple[str, keystone.Issued]:
     """Check the request's methods (blocking: a password check costs ~50 ms of CPU) and sign the new token."""
+    users = auth.users()  # (first: it reads the file, which may have just been made)
     if auth.signer is None or auth.open_mode:
         raise NotAuthenticated("No users: this cloudnet runs without a tokens file (see `cloudnet user set`).")
-    users = auth.users()
     user: keystone.User | None = None
     current, expires = None, None
     if req.user is not None:
