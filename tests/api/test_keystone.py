@@ -180,3 +180,12 @@ def test_openstacksdk_with_password_auth(cloud: tuple[str, Path, str], tmp_path:
     assert net.project_id == "ops" and conn.current_project_id == "ops"
     assert conn.network.get_quota("ops").networks == 100
     conn.network.delete_network(net)
+
+
+def test_head_validates_without_a_body(cloud: tuple[str, Path, str]) -> None:
+    url, _state, _admin = cloud
+    alice = _login(url, "alice", **_project("alice")).headers["X-Subject-Token"]
+    r = httpx.head(url + "/v3/auth/tokens", headers={"X-Auth-Token": alice, "X-Subject-Token": alice})
+    assert r.status_code == 200 and r.headers["X-Subject-Token"] == alice and r.content == b""
+    r = httpx.head(url + "/v3/auth/tokens", headers={"X-Auth-Token": alice, "X-Subject-Token": "cnk1.x.y"})
+    assert r.status_code == 403
