@@ -25,10 +25,11 @@ $(STAMP): requirements.lock pyproject.toml scripts/install-debian-packages.sh sc
 	touch $@
 
 run: deps
-	@# Put the CLI on PATH for the walk-through, unless another `cloudnet` is already there.
-	@if [ -w /usr/local/bin ] && { [ ! -e /usr/local/bin/cloudnet ] || [ -L /usr/local/bin/cloudnet ]; }; then \
-		ln -sfn $(CURDIR)/$(BIN)/cloudnet /usr/local/bin/cloudnet; fi
-	$(BIN)/cloudnet up --state-dir $(STATE_DIR) $(UP_ARGS)
+	@# Put the commands on PATH for the walk-through, unless other ones of these names are already there.
+	@for cmd in cloudnet cloudnet-mdata; do \
+		if [ -w /usr/local/bin ] && { [ ! -e /usr/local/bin/$$cmd ] || [ -L /usr/local/bin/$$cmd ]; }; then \
+			ln -sfn $(CURDIR)/$(BIN)/$$cmd /usr/local/bin/$$cmd; fi; done
+	@$(BIN)/cloudnet up --state-dir $(STATE_DIR) $(UP_ARGS)
 
 # Lint first: ruff's checks and its formatting are part of the suite.
 test: lint

@@ -59,6 +59,11 @@ class ServerConfig:
         return self.state_dir / "metadata_secret"
 
     @property
+    def keystone_secret_file(self) -> Path:
+        # Signs the tokens the Keystone face issues (services/keystone.py); servers sharing a database share it.
+        return self.state_dir / "keystone_secret"
+
+    @property
     def loopback_bind(self) -> bool:
         if self.host == "localhost":
             return True

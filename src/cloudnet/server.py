@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import signal
 import socket
 import threading
@@ -15,6 +16,7 @@ from types import FrameType
 
 import uvicorn
 
+from cloudnet import api_socket
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
@@ -23,6 +25,8 @@ from cloudnet.metadata import signing
 from cloudnet.metadata.http_server import HttpServer
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
+from cloudnet.services.context import Context
+from cloudnet.services.keystone import TokenSigner
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 
@@ -75,13 +79,17 @@ class _Metadata:
             self.listen.path.unlink(missing_ok=True)
 
 
-def prepare(config: ServerConfig) -> tuple[Store, Authenticator]:
-    """Everything before listening: state dir, schema, and the token policy."""
+def prepare(config: ServerConfig, internal: dict[str, Context] | None = None) -> tuple[Store, Authenticator]:
+    """Everything before listening: state dir, schema, and the token policy (`internal`: the server's own
+    tokens, such as the one of the agent `cloudnet up` runs)."""
     config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        auth = Authenticator(config.tokens_file)
+        signer = TokenSigner(signing.load_or_create_secret(config.keystone_secret_file))
+        auth = Authenticator(config.tokens_file, signer, internal)
     except TokenConfigError as exc:
         raise StartupError(exc.message) from None
+    except signing.SecretError as exc:
+        raise StartupError(str(exc)) from None
     if auth.open_mode:
         if not config.loopback_bind:
             raise StartupError(
@@ -114,15 +122,16 @@ def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
     return _Metadata(HttpServer(MetadataApp(store, secret, settings)), sock, listen)
 
 
-def _run(server: _Server, metadata: _Metadata | None) -> None:
+def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None) -> None:
     """Both servers on one loop until a signal (or either one failing) stops them both."""
     if metadata is None:
-        server.run()
+        server.run(sockets=[sock])
         return
     server.companions.append(metadata.server.stop)
 
     async def both() -> None:
-        tasks = [asyncio.ensure_future(server.serve()), asyncio.ensure_future(metadata.server.serve(metadata.sock))]
+        tasks = [asyncio.ensure_future(server.serve(sockets=[sock])),
+                 asyncio.ensure_future(metadata.server.serve(metadata.sock))]  # fmt: skip
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         server.should_exit = True
         metadata.server.stop()
@@ -134,12 +143,24 @@ def _run(server: _Server, metadata: _Metadata | None) -> None:
 
 def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
     """Run the API until SIGTERM; with `agent`, also this host's agent in the same process (`cloudnet up`)."""
+    try:  # first: a second `cloudnet up` stops here, in one line, before it touches anything
+        sock = api_socket.bind(config.host, config.port)
+    except OSError as exc:
+        raise StartupError(exc.strerror or str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    store, auth = prepare(config)
+    internal = {}
+    if agent is not None:  # the agent beside the server acts as admin whatever the tokens file says (or becomes)
+        agent.token = secrets.token_urlsafe(32)
+        internal[agent.token] = Context.admin()
     try:
-        metadata = prepare_metadata(config, store)
+        store, auth = prepare(config, internal)
+        try:
+            metadata = prepare_metadata(config, store)
+        except StartupError:
+            store.dispose()
+            raise
     except StartupError:
-        store.dispose()
+        sock.close()
         raise
     app = create_app(config, store, auth)
     log.info("cloudnet API on http://%s:%d/v2.0 (state %s, db %s)", config.host, config.port, config.state_dir,
@@ -158,11 +179,12 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
         print(
             f"cloudnet is up: API http://{config.host}:{config.port}/v2.0, agent for host {agent.host}\n"
             f"  CLI:  cloudnet --url http://{config.host}:{config.port} network list   (or set CLOUDNET_URL)\n"
-            f"  SDK:  clouds.yaml with auth_type: none and endpoint http://{config.host}:{config.port}/v2.0",
+            f"  SDK:  clouds.yaml with auth_type: password and auth_url http://{config.host}:{config.port}/v3 "
+            "(users: cloudnet user set)",
             flush=True,
         )
     try:
-        _run(server, metadata)
+        _run(server, sock, metadata)
     finally:
         if running is not None:
             running.stop()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -60,3 +62,26 @@ def test_malformed_tokens_file_is_a_clear_startup_error(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: cannot start: cannot read tokens file")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_second_up_says_in_one_line_that_cloudnet_runs(tmp_path: Path) -> None:
+    with serve(tmp_path / "first", "--metadata-listen", "off") as (proc, url):
+        port = url.rsplit(":", 1)[1]
+        second = subprocess.run(
+            [CLOUDNET, "up", "--state-dir", str(tmp_path / "second"), "--port", port, "--agent-host", "x"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert second.returncode == 1
+        assert second.stderr == f"Error: cannot start: cloudnet already runs (pid {proc.pid}, {url})\n"
+        assert second.stdout == ""
+        assert not (tmp_path / "second").exists()  # stopped before touching anything
+
+
+def test_an_address_held_by_another_program_is_named(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        done = subprocess.run([CLOUDNET, "serve", "--state-dir", str(tmp_path), "--port", str(port)],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith(f"Error: cannot start: http://127.0.0.1:{port} is in use by another process (pid ")
+    assert f"pid {os.getpid()}," in done.stderr

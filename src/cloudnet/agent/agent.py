@@ -66,13 +66,18 @@ class Agent:
         beat = threading.Thread(target=self._heartbeats, name="cloudnet-heartbeat", daemon=True)
         beat.start()
         backoff = 0.5
+        reached = False  # until the API first answers, a failure is a wait (it may be starting), not a loss
         while not self.stop_event.is_set():
             try:
                 self._register()
+                reached = True
                 self._follow()
                 backoff = 0.5
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                log.warning("lost the API (%s); full sync again in %.1f s", exc, backoff)
+                if reached:
+                    log.warning("lost the API (%s); full sync again in %.1f s", exc, backoff)
+                else:
+                    log.info("waiting for the API (%s); trying again in %.1f s", exc, backoff)
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
             except StepTimedOut:

@@ -23,8 +23,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Version discovery answers anyone (keystoneauth asks before it authenticates), and so does the OpenAPI document
-# (it describes the API, and holds no data).
-PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/", "/openapi.json", "/v2.0/openapi.json"})
+# (it describes the API, and holds no data); /v3/auth/* authenticate for themselves (api/keystone.py: a login has
+# no token yet).
+PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/", "/v3/auth/tokens", "/v3/auth/projects",
+                          "/openapi.json", "/v2.0/openapi.json"})  # fmt: skip
 CONTEXT_KEY = "cloudnet.context"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -105,16 +104,6 @@ def _sriov(sriov: list[str] | None, exclude: list[str] | None) -> tuple[dict[str
         return parse_sriov(sriov or []), parse_exclude(exclude or [])
     except ValueError as exc:
         raise CliError(str(exc)) from None
-
-
-def _admin_token(tokens_file: Path) -> str:
-    """The in-process agent of `up` acts as an admin: the first admin token of the tokens file, if any."""
-    try:
-        tokens = json.loads(tokens_file.read_text())["tokens"]
-        admin = (tok for tok, entry in tokens.items() if entry.get("role") == "admin" or entry.get("admin") is True)
-        return next(admin, "agent")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return "agent"  # no (usable) tokens file: the server accepts any token on loopback
 
 
 def _quotas(values: list[str] | None) -> dict[str, int]:
@@ -244,7 +233,7 @@ def register(app: typer.Typer) -> None:
                               quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
-                                   token=_admin_token(config.tokens_file), state_dir=state_dir,
+                                   token="", state_dir=state_dir,  # the server gives it a token of its own
                                    uplinks=_uplinks(uplink), metadata_url=metadata_url_of(metadata_listen),
                                    metadata_secret_file=config.metadata_secret_file)  # fmt: skip
         agent_config.sriov, agent_config.sriov_exclude = _sriov(sriov, sriov_exclude)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -68,6 +69,9 @@ def create(
     ssh_key: Annotated[
         list[str] | None, typer.Option(metavar="NAME=PUBLIC_KEY_FILE", help="SSH public key (repeatable).")
     ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until its host has plugged it (ACTIVE); fail with the agent's reason.")
+    ] = False,
     fmt: FormatOption = Format.table,
 ) -> None:
     """Create an instance and plug its ports."""
@@ -86,7 +90,27 @@ def create(
     if ssh_key:
         body["ssh_keys"] = [{"name": k, "key": _read(Path(v)).strip()}
                             for k, v in parse_assignments(ssh_key, option="--ssh-key").items()]  # fmt: skip
-    print_show(client.create(INSTANCE, body), fmt)
+    created = client.create(INSTANCE, body)
+    print_show(_wait_active(client, created) if wait else created, fmt)
+
+
+WAIT_LIMIT = 120.0  # seconds: a host that takes longer is broken, and the user should hear of it
+
+
+def _wait_active(client: Client, instance: dict[str, Any]) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_LIMIT
+    while instance["status"] != "ACTIVE":
+        if instance["status"] == "ERROR":
+            raise CliError(f"instance {instance['name']} failed: {instance.get('status_reason') or 'no reason given'}")
+        if instance.get("status_reason"):  # the agent said why it cannot plug it (a namespace that is not there)
+            raise CliError(f"instance {instance['name']} is not plugged: {instance['status_reason']} (it is, once "
+                           "that is fixed)")  # fmt: skip
+        if time.monotonic() > deadline:
+            raise CliError(f"instance {instance['name']} is still {instance['status']} after {WAIT_LIMIT:.0f} s "
+                           f"(is the agent of host {instance['host']} running?)")  # fmt: skip
+        time.sleep(0.1)
+        instance = client.show(INSTANCE, instance["id"])
+    return instance
 
 
 def _read(path: Path) -> str:

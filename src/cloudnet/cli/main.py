@@ -9,13 +9,35 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import click
 import httpx
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
-from cloudnet.cli import daemons, hosts, instances, networks, pools, ports, routers, security_groups, subnets
+from cloudnet.cli import (
+    daemons,
+    hosts,
+    instances,
+    networks,
+    pools,
+    ports,
+    routers,
+    security_groups,
+    subnets,
+    users,
+)
 from cloudnet.cli.client import DEFAULT_TOKEN, DEFAULT_URL, Client
 from cloudnet.cli.errors import CliError
+
+_display_type = TyperOption.display_type_rich
+
+
+def _flag_display_type(self: TyperOption, ctx: click.Context) -> str | None:
+    # typer's rich help gives a flag the type `<bool>`, as if it took a value; its plain help shows none.
+    return None if self.is_flag or self.count else _display_type(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_display_type  # type: ignore[method-assign]
 
 
 class CloudnetGroup(TyperGroup):
@@ -46,6 +68,8 @@ app.add_typer(security_groups.app, name="security-group")
 app.add_typer(instances.app, name="instance")
 app.add_typer(hosts.app, name="host")
 app.add_typer(pools.app, name="pool")
+app.add_typer(users.user_app, name="user")
+app.add_typer(users.token_app, name="token")
 
 
 @app.callback()

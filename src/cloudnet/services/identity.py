@@ -16,7 +16,7 @@ from cloudnet.services.context import Context
 DOMAIN = "default"
 
 
-def _project(project_id: str, base: str) -> dict[str, Any]:
+def project_body(project_id: str, base: str) -> dict[str, Any]:
     return {
         "id": project_id, "name": project_id, "domain_id": DOMAIN, "enabled": True, "description": "",
         "parent_id": DOMAIN, "is_domain": False, "tags": [], "options": {},
@@ -35,11 +35,11 @@ def get_project(ctx: Context, project_id: str, known: Collection[str] | None, ba
     visible = _visible(ctx, known)
     if len(project_id) > 255 or "\x00" in project_id or (visible is not None and project_id not in visible):
         raise NotFound(f"Could not find project: {project_id[:255]}.", type="ProjectNotFound")
-    return _project(project_id, base)
+    return project_body(project_id, base)
 
 
 def list_projects(ctx: Context, known: Collection[str] | None, name: str | None, base: str) -> list[dict[str, Any]]:
     visible = _visible(ctx, known)
     if visible is None:  # any name exists
-        return [_project(name, base)] if name and len(name) <= 255 and "\x00" not in name else []
-    return [_project(p, base) for p in sorted(visible) if name is None or p == name]
+        return [project_body(name, base)] if name and len(name) <= 255 and "\x00" not in name else []
+    return [project_body(p, base) for p in sorted(visible) if name is None or p == name]
