@@ -191,6 +191,13 @@ def test_reconciling_twice_changes_nothing(cloud: Cloud) -> None:
             ns_run(rns, "nft", "list", "ruleset").stdout,
         )
 
+    # The instance is ACTIVE before the router's leg may be: wait until the agent has realised every port of
+    # the network (router interface and metadata port included), so that it has nothing left to change.
+    def settled() -> bool:
+        ports = cloud.api.get("/ports", params={"network_id": net["id"]}).json()["ports"]
+        return len(ports) >= 3 and all(p["status"] == "ACTIVE" for p in ports)
+
+    cloud.wait_for(settled, what="every port of the network ACTIVE")
     before = snapshot()
     assert cloud.agent is not None
     state = cloud.agent.client.desired_state()
