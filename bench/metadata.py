@@ -34,7 +34,7 @@ import httpx
 from common import ROOT, UNLIMITED, free_port, median, ms, percentile, row
 
 from cloudnet.dataplane.linux import names, netns
-from cloudnet.metadata import signing
+from cloudnet.wire import signing
 
 PYTHON = str(ROOT / ".venv/bin/python")
 PATH = "/openstack/latest/meta_data.json"
@@ -88,7 +88,7 @@ def rss_kb(pid: int) -> int:
 
 def proxy_child(args: argparse.Namespace) -> None:
     """A metadata proxy on its own (as in an agent): one JSON desired state per stdin line, a status line back."""
-    from cloudnet.agent.metadata_proxy import MetadataProxy
+    from cloudnet.agent.metadata.proxy import MetadataProxy
 
     proxy = MetadataProxy(args.host, args.upstream, args.secret, burst=args.burst, rate=args.rate)
     for line in sys.stdin:

@@ -1,4 +1,4 @@
-"""The metadata API's HTTP/1.1 server on its own (metadata/http_server.py), over real sockets.
+"""The metadata API's HTTP/1.1 server on its own (wire/http_server.py), over real sockets.
 
 Most tests serve `EchoApp`, a real application of the HTTP layer that answers with what it was asked, so what
 is checked is the server: framing, keep-alive, pipelining and answer order, HTTP/1.0, limits, bad requests,
@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from cloudnet.http1 import MAX_HEAD, Request, Response
 from cloudnet.metadata import service
-from cloudnet.metadata.http_server import MAX_BODY
+from cloudnet.wire.http1 import MAX_HEAD, Request, Response
+from cloudnet.wire.http_server import MAX_BODY
 from tests.metadata.conftest import SECRET
 from tests.support.metadata import RunningMetadata, identity
 from tests.support.process import free_port, serve

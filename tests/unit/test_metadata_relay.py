@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from cloudnet import http1
-from cloudnet.agent import metadata_upstream
-from cloudnet.agent.metadata_relay import Callers, canonical_ip, guest_forwarded, mac_of_link_local, upstream_request
-from cloudnet.agent.metadata_upstream import Upstream, UpstreamUnavailable
-from cloudnet.agent.ratelimit import RateLimiter
-from cloudnet.metadata import signing
+from cloudnet.agent.metadata import upstream as metadata_upstream
+from cloudnet.agent.metadata.ratelimit import RateLimiter
+from cloudnet.agent.metadata.relay import Callers, canonical_ip, guest_forwarded, mac_of_link_local, upstream_request
+from cloudnet.agent.metadata.upstream import Upstream, UpstreamUnavailable
+from cloudnet.wire import http1, signing
 from tests.support.metadata import RunningMetadata
 
 
@@ -258,7 +257,7 @@ def test_upstream_unreachable_and_silent() -> None:
 
 
 def test_the_guest_gets_the_answer_without_hop_headers_rendered_ahead() -> None:
-    from cloudnet.agent.metadata_relay import guest_answer
+    from cloudnet.agent.metadata.relay import guest_answer
 
     ttl = "x-aws-ec2-metadata-token-ttl-seconds"
     api = http1.Response(200, [("content-type", "application/json"), ("content-length", "2"), ("server", "x"),

@@ -4,7 +4,7 @@ Every guest boot asks dozens of questions and a boot storm multiplies them, whil
 each request on its own machinery (an empty uvicorn app alone leaves p99 near 2 ms at 32 connections). Here a
 request costs a parse in C, one `Request` and one call into the application, which answers from memory
 (`answer_now`) or, when it needs the database, in a task (`answer`). The request and response shapes, the size
-limits and the response rendering are the ones the agent's proxy uses (agent/http1.py).
+limits and the response rendering are the ones the agent's proxy uses (wire/http1.py).
 
 What it guarantees on a connection:
 - answers go out in request order, pipelined requests included: while one request waits for an asynchronous
@@ -30,7 +30,7 @@ from typing import Any, Protocol, cast
 
 import httptools
 
-from cloudnet.http1 import MAX_HEAD, HttpError, Request, Response, plain, render_response
+from cloudnet.wire.http1 import MAX_HEAD, HttpError, Request, Response, plain, render_response
 
 log = logging.getLogger(__name__)
 
