@@ -303,7 +303,7 @@ def run(
     instances = []
     for i, ip in enumerate(addresses):
         r = c.post("/instances", json={"instance": {
-            "name": f"vm{i}", "netns": f"cnbench-{suffix}", "host": host, "user_data": "#cloud-config\n",
+            "name": f"vm{i}", "netns": f"cnbench-{suffix}-{i}", "host": host, "user_data": "#cloud-config\n",
             "ssh_keys": [{"name": "k", "key": "ssh-ed25519 AAAA bench"}], "nets": [{"network": net["id"],
                                                                                    "v4-fixed-ip": ip}],
         }})  # fmt: skip
