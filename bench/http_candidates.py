@@ -83,8 +83,9 @@ async def _asgi_send(send: Send, response: Response, close: bool) -> None:
 
 
 async def serve_uvicorn(app: Application, sock: socket.socket, idle_timeout: float) -> None:
+    # No framework and no middleware: uvicorn's X-Forwarded-For rewriting (proxy_headers) is off too.
     config = uvicorn.Config(AsgiAdapter(app), http="httptools", loop="none", lifespan="on", access_log=False,
-                            log_level="warning", timeout_keep_alive=int(max(1, idle_timeout)),
+                            proxy_headers=False, log_level="warning", timeout_keep_alive=int(max(1, idle_timeout)),
                             backlog=1024)  # fmt: skip
     await uvicorn.Server(config).serve(sockets=[sock])
 
