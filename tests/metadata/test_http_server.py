@@ -251,6 +251,8 @@ def test_half_closed_client_gets_its_queued_answers(client: Client, echo: Runnin
     [
         b"NONSENSE\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",  # space before the colon
+        b"GET / HTTP/1.1\r\nX-Instance-ID : spoof\r\n\r\n",
+        b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n",  # a space in a name
         b"GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n",
         b"GET /a b HTTP/1.1\r\n\r\n",
         b"GET / HTTP/1.1\nHost: x\n\n",  # bare LF
@@ -275,8 +277,9 @@ def test_an_error_behind_a_pending_answer_waits_its_turn(client: Client) -> None
     assert client.closed()
 
 
-def test_unsupported_http_version(client: Client) -> None:
-    client.send(get("/", version="HTTP/2.0"))
+@pytest.mark.parametrize("request_bytes", [get("/", version="HTTP/2.0"), b"GET /\r\n\r\n"])  # HTTP/0.9 too
+def test_unsupported_http_version(client: Client, request_bytes: bytes) -> None:
+    client.send(request_bytes)
     assert client.answer()[0] == 505
     assert client.closed()
 
