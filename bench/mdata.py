@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from common import ROOT, cloudnet_server, percentile, pin_client, row
 
-from cloudnet.metadata.mdata_protocol import new_reqid, v2_request
+from cloudnet.wire.mdata_protocol import new_reqid, v2_request
 
 HOST = "bench-host"
 FRAMES = 1024  # distinct request ids, prepared before timing
@@ -34,7 +34,7 @@ FRAMES = 1024  # distinct request ids, prepared before timing
 def _serve(url: str, state_dir: str) -> None:
     """Child process: the agent's MdataService, following the API's desired state of HOST."""
     from cloudnet.agent.client import ApiClient
-    from cloudnet.metadata.mdata_server import MdataService
+    from cloudnet.agent.metadata.mdata_service import MdataService
 
     client = ApiClient(url, HOST, "admin")
     service = MdataService(Path(state_dir), client)

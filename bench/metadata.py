@@ -35,7 +35,7 @@ from common import ROOT, UNLIMITED, free_port, median, ms, percentile, row
 
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux import names
-from cloudnet.metadata import signing
+from cloudnet.wire import signing
 
 PYTHON = str(ROOT / ".venv/bin/python")
 PATH = "/openstack/latest/meta_data.json"
@@ -89,7 +89,7 @@ def rss_kb(pid: int) -> int:
 
 def proxy_child(args: argparse.Namespace) -> None:
     """A metadata proxy on its own (as in an agent): one JSON desired state per stdin line, a status line back."""
-    from cloudnet.agent.metadata_proxy import MetadataProxy
+    from cloudnet.agent.metadata.proxy import MetadataProxy
 
     proxy = MetadataProxy(args.host, args.upstream, args.secret, burst=args.burst, rate=args.rate)
     for line in sys.stdin:
@@ -304,7 +304,7 @@ def run(
     instances = []
     for i, ip in enumerate(addresses):
         r = c.post("/instances", json={"instance": {
-            "name": f"vm{i}", "netns": f"cnbench-{suffix}", "host": host, "user_data": "#cloud-config\n",
+            "name": f"vm{i}", "netns": f"cnbench-{suffix}-{i}", "host": host, "user_data": "#cloud-config\n",
             "ssh_keys": [{"name": "k", "key": "ssh-ed25519 AAAA bench"}], "nets": [{"network": net["id"],
                                                                                    "v4-fixed-ip": ip}],
         }})  # fmt: skip

@@ -55,7 +55,7 @@ class ServerConfig:
 
     @property
     def metadata_secret_file(self) -> Path:
-        # Shared with the agents, which sign instance identities with it (metadata/signing.py).
+        # Shared with the agents, which sign instance identities with it (wire/signing.py).
         return self.state_dir / "metadata_secret"
 
     @property

@@ -1,5 +1,5 @@
 """`cloudnet serve`: open the store, migrate it, check the auth setup, run the API (uvicorn) and the metadata
-API (metadata/http_server.py) on one loop until SIGTERM."""
+API (wire/http_server.py) on one loop until SIGTERM."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.metadata import service as metadata_service
-from cloudnet.metadata import signing
-from cloudnet.metadata.http_server import HttpServer
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.services.context import Context
 from cloudnet.services.keystone import TokenSigner
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
+from cloudnet.wire import signing
+from cloudnet.wire.http_server import HttpServer
 
 log = logging.getLogger("cloudnet.server")
 

@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from cloudnet.agent.metadata_proxy import MetadataProxy
+from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux import names
 from tests.support.cloud import Cloud, ns_run, ping

@@ -29,8 +29,8 @@ import httpx
 import pytest
 
 from cloudnet.agent.client import ApiClient
-from cloudnet.metadata.mdata_protocol import crc32_hex, new_reqid, parse_v2_response, put_payload, v2_request
-from cloudnet.metadata.mdata_server import MdataService
+from cloudnet.agent.metadata.mdata_service import MdataService
+from cloudnet.wire.mdata_protocol import crc32_hex, new_reqid, parse_v2_response, put_payload, v2_request
 from tests.support.server import RunningServer
 
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -126,7 +126,7 @@ def mdata(
     sock: str | None, *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 10
 ) -> Any:
     script = Path(sys.executable).with_name("cloudnet-mdata")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "cloudnet.metadata.mdata_client"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "cloudnet.cli.mdata"]
     if sock is not None:
         cmd += ["--socket", sock]
     return subprocess.run([*cmd, "--timeout", str(timeout), *args], capture_output=True, text=True, input=stdin,

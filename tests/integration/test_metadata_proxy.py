@@ -27,12 +27,12 @@ import httpx
 import pytest
 
 from cloudnet.agent.client import ApiClient
-from cloudnet.agent.metadata_proxy import MetadataProxy
+from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux import names
-from cloudnet.metadata import signing
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
+from cloudnet.wire import signing
 from tests.support.cloud import Cloud
 from tests.support.guest_metadata import (
     DEBIAN_PYTHON,

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from cloudnet.metadata import signing
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
+from cloudnet.wire import signing
 from tests.metadata.conftest import KEYS, SECRET, USER_DATA, VENDOR, create
 from tests.support.metadata import Guest, RunningMetadata, identity
 

@@ -1,4 +1,4 @@
-"""The metadata API's HTTP/1.1 server on its own (metadata/http_server.py), over real sockets.
+"""The metadata API's HTTP/1.1 server on its own (wire/http_server.py), over real sockets.
 
 Most tests serve `EchoApp`, a real application of the HTTP layer that answers with what it was asked, so what
 is checked is the server: framing, keep-alive, pipelining and answer order, HTTP/1.0, limits, bad requests,
@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from cloudnet.http1 import MAX_HEAD, Request, Response
 from cloudnet.metadata import service
-from cloudnet.metadata.http_server import MAX_BODY
+from cloudnet.wire.http1 import MAX_HEAD, Request, Response
+from cloudnet.wire.http_server import MAX_BODY
 from tests.metadata.conftest import SECRET
 from tests.support.metadata import RunningMetadata, identity
 from tests.support.process import free_port, serve
@@ -251,6 +251,8 @@ def test_half_closed_client_gets_its_queued_answers(client: Client, echo: Runnin
     [
         b"NONSENSE\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",  # space before the colon
+        b"GET / HTTP/1.1\r\nX-Instance-ID : spoof\r\n\r\n",
+        b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n",  # a space in a name
         b"GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n",
         b"GET /a b HTTP/1.1\r\n\r\n",
         b"GET / HTTP/1.1\nHost: x\n\n",  # bare LF
@@ -275,8 +277,9 @@ def test_an_error_behind_a_pending_answer_waits_its_turn(client: Client) -> None
     assert client.closed()
 
 
-def test_unsupported_http_version(client: Client) -> None:
-    client.send(get("/", version="HTTP/2.0"))
+@pytest.mark.parametrize("request_bytes", [get("/", version="HTTP/2.0"), b"GET /\r\n\r\n"])  # HTTP/0.9 too
+def test_unsupported_http_version(client: Client, request_bytes: bytes) -> None:
+    client.send(request_bytes)
     assert client.answer()[0] == 505
     assert client.closed()
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cloudnet.metadata import service, signing
+from cloudnet.metadata import service
 from cloudnet.metadata.service import Listen, MetadataConfigError, parse_listen
+from cloudnet.wire import signing
 from tests.support.process import CLOUDNET, free_port, serve
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudnet.metadata import signing
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.store.db import Store
+from cloudnet.wire import signing
 
 INSTANCE = "0b1f7c2e-0000-4000-8000-000000000010"
 # `echo -n <instance> | openssl dgst -sha256 -hmac secret`: what neutron's sign_instance_id produces.

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cloudnet.agent.metadata_proxy import MetadataProxy
+from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp

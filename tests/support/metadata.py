@@ -12,8 +12,8 @@ from typing import Any, Generic, TypeVar
 import httpx
 import uvloop
 
-from cloudnet.metadata import signing
-from cloudnet.metadata.http_server import Application, HttpServer
+from cloudnet.wire import signing
+from cloudnet.wire.http_server import Application, HttpServer
 
 App = TypeVar("App", bound=Application)
 

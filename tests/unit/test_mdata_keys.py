@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from cloudnet.metadata import mdata_keys
-from cloudnet.metadata.mdata_keys import UnservableValue, build
+from cloudnet.agent.metadata.keyspace import KeySpace, UnservableValue, build
+from cloudnet.wire import mdata_keys
 
 INST = "7a1c3c1e-1111-4d7e-9f00-000000000001"
 NET1, NET2 = "net-1", "net-2"
@@ -49,7 +49,7 @@ def state(**instance: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def keys_of(**instance: Any) -> mdata_keys.KeySpace:
+def keys_of(**instance: Any) -> KeySpace:
     s = state(**instance)
     return build(s["instances"][0], s, datacenter_name="dc-1")
 

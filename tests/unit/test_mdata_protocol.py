@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from cloudnet.metadata.mdata_protocol import (
+from cloudnet.wire.mdata_protocol import (
     FAILURE,
     INVALID_COMMAND,
     NOTFOUND,

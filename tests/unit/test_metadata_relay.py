@@ -1,95 +1,29 @@
-"""The proxy's parts without namespaces: HTTP/1.1 framing, caller lookup from a desired state, the forwarded
-request, and the rate limiter."""
+"""The proxy's parts without namespaces: caller lookup from a desired state, the forwarded request, the
+upstream connections, and the rate limiter. (Framing and malformed requests: tests/metadata/test_http_server.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
 
 import pytest
 
-from cloudnet import http1
-from cloudnet.agent import metadata_upstream
-from cloudnet.agent.metadata_relay import Callers, canonical_ip, guest_forwarded, mac_of_link_local, upstream_request
-from cloudnet.agent.metadata_upstream import Upstream, UpstreamUnavailable
-from cloudnet.agent.ratelimit import RateLimiter
-from cloudnet.metadata import signing
+from cloudnet.agent.metadata import upstream as metadata_upstream
+from cloudnet.agent.metadata.ratelimit import RateLimiter
+from cloudnet.agent.metadata.relay import Callers, canonical_ip, guest_forwarded, mac_of_link_local, upstream_request
+from cloudnet.agent.metadata.upstream import Upstream, UpstreamUnavailable
+from cloudnet.wire import http1, signing
 from tests.support.metadata import RunningMetadata
 
 
-def read(data: bytes, **kw: Any) -> http1.Request | None:
-    async def go() -> http1.Request | None:
-        reader = asyncio.StreamReader(limit=http1.MAX_HEAD)
-        reader.feed_data(data)
-        reader.feed_eof()
-        return await http1.read_request(reader, **kw)
-
-    return asyncio.run(go())
-
-
-def test_reads_a_request_with_a_content_length_body() -> None:
-    req = read(b"POST /openstack/latest/password HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
-    assert req is not None and req.method == "POST" and req.body == b"hello" and req.keep_alive
-    assert ("host", "x") in req.headers
-
-
-def test_reads_a_chunked_body_and_answers_expect_continue() -> None:
-    sent: list[bool] = []
-    req = read(
-        b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
-        b"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nTrailer: x\r\n\r\n",
-        send_continue=lambda: sent.append(True),
-    )
-    assert req is not None and req.body == b"abcde" and sent == [True]
-
-
-def test_a_large_head_is_read_whole_and_an_oversized_one_refused() -> None:
-    big = b"GET / HTTP/1.1\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(40)) + b"\r\n"
-    req = read(big)
-    assert req is not None and len(req.headers) == 40
-    with pytest.raises(http1.HttpError) as exc:
-        read(b"GET / HTTP/1.1\r\nX: " + b"a" * (http1.MAX_HEAD + 10) + b"\r\n\r\n")
-    assert exc.value.status == 431
-
-
-@pytest.mark.parametrize(
-    "raw",
-    [
-        b"GET /\r\n\r\n",  # HTTP/0.9
-        b"GET / HTTP/2.0\r\n\r\n",
-        b"GET /a b HTTP/1.1\r\n\r\n",
-        b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n",
-        b"GET / HTTP/1.1\r\nX-Instance-ID : spoof\r\n\r\n",
-        b"GET / HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
-        b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    ],
-)
-def test_ambiguous_or_malformed_requests_are_refused(raw: bytes) -> None:
-    with pytest.raises(http1.HttpError):
-        read(raw)
-
-
-def test_too_large_a_body_is_a_413() -> None:
-    with pytest.raises(http1.HttpError) as exc:
-        read(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (http1.MAX_BODY + 1))
-    assert exc.value.status == 413
-
-
-def test_clean_close_between_requests_is_not_an_error() -> None:
-    assert read(b"") is None
-    with pytest.raises(asyncio.IncompleteReadError):
-        read(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
-
-
 def test_keep_alive_rules() -> None:
-    assert not read(b"GET / HTTP/1.0\r\n\r\n").keep_alive  # type: ignore[union-attr]
-    assert read(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive  # type: ignore[union-attr]
-    assert not read(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").keep_alive  # type: ignore[union-attr]
+    def request(version: str, *headers: tuple[str, str]) -> http1.Request:
+        return http1.Request("GET", "/", version, list(headers))
+
+    assert not request("HTTP/1.0").keep_alive
+    assert request("HTTP/1.0", ("connection", "keep-alive")).keep_alive
+    assert request("HTTP/1.1").keep_alive
+    assert not request("HTTP/1.1", ("connection", "close")).keep_alive
 
 
 STATE = {
@@ -258,7 +192,7 @@ def test_upstream_unreachable_and_silent() -> None:
 
 
 def test_the_guest_gets_the_answer_without_hop_headers_rendered_ahead() -> None:
-    from cloudnet.agent.metadata_relay import guest_answer
+    from cloudnet.agent.metadata.relay import guest_answer
 
     ttl = "x-aws-ec2-metadata-token-ttl-seconds"
     api = http1.Response(200, [("content-type", "application/json"), ("content-length", "2"), ("server", "x"),

@@ -8,11 +8,11 @@ import threading
 
 from cloudnet.agent.agent import Agent, StateObserver
 from cloudnet.agent.client import ApiClient
-from cloudnet.agent.metadata_proxy import MetadataProxy
+from cloudnet.agent.metadata.mdata_service import MdataService
+from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.config import AgentConfig
 from cloudnet.dataplane import drivers
-from cloudnet.metadata import signing
-from cloudnet.metadata.mdata_server import MdataService
+from cloudnet.wire import signing
 
 log = logging.getLogger("cloudnet.agent")
 

@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
         from cloudnet.agent.run import run
-        from cloudnet.metadata.signing import SecretError
+        from cloudnet.wire.signing import SecretError
 
         config = AgentConfig(host=host or socket.gethostname(), server=server, token=token, state_dir=state_dir,
                              uplinks=_uplinks(uplink), metadata_url=None if metadata_url == "off" else metadata_url,

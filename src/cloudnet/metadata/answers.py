@@ -9,9 +9,9 @@ every answer: the rendered head and the rest of the body are kept, and only the 
 
 from __future__ import annotations
 
-from cloudnet.http1 import Response, render_response
 from cloudnet.metadata import trees
 from cloudnet.metadata.trees import Reply
+from cloudnet.wire.http1 import Response, render_response
 
 _SEED_LENGTH = len(trees.random_seed())
 

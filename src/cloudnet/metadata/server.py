@@ -1,6 +1,6 @@
 """The metadata API: the OpenStack and EC2 trees for requests an agent's proxy has vouched for.
 
-Served by the lean HTTP/1.1 server (metadata/http_server.py) rather than an ASGI stack: every guest boot sends
+Served by the lean HTTP/1.1 server (wire/http_server.py) rather than an ASGI stack: every guest boot sends
 dozens of requests and a boot storm multiplies that, so the per-request path is a header scan, one HMAC, a
 dict lookup and a cached answer, all without a coroutine (`answer_now`); only what needs the database (a view
 not cached yet, a password to store) goes through `answer`.
@@ -23,14 +23,15 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from cloudnet.http1 import Request, Response
-from cloudnet.metadata import passwords, signing, trees
+from cloudnet.metadata import passwords, trees
 from cloudnet.metadata.answers import Answer
 from cloudnet.metadata.model import REQUIRED, Settings
 from cloudnet.metadata.tokens import TOKEN_HEADER, TTL_HEADER, TokenIssuer, parse_ttl
 from cloudnet.metadata.trees import Reply
 from cloudnet.metadata.view import MAX_REPLIES, Entry, ViewCache
 from cloudnet.store.db import Store
+from cloudnet.wire import metadata_paths, signing
+from cloudnet.wire.http1 import Request, Response
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ MAX_IDENTIFIED = 4096
 # Only heads this small are remembered (a proxied head is about 400 bytes): a guest's long User-Agent must not
 # grow the table to MAX_IDENTIFIED times the head limit.
 MAX_IDENTIFIED_HEAD = 2048
-_ROOT = trees.tokens("/")
+_ROOT = metadata_paths.tokens("/")
 
 
 def _answer(reply: Reply, *headers: tuple[str, str]) -> Response:
@@ -153,7 +154,7 @@ class MetadataApp:
     def _identify(self, path: str, headers: list[tuple[bytes, bytes]]) -> Response | tuple[str, dict[str, str]]:
         """Steps 1 to 3: the answer that ends the request (the version list, a refusal), or the signed instance
         id and the headers of interest (from the header lines as received)."""
-        if trees.tokens(path) == _ROOT:  # trees.is_root, without a call of its own on every request
+        if metadata_paths.tokens(path) == _ROOT:  # trees.is_root, without a call of its own on every request
             return VERSIONS.response()
         lines = tuple(headers)
         known = self._identified.get(lines)
@@ -185,7 +186,7 @@ class MetadataApp:
         if entry is None or entry.view.project_id != found["tenant"]:
             return NOT_FOUND
         view, instance_id = entry.view, found["instance"]
-        if method == "PUT" and trees.is_token_request(path):
+        if method == "PUT" and metadata_paths.is_token_request(path):
             ttl = parse_ttl(found.get("ttl"))
             if ttl is None:
                 return BAD_TTL

@@ -8,10 +8,8 @@ EC2 version. Anything not in the tree, or asked for at a version that predates i
 from __future__ import annotations
 
 import base64
-import functools
 import ipaddress
 import os
-import posixpath
 import ssl
 import threading
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from typing import Any
 import orjson
 
 from cloudnet.metadata.model import InstanceView, Port, Settings, Subnet
+from cloudnet.wire.metadata_paths import tokens
 
 TEXT = "text/plain; charset=utf-8"
 JSON = "application/json"
@@ -113,16 +112,6 @@ def _json(value: Any, content_type: str = JSON, cacheable: bool = True) -> Reply
     return Reply(200, orjson.dumps(value), content_type, cacheable)
 
 
-@functools.lru_cache(maxsize=1024)  # guests ask the same few dozen paths over and over
-def tokens(path: str) -> tuple[str, ...]:
-    """Nova's path handling: normalised, and EC2 unless it says otherwise. `/` is `("ec2",)`."""
-    norm = posixpath.normpath("/" + path.lstrip("/"))
-    parts = [p for p in norm.split("/") if p]
-    if not parts or parts[0] not in ("ec2", "openstack"):
-        parts.insert(0, "ec2")
-    return tuple(parts)
-
-
 def is_root(path: str) -> bool:
     """`/`: the EC2 version list, answered before any instance lookup (as nova does)."""
     return tokens(path) == ("ec2",)
@@ -134,11 +123,6 @@ def is_password(path: str) -> bool:
         return False
     version = _os_version(parts[1])
     return version is not None and _since(GRIZZLY, version)
-
-
-def is_token_request(path: str) -> bool:
-    """IMDSv2's `PUT /latest/api/token` (exactly that path, as AWS serves it)."""
-    return tokens(path) == ("ec2", "latest", "api", "token")
 
 
 def ec2_versions() -> Reply:

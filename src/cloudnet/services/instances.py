@@ -11,13 +11,13 @@ from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet import namespaces
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
-from cloudnet.metadata import mdata_keys
 from cloudnet.services import common, metadata_ports, pools, ports, sriov
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ip, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
+from cloudnet.wire import mdata_keys
 
 I = t.instances  # noqa: E741
 IP = t.instance_ports
@@ -329,7 +329,7 @@ def delete_instance(store: Store, ctx: Context, instance_id: str) -> None:
         tx.record("instance", instance_id, "delete", row.project_id)
 
 
-# -- metadata items: the stored part of the SmartOS key space (rules: metadata/mdata_keys.py) ----------
+# -- metadata items: the stored part of the SmartOS key space (rules: wire/mdata_keys.py) --------------
 
 
 class MetadataItem(Body):

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import httptools
 
-from cloudnet.http1 import MAX_BODY, Response
+from cloudnet.wire.http1 import MAX_BODY, Response
 
 CONNECT_TIMEOUT = 5.0
 ANSWER_TIMEOUT = 60.0  # neutron's proxy waits 60 s for nova

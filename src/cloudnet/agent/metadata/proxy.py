@@ -6,10 +6,10 @@ network's metadata namespace (`dataplane.base.metadata_ns`, created and plugged 
 listening sockets are opened with this loop's thread inside the namespace (setns), then served from the
 agent's own namespace, so one thread serves every network (neutron runs one haproxy per network).
 
-Each socket is served by the metadata API's own HTTP server (metadata/http_server.py) with the network's
-guests as its application (agent/metadata_guest.py): the caller is the instance owning (network, source
-address) in the synced state (agent/metadata_relay.py), it is rate limited per instance, signed, and forwarded
-to the metadata API over pipelined, kept-alive connections (agent/metadata_upstream.py). Unknown callers get a
+Each socket is served by the shared HTTP/1.1 server (wire/http_server.py) with the network's guests as its
+application (guest.py): the caller is the instance owning (network, source address) in the synced state
+(relay.py), it is rate limited per instance, signed, and forwarded to the metadata API over pipelined,
+kept-alive connections (upstream.py). Unknown callers get a
 404, an unreachable API a 503 with Retry-After, an instance over its budget a 429 with Retry-After.
 
 The agent asks `serving(network_id)` before reporting a port ACTIVE, so a guest never boots before its
@@ -29,15 +29,16 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from cloudnet import http1
-from cloudnet.agent.metadata_guest import MISS_WAIT, NetworkGuests, Relay
-from cloudnet.agent.metadata_relay import Callers
-from cloudnet.agent.metadata_upstream import ANSWER_TIMEOUT, Upstream
-from cloudnet.agent.ratelimit import RateLimiter
+import uvloop
+
+from cloudnet.agent.metadata.guest import MISS_WAIT, NetworkGuests, Relay
+from cloudnet.agent.metadata.ratelimit import RateLimiter
+from cloudnet.agent.metadata.relay import Callers
+from cloudnet.agent.metadata.upstream import ANSWER_TIMEOUT, Upstream
 from cloudnet.dataplane.base import metadata_ns
 from cloudnet.dataplane.kernel import netns
-from cloudnet.metadata import signing
-from cloudnet.metadata.http_server import HttpServer
+from cloudnet.wire import http1, signing
+from cloudnet.wire.http_server import HttpServer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,14 +69,6 @@ class _Listener:
             if server is not None:
                 server.stop()
         self.v4 = self.v6 = None
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 def _listening_socket(family: socket.AddressFamily, address: tuple[Any, ...]) -> socket.socket:
@@ -122,7 +115,7 @@ class MetadataProxy:
         self._relay = Relay(self._upstream, self._limiter, Callers({}, secret), miss_wait)
         self._listeners: dict[str, _Listener] = {}
         self._closed = False
-        self._loop = _new_loop()
+        self._loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cloudnet-metadata-proxy", daemon=True)
         self._thread.start()
         self._maintainer = self._call(self._start_maintainer())

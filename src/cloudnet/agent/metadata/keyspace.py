@@ -1,20 +1,11 @@
-"""The SmartOS metadata key space of one instance: generated `sdc:` keys, customer and internal metadata.
+"""The SmartOS metadata key space of one instance, as the agent's metadata sockets serve it: generated `sdc:`
+keys, customer and internal metadata (reference/metadata.md §2.5 and §3.5; joyent/smartos-live agent.js; the
+Joyent metadata data dictionary).
 
-Rules (reference/metadata.md §2.5 and §3.5; joyent/smartos-live agent.js; the Joyent metadata data
-dictionary):
-
-- `sdc:` keys are generated from the instance and its ports, subnets and networks in the host's desired
-  state; read-only, never listed by KEYS.
-- Other keys come from the customer metadata (the instance's `metadata`), except keys ending `_pw` and keys
-  in one of the instance's internal namespaces, which come from its internal metadata. Internal namespaces
-  are read-only to the guest; `*_pw` keys (and `operator-script`) are written to internal metadata.
-- An instance's internal namespaces are the prefixes (before ':') of its internal metadata keys, other than
-  `*_pw` keys and `sdc:`: what the platform keeps under a namespace is the platform's, whatever its name.
+- `sdc:` keys are generated from the instance and its ports, subnets and networks in the host's desired state.
+- Other keys are read from customer or internal metadata by the rules shared with the API (wire/mdata_keys).
 - `user-data` and `cloud-init:user-data` default to the instance's user data (cloud-init reads the latter as
   its user data), `root_authorized_keys` to its SSH keys, unless the customer metadata sets them.
-
-The write rules are shared with the API (services/instances.py), so a key lands where a guest reads it
-whichever way it was written. This module only imports the standard library.
 """
 
 from __future__ import annotations
@@ -26,63 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SDC = "sdc"
-SDC_PREFIX = "sdc:"
-PW_SUFFIX = "_pw"
-# Written to internal metadata although not `*_pw` (agent.js setMetadata); read back as sdc:operator-script.
-INTERNAL_WRITES = frozenset({"operator-script"})
-MAX_KEY_LENGTH = 1024
-MAX_VALUE_LENGTH = 65536
+from cloudnet.wire.mdata_keys import SDC_PREFIX, internal_namespaces, reads_internal
+
 # server_uuid is a UUID in SmartOS; ours is derived from the host name so it is stable across restarts.
 _SERVER_NAMESPACE = uuid.UUID("6d1c9c0e-7b5e-5c1f-9a43-3c2d6f0f9a01")
-
-
-# -- rules shared with the API --------------------------------------------------------------------
-
-
-def key_error(key: str) -> str | None:
-    """Why `key` cannot be stored, or None: not empty, no surrounding blanks, no control characters."""
-    if not key or key != key.strip():
-        return "a metadata key must be non-empty, without leading or trailing blanks"
-    if len(key) > MAX_KEY_LENGTH:
-        return f"a metadata key is at most {MAX_KEY_LENGTH} characters"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
-        return "a metadata key cannot contain control characters"
-    return None
-
-
-def namespace_of(key: str) -> str | None:
-    prefix, sep, _rest = key.partition(":")
-    return prefix if sep else None
-
-
-def internal_namespaces(internal: Mapping[str, Any]) -> frozenset[str]:
-    names = {namespace_of(k) for k in internal if not k.endswith(PW_SUFFIX)}
-    return frozenset(n for n in names if n and n != SDC)
-
-
-def read_only_namespace(key: str, namespaces: frozenset[str]) -> str | None:
-    """The namespace that makes `key` read-only to the guest (`sdc` or an internal one), else None."""
-    if key.startswith(SDC_PREFIX):
-        return SDC
-    ns = namespace_of(key)
-    return ns if ns is not None and ns in namespaces else None
-
-
-def refusal(key: str, namespaces: frozenset[str]) -> str | None:
-    """The agent's words when a guest tries to write a read-only key."""
-    ns = read_only_namespace(key, namespaces)
-    return None if ns is None else f'Cannot update the "{ns}" Namespace.'
-
-
-def reads_internal(key: str, namespaces: frozenset[str]) -> bool:
-    """A non-`sdc:` key served from internal metadata: `*_pw`, or in an internal namespace."""
-    return key.endswith(PW_SUFFIX) or namespace_of(key) in namespaces
-
-
-def writes_internal(key: str) -> bool:
-    """A key a guest (or owner) PUT stores in internal metadata."""
-    return key.endswith(PW_SUFFIX) or key in INTERNAL_WRITES
 
 
 # -- values -------------------------------------------------------------------------------------

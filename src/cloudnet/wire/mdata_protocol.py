@@ -1,7 +1,7 @@
 """The SmartOS metadata protocol, version 2 and the version 1 fallback: lines, frames, CRC, request ids.
 
-Pure functions over bytes, no I/O: the socket server (`mdata_server`) and the guest client
-(`mdata_client`) share them. Wire format (reference/metadata.md §2.3-2.6, joyent/smartos-live agent.js,
+Pure functions over bytes, no I/O: the agent's socket service (agent/metadata/mdata_service) and the guest
+client (cli/mdata) share them. Wire format (reference/metadata.md §2.3-2.6, joyent/smartos-live agent.js,
 joyent/mdata-client proto.c):
 
     request  (v1)  <CMD> [arg]\\n                       NEGOTIATE V2 -> V2_OK, bare \\n -> invalid command

@@ -2,42 +2,39 @@
 
 `MdataService` is a StateObserver of the host agent (`update(state)` after every reconcile). It runs its
 own asyncio loop in a thread and, for every instance in the desired state, serves the metadata protocol
-(mdata_protocol) over the key space of that instance (mdata_keys). GETs and KEYS are answered from memory;
+(wire/mdata_protocol) over the key space of that instance (keyspace). GETs and KEYS are answered from memory;
 PUT and DELETE go to the API (the store is the only truth), and the guest reads its own write at once.
 
-Socket placement follows RFD 69 (reference/metadata.md §3.5): the directory lives outside any instance
-root, and a runtime bind-mounts it read-only into the instance (e.g. at /.zonecontrol), so a guest can
-neither plant symlinks the agent would follow nor carry a stale socket in a snapshot. The socket file is
-created under a temporary name and renamed into place, so the path never points at nothing while it is
-replaced, and a directory already bind-mounted sees the new socket. The path is checked on every update
-and every `check_interval` seconds: a socket file that vanished, or one nobody listens on, is recreated;
-one another live service took over (a newer agent) is left to it. Stopping the service leaves the files,
-so a restarted agent takes the same paths over (and instances never see their mount change).
+Socket placement follows RFD 69 (mdata_sockets); each guest connection is an mdata_connection.Connection.
+The path is checked on every update and every `check_interval` seconds: a socket file that vanished, or one
+nobody listens on, is recreated; one another live service took over (a newer agent) is left to it. Stopping
+the service leaves the files, so a restarted agent takes the same paths over (and instances never see their
+mount change).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
-import socket
 import stat
 import threading
-import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import httpx
+import uvloop
 
 from cloudnet.agent.client import ApiClient, InstanceMetadata, error_message
-from cloudnet.metadata import mdata_keys
-from cloudnet.metadata.mdata_keys import KeySpace, UnservableValue
-from cloudnet.metadata.mdata_protocol import (
+from cloudnet.agent.metadata import keyspace, mdata_sockets
+from cloudnet.agent.metadata.keyspace import KeySpace, UnservableValue
+from cloudnet.agent.metadata.mdata_connection import Answer, Bucket, Connection, Instance
+from cloudnet.agent.metadata.mdata_sockets import DIR_NAME, SOCKET_NAME
+from cloudnet.wire import mdata_keys
+from cloudnet.wire.mdata_protocol import (
     DELETE,
     FAILURE,
     GET,
@@ -46,7 +43,6 @@ from cloudnet.metadata.mdata_protocol import (
     NOTFOUND,
     PUT,
     SUCCESS,
-    LineSplitter,
     Reply,
     Request,
     parse_put_payload,
@@ -56,54 +52,6 @@ from cloudnet.metadata.mdata_protocol import (
 
 log = logging.getLogger("cloudnet.mdata")
 T = TypeVar("T")
-
-SOCKET_NAME = "metadata.sock"
-DIR_NAME = "zonecontrol"
-# Lines a connection may queue behind a slow PUT before we stop reading from it.
-MAX_QUEUED_LINES = 256
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:  # a faster loop for many small requests; the lock file has it (uvicorn[standard])
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-@dataclass
-class _Bucket:
-    """Token bucket for a guest's writes: each one becomes a store write and an event every agent follows."""
-
-    rate: float  # tokens per second
-    burst: float
-    tokens: float
-    stamp: float = 0.0
-
-    def take(self, now: float) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
-@dataclass
-class _Instance:
-    """One served instance: its key space, its socket, its connections (loop thread only)."""
-
-    id: str
-    base: KeySpace  # from the latest desired state
-    keys: KeySpace  # what is served: `base`, or our own write if the desired state predates it
-    writes: _Bucket
-    pending: InstanceMetadata | None = None
-    server: asyncio.AbstractServer | None = None
-    ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file we listen on
-    yielded: bool = False  # another live service took the path over: leave it alone while it listens
-    connections: set[_Connection] = field(default_factory=set)
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    dropped: int = 0  # malformed or spoofed frames dropped (for logs and tests)
 
 
 class MdataService:
@@ -130,7 +78,7 @@ class MdataService:
         self.max_line = max_line
         self.idle_timeout = idle_timeout  # a connection with no request for this long is closed
         self.write_rate, self.write_burst = write_rate, write_burst
-        self._instances: dict[str, _Instance] = {}
+        self._instances: dict[str, Instance] = {}
         self._revision = -1
         self._swept = False
         self._closed = False
@@ -138,7 +86,7 @@ class MdataService:
         self._api = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cloudnet-mdata-api")
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # host users stay out; guests reach only their own bind-mounted directory
-        self._loop = _new_loop()
+        self._loop = uvloop.new_event_loop()  # faster than asyncio's for many small requests
         self._thread = threading.Thread(target=self._loop.run_forever, name="cloudnet-mdata", daemon=True)
         self._thread.start()
         self._checker = self._call(self._start_checker())
@@ -157,9 +105,9 @@ class MdataService:
         if self._closed:
             return
         views = {
-            inst["id"]: mdata_keys.build(inst, state, self.datacenter_name)
+            inst["id"]: keyspace.build(inst, state, self.datacenter_name)
             for inst in state.get("instances") or []
-            if _is_uuid(inst.get("id"))
+            if mdata_sockets.is_uuid(inst.get("id"))
         }
         self._call(self._apply(views, int(state.get("revision", -1))))
 
@@ -210,8 +158,8 @@ class MdataService:
         for iid, keys in views.items():
             inst = self._instances.get(iid)
             if inst is None:
-                writes = _Bucket(self.write_rate, self.write_burst, self.write_burst)
-                inst = self._instances[iid] = _Instance(iid, keys, keys, writes)
+                writes = Bucket(self.write_rate, self.write_burst, self.write_burst)
+                inst = self._instances[iid] = Instance(iid, keys, keys, writes)
             inst.base = keys
             if inst.pending is not None and revision >= inst.pending.revision:
                 inst.pending = None  # the desired state includes our write now
@@ -230,14 +178,14 @@ class MdataService:
             except OSError as exc:
                 log.error("cannot serve the metadata socket of instance %s: %s", inst.id, exc)
 
-    async def _ensure(self, inst: _Instance) -> None:
+    async def _ensure(self, inst: Instance) -> None:
         """Make sure `inst` is served at its path; recreate what vanished or went stale."""
         path = self.socket_path(inst.id)
-        st = _lstat(path)
+        st = mdata_sockets.lstat(path)
         here = (st.st_dev, st.st_ino) if st is not None and stat.S_ISSOCK(st.st_mode) else None
         if inst.server is not None and inst.server.is_serving() and here is not None and here == inst.ident:
             return
-        if here is not None and here != inst.ident and inst.ident is not None and _listening(path):
+        if here is not None and here != inst.ident and inst.ident is not None and mdata_sockets.listening(path):
             # Someone replaced the socket we served with a live one. At start-up we take a path over (the
             # previous agent's socket); afterwards a newer service did the same to us: it is its socket now.
             if not inst.yielded:
@@ -251,37 +199,15 @@ class MdataService:
         inst.yielded = False
         await self._bind(inst)
 
-    async def _bind(self, inst: _Instance) -> None:
-        directory = self.directory(inst.id)
-        _ensure_directory(directory)
-        # Bind under a temporary name through an O_NOFOLLOW descriptor of the directory (also short enough
-        # for sun_path whatever the state directory), then rename over the final name: atomic for clients.
+    async def _bind(self, inst: Instance) -> None:
         self._tmp_serial += 1
-        tmp = f".{SOCKET_NAME}.{os.getpid()}.{self._tmp_serial}"
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dfd)
-            sock.bind(f"/proc/self/fd/{dfd}/{tmp}")
-            os.chmod(tmp, 0o666, dir_fd=dfd)  # the guest's processes connect through the bind mount
-            st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
-            sock.listen(64)
-            sock.setblocking(False)
-            os.rename(tmp, SOCKET_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            sock.close()
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
-        finally:
-            os.close(dfd)
+        sock, ident = mdata_sockets.bind(self.directory(inst.id), self._tmp_serial)
         loop = asyncio.get_running_loop()
-        inst.server = await loop.create_unix_server(lambda: _Connection(self, inst), sock=sock)
-        inst.ident = (st.st_dev, st.st_ino)
+        inst.server = await loop.create_unix_server(lambda: Connection(self, inst), sock=sock)
+        inst.ident = ident
         log.info("serving metadata for instance %s at %s", inst.id, self.socket_path(inst.id))
 
-    async def _stop_serving(self, inst: _Instance, keep_connections: bool = False) -> None:
+    async def _stop_serving(self, inst: Instance, keep_connections: bool = False) -> None:
         if inst.server is not None:
             inst.server.close()
             inst.server = None
@@ -289,15 +215,15 @@ class MdataService:
             for conn in list(inst.connections):
                 conn.abort()
 
-    async def _remove(self, inst: _Instance) -> None:
+    async def _remove(self, inst: Instance) -> None:
         """The instance left this host: stop serving and remove its socket and directory."""
         await self._stop_serving(inst)
         path = self.socket_path(inst.id)
-        st = _lstat(path)
+        st = mdata_sockets.lstat(path)
         if st is not None and (st.st_dev, st.st_ino) == inst.ident:
             with contextlib.suppress(OSError):
                 path.unlink()
-        _remove_directory(self.directory(inst.id))
+        mdata_sockets.remove_directory(self.directory(inst.id))
         log.info("stopped serving metadata for instance %s", inst.id)
 
     def _sweep(self, keep: set[str]) -> None:
@@ -306,13 +232,13 @@ class MdataService:
         except OSError:
             return
         for name in names:
-            if name not in keep and _is_uuid(name):
+            if name not in keep and mdata_sockets.is_uuid(name):
                 path = self.root / name / SOCKET_NAME
-                st = _lstat(path)
-                if st is not None and stat.S_ISSOCK(st.st_mode) and not _listening(path):
+                st = mdata_sockets.lstat(path)
+                if st is not None and stat.S_ISSOCK(st.st_mode) and not mdata_sockets.listening(path):
                     with contextlib.suppress(OSError):
                         path.unlink()
-                _remove_directory(self.root / name)
+                mdata_sockets.remove_directory(self.root / name)
 
     async def _shutdown(self) -> None:
         if self._checker is not None:
@@ -322,7 +248,7 @@ class MdataService:
 
     # -- requests --
 
-    def _answer(self, inst: _Instance, line: bytes) -> bytes | Callable[[], Awaitable[bytes]] | None:
+    def answer(self, inst: Instance, line: bytes) -> Answer:
         """The reply to one line: bytes now, None (dropped), or a coroutine function for a write."""
         parsed = parse_request(line)
         if parsed is None:
@@ -347,7 +273,7 @@ class MdataService:
             return lambda: self._write(inst, req)
         return response(req, FAILURE, f"Unknown command {req.op}".encode())
 
-    async def _write(self, inst: _Instance, req: Request) -> bytes:
+    async def _write(self, inst: Instance, req: Request) -> bytes:
         if req.op == PUT:
             parsed = parse_put_payload(req.arg)
             value = _text(parsed[1], strip=False) if parsed else None
@@ -387,115 +313,6 @@ class MdataService:
         return await asyncio.get_running_loop().run_in_executor(self._api, call)
 
 
-class _Connection(asyncio.Protocol):
-    """One guest connection: lines in, replies out, in order; a write pauses the lines behind it."""
-
-    def __init__(self, service: MdataService, inst: _Instance) -> None:
-        self.service = service
-        self.inst = inst
-        self.lines = LineSplitter(service.max_line)
-        self.queue: list[bytes] = []
-        self.busy = False
-        self.paused = False
-        self.transport: asyncio.Transport | None = None
-        self._loop = asyncio.get_running_loop()
-        self._active = self._loop.time()  # last request line (or reply) on this connection
-        self._idle: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        if len(self.inst.connections) >= self.service.max_connections:
-            log.warning("instance %s: too many metadata connections; refusing one", self.inst.id)
-            self.transport.abort()
-            return
-        self.inst.connections.add(self)
-        self._idle = self._loop.call_later(self.service.idle_timeout, self._check_idle)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.inst.connections.discard(self)
-        self.transport = None
-        if self._idle is not None:
-            self._idle.cancel()
-
-    def _check_idle(self) -> None:
-        """Close a connection that sent nothing for `idle_timeout` (a guest holding its connections open would
-        keep them from the others it may have); a write still in flight is not idleness."""
-        left = self._active + self.service.idle_timeout - self._loop.time()
-        if self.transport is None:
-            return
-        if left > 0 or self.busy:
-            self._idle = self._loop.call_later(max(left, 1.0), self._check_idle)
-            return
-        log.debug("instance %s: closing an idle metadata connection", self.inst.id)
-        self.transport.close()
-
-    def abort(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
-
-    def data_received(self, data: bytes) -> None:
-        self._active = self._loop.time()
-        lines = self.lines.feed(data)
-        dropped, self.lines.dropped = self.lines.dropped, 0
-        if dropped:
-            self.inst.dropped += dropped
-            log.debug("instance %s: dropped %d over-long line(s)", self.inst.id, dropped)
-        if self.busy or self.queue:
-            self.queue.extend(lines)
-            if len(self.queue) > MAX_QUEUED_LINES:
-                self._pause()
-            return
-        self._run(lines)
-
-    def _run(self, lines: list[bytes]) -> None:
-        out = []
-        for i, line in enumerate(lines):
-            reply = self.service._answer(self.inst, line)
-            if callable(reply):
-                self.queue = lines[i + 1 :] + self.queue
-                self.busy = True
-                asyncio.get_running_loop().create_task(self._finish(reply))
-                break
-            if reply:
-                out.append(reply)
-        if out and self.transport is not None:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
-
-    async def _finish(self, write: Callable[[], Awaitable[bytes]]) -> None:
-        try:
-            reply = await write()
-        except Exception:
-            log.exception("instance %s: metadata write failed", self.inst.id)
-            reply = b""
-        if self.transport is None:
-            return
-        if reply:
-            self.transport.write(reply)
-        self.busy = False
-        queued, self.queue = self.queue, []
-        self._run(queued)
-        if not self.busy and self.paused:
-            self._resume()
-
-    def _pause(self) -> None:
-        if not self.paused and self.transport is not None:
-            self.paused = True
-            self.transport.pause_reading()
-
-    def _resume(self) -> None:
-        if self.paused and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
-
-    # The guest does not read its replies: stop reading its requests until it does.
-    def pause_writing(self) -> None:
-        self._pause()
-
-    def resume_writing(self) -> None:
-        if not self.busy:
-            self._resume()
-
-
 def _text(raw: bytes | None, strip: bool = True) -> str | None:
     if raw is None:
         return None
@@ -504,62 +321,3 @@ def _text(raw: bytes | None, strip: bool = True) -> str | None:
     except UnicodeDecodeError:
         return None
     return text.strip() if strip else text
-
-
-def _is_uuid(value: Any) -> bool:
-    # Directory names come from instance ids: only ever a UUID, never a path.
-    try:
-        return str(uuid.UUID(value)) == value
-    except (ValueError, TypeError, AttributeError):
-        return False
-
-
-def _lstat(path: Path) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return None
-
-
-def _listening(path: Path) -> bool:
-    """Whether a server accepts connections on the socket file at `path` (a stale file: nobody does)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.setblocking(False)
-    try:
-        probe.connect(str(path))
-        return True
-    except BlockingIOError:  # backlog full: someone listens, but is busy
-        return True
-    except OSError as exc:
-        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
-            log.debug("probing %s: %s", path, exc)
-        return False
-    finally:
-        probe.close()
-
-
-def _ensure_directory(directory: Path) -> None:
-    """A real directory (never a symlink), mode 0755 so the guest can reach the socket through the mount."""
-    st = _lstat(directory)
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        directory.unlink()
-        st = None
-    if st is None:
-        directory.mkdir(mode=0o755)
-    os.chmod(directory, 0o755, follow_symlinks=False)
-
-
-def _remove_directory(directory: Path) -> None:
-    try:
-        for name in os.listdir(directory):
-            if name.startswith(f".{SOCKET_NAME}."):  # a temporary name left by a crash mid-bind
-                with contextlib.suppress(OSError):
-                    os.unlink(directory / name)
-        directory.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        # Still bind-mounted by a runtime (EBUSY), or holding something else: leave it, say so.
-        log.warning("cannot remove %s: %s", directory, exc)

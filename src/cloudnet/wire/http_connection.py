@@ -1,22 +1,5 @@
-"""A lean HTTP/1.1 server for the metadata API: asyncio.Protocol, httptools (llhttp) and one event loop.
-
-Every guest boot asks dozens of questions and a boot storm multiplies them, while an ASGI server spends most of
-each request on its own machinery (an empty uvicorn app alone leaves p99 near 2 ms at 32 connections). Here a
-request costs a parse in C, one `Request` and one call into the application, which answers from memory
-(`answer_now`) or, when it needs the database, in a task (`answer`). The request and response shapes, the size
-limits and the response rendering are the ones the agent's proxy uses (agent/http1.py).
-
-What it guarantees on a connection:
-- answers go out in request order, pipelined requests included: while one request waits for an asynchronous
-  answer, later ones queue behind it and the connection stops reading (from the second one on: pausing and
-  resuming costs two system calls, which a client asking one question at a time need not pay);
-- HTTP/1.0 and `Connection: close` are honoured; `Expect: 100-continue` is answered before the body is read;
-- a malformed request is answered 400 (an oversized head 431, an oversized body 413) and the connection closed;
-- a client that leaves a request incomplete, idles between requests or stops reading its answers for longer
-  than `idle_timeout` is disconnected, and one that does not read is not read from, so none pins memory;
-- `stop()` (safe from a signal handler or another thread) stops accepting, closes idle connections, lets
-  answers in progress finish within `grace` seconds, and then returns from `serve()`.
-"""
+"""One client connection of the HTTP/1.1 server (http_server.py): parses requests as they arrive (httptools,
+llhttp) and writes their answers in order, with the guarantees listed in http_server's docstring."""
 
 from __future__ import annotations
 
@@ -30,15 +13,11 @@ from typing import Any, Protocol, cast
 
 import httptools
 
-from cloudnet.http1 import MAX_HEAD, HttpError, Request, Response, plain, render_response
+from cloudnet.wire.http1 import HttpError, Request, Response, plain, render_response
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 64 * 1024  # the metadata API takes one body, a password of at most 1020 bytes
 MAX_QUEUED = 128  # requests pipelined ahead of their answers
-IDLE_TIMEOUT = 30.0
-GRACE = 5.0
-BACKLOG = 1024  # a boot storm opens many connections at once
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HELD_BACK = 16 * 1024  # answers larger than this are not held back for one write with others
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, with no time: close() resets the connection
@@ -81,100 +60,20 @@ def _error_bytes(error: HttpError) -> bytes:
     return render_response(response.status, response.headers, response.body, keep_alive=False)
 
 
-class HttpServer:
-    """Serves an `Application` on a listening socket; `connections` are the open ones."""
+class Serving(Protocol):
+    """What a connection needs of its server (http_server.HttpServer)."""
 
-    def __init__(
-        self,
-        app: Application,
-        *,
-        idle_timeout: float = IDLE_TIMEOUT,
-        grace: float = GRACE,
-        max_head: int = MAX_HEAD,
-        max_body: int = MAX_BODY,
-        gate: Gate | None = None,
-    ) -> None:
-        self.app = app
-        self.gate = gate
-        self.idle_timeout = idle_timeout
-        self.grace = grace
-        self.max_head = max_head
-        self.max_body = max_body
-        self.now = 0.0  # the loop's clock, as of the last sweep: connections stamp their waits with it
-        self.connections: set[_Connection] = set()
-        self._tasks: set[asyncio.Task[None]] = set()  # answers in progress
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._stop_requested = False
-        self._serving = False
+    app: Application
+    gate: Gate | None
+    max_head: int
+    max_body: int
+    now: float  # the loop's clock, as of the server's last sweep
+    connections: set[Connection]
 
-    @property
-    def serving(self) -> bool:
-        """Accepting connections (set once `serve()` listens, cleared when it stops)."""
-        return self._serving
-
-    def stop(self) -> None:
-        """Ask `serve()` to finish; callable from any thread and from a signal handler."""
-        self._stop_requested = True
-        if self._loop is not None and self._stopping is not None:
-            with contextlib.suppress(RuntimeError):  # the loop already closed: nothing is serving
-                self._loop.call_soon_threadsafe(self._stopping.set)
-
-    async def serve(self, sock: socket.socket) -> None:
-        """Serve connections on the listening socket (TCP or Unix) until `stop()`."""
-        loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
-        self._loop = loop
-        self.now = loop.time()
-        self.app.start()
-        listener: asyncio.Server | None = None
-        sweeper = loop.create_task(self._sweep())
-        try:
-            listener = await loop.create_server(lambda: _Connection(self), sock=sock, backlog=BACKLOG)
-            self._serving = True
-            if not self._stop_requested:
-                await self._stopping.wait()
-        finally:
-            self._serving = False
-            if listener is not None:
-                listener.close()
-            await self._close_connections()
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
-            await self.app.stop()
-
-    def track(self, task: asyncio.Task[None]) -> None:
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _close_connections(self) -> None:
-        for connection in list(self.connections):
-            connection.finish()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.grace
-        while (self.connections or self._tasks) and loop.time() < deadline:
-            await asyncio.sleep(0.01)  # answers still in progress (a database read, a password write)
-        for connection in list(self.connections):
-            connection.abort()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _sweep(self) -> None:
-        """Disconnect clients that kept the server waiting too long; one timer for all, not one per request."""
-        loop = asyncio.get_running_loop()
-        interval = min(1.0, self.idle_timeout / 4)
-        while True:
-            await asyncio.sleep(interval)
-            self.now = now = loop.time()
-            for connection in list(self.connections):
-                since = connection.waiting_since
-                if since is not None and now - since > self.idle_timeout:
-                    connection.expire()
+    def track(self, task: asyncio.Task[None]) -> None: ...
 
 
-class _Connection(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     """One client connection: parses requests as they arrive and writes their answers in order."""
 
     __slots__ = (
@@ -184,7 +83,7 @@ class _Connection(asyncio.Protocol):
         "_writing_paused", "waiting_since",
     )  # fmt: skip
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: Serving) -> None:
         self._server = server
         self._max_head, self._max_body = server.max_head, server.max_body
         self._parser = httptools.HttpRequestParser(self)

@@ -14,9 +14,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from cloudnet import http1
-from cloudnet.http1 import Request, Response
-from cloudnet.metadata import signing
+from cloudnet.wire import http1, signing
+from cloudnet.wire.http1 import Request, Response
 
 # Guest headers worth passing on; everything else is dropped, so no identity header or look-alike of one
 # (X-Forwarded-For, X-Instance-ID*, X-Tenant-ID, X-Network-ID, X-OVN-*, X_Instance_ID, ...) can get through.

@@ -1,6 +1,6 @@
 """The metadata proxy's side towards the guests: what one network's listener answers, and whom it admits.
 
-Served by the metadata API's own HTTP/1.1 server (metadata/http_server.py: asyncio.Protocol and llhttp), one
+Served by the HTTP/1.1 server the metadata API also uses (wire/http_server.py: asyncio.Protocol and llhttp), one
 per listening socket. A request is answered at once when the proxy alone can answer it (an unknown caller,
 an instance over its rate limit, a forwarded IMDSv2 token request); any other is forwarded to the API.
 """
@@ -13,8 +13,8 @@ import logging
 import time
 from typing import Any
 
-from cloudnet import http1
-from cloudnet.agent.metadata_relay import (
+from cloudnet.agent.metadata.ratelimit import RateLimiter
+from cloudnet.agent.metadata.relay import (
     Caller,
     Callers,
     canonical_ip,
@@ -23,10 +23,10 @@ from cloudnet.agent.metadata_relay import (
     unavailable,
     upstream_request,
 )
-from cloudnet.agent.metadata_upstream import Upstream, UpstreamUnavailable
-from cloudnet.agent.ratelimit import RateLimiter
-from cloudnet.http1 import Request, Response
-from cloudnet.metadata import trees
+from cloudnet.agent.metadata.upstream import Upstream, UpstreamUnavailable
+from cloudnet.wire import http1
+from cloudnet.wire.http1 import Request, Response
+from cloudnet.wire.metadata_paths import is_token_request
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class NetworkGuests:
         wait = self.relay.limiter.take(caller.instance_id)
         if wait:
             return http1.plain(429, "Too many metadata requests.", ("Retry-After", RateLimiter.retry_after(wait)))
-        if request.method == "PUT" and guest_forwarded(request) and trees.is_token_request(request.path):
+        if request.method == "PUT" and guest_forwarded(request) and is_token_request(request.path):
             # IMDSv2 hardening (AWS): a token request that went through a forwarding proxy inside the guest
             # is refused, so an SSRF-able web proxy in the instance cannot obtain a session token.
             return TOKEN_FORWARDED

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from cloudnet.metadata.mdata_protocol import (
+from cloudnet.wire.mdata_protocol import (
     DELETE,
     FAILURE,
     GET,

@@ -1,0 +1,114 @@
+"""Where the SmartOS metadata sockets live, and how one is put in place (RFD 69, reference/metadata.md §3.5).
+
+One socket per instance, at <state>/zonecontrol/<uuid>/metadata.sock. The directory lives outside any instance
+root, and a runtime bind-mounts it read-only into the instance (e.g. at /.zonecontrol), so a guest can neither
+plant symlinks the agent would follow nor carry a stale socket in a snapshot. The socket file is created under
+a temporary name and renamed into place, so the path never points at nothing while it is replaced, and a
+directory already bind-mounted sees the new socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+import uuid
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("cloudnet.mdata")
+
+SOCKET_NAME = "metadata.sock"
+DIR_NAME = "zonecontrol"
+BACKLOG = 64
+
+
+def bind(directory: Path, serial: int) -> tuple[socket.socket, tuple[int, int]]:
+    """A listening socket renamed into place at `directory`/metadata.sock, and its file's (st_dev, st_ino).
+
+    Bound under a temporary name through an O_NOFOLLOW descriptor of the directory (also short enough for
+    sun_path whatever the state directory), then renamed over the final name: atomic for clients. `serial`
+    makes the temporary name unique within this process."""
+    ensure_directory(directory)
+    tmp = f".{SOCKET_NAME}.{os.getpid()}.{serial}"
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dfd)
+        sock.bind(f"/proc/self/fd/{dfd}/{tmp}")
+        os.chmod(tmp, 0o666, dir_fd=dfd)  # the guest's processes connect through the bind mount
+        st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+        os.rename(tmp, SOCKET_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+    finally:
+        os.close(dfd)
+    return sock, (st.st_dev, st.st_ino)
+
+
+def is_uuid(value: Any) -> bool:
+    # Directory names come from instance ids: only ever a UUID, never a path.
+    try:
+        return str(uuid.UUID(value)) == value
+    except (ValueError, TypeError, AttributeError):
+        return False
+
+
+def lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+
+
+def listening(path: Path) -> bool:
+    """Whether a server accepts connections on the socket file at `path` (a stale file: nobody does)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        probe.connect(str(path))
+        return True
+    except BlockingIOError:  # backlog full: someone listens, but is busy
+        return True
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
+            log.debug("probing %s: %s", path, exc)
+        return False
+    finally:
+        probe.close()
+
+
+def ensure_directory(directory: Path) -> None:
+    """A real directory (never a symlink), mode 0755 so the guest can reach the socket through the mount."""
+    st = lstat(directory)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        directory.unlink()
+        st = None
+    if st is None:
+        directory.mkdir(mode=0o755)
+    os.chmod(directory, 0o755, follow_symlinks=False)
+
+
+def remove_directory(directory: Path) -> None:
+    try:
+        for name in os.listdir(directory):
+            if name.startswith(f".{SOCKET_NAME}."):  # a temporary name left by a crash mid-bind
+                with contextlib.suppress(OSError):
+                    os.unlink(directory / name)
+        directory.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        # Still bind-mounted by a runtime (EBUSY), or holding something else: leave it, say so.
+        log.warning("cannot remove %s: %s", directory, exc)
