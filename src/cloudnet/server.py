@@ -17,6 +17,7 @@ from types import FrameType
 import uvicorn
 
 from cloudnet import api_socket
+from cloudnet.agent.run import start_in_thread
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
@@ -173,8 +174,6 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
     )  # fmt: skip
     running = None
     if agent is not None:
-        from cloudnet.agent.run import start_in_thread
-
         running, _thread = start_in_thread(agent)
         print(
             f"cloudnet is up: API http://{config.host}:{config.port}/v2.0, agent for host {agent.host}\n"
