@@ -109,7 +109,7 @@ PORT_FORWARDING = obj({
     "id": STR, "floatingip_id": STR, "protocol": STR, "internal_ip_address": STR, "internal_port_id": NSTR,
     "internal_port": NINT, "internal_port_range": NSTR, "external_port": NINT, "external_port_range": NSTR,
     "description": STR,
-}, ("id",))  # fmt: skip
+})  # fmt: skip
 FLOATINGIP = obj({
     **STANDARD, "floating_ip_address": STR, "floating_network_id": NSTR, "router_id": NSTR, "port_id": NSTR,
     "fixed_ip_address": NSTR, "status": {"enum": ["ACTIVE", "DOWN", "ERROR"]}, "port_details": nullable(PORT_DETAILS),
