@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cloudnet.errors import BadRequest, Forbidden, NotFound, not_found
+from cloudnet.errors import BadRequest, NotFound, disallowed, not_found
 from cloudnet.services import common, networks, subnets
 from cloudnet.services.context import Context
 from cloudnet.services.validation import MAX_TAGS, check_tags, tag_error
@@ -65,7 +65,7 @@ def _resource(tx: Tx, ctx: Context, collection: str, resource_id: str) -> tuple[
     kind = TABLES[collection].kind
     row = _visible(tx.conn, ctx, collection, resource_id)
     if not ctx.is_admin and row.project_id != ctx.project_id:
-        raise Forbidden(f"Only the owner may change the tags of {kind} {resource_id}")
+        raise disallowed(f"update_{kind}")  # (Neutron: changing tags is an update of the resource)
     return kind, row.project_id
 
 
