@@ -42,6 +42,12 @@ class Forbidden(CloudnetError):
     type = "PolicyNotAuthorized"
 
 
+def disallowed(action: str) -> Forbidden:
+    """Neutron's PolicyNotAuthorized, worded as Neutron words it: the policy rule the caller fails, e.g.
+    `create_network:shared` or `update_network`."""
+    return Forbidden(f"(rule:{action}) is disallowed by policy")
+
+
 class NotFound(CloudnetError):
     status = 404
     type = "HTTPNotFound"

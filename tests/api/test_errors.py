@@ -171,7 +171,7 @@ def test_wrong_methods(api: httpx.Client) -> None:
         ("POST", f"/routers/{router['id']}/remove_router_interface"),
         ("POST", "/events"),
         ("DELETE", "/extensions"),
-        ("POST", f"/networks/{net['id']}/tags"),
+        ("PATCH", f"/networks/{net['id']}/tags"),  # (POST adds tags, as in Neutron)
     ):
         neutron_error(api.request(method, path, json={}), 405, "HTTPMethodNotAllowed")
     assert api.get(f"/networks/{net['id']}").json()["network"] == net
@@ -259,3 +259,28 @@ def test_error_words_as_neutron(api: httpx.Client) -> None:
     assert msg == "Unrecognized attribute(s) 'bogus'"
     msg = neutron_error(api.put(f"/networks/{net['id']}", json={"network": {"mtu": "big"}}), 400, "HTTPBadRequest")
     assert msg.startswith("Invalid input for mtu. Reason: ") and msg.endswith(".")
+
+
+def test_policy_refusals_in_neutron_s_words(users: dict[str, httpx.Client]) -> None:
+    """403 bodies as Neutron words them: PolicyNotAuthorized, "(rule:<the rule failed>) is disallowed by policy"."""
+    alice, admin = users["alice"], users["admin"]
+    shared = admin.post("/networks", json={"network": {"name": "s", "shared": True}}).json()["network"]
+    subnet = admin.post("/subnets", json={"subnet": {"network_id": shared["id"], "cidr": "10.61.0.0/24"}})
+    assert subnet.status_code == 201, subnet.text
+    net, sub = f"/networks/{shared['id']}", f"/subnets/{subnet.json()['subnet']['id']}"
+    port = {"network_id": shared["id"], "mac_address": "fa:16:3e:00:00:01"}
+    refused = [
+        ("create_network:shared", alice.post("/networks", json={"network": {"shared": True}})),
+        ("create_network:router:external", alice.post("/networks", json={"network": {"router:external": True}})),
+        ("create_network", alice.post("/networks", json={"network": {"project_id": "bob"}})),
+        ("update_network", alice.put(net, json={"network": {"name": "mine"}})),
+        ("delete_network", alice.delete(net)),
+        ("update_subnet", alice.put(sub, json={"subnet": {"name": "x"}})),
+        ("create_subnet", alice.post("/subnets", json={"subnet": {"network_id": shared["id"], "cidr": "10.6.0.0/24"}})),
+        ("create_port:mac_address", alice.post("/ports", json={"port": port})),
+        ("update_network", alice.put(f"{net}/tags", json={"tags": ["x"]})),
+        ("get_quota", alice.get("/quotas/bob")),
+        ("update_quota", alice.put("/quotas/alice", json={"quota": {"network": 1}})),
+    ]
+    for rule, r in refused:
+        assert neutron_error(r, 403, "PolicyNotAuthorized") == f"(rule:{rule}) is disallowed by policy", rule

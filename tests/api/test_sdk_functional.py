@@ -20,6 +20,7 @@ import yaml
 from cloudnet.config import ServerConfig
 from cloudnet.store.db import Store
 from tests.support import sdk_functional as sdk
+from tests.support.api import create
 from tests.support.server import RunningServer
 
 TOKENS = {
@@ -39,9 +40,18 @@ def cloudnet(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) ->
     config.tokens_file.write_text(json.dumps({"tokens": TOKENS}))
     store = Store(f"sqlite:///{state / 'cloudnet.db'}")
     server = RunningServer.start(config, store)
+    seed(server.url)
     yield server
     server.stop()
     store.dispose()
+
+
+def seed(url: str) -> None:
+    """What devstack makes before the sdk's tests run: the admin's external network `public` with an IPv4 subnet
+    (the floating IP, port forwarding and router tests look for one and skip without it)."""
+    with httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "sdk-admin"}, timeout=30) as api:
+        net = create(api, "networks", "network", name="public", **{"router:external": True})
+        create(api, "subnets", "subnet", network_id=net["id"], cidr="172.24.4.0/24", name="public-subnet")
 
 
 def clouds_yaml(url: str, path: Path) -> Path:

@@ -74,6 +74,16 @@ def test_tag_lifecycle_on_every_kind(api: httpx.Client, resources: dict[str, dic
         error(api.delete(f"{base}/amber"), 404, "TagNotFound")
         error(api.get(f"{base}/amber"), 404, "TagNotFound")
 
+        # POST adds to what is there (Neutron's "add tags"), answering all of them; again: no change, no revision
+        r = api.post(base, json={"tags": ["red", "amber", "blue"]})
+        assert r.status_code == 201, (collection, r.text)
+        assert r.json() == {"tags": ["amber", "blue", "red", "violet"]}
+        rev = show(api, collection, res["id"])["revision_number"]
+        assert api.post(base, json={"tags": ["blue"]}).json() == {"tags": ["amber", "blue", "red", "violet"]}
+        assert api.post(base, json={"tags": []}).status_code == 201
+        assert show(api, collection, res["id"])["revision_number"] == rev
+        assert api.put(base, json={"tags": ["red", "violet"]}).status_code == 200
+
         assert api.delete(base).status_code == 204
         assert api.get(base).json() == {"tags": []}
         assert show(api, collection, res["id"])["tags"] == []
@@ -112,9 +122,10 @@ def test_tag_bad_requests(api: httpx.Client, resources: dict[str, dict[str, Any]
         {"tags": [None]},
     ]
     for body in bad_bodies:
-        r = api.put(base, json=body)
-        assert r.status_code == 400, (body, r.text)
-        assert r.json()["NeutronError"]["message"]
+        for r in (api.put(base, json=body), api.post(base, json=body)):
+            assert r.status_code == 400, (body, r.text)
+            assert r.json()["NeutronError"]["message"]
+    error(api.post(base, content=b"{not json"), 400)
     error(api.put(base, content=b"{not json"), 400)
     error(api.put(f"{base}/{'y' * 256}"), 400)
     error(api.put(f"{base}/a,b"), 400)
@@ -129,6 +140,7 @@ def test_tags_of_missing_resources(api: httpx.Client) -> None:
         base = f"/{collection}/{MISSING}/tags"
         assert MISSING in error(api.get(base), 404, kind)
         error(api.put(base, json={"tags": ["a"]}), 404, kind)
+        error(api.post(base, json={"tags": ["a"]}), 404, kind)
         error(api.put(f"{base}/a"), 404, kind)
         error(api.get(f"{base}/a"), 404, kind)
         error(api.delete(f"{base}/a"), 404, kind)
@@ -235,6 +247,7 @@ def test_tags_respect_projects(users: dict[str, httpx.Client]) -> None:
     assert alice.put(f"/networks/{mine['id']}/tags/a").status_code == 201
     error(alice.get(f"/networks/{theirs['id']}/tags"), 404, "NetworkNotFound")
     error(alice.put(f"/networks/{theirs['id']}/tags/x"), 404, "NetworkNotFound")
+    error(alice.post(f"/networks/{theirs['id']}/tags", json={"tags": ["x"]}), 404, "NetworkNotFound")
     error(alice.delete(f"/networks/{theirs['id']}/tags"), 404, "NetworkNotFound")
     assert bob.get(f"/networks/{theirs['id']}/tags").json() == {"tags": ["bob"]}
 
@@ -243,6 +256,7 @@ def test_tags_respect_projects(users: dict[str, httpx.Client]) -> None:
     assert alice.get(f"/networks/{shared['id']}/tags/ops").status_code == 204
     error(alice.put(f"/networks/{shared['id']}/tags/mine"), 403)
     error(alice.put(f"/networks/{shared['id']}/tags", json={"tags": []}), 403)
+    error(alice.post(f"/networks/{shared['id']}/tags", json={"tags": ["mine"]}), 403)
     error(alice.delete(f"/networks/{shared['id']}/tags/ops"), 403)
     assert admin.get(f"/networks/{shared['id']}/tags").json() == {"tags": ["ops"]}
     assert admin.put(f"/networks/{theirs['id']}/tags/audited").status_code == 201
@@ -285,6 +299,7 @@ def test_bad_tags_are_refused_in_create_bodies_of_every_kind(api: httpx.Client, 
 def test_bad_tags_are_refused_by_the_tag_api(api: httpx.Client, resources: dict[str, Any], case: str) -> None:
     for collection, res in resources.items():
         error(api.put(f"/{collection}/{res['id']}/tags", json={"tags": BAD_TAG_LISTS[case]}), 400)
+        error(api.post(f"/{collection}/{res['id']}/tags", json={"tags": BAD_TAG_LISTS[case]}), 400)
         assert api.get(f"/{collection}/{res['id']}/tags").json() == {"tags": []}
 
 
@@ -295,7 +310,13 @@ def test_fifty_tags_fit_and_a_fifty_first_is_refused(api: httpx.Client, resource
         assert api.put(base, json={"tags": fifty}).status_code == 200
         assert "at most 50" in error(api.put(f"{base}/one-more"), 400)
         assert api.put(f"{base}/t07").status_code == 201  # one it already has: still fine
+        assert api.post(base, json={"tags": ["t07", "t08"]}).status_code == 201
+        assert "at most 50" in error(api.post(base, json={"tags": ["t07", "one-more"]}), 400)
         assert api.get(base).json() == {"tags": fifty}
+        # the bound holds for the sum: 30 there, 30 more (each list fine alone) is refused whole
+        assert api.put(base, json={"tags": fifty[:30]}).status_code == 200
+        assert "at most 50" in error(api.post(base, json={"tags": [f"u{i}" for i in range(30)]}), 400)
+        assert api.get(base).json() == {"tags": fifty[:30]}
 
 
 def test_a_huge_tag_list_is_refused_in_linear_time(api: httpx.Client) -> None:

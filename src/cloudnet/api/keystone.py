@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cloudnet.api.auth import Authenticator
-from cloudnet.api.deps import call, context, state
+from cloudnet.api.deps import call, state
 from cloudnet.api.neutron import JSON
 from cloudnet.errors import BadRequest, CloudnetError, Forbidden, NotAuthenticated, NotFound
 from cloudnet.services import identity, keystone, passwords
@@ -155,8 +155,13 @@ async def my_projects(request: Request) -> Response:
 async def user_projects(request: Request, user_id: str) -> Response:
     """A user's projects (`openstack project list --my-projects`): one's own, or any user's for an admin."""
     auth = state(request).auth
-    issued = auth.issued(request.headers.get("x-auth-token"))
+    token = request.headers.get("x-auth-token")
+    try:
+        ctx = auth.authenticate(token, request.headers.get("x-project-id"))  # (the guard leaves it to this route)
+    except CloudnetError as exc:
+        return _error(exc, request)
+    issued = auth.issued(token)
     user = auth.users().get(user_id)
-    if user is None or not (context(request).is_admin or (issued is not None and issued.user == user_id)):
+    if user is None or not (ctx.is_admin or (issued is not None and issued.user == user_id)):
         return _error(NotFound(f"Could not find user: {user_id[:255]}."), request)
     return _projects(request, list(user.projects), f"/users/{user_id}/projects")

@@ -25,10 +25,12 @@ from cloudnet.api.guard import PUBLIC_PATHS
 from cloudnet.api.neutron import JSON
 from cloudnet.api.schemas import BOOL, INT, OBJ, STR, STRS, Schema, array, envelope, listing, obj
 from cloudnet.services import (
+    floating_ips,
     hosts,
     instances,
     networks,
     pools,
+    port_forwardings,
     ports,
     routers,
     security_group_rules,
@@ -47,6 +49,7 @@ class Op:
     response: Schema | None  # None: no body
     request: Schema | type[BaseModel] | None = None
     query: tuple[tuple[str, Schema], ...] = ()
+    keystone: bool = False  # errors in Keystone's body (api/keystone.py), else Neutron's
 
 
 LIST_QUERY = (("fields", STR), ("limit", {"type": "integer", "minimum": 0}), ("marker", STR), ("sort_key", STR),
@@ -60,11 +63,13 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "security_group": (security_groups.GroupCreate, security_groups.GroupUpdate),
     "security_group_rule": (security_group_rules.RuleCreate, None),
     "instance": (instances.InstanceCreate, instances.InstanceUpdate),
+    "floatingip": (floating_ips.FloatingIpCreate, floating_ips.FloatingIpUpdate),
 }
 # Request models the table refers to besides MODELS (each becomes a component schema).
 OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,
                                              pools.ReleaseSpec, hosts.HostReport, hosts.PortStatusReport,
-                                             instances.MetadataItem)  # fmt: skip
+                                             instances.MetadataItem,
+                                             port_forwardings.PortForwardingBody)  # fmt: skip
 FORWARD_BODY = obj({
     "listen_address": STR, "description": STR, "config": {"type": "object", "additionalProperties": STR},
     "ports": array(obj({"description": STR, "protocol": {"enum": ["tcp", "udp"]}, "listen_port": STR,
@@ -73,6 +78,17 @@ FORWARD_BODY = obj({
 }, extra=False)  # fmt: skip
 QUOTA_BODY = envelope("quota", {"type": "object", "properties": {"check_limit": BOOL},
                                 "additionalProperties": INT})  # fmt: skip
+ROUTES_BODY = envelope("router", obj({"routes": array(schemas.ROUTE)}, ("routes",), extra=False))
+NAME_OR_ID = obj({"id": STR, "name": STR, "domain": OBJ})
+# Keystone's POST /v3/auth/tokens (the password and token methods; project scope or "unscoped").
+AUTH_BODY = envelope("auth", obj({
+    "identity": obj({
+        "methods": {"type": "array", "minItems": 1, "items": {"enum": ["password", "token"]}},
+        "password": envelope("user", obj({"id": STR, "name": STR, "password": STR, "domain": OBJ})),
+        "token": obj({"id": STR}, ("id",)),
+    }, ("methods",)),
+    "scope": {"anyOf": [{"const": "unscoped"}, obj({"project": NAME_OR_ID})]},
+}, ("identity",)))  # fmt: skip
 VERSIONS = obj({"versions": array(schemas.VERSION)}, ("versions",))
 V2_ROOT = obj({"version": schemas.VERSION, "resources": array(OBJ)}, ("version",))
 
@@ -113,7 +129,26 @@ def _table() -> dict[tuple[str, str], Op]:
     forward, fwd_base = envelope("forward", schemas.FORWARD), "/v2.0/networks/{network}/forwards"
     item = "/v2.0/instances/{instance_id}/metadata/{key}"
     quota = "/v2.0/quotas/{project_id}"
+    pf_base, pf = (
+        "/v2.0/floatingips/{floatingip_id}/port_forwardings",
+        envelope("port_forwarding", schemas.PORT_FORWARDING),
+    )
+    pf_body = _wrapped("port_forwarding", port_forwardings.PortForwardingBody)
+    router = envelope("router", schemas.ROUTER)
+    token = envelope("token", schemas.TOKEN)
     ops.update({
+        ("GET", pf_base): Op(200, listing("port_forwardings", schemas.PORT_FORWARDING, False), query=LIST_QUERY),
+        ("POST", pf_base): Op(201, pf, pf_body),
+        ("GET", pf_base + "/{pf_id}"): Op(200, pf, query=FIELDS),
+        ("PUT", pf_base + "/{pf_id}"): Op(200, pf, pf_body),
+        ("DELETE", pf_base + "/{pf_id}"): Op(204, None),
+        ("PUT", "/v2.0/routers/{router_id}/add_extraroutes"): Op(200, router, ROUTES_BODY),
+        ("PUT", "/v2.0/routers/{router_id}/remove_extraroutes"): Op(200, router, ROUTES_BODY),
+        ("POST", "/v2.0/{collection}/{resource_id}/tags"): Op(201, tag_list, tag_list),
+        ("POST", "/v3/auth/tokens"): Op(201, token, AUTH_BODY, keystone=True),
+        ("GET", "/v3/auth/tokens"): Op(200, token, keystone=True),
+        ("GET", "/v3/auth/projects"): Op(200, schemas.KEYSTONE_PROJECTS, keystone=True),
+        ("GET", "/v3/users/{user_id}/projects"): Op(200, schemas.KEYSTONE_PROJECTS, keystone=True),
         ("GET", "/"): Op(200, VERSIONS), ("GET", "/v2.0"): Op(200, V2_ROOT), ("GET", "/v2.0/"): Op(200, V2_ROOT),
         ("GET", "/openapi.json"): Op(200, OBJ), ("GET", "/v2.0/openapi.json"): Op(200, OBJ),
         ("GET", "/v2.0/port-pools"): Op(200, listing("port_pools", schemas.PORT_POOL, False)),
@@ -190,7 +225,10 @@ def _operation(method: str, path: str, op: Op | None, name: str) -> dict[str, An
     ok: dict[str, Any] = {"description": "success"}
     if op.response is not None:
         ok["content"] = {"application/json": {"schema": op.response}}
-    error = {"description": "a Neutron error", "content": {"application/json": {"schema": schemas.ERROR}}}
+    error = {
+        "description": "an error",
+        "content": {"application/json": {"schema": schemas.KEYSTONE_ERROR if op.keystone else schemas.ERROR}},
+    }
     out["responses"] = {str(op.status): ok, "4XX": error, "503": error}
     if path in PUBLIC_PATHS:
         out["security"] = []

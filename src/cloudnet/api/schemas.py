@@ -103,13 +103,40 @@ LINKS = array(obj({"rel": STR, "href": STR}, ("rel", "href"), extra=False))
 VERSION = obj({"id": STR, "status": STR, "links": array(OBJ)}, ("id", "status"))
 INTERFACE_INFO = obj({"id": STR, "tenant_id": STR, "project_id": STR, "port_id": STR, "network_id": STR,
                       "subnet_id": STR, "subnet_ids": STRS}, ("id", "port_id", "subnet_id"))  # fmt: skip
+PORT_DETAILS = obj({"name": STR, "network_id": STR, "mac_address": STR, "admin_state_up": BOOL, "status": STR,
+                    "device_id": STR, "device_owner": STR})  # fmt: skip
+PORT_FORWARDING = obj({
+    "id": STR, "floatingip_id": STR, "protocol": STR, "internal_ip_address": STR, "internal_port_id": NSTR,
+    "internal_port": NINT, "internal_port_range": NSTR, "external_port": NINT, "external_port_range": NSTR,
+    "description": STR,
+})  # fmt: skip
+FLOATINGIP = obj({
+    **STANDARD, "floating_ip_address": STR, "floating_network_id": NSTR, "router_id": NSTR, "port_id": NSTR,
+    "fixed_ip_address": NSTR, "status": {"enum": ["ACTIVE", "DOWN", "ERROR"]}, "port_details": nullable(PORT_DETAILS),
+    "port_forwardings": array(PORT_FORWARDING),
+})  # fmt: skip
+# Keystone's face (api/keystone.py): its token, its projects and its own error body.
+KEYSTONE_PROJECT = obj({"id": STR, "name": STR, "domain_id": STR, "enabled": BOOL, "description": STR,
+                        "parent_id": STR, "is_domain": BOOL, "tags": STRS, "options": OBJ, "links": OBJ},
+                       ("id", "name"))  # fmt: skip
+KEYSTONE_PROJECTS = obj({"projects": array(KEYSTONE_PROJECT), "links": OBJ}, ("projects",))
+NAMED = obj({"id": STR, "name": STR}, ("id", "name"))
+TOKEN = obj({
+    "methods": STRS, "audit_ids": STRS, "issued_at": STR, "expires_at": STR,
+    "user": obj({"id": STR, "name": STR, "domain": NAMED, "password_expires_at": NSTR}, ("id", "name")),
+    "project": obj({"id": STR, "name": STR, "domain": NAMED}, ("id", "name")), "is_domain": BOOL,
+    "roles": array(NAMED), "catalog": array(obj({"id": STR, "type": STR, "name": STR, "endpoints": array(OBJ)},
+                                                ("type", "endpoints"))),
+}, ("methods", "expires_at", "user"))  # fmt: skip
+KEYSTONE_ERROR = obj({"error": obj({"code": INT, "title": STR, "message": STR}, ("code", "title", "message"))},
+                     ("error",))  # fmt: skip
 ERROR = obj({"NeutronError": obj({"type": STR, "message": STR, "detail": STR}, ("type", "message", "detail"))},
             ("NeutronError",))  # fmt: skip
 
 # The Neutron-style members, by body key.
 MEMBERS: dict[str, Schema] = {
     "network": NETWORK, "subnet": SUBNET, "port": PORT, "router": ROUTER, "security_group": SECURITY_GROUP,
-    "security_group_rule": RULE, "instance": INSTANCE,
+    "security_group_rule": RULE, "instance": INSTANCE, "floatingip": FLOATINGIP,
 }  # fmt: skip
 
 

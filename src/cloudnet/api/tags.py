@@ -27,14 +27,28 @@ async def get_tags(request: Request, collection: str, resource_id: str) -> Respo
     return neutron.JSON({"tags": values})
 
 
-@router.put(PATH)
-async def replace_tags(request: Request, collection: str, resource_id: str) -> Response:
+async def _tag_list(request: Request) -> list[object]:
     body = await neutron.body_of(request)
     if not isinstance(body, dict) or not isinstance(body.get("tags"), list):
         raise BadRequest('Invalid input for tags: expected {"tags": [...]}')
-    values = await call(tags.replace, state(request).store, context(request), _collection(collection), resource_id,
-                        body["tags"])  # fmt: skip
-    return neutron.JSON({"tags": values})
+    return body["tags"]  # type: ignore[no-any-return]
+
+
+@router.put(PATH)
+async def replace_tags(request: Request, collection: str, resource_id: str) -> Response:
+    values = await _tag_list(request)
+    found = await call(tags.replace, state(request).store, context(request), _collection(collection), resource_id,
+                       values)  # fmt: skip
+    return neutron.JSON({"tags": found})
+
+
+@router.post(PATH)
+async def add_tags(request: Request, collection: str, resource_id: str) -> Response:
+    """Neutron's "add tags" (tag-creation's POST): to those the resource has; answers all of them."""
+    values = await _tag_list(request)
+    found = await call(tags.add_many, state(request).store, context(request), _collection(collection), resource_id,
+                       values)  # fmt: skip
+    return neutron.JSON({"tags": found}, status_code=201)
 
 
 @router.delete(PATH)

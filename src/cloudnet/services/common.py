@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, Select, Table, delete, insert, select, true, update
 from sqlalchemy.sql import ColumnElement
 
-from cloudnet.errors import Forbidden, not_found
+from cloudnet.errors import disallowed, not_found
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, to_int, to_time
 from cloudnet.store import tables as t
@@ -67,11 +67,11 @@ def standard_fields(row: Row[Any] | Mapping[str, Any], tags: list[str] | None) -
 
 
 def new_standard(
-    ctx: Context, body_project: str | None, now: datetime, name: str = "", description: str = ""
+    ctx: Context, body_project: str | None, now: datetime, name: str = "", description: str = "", kind: str = ""
 ) -> dict[str, Any]:
     return {
         "id": new_id(),
-        "project_id": owner_project(ctx, body_project),
+        "project_id": owner_project(ctx, body_project, f"create_{kind}" if kind else "create"),
         "name": name,
         "description": description,
         "created_at": now,
@@ -80,11 +80,12 @@ def new_standard(
     }
 
 
-def owner_project(ctx: Context, requested: str | None) -> str:
+def owner_project(ctx: Context, requested: str | None, action: str = "create") -> str:
+    """The project a new resource is for; only admins name another (Neutron: the `create_<kind>` rule fails)."""
     if requested is None or requested == ctx.project_id:
         return ctx.project_id
     if not ctx.is_admin:
-        raise Forbidden("Only admins may create resources in another project")
+        raise disallowed(action)
     return requested
 
 

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 from sqlalchemy import Connection, delete, exists, false, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound
+from cloudnet.errors import BadRequest, Conflict, InvalidInput, NotFound, disallowed
 from cloudnet.services import common, floating_common, forward_deps, ipam, networks, quotas, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.owners import ROUTER_INTERFACE
@@ -244,8 +244,7 @@ def _create(tx: Tx, ctx: Context, spec: FloatingIpCreate) -> str:
     if spec.fixed_ip_address and not spec.port_id:
         raise bad("fixed_ip_address cannot be specified without a port_id")
     if spec.floating_ip_address is not None and not ctx.is_admin:
-        raise Forbidden("(rule:create_floatingip:floating_ip_address) is disallowed by policy: only admins may "
-                        "choose a floating IP's address")  # fmt: skip
+        raise disallowed("create_floatingip:floating_ip_address")
     external = networks.get_visible(tx.conn, ctx, spec.floating_network_id)
     if not external.router_external:
         raise bad(f"Network {external.id} is not a valid external network")
@@ -256,7 +255,7 @@ def _create(tx: Tx, ctx: Context, spec: FloatingIpCreate) -> str:
         subnets = [s for s in subnets if s.id == spec.subnet_id]
         if not subnets:
             raise bad(f"Subnet {spec.subnet_id} is not an IPv4 subnet of network {external.id}")
-    project = common.owner_project(ctx, spec.project_id or spec.tenant_id)
+    project = common.owner_project(ctx, spec.project_id or spec.tenant_id, "create_floatingip")
     quotas.enforce(tx, project, "floatingip", 1)
     if spec.port_id is not None:  # every forward writer locks the internal network before the uplink
         uplinks.lock_networks(tx.conn, {common.get_row(tx.conn, P, "port", spec.port_id, ctx).network_id})

@@ -187,7 +187,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
         # A host's namespaces are the runtime's (Nova, Zun: the service role) or an admin's to name.
         raise Forbidden("Only admins and the service role may name an existing network namespace (netns); leave "
                         "netns out to have cloudnet make one for the instance")  # fmt: skip
-    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "instance")
     host = spec.host or _default_host(tx)
     if spec.host and not tx.conn.execute(select(t.hosts.c.name).where(t.hosts.c.name == host)).first():
         raise InvalidInput(f"host {host} is not a registered host (no agent has reported from it)")

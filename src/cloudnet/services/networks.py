@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from cloudnet.errors import Conflict, Forbidden, InvalidInput, not_found
+from cloudnet.errors import Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import cache, common, forward_deps, forwards, network_config, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
@@ -119,11 +119,11 @@ def _check_visible(row: Any, ctx: Context, network_id: str) -> Any:
     return row
 
 
-def get_owned(conn: Connection, ctx: Context, network_id: str) -> Any:
+def get_owned(conn: Connection, ctx: Context, network_id: str, action: str) -> Any:
     """A network the caller may change: 404 if they cannot see it, 403 if they only see it (shared, external)."""
     row = get_visible(conn, ctx, network_id)
     if not (ctx.is_admin or row.project_id == ctx.project_id):
-        raise Forbidden(f"Only the owner of network {network_id} may change or delete it")
+        raise disallowed(action)
     return row
 
 
@@ -190,14 +190,16 @@ def create_networks(store: Store, ctx: Context, bodies: list[dict[str, Any]], de
 
 
 def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
-    privileged = spec.shared or spec.router_external or spec.network_type is not None
-    if privileged and not ctx.is_admin:
-        raise Forbidden("Only admins may set shared, router:external or provider attributes")
+    if not ctx.is_admin:  # Neutron's create_network:<attribute> rules, in the order it checks them
+        for attr, given in (("shared", spec.shared), ("router:external", spec.router_external),
+                            ("provider:network_type", spec.network_type is not None)):  # fmt: skip
+            if given:
+                raise disallowed(f"create_network:{attr}")
     network_type = spec.network_type or "local"
     key = _segment_key(network_type, spec.physical_network, spec.segmentation_id)
     if key is not None and tx.conn.execute(select(N.c.id).where(N.c.segment_key == key)).first():
         raise _segment_in_use(spec)
-    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "network")
     quotas.enforce(tx, row["project_id"], "network", 1)
     row.update(
         admin_state_up=spec.admin_state_up,
@@ -214,7 +216,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
         port_security_enabled=spec.port_security_enabled,
     )
     if spec.routes and not ctx.is_admin:
-        raise Forbidden("Only admins may set cloudnet:routes")
+        raise disallowed("create_network:cloudnet:routes")
     try:
         tx.conn.execute(insert(N).values(**row))
     except IntegrityError:
@@ -244,9 +246,10 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
     spec = parse(NetworkUpdate, body)
     changes = spec.model_dump(exclude_unset=True, by_alias=False)
     with store.write() as tx:
-        row = get_owned(tx.conn, ctx, network_id)
-        if ({"shared", "router_external"} & changes.keys()) and not ctx.is_admin:
-            raise Forbidden("Only admins may change shared or router:external")
+        row = get_owned(tx.conn, ctx, network_id, "update_network")
+        for attr in ("shared", "router_external"):
+            if attr in changes and not ctx.is_admin:
+                raise disallowed(f"update_network:{attr.replace('_', ':')}")
         if changes.get("router_external") is False and row.router_external:
             in_use = tx.conn.execute(
                 select(t.ports.c.id).where(
@@ -268,7 +271,7 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
             changes["config"] = network_config.merge_config(tx.conn, network_id, row.config or {}, changes["config"])
         if changes.get("routes") is not None:
             if not ctx.is_admin:
-                raise Forbidden("Only admins may set cloudnet:routes")
+                raise disallowed("update_network:cloudnet:routes")
             external = changes.get("router_external", row.router_external)
             changes["routes"] = network_config.check_routes(changes["routes"], bool(external))
             forward_deps.ranges_kept(tx.conn, network_id, f"Unable to change cloudnet:routes of network {network_id}",
@@ -302,7 +305,7 @@ def _pool_ports_follow(tx: Tx, network_id: str, enabled: bool) -> None:
 
 def delete_network(store: Store, ctx: Context, network_id: str) -> None:
     with store.write() as tx:
-        row = get_owned(tx.conn, ctx, network_id)
+        row = get_owned(tx.conn, ctx, network_id, "delete_network")
         # Wait for transactions still adding ports or subnets to it (their foreign-key locks conflict
         # with this one), so that the check below sees them, and keep new ones out until the end.
         tx.conn.execute(select(N.c.id).where(N.c.id == network_id).with_for_update())

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select
 
-from cloudnet.errors import BadRequest, Conflict, Forbidden
+from cloudnet.errors import BadRequest, Conflict, disallowed
 from cloudnet.services import address_pairs, cache, security_groups
 from cloudnet.services.address_pairs import Pair
 from cloudnet.services.context import Context
@@ -49,10 +49,7 @@ def check_policy(ctx: Context, network: Any, given: Collection[str], action: str
         return
     for name in OWNER_ONLY:
         if name in given:
-            raise Forbidden(
-                f"(rule:{action}:{name}) is disallowed by policy: only admins and the network's owner may set {name} "
-                "on a port"
-            )
+            raise disallowed(f"{action}:{name}")
 
 
 def for_new_port(network: Any, device_owner: str, requested: bool | None) -> bool:

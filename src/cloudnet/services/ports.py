@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from sqlalchemy import Connection, and_, delete, or_, select
 from sqlalchemy.exc import IntegrityError
 
-from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
+from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import (
     address_pairs,
     cache,
@@ -320,16 +320,16 @@ class _Creator:
 
     def plan(self, spec: PortCreate) -> _Plan:
         network = self.network(spec.network_id)
-        project = common.owner_project(self.ctx, spec.project_id or spec.tenant_id)
+        project = common.owner_project(self.ctx, spec.project_id or spec.tenant_id, "create_port")
         if network.project_id != project and not (network.shared or self.ctx.is_admin):
             # Neutron's _validate_network_tenant_ownership: 404, an external network included (its addresses
             # go to routers and forwards, not to ports of other projects).
             raise not_found("network", spec.network_id)
         if spec.mac_address is not None and not self.ctx.is_admin and network.project_id != project:
-            raise Forbidden("Only admins may set mac_address on another project's network")
+            raise disallowed("create_port:mac_address")
         if any(f.ip_address for f in spec.fixed_ips or []) and not self.ctx.is_admin and network.project_id != project:
             # Neutron's create_port:fixed_ips:ip_address policy: a subnet_id alone is fine on a shared network.
-            raise Forbidden("Only admins may request a specific IP address on another project's network")
+            raise disallowed("create_port:fixed_ips:ip_address")
         given = {k for k in spec.model_fields_set if getattr(spec, k) is not None}
         port_security.check_policy(self.ctx, network, given, "create_port")
         row = common.new_standard(self.ctx, project, self.tx.now, spec.name, spec.description)
@@ -652,7 +652,7 @@ def update_in_tx(tx: Tx, ctx: Context, port_id: str, spec: PortUpdate, extra: di
         changes["profile"] = spec.profile or {}
     if "mac_address" in given and spec.mac_address and spec.mac_address != row.mac_address:
         if not ctx.is_admin:
-            raise Forbidden("Only admins may change a port's MAC address")
+            raise disallowed("update_port:mac_address")
         if row.vif_type not in ("unbound", "binding_failed"):
             raise Conflict(f"Unable to complete operation on port {port_id}, port is already bound", type="PortBound")
         clash = tx.conn.execute(
@@ -693,7 +693,7 @@ def _update_fixed_ips(tx: Tx, ctx: Context, row: Any, fixed: list[FixedIp], owne
         tx.conn.execute(delete(A).where(A.c.subnet_id == sid, A.c.ip_address == ip))
     network = creator.network(row.network_id)
     if any(ip for _subnet, ip in new) and not ctx.is_admin and network.project_id != row.project_id:
-        raise Forbidden("Only admins may request a specific IP address on another project's network")
+        raise disallowed("update_port:fixed_ips:ip_address")
     if new:
         plan = _Plan(row={"id": row.id}, network=network, ips=new)
         creator.check_requested_free([plan])

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ColumnElement
 
-from cloudnet.errors import BadRequest, Conflict, Forbidden
+from cloudnet.errors import BadRequest, Conflict, disallowed
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
@@ -135,12 +135,12 @@ def enforce(tx: Tx, project_id: str, resource: str, adding: int) -> None:
 
 def _may_read(ctx: Context, project_id: str) -> None:
     if not ctx.is_admin and project_id != ctx.project_id:
-        raise Forbidden("Non-admin is not authorized to access quotas for another project")
+        raise disallowed("get_quota")
 
 
-def _admin(ctx: Context) -> None:
+def _admin(ctx: Context, action: str) -> None:
     if not ctx.is_admin:
-        raise Forbidden("Only admins may change quotas")
+        raise disallowed(action)
 
 
 def _check_project(project_id: str) -> str:
@@ -174,7 +174,7 @@ def get_defaults(store: Store, ctx: Context, project_id: str) -> dict[str, int]:
 
 def list_quotas(store: Store, ctx: Context) -> list[dict[str, Any]]:
     """Projects with limits of their own (Neutron lists only those), each with all its limits."""
-    _admin(ctx)
+    _admin(ctx, "get_quota")
     with store.read() as conn:
         projects = [r[0] for r in conn.execute(
             select(Q.c.project_id).where(Q.c.limit.is_not(None)).distinct().order_by(Q.c.project_id))]  # fmt: skip
@@ -186,7 +186,7 @@ def list_quotas(store: Store, ctx: Context) -> list[dict[str, Any]]:
 
 
 def update_quota(store: Store, ctx: Context, project_id: str, body: Any) -> dict[str, int]:
-    _admin(ctx)
+    _admin(ctx, "update_quota")
     _check_project(project_id)
     if not isinstance(body, dict) or not isinstance(body.get("quota"), dict):
         raise BadRequest("Unable to find 'quota' in request body")
@@ -218,7 +218,7 @@ def update_quota(store: Store, ctx: Context, project_id: str, body: Any) -> dict
 
 def reset_quota(store: Store, ctx: Context, project_id: str) -> None:
     """Back to the defaults (Neutron's DELETE /v2.0/quotas/{project_id})."""
-    _admin(ctx)
+    _admin(ctx, "delete_quota")
     _check_project(project_id)
     with store.write() as tx:
         # Lock rows of PostgreSQL creates stay (limit NULL: the default), and a create waiting on one still works.

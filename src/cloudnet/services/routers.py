@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
-from cloudnet.errors import BadRequest, Conflict, Forbidden, NotFound
+from cloudnet.errors import BadRequest, Conflict, NotFound, disallowed
 from cloudnet.services import common, forward_deps, networks, ports, quotas, router_routes, subnets
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
@@ -133,10 +133,7 @@ def _set_gateway(tx: Tx, ctx: Context, router: Any, info: GatewayInfo | None) ->
     if info.external_fixed_ips and not ctx.is_admin:
         # Neutron's policy (create_router/update_router:external_gateway_info:external_fixed_ips): admin only; a
         # member's gateway gets an address picked for it, as a member's port on the network would be refused.
-        raise Forbidden(
-            "(rule:update_router:external_gateway_info:external_fixed_ips) is disallowed by policy: only admins "
-            "may choose a router gateway's external fixed IPs"
-        )
+        raise disallowed("update_router:external_gateway_info:external_fixed_ips")
     admin = Context.admin(ctx.project_id)
     network = networks.get_visible(tx.conn, ctx, info.network_id)
     if not network.router_external:
@@ -173,7 +170,9 @@ def create_routers(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> 
     with store.write() as tx:
         ids = []
         for spec in specs:
-            row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+            row = common.new_standard(
+                ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "router"
+            )
             quotas.enforce(tx, row["project_id"], "router", 1)
             row.update(admin_state_up=spec.admin_state_up, status="ACTIVE", gw_port_id=None, enable_snat=True)
             tx.conn.execute(insert(R).values(**row))

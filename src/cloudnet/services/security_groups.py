@@ -143,7 +143,9 @@ def create_groups(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> l
         for spec in specs:
             if spec.name == "default":
                 raise Conflict("Default security group already exists.", type="SecurityGroupDefaultAlreadyExists")
-            row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+            row = common.new_standard(
+                ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "security_group"
+            )
             row.update(stateful=spec.stateful, default_for_project=None)
             ensure_default(tx, row["project_id"])
             quotas.enforce(tx, row["project_id"], "security_group", 1)

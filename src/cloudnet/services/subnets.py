@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from sqlalchemy import Connection, delete, insert, select
 
-from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
+from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import common, forward_deps, networks, quotas, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
@@ -248,11 +248,11 @@ def get_visible(conn: Connection, ctx: Context, subnet_id: str) -> Any:
     return row
 
 
-def _get_owned(conn: Connection, ctx: Context, subnet_id: str) -> Any:
+def _get_owned(conn: Connection, ctx: Context, subnet_id: str, action: str) -> Any:
     """A subnet the caller may change: 404 if they cannot see it, 403 if they only see it (shared network)."""
     row = get_visible(conn, ctx, subnet_id)
     if not (ctx.is_admin or row.project_id == ctx.project_id):
-        raise Forbidden(f"Only the owner of subnet {subnet_id} may change or delete it")
+        raise disallowed(action)
     return row
 
 
@@ -282,7 +282,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
             # Neutron's _validate_network_project_ownership: 404 for a network seen only because it is external,
             # as for a port on it (ports.py); a shared network is seen as such, and refused by policy (403).
             raise not_found("network", spec.network_id)
-        raise Forbidden(f"Only the owner of network {network.id} may add subnets to it")
+        raise disallowed("create_subnet")
     try:
         cidr = _network(spec.cidr)
     except ValueError as exc:
@@ -307,7 +307,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
         forward_deps.addresses_free(tx.conn, forward_deps.subnet_addresses(cidr, gateway), network.id)
     pools = _check_pools(cidr, spec.allocation_pools, gateway)
     _check_dns_versions(cidr, spec.dns_nameservers)
-    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description)
+    row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "subnet")
     quotas.enforce(tx, row["project_id"], "subnet", 1)
     row.update(
         network_id=network.id,
@@ -338,7 +338,7 @@ def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, An
     spec = parse(SubnetUpdate, body)
     given = spec.model_fields_set
     with store.write() as tx:
-        row = _get_owned(tx.conn, ctx, subnet_id)
+        row = _get_owned(tx.conn, ctx, subnet_id, "update_subnet")
         cidr = ipaddress.ip_network(row.cidr)
         changes: dict[str, Any] = {}
         for key in ("name", "description", "enable_dhcp"):
@@ -386,7 +386,7 @@ def _check_gateway_change(conn: Connection, row: Any, new_gateway: str | None) -
 def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
     A, P = t.ip_allocations, t.ports
     with store.write() as tx:
-        row = _get_owned(tx.conn, ctx, subnet_id)
+        row = _get_owned(tx.conn, ctx, subnet_id, "delete_subnet")
         # The network first, as router interface changes and forward writers take it (forward_deps.subnet_kept
         # checks under it) before they allocate from a subnet: the same order, so none waits for the other.
         uplinks.lock_networks(tx.conn, {row.network_id})

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cloudnet.errors import BadRequest, Forbidden, NotFound, not_found
+from cloudnet.errors import BadRequest, NotFound, disallowed, not_found
 from cloudnet.services import common, networks, subnets
 from cloudnet.services.context import Context
 from cloudnet.services.validation import MAX_TAGS, check_tags, tag_error
@@ -65,17 +65,39 @@ def _resource(tx: Tx, ctx: Context, collection: str, resource_id: str) -> tuple[
     kind = TABLES[collection].kind
     row = _visible(tx.conn, ctx, collection, resource_id)
     if not ctx.is_admin and row.project_id != ctx.project_id:
-        raise Forbidden(f"Only the owner may change the tags of {kind} {resource_id}")
+        raise disallowed(f"update_{kind}")  # (Neutron: changing tags is an update of the resource)
     return kind, row.project_id
 
 
-def replace(store: Store, ctx: Context, collection: str, resource_id: str, values: list[Any]) -> list[str]:
+def _checked(values: list[Any]) -> list[str]:
+    """A request's list of tags, sorted: the bounds of the tag API's PUT and POST (and of create bodies)."""
     if not all(isinstance(v, str) for v in values):
         raise BadRequest("Invalid input for tags: every tag must be a string")
     try:
-        clean = sorted(check_tags(values))
+        return sorted(check_tags(values))
     except ValueError as exc:
         raise BadRequest(f"Invalid input for operation: {exc}.") from None
+
+
+def _too_many() -> BadRequest:
+    return BadRequest(f"Invalid input for operation: a resource has at most {MAX_TAGS} tags.")
+
+
+def _insert(tx: Tx, resource_id: str, values: list[str]) -> bool:
+    """Add tags a resource may already have; whether any was new. ON CONFLICT: two concurrent adds of one tag both
+    succeed (adding is idempotent), one of them changes it."""
+    module = postgresql if tx.conn.dialect.name == "postgresql" else sqlite
+    stmt = module.insert(t.tags).values([{"resource_id": resource_id, "tag": v} for v in values])
+    return bool(tx.conn.execute(stmt.on_conflict_do_nothing().returning(t.tags.c.tag)).all())
+
+
+def _count(tx: Tx, resource_id: str) -> int:
+    return int(tx.conn.execute(select(func.count()).select_from(t.tags).where(t.tags.c.resource_id == resource_id))
+               .scalar_one())  # fmt: skip
+
+
+def replace(store: Store, ctx: Context, collection: str, resource_id: str, values: list[Any]) -> list[str]:
+    clean = _checked(values)
     with store.write() as tx:
         kind, project = _resource(tx, ctx, collection, resource_id)
         if common.load_tags(tx.conn, [resource_id]).get(resource_id, []) != clean:  # (the same set: no revision)
@@ -88,14 +110,22 @@ def add(store: Store, ctx: Context, collection: str, resource_id: str, tag: str)
     _check(tag)
     with store.write() as tx:
         kind, project = _resource(tx, ctx, collection, resource_id)
-        count = select(func.count()).select_from(t.tags).where(t.tags.c.resource_id == resource_id, t.tags.c.tag != tag)
-        if tx.conn.execute(count).scalar_one() >= MAX_TAGS:
-            raise BadRequest(f"Invalid input for operation: a resource has at most {MAX_TAGS} tags.")
-        # ON CONFLICT: two concurrent adds of one tag both succeed (PUT is idempotent), one of them changes it.
-        module = postgresql if tx.conn.dialect.name == "postgresql" else sqlite
-        stmt = module.insert(t.tags).values(resource_id=resource_id, tag=tag).on_conflict_do_nothing()
-        if tx.conn.execute(stmt.returning(t.tags.c.tag)).first():
+        if _insert(tx, resource_id, [tag]):
+            if _count(tx, resource_id) > MAX_TAGS:
+                raise _too_many()
             common.touch(tx, TABLES[collection].table, resource_id, kind, project)
+
+
+def add_many(store: Store, ctx: Context, collection: str, resource_id: str, values: list[Any]) -> list[str]:
+    """Neutron's POST .../tags: these tags besides those the resource has (none new: no revision); all of them."""
+    clean = _checked(values)
+    with store.write() as tx:
+        kind, project = _resource(tx, ctx, collection, resource_id)
+        if clean and _insert(tx, resource_id, clean):
+            if _count(tx, resource_id) > MAX_TAGS:
+                raise _too_many()
+            common.touch(tx, TABLES[collection].table, resource_id, kind, project)
+        return common.load_tags(tx.conn, [resource_id]).get(resource_id, [])
 
 
 def remove(store: Store, ctx: Context, collection: str, resource_id: str, tag: str | None) -> None:
