@@ -12,7 +12,7 @@ from sqlalchemy import Connection, delete, insert, select
 from cloudnet import namespaces
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
 from cloudnet.metadata import mdata_keys
-from cloudnet.services import common, metadata_ports, pools, ports, sriov
+from cloudnet.services import common, metadata_ports, pools, port_specs, port_views, ports, sriov
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ip, is_uuid, parse
@@ -138,7 +138,7 @@ def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
         select(IP.c.instance_id, IP.c.port_id).where(IP.c.instance_id.in_(ids)).order_by(IP.c.position)
     ).all()
     port_rows = conn.execute(select(P).where(P.c.id.in_([pid for _i, pid in links]))).all()
-    port_info = {p["id"]: p for p in ports.to_dicts(conn, list(port_rows))}
+    port_info = {p["id"]: p for p in port_views.to_dicts(conn, list(port_rows))}
     nets: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for iid, pid in links:
         p = port_info.get(pid)
@@ -213,8 +213,8 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
             port_id, direct = _bind_existing(tx, ctx, net.port, row["project_id"], host, seen)
             created = False
         else:
-            fixed = [ports.FixedIp(ip_address=ip) for ip in (net.v4_fixed_ip, net.v6_fixed_ip) if ip]
-            port_spec = ports.PortCreate(
+            fixed = [port_specs.FixedIp(ip_address=ip) for ip in (net.v4_fixed_ip, net.v6_fixed_ip) if ip]
+            port_spec = port_specs.PortCreate(
                 network_id=net.network or "", project_id=row["project_id"] if ctx.is_admin else None,
                 name=f"{spec.name}-eth{position}", device_id=instance_id, device_owner=DEVICE_OWNER,
                 host_id=host, fixed_ips=fixed or None,
@@ -240,7 +240,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
         if not created:
             # A direct port's host binding was written with its VF (sriov.reserve_in_tx).
             extra = {k: v for k, v in binding.items() if not (direct and k == "host_id")}
-            ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=extra)
+            ports.update_in_tx(tx, ctx, port_id, port_specs.PortUpdate(), extra=extra)
     if row["netns"] is None:
         row["netns"] = namespaces.new_managed_ns(host)  # made by the host's agent
     # The row goes in once its namespace is known (a claimed port's parked one, or a new name).
@@ -254,7 +254,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
     others = [link["port_id"] for link in links if link["port_id"] not in claimed_ports]
     if others:
         rows = tx.conn.execute(select(P).where(P.c.id.in_(others))).all()
-        claimed_ports.update((p["id"], p) for p in ports.to_dicts(tx.conn, list(rows)))
+        claimed_ports.update((p["id"], p) for p in port_views.to_dicts(tx.conn, list(rows)))
     return _shape(row, [], [_net(claimed_ports[link["port_id"]]) for link in links])
 
 
@@ -322,7 +322,7 @@ def delete_instance(store: Store, ctx: Context, instance_id: str) -> None:
             else:
                 unbound = {"device_id": "", "device_owner": "", "host_id": "", "status": "DOWN", "vif_type": "unbound",
                            "vif_details": {}}  # fmt: skip
-                ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=unbound)
+                ports.update_in_tx(tx, ctx, port_id, port_specs.PortUpdate(), extra=unbound)
         tx.conn.execute(delete(IP).where(IP.c.instance_id == instance_id))
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == instance_id))
         tx.conn.execute(delete(I).where(I.c.id == instance_id))

@@ -44,6 +44,8 @@ from cloudnet.services import (
     networks,
     port_policy,
     port_security,
+    port_specs,
+    port_views,
     ports,
     quotas,
     security_groups,
@@ -650,7 +652,7 @@ def _claim(
     assert tx.store is not None
     store, info = tx.store, pool
     tx.after_commit(lambda: _claimed(store, mgr, info, sgs))
-    return ports.port_dict(port, fixed, groups, sorted(tags))
+    return port_views.port_dict(port, fixed, groups, sorted(tags))
 
 
 def _claimed(store: Store, mgr: Manager, pool: PoolInfo, sgs: Bucket) -> None:
@@ -805,7 +807,7 @@ def _fill(
     if n <= 0:
         return 0
     groups = list(sgs if sgs is not None else pool.security_groups)
-    spec = ports.PortCreate(
+    spec = port_specs.PortCreate(
         network_id=pool.network_id, project_id=pool.project_id, device_owner=FREE_OWNER, host_id=pool.host,
         security_groups=groups or None, tags=[TAG_PREFIX + pool.id])  # fmt: skip
     ids = ports.create_in_tx(tx, Context.admin(pool.project_id), [spec] * n)
