@@ -17,8 +17,8 @@ from sqlalchemy.exc import IntegrityError
 from cloudnet.services import networks
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
-from cloudnet.store.changes import Event
 from cloudnet.store.db import Store, Tx
+from cloudnet.store.events import Event
 from cloudnet.store.prepared import BulkInsert, Prepared
 from tests.support.api import create
 

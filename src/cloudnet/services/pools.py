@@ -54,8 +54,8 @@ from cloudnet.services.context import Context
 from cloudnet.services.security_groups import GroupIds
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
-from cloudnet.store.changes import Event
 from cloudnet.store.db import Store, Tx
+from cloudnet.store.events import Event
 from cloudnet.store.prepared import BulkInsert, Prepared
 
 log = logging.getLogger(__name__)
