@@ -11,7 +11,16 @@ from pydantic import Field
 from sqlalchemy import Connection, delete, insert, select, update
 
 from cloudnet.errors import Conflict, Forbidden, not_found
-from cloudnet.services import common, metadata_ports, network_config, networks, pools, port_views, sriov, uplinks
+from cloudnet.services import (
+    common,
+    metadata_ports,
+    network_config,
+    networks,
+    pool_recovery,
+    port_views,
+    sriov,
+    uplinks,
+)
 from cloudnet.services.context import Context
 from cloudnet.services.host_security import agent_port, groups_of
 from cloudnet.services.port_specs import ROUTER_INTERFACE
@@ -136,7 +145,7 @@ def delete_host(store: Store, ctx: Context, name: str, down_time: float) -> int:
                 f"{down_time:g} s.",
                 type="HostAlive",
             )
-        freed = pools.drop_host(tx, name)
+        freed = pool_recovery.drop_host(tx, name)
         tx.conn.execute(delete(H).where(H.c.name == name))
         tx.record("host", name, "delete")  # (every server's cache of registered hosts follows it)
     return freed

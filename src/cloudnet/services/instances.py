@@ -12,7 +12,7 @@ from sqlalchemy import Connection, delete, insert, select
 from cloudnet import namespaces
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
 from cloudnet.metadata import mdata_keys
-from cloudnet.services import common, metadata_ports, pools, port_specs, port_views, ports, sriov
+from cloudnet.services import common, metadata_ports, pool_claims, pool_model, port_specs, port_views, ports, sriov
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ip, is_uuid, parse
@@ -223,9 +223,9 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
                 raise not_found("network", port_spec.network_id)
             claimed = None
             if not fixed:  # a ready port of the host's pool for this network (made on first demand if enabled)
-                claimed = pools.claim_in_tx(tx, ctx, host, row["project_id"], port_spec.network_id, None,
+                claimed = pool_claims.claim_in_tx(tx, ctx, host, row["project_id"], port_spec.network_id, None,
                                             port_spec.name, instance_id, DEVICE_OWNER,
-                                            create=pools.for_instances(tx.store),
+                                            create=pool_model.for_instances(tx.store),
                                             take_parked=position == 0 and row["netns"] is None)  # fmt: skip
             if claimed is None:
                 (port_id,) = ports.create_in_tx(tx, ctx, [port_spec])
@@ -315,7 +315,7 @@ def delete_instance(store: Store, ctx: Context, instance_id: str) -> None:
             if port is None:
                 continue
             if created:
-                if not pools.release_in_tx(tx, port):  # pool ports go back to their pool
+                if not pool_claims.release_in_tx(tx, port):  # pool ports go back to their pool
                     ports.delete_in_tx(tx, port)
             elif sriov.is_direct(port):
                 sriov.release_in_tx(tx, port)  # VF freed, pci keys and binding cleared, port kept
