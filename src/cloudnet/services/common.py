@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, Table, delete, insert, select, true, update
+from sqlalchemy import Connection, Row, Select, Table, and_, delete, insert, select, true, update
 from sqlalchemy.sql import ColumnElement
 
 from cloudnet.errors import Forbidden, not_found
@@ -157,8 +157,6 @@ def tag_attrs(id_column: ColumnElement[Any]) -> dict[str, Attr]:
         return id_column.in_(select(t.tags.c.resource_id).where(t.tags.c.tag == tag))
 
     def all_of(values: list[str]) -> ColumnElement[bool]:
-        from sqlalchemy import and_
-
         return and_(*[having(tag) for tag in split(values)])
 
     def any_of(values: list[str]) -> ColumnElement[bool]:
