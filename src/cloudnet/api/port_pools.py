@@ -24,7 +24,7 @@ TICK = 0.5
 def defaults_of(st: AppState) -> pool_model.Defaults:
     c = st.config
     return pool_model.Defaults(min=c.pool_min, max=c.pool_max, batch=c.pool_batch, ttl=c.pool_ttl,
-                          update_interval=c.pool_update_interval)  # fmt: skip
+                               update_interval=c.pool_update_interval)  # fmt: skip
 
 
 @router.get("/v2.0/port-pools")
