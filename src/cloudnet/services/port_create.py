@@ -29,7 +29,7 @@ from cloudnet.services import (
 from cloudnet.services.address_pairs import Pair
 from cloudnet.services.context import Context
 from cloudnet.services.ipam import SubnetInfo
-from cloudnet.services.port_specs import MAC_PREFIX, ROUTER_INTERFACE, FixedIp, PortCreate
+from cloudnet.services.port_specs import ROUTER_INTERFACE, FixedIp, PortCreate
 from cloudnet.services.port_views import port_dict
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
@@ -38,6 +38,7 @@ from cloudnet.store.prepared import BulkInsert
 P = t.ports
 A = t.ip_allocations
 PSG = t.port_security_groups
+MAC_PREFIX = "fa:16:3e"
 
 
 @dataclass

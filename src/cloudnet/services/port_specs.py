@@ -12,7 +12,6 @@ from cloudnet.services import port_policy
 from cloudnet.services.security_groups import GroupIds
 from cloudnet.services.validation import Body, Tags, check_ip, check_mac
 
-MAC_PREFIX = "fa:16:3e"
 ROUTER_INTERFACE = port_policy.ROUTER_INTERFACE
 ROUTER_GATEWAY = port_policy.ROUTER_GATEWAY
 ROUTER_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
