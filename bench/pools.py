@@ -3,7 +3,7 @@
   claim API latency (POST /v2.0/port-pools/claim on a warm pool, sequential): p50/p99, with httpx and with a
   lean keep-alive client (http.client, one persistent connection), each beside its own HTTP floor
   50 simultaneous claims (threads, one connection each): time until all are served
-  refill of a batch of 10 (pools.refill: one transaction, one bulk create), in process: median
+  refill of a batch of 10 (pool_refill.refill: one transaction, one bulk create), in process: median
 
   instance attach (POST /v2.0/instances -> ping gateway, `cloudnet up`, root): pools disabled vs a warm
   pool vs a warm pool with parked devices, in namespaces the caller makes and in namespaces cloudnet provides
@@ -39,7 +39,7 @@ from common import (
 )
 from sqlalchemy import select, update
 
-from cloudnet.services import hosts, networks, pools, ports, subnets
+from cloudnet.services import hosts, networks, pool_model, pool_refill, ports, subnets
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -168,7 +168,7 @@ def run_api(url: str, claims: int, analyze: Callable[[], None] | None = None) ->
 
 
 def run_refill(db_url: str, rounds: int = 20) -> None:
-    """pools.refill of a batch of 10 into an empty pool, in process (no HTTP)."""
+    """pool_refill.refill of a batch of 10 into an empty pool, in process (no HTTP)."""
     store = Store(db_url)
     upgrade(store)
     ctx = Context.admin("bench")
@@ -176,12 +176,12 @@ def run_refill(db_url: str, rounds: int = 20) -> None:
     (net,) = networks.create_networks(store, ctx, [{"name": "refill"}], 1500)
     subnets.create_subnets(store, ctx, [{"network_id": net["id"], "cidr": "10.64.0.0/16"}])
     with store.write() as tx:
-        pool = pools._ensure_pool(tx, HOST, "bench", net["id"], ())
+        pool = pool_model.ensure_pool(tx, HOST, "bench", net["id"], ())
         tx.conn.execute(update(t.port_pools).where(t.port_pools.c.id == pool.id).values(min=10, batch=10))
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        made = pools.refill(store, pool.id)
+        made = pool_refill.refill(store, pool.id)
         times.append(time.perf_counter() - t0)
         assert made == 10, made
         with store.write() as tx:

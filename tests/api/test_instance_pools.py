@@ -12,7 +12,7 @@ import pytest
 
 from cloudnet.config import ServerConfig
 from cloudnet.errors import Conflict
-from cloudnet.services import pools
+from cloudnet.services import pool_recovery, ports
 from cloudnet.store.db import Store
 from tests.support.api import network_on_host, pool_config
 from tests.support.server import RunningServer
@@ -89,14 +89,14 @@ def test_a_pool_that_cannot_serve_falls_back_to_an_ordinary_port(
 ) -> None:
     # Pool ports cannot be made (as when another server's claims took the last addresses between the fill
     # and the claim); ordinary ports still can.
-    real = pools.ports.create_in_tx
+    real = ports.create_in_tx
 
     def no_pool_ports(tx: Any, ctx: Any, specs: list[Any], **kwargs: Any) -> list[str]:
         if specs and specs[0].device_owner == FREE:
             raise Conflict("No more IP addresses available", type="IpAddressGenerationFailure")
         return real(tx, ctx, specs, **kwargs)
 
-    monkeypatch.setattr(pools.ports, "create_in_tx", no_pool_ports)
+    monkeypatch.setattr(ports, "create_in_tx", no_pool_ports)
     inst = new_instance(api, "vm", net["id"])
     p = port(api, inst["nets"][0]["port_id"])
     assert not any(tag.startswith("cloudnet.pool=") for tag in p["tags"])
@@ -146,7 +146,7 @@ def test_a_gone_hosts_pools_and_ready_ports_are_removed(api: httpx.Client, net: 
     ready = ready_ids(api, pool["id"])
     assert len(ready) == 3
     with store.write() as tx:
-        assert pools.drop_host(tx, HOST) == 3
+        assert pool_recovery.drop_host(tx, HOST) == 3
     assert the_pools(api) == []
     for port_id in ready:
         assert api.get(f"/ports/{port_id}").status_code == 404

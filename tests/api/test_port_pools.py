@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import delete, update
 
 from cloudnet.config import ServerConfig
-from cloudnet.services import hosts, networks, pools, subnets
+from cloudnet.services import hosts, networks, pool_claims, subnets
 from cloudnet.services import ports as port_service
 from cloudnet.services.context import Context
 from cloudnet.store import tables
@@ -44,14 +44,14 @@ def bulk_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of every bulk create of pool ports (the server runs in this process); the network's metadata
     port, made with the first fill, is not one."""
     calls: list[int] = []
-    real = pools.ports.create_in_tx
+    real = port_service.create_in_tx
 
     def counting(tx: Any, ctx: Any, specs: list[Any], **kwargs: Any) -> list[str]:
         if specs and specs[0].device_owner == FREE:
             calls.append(len(specs))
         return real(tx, ctx, specs, **kwargs)
 
-    monkeypatch.setattr(pools.ports, "create_in_tx", counting)
+    monkeypatch.setattr(port_service, "create_in_tx", counting)
     return calls
 
 
@@ -351,9 +351,9 @@ def test_claim_in_tx_and_release_in_tx(store: Store) -> None:
     subnets.create_subnets(store, ctx, [{"network_id": network["id"], "cidr": "10.1.0.0/24"}])
     args = (ctx, HOST, "admin", network["id"], None, "vm-eth0", "inst-1", "compute:cloudnet")
     with store.write() as tx:
-        assert pools.claim_in_tx(tx, *args, create=False) is None  # no pool yet, and none made
+        assert pool_claims.claim_in_tx(tx, *args, create=False) is None  # no pool yet, and none made
     with store.write() as tx:
-        claimed = pools.claim_in_tx(tx, *args)  # empty pool: filled within the transaction
+        claimed = pool_claims.claim_in_tx(tx, *args)  # empty pool: filled within the transaction
         assert claimed is not None
         port_id = claimed["id"]
         row = tx.conn.execute(tables.ports.select().where(tables.ports.c.id == port_id)).one()
@@ -361,17 +361,17 @@ def test_claim_in_tx_and_release_in_tx(store: Store) -> None:
                                                                             "vm-eth0", HOST)  # fmt: skip
     with store.write() as tx:
         row = tx.conn.execute(tables.ports.select().where(tables.ports.c.id == port_id)).one()
-        assert pools.release_in_tx(tx, row) is True
+        assert pool_claims.release_in_tx(tx, row) is True
     with store.read() as conn:
         row = conn.execute(tables.ports.select().where(tables.ports.c.id == port_id)).one()
         assert (row.device_id, row.device_owner, row.name) == ("", FREE, "")
     with store.write() as tx:
-        again = pools.claim_in_tx(tx, *args)
+        again = pool_claims.claim_in_tx(tx, *args)
         assert again is not None and again["id"] == port_id  # the recycled port comes back first
     (plain_port,) = port_service.create_ports(store, ctx, [{"network_id": network["id"]}])
     with store.write() as tx:
         row = tx.conn.execute(tables.ports.select().where(tables.ports.c.id == plain_port["id"])).one()
-        assert pools.release_in_tx(tx, row) is False  # not a pool port: the caller deletes it as before
+        assert pool_claims.release_in_tx(tx, row) is False  # not a pool port: the caller deletes it as before
 
 
 def test_instances_take_ports_from_the_hosts_pool_and_give_them_back(api: httpx.Client, net: Json) -> None:

@@ -31,7 +31,7 @@ from cloudnet.services import (
     networks,
     pools,
     port_forwardings,
-    ports,
+    port_specs,
     routers,
     security_group_rules,
     security_groups,
@@ -58,7 +58,7 @@ FIELDS = (("fields", STR),)
 MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "network": (networks.NetworkCreate, networks.NetworkUpdate),
     "subnet": (subnets.SubnetCreate, subnets.SubnetUpdate),
-    "port": (ports.PortCreate, ports.PortUpdate),
+    "port": (port_specs.PortCreate, port_specs.PortUpdate),
     "router": (routers.RouterCreate, routers.RouterUpdate),
     "security_group": (security_groups.GroupCreate, security_groups.GroupUpdate),
     "security_group_rule": (security_group_rules.RuleCreate, None),

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, quick, state
-from cloudnet.services import pools
+from cloudnet.services import pool_model, pool_recovery, pool_refill, pools
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -21,10 +21,10 @@ router = APIRouter()
 TICK = 0.5
 
 
-def defaults_of(st: AppState) -> pools.Defaults:
+def defaults_of(st: AppState) -> pool_model.Defaults:
     c = st.config
-    return pools.Defaults(min=c.pool_min, max=c.pool_max, batch=c.pool_batch, ttl=c.pool_ttl,
-                          update_interval=c.pool_update_interval)  # fmt: skip
+    return pool_model.Defaults(min=c.pool_min, max=c.pool_max, batch=c.pool_batch, ttl=c.pool_ttl,
+                               update_interval=c.pool_update_interval)  # fmt: skip
 
 
 @router.get("/v2.0/port-pools")
@@ -77,9 +77,9 @@ async def release(request: Request) -> Response:
 async def recover_pools(st: AppState) -> None:
     """At start, before the API answers: pool defaults, and pool state rebuilt from the database (a claim or
     a pool listing never sees a half-recovered pool)."""
-    pools.configure(st.store, defaults_of(st), instance_pools=st.config.instance_pools)
+    pool_model.configure(st.store, defaults_of(st), instance_pools=st.config.instance_pools)
     try:
-        fixed = await call(pools.recover, st.store)
+        fixed = await call(pool_recovery.recover, st.store)
         if any(fixed.values()):
             log.warning("port pools recovered from the database: %s", fixed)
     except Exception:
@@ -91,5 +91,5 @@ async def maintain_pools(st: AppState) -> None:
     (TTL), each pool every `update_interval` seconds."""
     while True:
         with contextlib.suppress(Exception):
-            await call(pools.maintain, st.store)
+            await call(pool_refill.maintain, st.store)
         await asyncio.sleep(TICK)

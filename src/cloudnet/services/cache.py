@@ -20,8 +20,8 @@ from sqlalchemy import select
 
 from cloudnet.services.ipam import SubnetInfo
 from cloudnet.store import tables as t
-from cloudnet.store.changes import Event
 from cloudnet.store.db import Store, Tx
+from cloudnet.store.events import Event
 
 N, S, SG, H = t.networks, t.subnets, t.security_groups, t.hosts
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, Table, delete, insert, select, true, update
+from sqlalchemy import Connection, Row, Select, Table, and_, delete, insert, select, true, update
 from sqlalchemy.sql import ColumnElement
 
 from cloudnet.errors import disallowed, not_found
@@ -168,8 +168,6 @@ def tag_attrs(id_column: ColumnElement[Any]) -> dict[str, Attr]:
         return id_column.in_(select(t.tags.c.resource_id).where(t.tags.c.tag == tag))
 
     def all_of(values: list[str]) -> ColumnElement[bool]:
-        from sqlalchemy import and_
-
         return and_(*[having(tag) for tag in split(values)])
 
     def any_of(values: list[str]) -> ColumnElement[bool]:

@@ -11,9 +11,19 @@ from pydantic import Field
 from sqlalchemy import Connection, delete, insert, select, update
 
 from cloudnet.errors import Conflict, Forbidden, not_found
-from cloudnet.services import common, metadata_ports, network_config, networks, pools, ports, sriov, uplinks
+from cloudnet.services import (
+    common,
+    metadata_ports,
+    network_config,
+    networks,
+    pool_recovery,
+    port_views,
+    sriov,
+    uplinks,
+)
 from cloudnet.services.context import Context
 from cloudnet.services.host_security import agent_port, groups_of
+from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, utcnow
@@ -135,7 +145,7 @@ def delete_host(store: Store, ctx: Context, name: str, down_time: float) -> int:
                 f"{down_time:g} s.",
                 type="HostAlive",
             )
-        freed = pools.drop_host(tx, name)
+        freed = pool_recovery.drop_host(tx, name)
         tx.conn.execute(delete(H).where(H.c.name == name))
         tx.record("host", name, "delete")  # (every server's cache of registered hosts follows it)
     return freed
@@ -176,7 +186,7 @@ def sweep_dead(store: Store, down_time: float) -> list[str]:
 
 # Ports a host realises for a whole network (router legs, metadata ports): bound to no host, any host that has
 # realised them may say so (they are ACTIVE once one has).
-SHARED_OWNERS = frozenset({ports.ROUTER_INTERFACE, ports.ROUTER_GATEWAY, metadata_ports.DEVICE_OWNER})
+SHARED_OWNERS = frozenset({ROUTER_INTERFACE, ROUTER_GATEWAY, metadata_ports.DEVICE_OWNER})
 
 
 def _reports_on(row: Any, host: str) -> bool:
@@ -282,7 +292,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         port_rows = conn.execute(
             select(P).where(P.c.id.in_(instance_ports + router_ports + list(metadata_by_net.values())))
         ).all()
-        port_dicts = {p["id"]: p for p in ports.to_dicts(conn, list(port_rows))}
+        port_dicts = {p["id"]: p for p in port_views.to_dicts(conn, list(port_rows))}
         pool_ports = _pool_ports(conn, pool_rows, pool_ips)
         filtered = [agent_port(port_dicts[pid]) for pid in instance_ports if pid in port_dicts]
         security_groups, remote_groups = groups_of(conn, filtered + list(pool_ports.values()))
@@ -336,7 +346,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
 def _pool_ports(conn: Connection, rows: list[Any], ips: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Ready pool ports as the agent plugs them: a parked device is configured (and filtered) as the instance that
     takes it will want it."""
-    extra = ports.related(conn, [r.id for r in rows], {"security_groups", "allowed_address_pairs"})
+    extra = port_views.related(conn, [r.id for r in rows], {"security_groups", "allowed_address_pairs"})
     return {
         r.id: agent_port({
             "id": r.id, "network_id": r.network_id, "mac_address": r.mac_address,
@@ -364,7 +374,7 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
     router_ids = {
         r[0]
         for r in conn.execute(
-            select(P.c.device_id).where(P.c.device_owner == ports.ROUTER_INTERFACE, P.c.network_id.in_(network_ids))
+            select(P.c.device_id).where(P.c.device_owner == ROUTER_INTERFACE, P.c.network_id.in_(network_ids))
         )
     }
     if not router_ids:
@@ -372,7 +382,7 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
     rows = conn.execute(select(R).where(R.c.id.in_(router_ids)).order_by(R.c.id)).all()
     iface = conn.execute(
         select(P.c.device_id, P.c.id, P.c.network_id).where(
-            P.c.device_owner == ports.ROUTER_INTERFACE, P.c.device_id.in_(router_ids)
+            P.c.device_owner == ROUTER_INTERFACE, P.c.device_id.in_(router_ids)
         )
     ).all()
     by_router: dict[str, list[dict[str, str]]] = defaultdict(list)

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet import namespaces
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
-from cloudnet.services import common, metadata_ports, pools, ports, sriov
+from cloudnet.services import common, metadata_ports, pool_claims, pool_model, port_specs, port_views, ports, sriov
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ip, is_uuid, parse
@@ -138,7 +138,7 @@ def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
         select(IP.c.instance_id, IP.c.port_id).where(IP.c.instance_id.in_(ids)).order_by(IP.c.position)
     ).all()
     port_rows = conn.execute(select(P).where(P.c.id.in_([pid for _i, pid in links]))).all()
-    port_info = {p["id"]: p for p in ports.to_dicts(conn, list(port_rows))}
+    port_info = {p["id"]: p for p in port_views.to_dicts(conn, list(port_rows))}
     nets: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for iid, pid in links:
         p = port_info.get(pid)
@@ -213,8 +213,8 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
             port_id, direct = _bind_existing(tx, ctx, net.port, row["project_id"], host, seen)
             created = False
         else:
-            fixed = [ports.FixedIp(ip_address=ip) for ip in (net.v4_fixed_ip, net.v6_fixed_ip) if ip]
-            port_spec = ports.PortCreate(
+            fixed = [port_specs.FixedIp(ip_address=ip) for ip in (net.v4_fixed_ip, net.v6_fixed_ip) if ip]
+            port_spec = port_specs.PortCreate(
                 network_id=net.network or "", project_id=row["project_id"] if ctx.is_admin else None,
                 name=f"{spec.name}-eth{position}", device_id=instance_id, device_owner=DEVICE_OWNER,
                 host_id=host, fixed_ips=fixed or None,
@@ -223,9 +223,9 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
                 raise not_found("network", port_spec.network_id)
             claimed = None
             if not fixed:  # a ready port of the host's pool for this network (made on first demand if enabled)
-                claimed = pools.claim_in_tx(tx, ctx, host, row["project_id"], port_spec.network_id, None,
+                claimed = pool_claims.claim_in_tx(tx, ctx, host, row["project_id"], port_spec.network_id, None,
                                             port_spec.name, instance_id, DEVICE_OWNER,
-                                            create=pools.for_instances(tx.store),
+                                            create=pool_model.for_instances(tx.store),
                                             take_parked=position == 0 and row["netns"] is None)  # fmt: skip
             if claimed is None:
                 (port_id,) = ports.create_in_tx(tx, ctx, [port_spec])
@@ -240,7 +240,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
         if not created:
             # A direct port's host binding was written with its VF (sriov.reserve_in_tx).
             extra = {k: v for k, v in binding.items() if not (direct and k == "host_id")}
-            ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=extra)
+            ports.update_in_tx(tx, ctx, port_id, port_specs.PortUpdate(), extra=extra)
     if row["netns"] is None:
         row["netns"] = namespaces.new_managed_ns(host)  # made by the host's agent
     # The row goes in once its namespace is known (a claimed port's parked one, or a new name).
@@ -254,7 +254,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
     others = [link["port_id"] for link in links if link["port_id"] not in claimed_ports]
     if others:
         rows = tx.conn.execute(select(P).where(P.c.id.in_(others))).all()
-        claimed_ports.update((p["id"], p) for p in ports.to_dicts(tx.conn, list(rows)))
+        claimed_ports.update((p["id"], p) for p in port_views.to_dicts(tx.conn, list(rows)))
     return _shape(row, [], [_net(claimed_ports[link["port_id"]]) for link in links])
 
 
@@ -315,14 +315,14 @@ def delete_instance(store: Store, ctx: Context, instance_id: str) -> None:
             if port is None:
                 continue
             if created:
-                if not pools.release_in_tx(tx, port):  # pool ports go back to their pool
+                if not pool_claims.release_in_tx(tx, port):  # pool ports go back to their pool
                     ports.delete_in_tx(tx, port)
             elif sriov.is_direct(port):
                 sriov.release_in_tx(tx, port)  # VF freed, pci keys and binding cleared, port kept
             else:
                 unbound = {"device_id": "", "device_owner": "", "host_id": "", "status": "DOWN", "vif_type": "unbound",
                            "vif_details": {}}  # fmt: skip
-                ports.update_in_tx(tx, ctx, port_id, ports.PortUpdate(), extra=unbound)
+                ports.update_in_tx(tx, ctx, port_id, port_specs.PortUpdate(), extra=unbound)
         tx.conn.execute(delete(IP).where(IP.c.instance_id == instance_id))
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == instance_id))
         tx.conn.execute(delete(I).where(I.c.id == instance_id))

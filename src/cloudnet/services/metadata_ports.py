@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
-from cloudnet.services import ports
+from cloudnet.services import port_specs, ports
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
@@ -30,7 +30,7 @@ def ensure(tx: Tx, network_id: str) -> str | None:
     has_subnet = tx.conn.execute(select(t.subnets.c.id).where(t.subnets.c.network_id == network_id)).first()
     if network is None or has_subnet is None:
         return None
-    spec = ports.PortCreate(
+    spec = port_specs.PortCreate(
         network_id=network_id, project_id=network.project_id, name="metadata", device_id=f"ovnmeta-{network_id}",
         device_owner=DEVICE_OWNER,
     )  # fmt: skip

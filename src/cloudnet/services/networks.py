@@ -21,7 +21,7 @@ N = t.networks
 NETWORK_TYPES = ("flat", "vlan", "local")
 # Ports whose owner goes away with the network instead of blocking its deletion (Neutron: DHCP, metadata).
 AUTO_DELETE_OWNERS = ("network:dhcp", "network:distributed")
-# Ready ports of a port pool (services/pools.py): deleted with their network, never blocking its deletion.
+# Ready ports of a port pool (services/pool_model.py): deleted with their network, never blocking its deletion.
 POOL_FREE_OWNER = "compute:cloudnet-pool"
 
 ATTRS: dict[str, Attr] = {

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, insert, select
 from cloudnet.errors import BadRequest, Conflict, NotFound, disallowed
 from cloudnet.services import common, forward_deps, networks, ports, quotas, router_routes, subnets
 from cloudnet.services.context import Context
+from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE, FixedIp, PortCreate, PortUpdate
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.validation import Body, Tags, parse
 from cloudnet.store import tables as t
@@ -32,7 +33,7 @@ class GatewayInfo(Body):
     network_id: str
     enable_snat: bool = True
     # Validated while parsing (a bad address is a 400, not an error halfway through the transaction).
-    external_fixed_ips: list[ports.FixedIp] = Field(default_factory=list)
+    external_fixed_ips: list[FixedIp] = Field(default_factory=list)
 
 
 class RouterCreate(Body):
@@ -143,18 +144,18 @@ def _set_gateway(tx: Tx, ctx: Context, router: Any, info: GatewayInfo | None) ->
     fixed = list(info.external_fixed_ips)
     if current is not None and current.network_id == network.id:
         if fixed:
-            ports.update_in_tx(tx, admin, current.id, ports.PortUpdate(fixed_ips=fixed))
+            ports.update_in_tx(tx, admin, current.id, PortUpdate(fixed_ips=fixed))
         tx.conn.execute(R.update().where(R.c.id == router.id).values(enable_snat=info.enable_snat))
         return
     if current is not None:
         tx.conn.execute(R.update().where(R.c.id == router.id).values(gw_port_id=None))
         ports.delete_in_tx(tx, current)
     # An external network without a subnet is a valid gateway (Neutron: a gateway port without fixed IPs).
-    spec = ports.PortCreate(
+    spec = PortCreate(
         network_id=network.id,
         project_id=network.project_id if ctx.is_admin else None,
         device_id=router.id,
-        device_owner=ports.ROUTER_GATEWAY,
+        device_owner=ROUTER_GATEWAY,
         fixed_ips=fixed or None,
     )
     # The gateway port belongs to no tenant's quota of addresses: created with admin rights, as Neutron does.
@@ -229,7 +230,7 @@ def delete_router(store: Store, ctx: Context, router_id: str) -> None:
     with store.write() as tx:
         router = common.get_row(tx.conn, R, "router", router_id, ctx)
         interface = tx.conn.execute(
-            select(P.c.id).where(P.c.device_id == router_id, P.c.device_owner == ports.ROUTER_INTERFACE).limit(1)
+            select(P.c.id).where(P.c.device_id == router_id, P.c.device_owner == ROUTER_INTERFACE).limit(1)
         ).first()
         if interface:
             raise Conflict(f"Router {router_id} still has ports", type="RouterInUse")
@@ -255,7 +256,7 @@ def _interface_info(router: Any, port_id: str, network_id: str, subnet_ids: list
 
 
 def _interfaces(conn: Connection, router_id: str) -> list[Any]:
-    return list(conn.execute(select(P).where(P.c.device_id == router_id, P.c.device_owner == ports.ROUTER_INTERFACE)))
+    return list(conn.execute(select(P).where(P.c.device_id == router_id, P.c.device_owner == ROUTER_INTERFACE)))
 
 
 def _attached_cidrs(
@@ -265,7 +266,7 @@ def _attached_cidrs(
         select(t.subnets.c.id, t.subnets.c.cidr)
         .join(A, A.c.subnet_id == t.subnets.c.id)
         .join(P, P.c.id == A.c.port_id)
-        .where(P.c.device_id == router_id, P.c.device_owner == ports.ROUTER_INTERFACE)
+        .where(P.c.device_id == router_id, P.c.device_owner == ROUTER_INTERFACE)
     ).all()
     return [(sid, ipaddress.ip_network(cidr)) for sid, cidr in rows]
 
@@ -319,12 +320,12 @@ def _add_interface(tx: Tx, ctx: Context, router: Any, subnet: Any, port: Any) ->
         if not subnet.gateway_ip:
             raise BadRequest(f"Bad router request: Subnet {subnet.id} does not have a gateway IP.", type="BadRequest")
         _check_overlap(tx.conn, router.id, [subnet])
-        spec = ports.PortCreate(
+        spec = PortCreate(
             network_id=subnet.network_id,
             project_id=subnet.project_id if ctx.is_admin else None,
             device_id=router.id,
-            device_owner=ports.ROUTER_INTERFACE,
-            fixed_ips=[ports.FixedIp(subnet_id=subnet.id, ip_address=subnet.gateway_ip)],
+            device_owner=ROUTER_INTERFACE,
+            fixed_ips=[FixedIp(subnet_id=subnet.id, ip_address=subnet.gateway_ip)],
         )
         (port_id,) = ports.create_in_tx(tx, ctx, [spec], quota=False)
         return _interface_info(router, port_id, subnet.network_id, [subnet.id])
@@ -340,7 +341,7 @@ def _add_interface(tx: Tx, ctx: Context, router: Any, subnet: Any, port: Any) ->
         tx,
         ctx,
         port.id,
-        ports.PortUpdate(device_id=router.id, device_owner=ports.ROUTER_INTERFACE),
+        PortUpdate(device_id=router.id, device_owner=ROUTER_INTERFACE),
         extra={"port_security_enabled": port.port_security_enabled},
     )
     tx.conn.execute(t.port_security_groups.delete().where(t.port_security_groups.c.port_id == port.id))
@@ -353,7 +354,7 @@ def remove_interface(store: Store, ctx: Context, router_id: str, body: dict[str,
         raise BadRequest("Bad router request: Either subnet_id or port_id must be specified.", type="BadRequest")
     with store.write() as tx:
         router = common.get_row(tx.conn, R, "router", router_id, ctx)
-        stmt = select(P).where(P.c.device_id == router_id, P.c.device_owner == ports.ROUTER_INTERFACE)
+        stmt = select(P).where(P.c.device_id == router_id, P.c.device_owner == ROUTER_INTERFACE)
         if req.port_id is not None:
             stmt = stmt.where(P.c.id == req.port_id)
         if req.subnet_id is not None:

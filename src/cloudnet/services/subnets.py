@@ -280,7 +280,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     if network.project_id != ctx.project_id and not ctx.is_admin:
         if not network.shared:
             # Neutron's _validate_network_project_ownership: 404 for a network seen only because it is external,
-            # as for a port on it (ports.py); a shared network is seen as such, and refused by policy (403).
+            # as for a port on it (port_create.py); a shared network is seen as such, and refused by policy (403).
             raise not_found("network", spec.network_id)
         raise disallowed("create_subnet")
     try:

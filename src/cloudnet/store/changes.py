@@ -21,34 +21,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import bindparam, select
 
 from cloudnet.store import tables as t
+from cloudnet.store.events import Event, Transaction
 from cloudnet.store.prepared import Prepared
 
-if TYPE_CHECKING:
-    from cloudnet.store.db import Tx
+# The store's transaction type (store/db.py's Tx): what the watchers are handed with the events it committed.
+TxT = TypeVar("TxT", bound=Transaction)
+TxT_contra = TypeVar("TxT_contra", bound=Transaction, contravariant=True)
 
 
-@dataclass(frozen=True)
-class Event:
-    resource: str
-    resource_id: str
-    operation: str  # create | update | delete
-    project_id: str | None = None
+class _Follower(Protocol[TxT_contra]):
+    def changed(self, events: Sequence[Event] | None, tx: TxT_contra | None) -> None: ...
 
 
-Watcher = Callable[[Sequence[Event] | None, "Tx | None"], None]
-
-
-class _Follower(Protocol):
-    def changed(self, events: Sequence[Event] | None, tx: Tx | None) -> None: ...
-
-
-F = TypeVar("F", bound=_Follower)
+F = TypeVar("F", bound=_Follower[Any])
 # Beyond this many foreign events, forgetting everything is cheaper than reading them.
 MAX_FOREIGN = 1000
 
@@ -61,10 +51,10 @@ _EVENTS = Prepared(
 )
 
 
-class Changes:
+class Changes(Generic[TxT]):
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._watchers: list[Watcher] = []
+        self._watchers: list[Callable[[Sequence[Event] | None, TxT | None], None]] = []
         self._followers: dict[Callable[[], Any], Any] = {}
         # Every change up to this revision has reached the watchers (None: nothing cached yet, nothing to tell).
         self.seen: int | None = None
@@ -77,7 +67,7 @@ class Changes:
         # writer may commit the same revisions: with other events, so they are not mistaken for ours.
         self._pending: dict[int, tuple[Event, ...]] = {}
 
-    def watch(self, watcher: Watcher) -> None:
+    def watch(self, watcher: Callable[[Sequence[Event] | None, TxT | None], None]) -> None:
         with self._lock:
             self._watchers.append(watcher)
 
@@ -91,11 +81,11 @@ class Changes:
                 self._watchers.append(found.changed)
             return found  # type: ignore[no-any-return]
 
-    def _tell(self, events: Sequence[Event] | None, tx: Tx | None) -> None:
+    def _tell(self, events: Sequence[Event] | None, tx: TxT | None) -> None:
         for watcher in list(self._watchers):
             watcher(events, tx)
 
-    def sync(self, tx: Tx, upto: int | None = None) -> None:
+    def sync(self, tx: TxT, upto: int | None = None) -> None:
         """Bring the caches up to the committed revision, or to `upto` (a committed revision the transaction saw
         in an earlier statement), once per transaction."""
         if tx.synced:
@@ -123,7 +113,7 @@ class Changes:
                 self._tell(events, None)
         self._advance(current)
 
-    def publishing(self, tx: Tx, first: int) -> None:
+    def publishing(self, tx: TxT, first: int) -> None:
         """The transaction's events got revisions first..; it is about to commit."""
         with self._lock:
             self._pending[first] = tuple(tx.events)
@@ -141,7 +131,7 @@ class Changes:
                 self.seen = current
             self._own = [(lo, hi) for lo, hi in self._own if hi > self.seen]
 
-    def committed(self, tx: Tx, first: int, last: int) -> None:
+    def committed(self, tx: TxT, first: int, last: int) -> None:
         """Own events of a transaction that committed revisions first..last: tell the watchers, advance."""
         self._tell(tx.events, tx)
         with self._lock:

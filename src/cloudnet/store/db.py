@@ -25,7 +25,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from cloudnet.store import tables as t
-from cloudnet.store.changes import Changes, Event
+from cloudnet.store.changes import Changes
+from cloudnet.store.events import Event
 from cloudnet.store.prepared import BulkInsert, Prepared
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class Store:
         self._write_lock = threading.RLock()
         self._inline = threading.local()
         self._listeners: list[Callable[[int], None]] = []
-        self.changes = Changes()
+        self.changes: Changes[Tx] = Changes()
         self._checkpointer: Checkpointer | None = None
         self._writer: Connection | None = None  # SQLite: the connection of every write transaction
         self._pg_writers = threading.BoundedSemaphore(PG_WRITERS)
