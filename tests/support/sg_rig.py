@@ -103,9 +103,10 @@ class Rig:
         subnets = {}
         for net in self.nets:
             meta_ip = {"subnet_id": net.subnets[0], "ip_address": f"{net.v4}2", "prefixlen": 24}
+            # ACTIVE, as the server holds it once realised: the driver then has nothing to report for it.
             meta = {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, net.id)), "network_id": net.id,
                     "mac_address": f"fa:16:3e:ee:00:{self.nets.index(net):02x}", "admin_state_up": True,
-                    "fixed_ips": [meta_ip]}  # fmt: skip
+                    "fixed_ips": [meta_ip], "status": "ACTIVE"}  # fmt: skip
             networks[net.id] = {"id": net.id, "name": "n", "mtu": 1500, "admin_state_up": True,
                                 "router_external": False, "network_type": "vxlan", "physical_network": None,
                                 "segmentation_id": None, "metadata_port": meta}  # fmt: skip
