@@ -16,7 +16,7 @@ MAX_LINES = 500
 # Lowest first. A module belongs to the longest prefix listed; it may import its own layer and the layers
 # below it on its own side, and the shared layer. The control plane and the host side never import each other.
 SHARED = ["cloudnet", "cloudnet.errors", "cloudnet.namespaces", "cloudnet.config", "cloudnet.wire", "cloudnet.ovn"]
-CONTROL = ["cloudnet.store", "cloudnet.services", "cloudnet.metadata", "cloudnet.api"]
+CONTROL = ["cloudnet.store", "cloudnet.services", "cloudnet.northbound", "cloudnet.metadata", "cloudnet.api"]
 HOST = ["cloudnet.dataplane", "cloudnet.dataplane.drivers", "cloudnet.agent"]
 ENTRY = ["cloudnet.api_socket", "cloudnet.server", "cloudnet.cli"]
 # Drivers sit between the generic dataplane and the selector; they never import each other.
