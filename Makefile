@@ -9,7 +9,7 @@ STATE_DIR   ?= /var/lib/cloudnet
 # cloud-init: the tests drive its real metadata readers (never its command) with Debian's python3.
 DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
                 postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
-                curl wrk
+                curl wrk ovn-central ovn-host openvswitch-switch
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean

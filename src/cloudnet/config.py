@@ -42,6 +42,13 @@ class ServerConfig:
     # Instance creates make the pool of (host, project, network) on first demand and claim from it (Kuryr's
     # pool driver). Off by default, like Kuryr's noop driver: a pool holds addresses its network may need.
     instance_pools: bool = False
+    # The dataplane the server serves: "linux" (single-host, the embedded default) or "ovn" (the server writes OVN's
+    # NB database; OVN's databases start under <state_dir>/ovn/ unless ovn_nb/ovn_sb name running ones).
+    dataplane: str = "linux"
+    ovn_nb: str | None = None
+    ovn_sb: str | None = None
+    # Chassis that host router gateways, highest priority first (`cloudnet up`: this host).
+    ovn_gateway_chassis: list[str] = field(default_factory=list)
 
     @property
     def database_url(self) -> str:

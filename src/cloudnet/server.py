@@ -16,7 +16,7 @@ from types import FrameType
 
 import uvicorn
 
-from cloudnet import api_socket
+from cloudnet import api_socket, ovn_stack
 from cloudnet.agent.run import start_in_thread
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
@@ -24,6 +24,7 @@ from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.metadata import service as metadata_service
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
+from cloudnet.ovn.daemons import OvnError
 from cloudnet.services.context import Context
 from cloudnet.services.keystone import TokenSigner
 from cloudnet.store.db import Store
@@ -172,7 +173,16 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
                        http="httptools", loop="uvloop", timeout_graceful_shutdown=5)
     )  # fmt: skip
-    running = None
+    running = ovn = None
+    if config.dataplane == "ovn":
+        try:
+            ovn = ovn_stack.start(config, store, agent.host if agent is not None else None)
+        except OvnError as exc:
+            store.dispose()
+            sock.close()
+            raise StartupError(f"OVN did not start: {exc}") from None
+        print(f"OVN: ovn-nbctl --db={ovn.nb_url} show  (SB {ovn.sb_url})", flush=True)
+        agent = None  # (the OVN chassis agent is not there yet: ovn-controller binds ports from SB)
     if agent is not None:
         running, _thread = start_in_thread(agent)
         print(
@@ -187,6 +197,8 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
     finally:
         if running is not None:
             running.stop()
+        if ovn is not None:
+            ovn.stop()
         if metadata is not None:
             metadata.close()
         store.dispose()

@@ -84,6 +84,13 @@ MetadataListen = Annotated[
         help="Where the metadata API listens (answers only requests signed by an agent's proxy).",
     ),
 ]
+Dataplane = Annotated[
+    str,
+    typer.Option(metavar="linux|ovn", help="linux: this host only (a router lives on one host); ovn: OVN's databases, "
+                 "northd and this host's chassis (under <state-dir>/ovn/), the server writing OVN's NB database."),
+]  # fmt: skip
+OvnNb = Annotated[str | None, typer.Option(metavar="URL", help="OVN NB database to use instead of starting one.")]
+OvnSb = Annotated[str | None, typer.Option(metavar="URL", help="OVN SB database to use instead of starting one.")]
 VendorData = Annotated[
     Path | None,
     typer.Option(metavar="FILE", help="JSON object served as vendor_data.json (static vendor data)."),
@@ -121,6 +128,17 @@ def _quotas(values: list[str] | None) -> dict[str, int]:
         raise CliError(f"--quota: {exc.message}") from None
 
 
+def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | None) -> ServerConfig:
+    if dataplane not in ("linux", "ovn"):
+        raise CliError(f"--dataplane must be linux or ovn, not {dataplane!r}")
+    if dataplane == "linux" and (nb or sb):
+        raise CliError("--ovn-nb/--ovn-sb need --dataplane ovn")
+    if (nb is None) != (sb is None):
+        raise CliError("--ovn-nb and --ovn-sb go together (or neither: OVN's databases start in the state dir)")
+    config.dataplane, config.ovn_nb, config.ovn_sb = dataplane, nb, sb
+    return config
+
+
 def _serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
     # Imported here so that client commands don't pay for loading the server stack.
     from cloudnet.server import StartupError, serve
@@ -149,13 +167,17 @@ def register(app: typer.Typer) -> None:
         instance_pools: InstancePools = False,
         quota: Quota = None,
         max_body_size: MaxBodySize = ServerConfig.max_body_size,
+        dataplane: Dataplane = "linux",
+        ovn_nb: OvnNb = None,
+        ovn_sb: OvnSb = None,
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
-        _serve(ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
+        config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                             metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
                             pool_update_interval=pool_update_interval, instance_pools=instance_pools,
-                            quotas=_quotas(quota), max_body_size=max_body_size))  # fmt: skip
+                            quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb))
 
     @app.command("agent")
     def agent(
@@ -224,6 +246,9 @@ def register(app: typer.Typer) -> None:
         mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
         mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
         mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
+        dataplane: Dataplane = "linux",
+        ovn_nb: OvnNb = None,
+        ovn_sb: OvnSb = None,
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
@@ -241,4 +266,4 @@ def register(app: typer.Typer) -> None:
         agent_config.park_pool_devices = park_pool_devices
         agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        _serve(config, agent_config)
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb), agent_config)

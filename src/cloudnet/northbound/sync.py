@@ -1,0 +1,176 @@
+"""The server's northbound writer: a thread that keeps OVN's NB database equal to what cloudnet's database implies.
+
+It wakes on every change this process commits (the store's change feed), and at least every `interval` seconds to
+notice other server processes' changes (the revision counter) and changes made to NB behind its back (the IDL's
+change counter): each pass reads the desired rows (desired.py) when the revision moved and applies them in one NB
+transaction (apply.py), so changes that arrive during a pass form the next batch. The first pass after start and
+after every reconnect is a full resync like any other: the diff covers every row cloudnet owns, repairs it and
+reports what differed. While NB is unreachable or a pass fails, `status` says so with the reason, and passes are
+retried with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ovsdbapp import api as ovsdbapp_api
+from ovsdbapp.backend import ovs_idl
+from ovsdbapp.backend.ovs_idl import connection
+from sqlalchemy import select
+
+from cloudnet.northbound import desired as desired_rows
+from cloudnet.northbound.apply import ApplyRows, Report
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store
+
+log = logging.getLogger(__name__)
+MAX_BACKOFF = 5.0
+
+
+class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
+    """ovsdbapp's backend with the connection per instance (its own classes keep one per class, so a second
+    writer in the same process, such as a test's, would silently share the first one's)."""
+
+    def __init__(self, conn: connection.Connection) -> None:
+        self._conn = conn
+        super().__init__(conn, start=True, auto_index=False)
+
+    @property
+    def ovsdb_connection(self) -> connection.Connection:
+        return self._conn
+
+    @ovsdb_connection.setter
+    def ovsdb_connection(self, value: connection.Connection) -> None:
+        self._conn = value
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where the writer is: `ok` None before the first pass; `revision`: the database revision NB last matched."""
+
+    ok: bool | None = None
+    reason: str = ""
+    revision: int = -1
+    passes: int = 0
+    last_report: str = ""
+    refused: tuple[str, ...] = field(default=())
+
+
+class NorthboundSync:
+    def __init__(self, store: Store, nb_url: str, gateway_chassis: Sequence[str] = (), *, interval: float = 0.5,
+                 timeout: float = 10.0) -> None:  # fmt: skip
+        self.store, self.nb_url, self.gateway_chassis = store, nb_url, tuple(gateway_chassis)
+        self.interval, self.timeout = interval, timeout
+        self.status = Status()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._done = threading.Condition()
+        self._api: _NbApi | None = None
+        self._thread = threading.Thread(target=self._run, name="northbound-sync", daemon=True)
+        store.changes.watch(self._changed)
+
+    def _changed(self, _events: object, _tx: object) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=self.timeout + 5)
+        if self._api is not None:
+            self._api.ovsdb_connection.stop(timeout=5)
+            self._api = None
+
+    def wait_synced(self, timeout: float = 10.0) -> Status:
+        """Wait until a pass has matched NB to the database's current revision (tests, start-up)."""
+        with self.store.read() as conn:
+            target = int(conn.execute(_revision()).scalar() or 0)
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        with self._done:
+            while not (self.status.ok and self.status.revision >= target):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"NB not synced to revision {target} in {timeout:g} s: {self.status}")
+                self._done.wait(left)
+        return self.status
+
+    def _set(self, status: Status) -> None:
+        with self._done:
+            self.status = status
+            self._done.notify_all()
+
+    def _fail(self, reason: str) -> None:
+        if self.status.ok is not False or self.status.reason != reason:
+            log.warning("northbound sync failed: %s", reason)
+        s = self.status
+        self._set(Status(False, reason, s.revision, s.passes, s.last_report, s.refused))
+
+    def _connect(self) -> _NbApi:
+        idl = connection.OvsdbIdl.from_server(self.nb_url, "OVN_Northbound")
+        return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
+
+    def _run(self) -> None:
+        backoff = 0.0
+        seen_seqno: int | None = None
+        cached: desired_rows.Desired | None = None
+        while not self._stop.is_set():
+            self._wake.wait(backoff or self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                if self._api is None:
+                    self._api = self._connect()
+                    seen_seqno = None
+                idl: Any = self._api.idl
+                # (the IDL keeps its state while the session is down: the session says whether it is connected)
+                if idl.state != idl.IDL_S_MONITORING or not idl._session.is_connected():
+                    seen_seqno = None  # a full pass once it is back
+                    raise ConnectionError(f"NB database at {self.nb_url} is unreachable (reconnecting)")
+                with self.store.read() as conn:
+                    revision = int(conn.execute(_revision()).scalar() or 0)
+                if cached is not None and revision == cached.revision and idl.change_seqno == seen_seqno:
+                    if not self.status.ok:
+                        self._set(Status(True, "", revision, self.status.passes, self.status.last_report,
+                                         tuple(cached.refused)))  # fmt: skip
+                    backoff = 0.0
+                    continue
+                drift = cached is not None and revision == cached.revision
+                if cached is None or revision != cached.revision:
+                    cached = desired_rows.read(self.store, self.gateway_chassis)
+                reconnected = seen_seqno is None
+                report = self._commit(cached.rows)
+                seen_seqno = idl.change_seqno
+                self._report(report, full=reconnected or drift, first=self.status.passes == 0)
+                self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
+                                 tuple(cached.refused)))  # fmt: skip
+                backoff = 0.0
+            except Exception as exc:  # every failure is reported and retried: the server must keep serving
+                self._fail(f"{type(exc).__name__}: {exc}"[:500])
+                backoff = min(MAX_BACKOFF, max(0.2, backoff * 2))
+
+    def _commit(self, rows: list[desired_rows.Row]) -> Report:
+        assert self._api is not None
+        with self._api.transaction(check_error=True) as txn:
+            command = txn.add(ApplyRows(self._api, rows))
+        return command.result if isinstance(command.result, Report) else Report()
+
+    def _report(self, report: Report, *, full: bool, first: bool) -> None:
+        if first:
+            log.info("northbound resync: %s", report.summary())
+        elif report and full:
+            log.warning("northbound rows changed outside cloudnet, repaired: %s", report.summary())
+        elif report:
+            log.debug("northbound: %s", report.summary())
+
+
+def _revision() -> Any:
+    return select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)

@@ -1,0 +1,212 @@
+"""Start and stop OVN's daemons in one run directory, as ../shared/recipes/ovn-start.sh does by hand.
+
+Everything lives in `rundir`: the databases (ovnnb_db.db, ovnsb_db.db, conf.db), their sockets (ovnnb_db.sock,
+ovnsb_db.sock, db.sock), logs, pidfiles and control sockets, so `ovn-nbctl --db=unix:<rundir>/ovnnb_db.sock show`
+works there and a stop ends exactly the processes whose pidfiles are in it. Daemons are started detached (OVS's
+--detach returns once the daemon is ready to serve) and stopped by pid: SIGTERM, then SIGKILL after a deadline.
+
+ovs-vswitchd uses the userspace ("netdev") datapath unless the openvswitch kernel module is loaded: its bridges
+are then kernel tap devices of the network namespace it runs in, so one chassis per namespace (tests run theirs in
+a namespace of their own). `exit --cleanup` removes those devices; a vswitchd that had to be killed leaves them,
+and the stop deletes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OVN_SCHEMAS = Path("/usr/share/ovn")
+VSWITCH_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
+DETACH = ["--detach", "--no-chdir", "-vconsole:off"]
+# Pidfiles of what a run directory may hold, in the order a stop ends them (the chassis first, its DB last).
+PIDFILES = ("ovn-controller", "ovs-vswitchd", "ovsdb-server", "ovn-northd", "ovnsb_db", "ovnnb_db")
+INTEGRATION_BRIDGE = "br-int"
+
+
+class OvnError(RuntimeError):
+    """An OVN command or daemon failed; the message carries its stderr."""
+
+
+@dataclass(frozen=True)
+class Central:
+    """NB and SB databases (one standalone ovsdb-server each) and ovn-northd."""
+
+    rundir: Path
+
+    @property
+    def nb_url(self) -> str:
+        return f"unix:{self.rundir / 'ovnnb_db.sock'}"
+
+    @property
+    def sb_url(self) -> str:
+        return f"unix:{self.rundir / 'ovnsb_db.sock'}"
+
+
+@dataclass(frozen=True)
+class Chassis:
+    """One hypervisor: its Open_vSwitch database, ovs-vswitchd and ovn-controller."""
+
+    rundir: Path
+    name: str
+    netns: str | None = None
+    bridges: tuple[str, ...] = field(default=(INTEGRATION_BRIDGE,))
+
+    @property
+    def ovs_url(self) -> str:
+        return f"unix:{self.rundir / 'db.sock'}"
+
+
+def datapath_type() -> str:
+    """ "system" with the openvswitch kernel module loaded, else the userspace datapath."""
+    return "system" if Path("/sys/module/openvswitch").exists() else "netdev"
+
+
+def _env(rundir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for prefix in ("OVS", "OVN"):
+        for kind in ("RUNDIR", "LOGDIR", "DBDIR"):
+            env[f"{prefix}_{kind}"] = str(rundir)
+    return env
+
+
+def run(rundir: Path, argv: Sequence[str], netns: str | None = None, timeout: float = 15.0) -> str:
+    """One OVS/OVN command with the run directory's environment (in `netns` if given); its stdout."""
+    full = (["ip", "netns", "exec", netns] if netns else []) + list(argv)
+    try:
+        done = subprocess.run(full, env=_env(rundir), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise OvnError(f"{argv[0]} did not finish within {timeout:g} s") from None
+    if done.returncode != 0:
+        raise OvnError(f"{' '.join(argv[:2])} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def _database(rundir: Path, name: str, schema: Path) -> Path:
+    """The database file, created from the schema, or converted when the packages brought a newer schema."""
+    path = rundir / name
+    if not path.exists():
+        run(rundir, ["ovsdb-tool", "create", str(path), str(schema)])
+    elif run(rundir, ["ovsdb-tool", "needs-conversion", str(path), str(schema)]).strip() == "yes":
+        run(rundir, ["ovsdb-tool", "convert", str(path), str(schema)])
+    return path
+
+
+def _ovsdb_server(rundir: Path, name: str, db: Path, remotes: list[str], netns: str | None) -> None:
+    run(rundir, ["ovsdb-server", *DETACH, f"--pidfile={rundir / name}.pid", f"--log-file={rundir / name}.log",
+                 f"--unixctl={rundir / name}.ctl", *[f"--remote={r}" for r in remotes], str(db)], netns)  # fmt: skip
+
+
+def start_central(rundir: Path, *, nb_tcp: str | None = None, sb_tcp: str | None = None,
+                  netns: str | None = None) -> Central:  # fmt: skip
+    """NB/SB ovsdb-servers on unix sockets in `rundir` (plus `ptcp:PORT:ADDR` remotes if given) and ovn-northd."""
+    rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    central = Central(rundir)
+    for kind, tcp, table in (("nb", nb_tcp, "OVN_Northbound,NB_Global"), ("sb", sb_tcp, "OVN_Southbound,SB_Global")):
+        name = f"ovn{kind}_db"
+        db = _database(rundir, f"{name}.db", OVN_SCHEMAS / f"ovn-{kind}.ovsschema")
+        remotes = [f"punix:{rundir / name}.sock", f"db:{table},connections", *([tcp] if tcp else [])]
+        _ovsdb_server(rundir, name, db, remotes, netns)
+    run(rundir, ["ovn-nbctl", f"--db={central.nb_url}", "init"], netns)
+    run(rundir, ["ovn-sbctl", f"--db={central.sb_url}", "init"], netns)
+    run(rundir, ["ovn-northd", *DETACH, f"--pidfile={rundir / 'ovn-northd.pid'}",
+                 f"--log-file={rundir / 'ovn-northd.log'}", f"--ovnnb-db={central.nb_url}",
+                 f"--ovnsb-db={central.sb_url}"], netns)  # fmt: skip
+    return central
+
+
+def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "127.0.0.1", netns: str | None = None,
+                  bridge_mappings: dict[str, str] | None = None, timeout: float = 10.0) -> Chassis:  # fmt: skip
+    """This host's Open_vSwitch database, ovs-vswitchd with the integration bridge, and ovn-controller joined to the
+    SB database at `sb_remote`; returns once the chassis has registered there."""
+    rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    dp = datapath_type()
+    mappings = bridge_mappings or {}
+    chassis = Chassis(rundir, name, netns, (INTEGRATION_BRIDGE, *sorted(set(mappings.values()))))
+    db = _database(rundir, "conf.db", VSWITCH_SCHEMA)
+    _ovsdb_server(rundir, "ovsdb-server", db, [f"punix:{rundir / 'db.sock'}"], netns)
+    vsctl = ["ovs-vsctl", f"--db={chassis.ovs_url}", "--timeout=10"]
+    run(rundir, [*vsctl, "--no-wait", "init"], netns)
+    run(rundir, ["ovs-vswitchd", *DETACH, f"--pidfile={rundir / 'ovs-vswitchd.pid'}",
+                 f"--log-file={rundir / 'ovs-vswitchd.log'}", chassis.ovs_url], netns)  # fmt: skip
+    bridges = ["--", "--may-exist", "add-br", INTEGRATION_BRIDGE, "--", "set", "Bridge", INTEGRATION_BRIDGE,
+               f"datapath_type={dp}", "fail-mode=secure", "other-config:disable-in-band=true"]  # fmt: skip
+    for bridge in chassis.bridges[1:]:
+        bridges += ["--", "--may-exist", "add-br", bridge, "--", "set", "Bridge", bridge, f"datapath_type={dp}"]
+    ids = {"system-id": name, "hostname": name, "ovn-remote": sb_remote, "ovn-encap-type": "geneve",
+           "ovn-encap-ip": encap_ip, "ovn-bridge": INTEGRATION_BRIDGE, "ovn-bridge-datapath-type": dp,
+           "ovn-bridge-mappings": ",".join(f"{k}:{v}" for k, v in sorted(mappings.items()))}  # fmt: skip
+    settings = [f'external_ids:{k}="{v}"' for k, v in ids.items() if v]
+    run(rundir, [*vsctl, *bridges, "--", "set", "Open_vSwitch", ".", *settings], netns)
+    run(rundir, ["ovn-controller", *DETACH, f"--pidfile={rundir / 'ovn-controller.pid'}",
+                 f"--log-file={rundir / 'ovn-controller.log'}", chassis.ovs_url], netns)  # fmt: skip
+    deadline = time.monotonic() + timeout
+    query = ["ovn-sbctl", f"--db={sb_remote}", "--timeout=5", "--bare", "--columns=name", "find", "Chassis",
+             f'name="{name}"']  # fmt: skip
+    while not run(rundir, query, netns).strip():
+        if time.monotonic() > deadline:
+            raise OvnError(f"chassis {name} did not register in {timeout:g} s; see {rundir / 'ovn-controller.log'}")
+        time.sleep(0.05)
+    return chassis
+
+
+def pids(rundir: Path) -> dict[str, int]:
+    """Daemons of this run directory that are alive: pidfile name -> pid (a pid reused by an unrelated process
+    is not ours: its command line must name the run directory)."""
+    found: dict[str, int] = {}
+    for name in PIDFILES:
+        try:
+            pid = int((rundir / f"{name}.pid").read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if str(rundir).encode() in cmdline and b"<defunct>" not in cmdline:
+            found[name] = pid
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _wait(pids: list[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def stop(rundir: Path, netns: str | None = None, bridges: Sequence[str] = (INTEGRATION_BRIDGE,),
+         timeout: float = 5.0) -> None:  # fmt: skip
+    """End every daemon of `rundir` by pid; remove the tap devices a killed userspace datapath left behind."""
+    running = pids(rundir)
+    cleaned = False
+    if "ovs-vswitchd" in running:
+        ctl = rundir / f"ovs-vswitchd.{running['ovs-vswitchd']}.ctl"
+        try:
+            run(rundir, ["ovs-appctl", "-t", str(ctl), "exit", "--cleanup"], netns, timeout=timeout)
+            cleaned = True
+        except OvnError:
+            pass
+        _wait([running["ovs-vswitchd"]], timeout)  # (its cleanup is done once it has exited)
+    for pid in running.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    _wait(list(running.values()), timeout)
+    for pid in running.values():
+        if alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if "ovs-vswitchd" in running and not cleaned:
+        for device in (*bridges, "ovs-netdev"):
+            subprocess.run([*(["ip", "-n", netns] if netns else ["ip"]), "tuntap", "del", "dev", device, "mode", "tap"],
+                           capture_output=True)  # fmt: skip

@@ -1,0 +1,86 @@
+"""An OVN sandbox per test (module): NB/SB databases and ovn-northd on unix sockets in a directory of its own, and
+optionally chassis, each in a network namespace of its own (a userspace-datapath ovs-vswitchd makes its bridges as
+tap devices of its namespace, so two in one namespace would clash). Names carry a random suffix; the stop ends
+the daemons by the pids in their pidfiles and removes the namespaces and the directory."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cloudnet.ovn import daemons
+
+
+@dataclass
+class OvnSandbox:
+    root: Path
+    central: daemons.Central
+    suffix: str
+    chassis: list[daemons.Chassis] = field(default_factory=list)
+
+    @property
+    def nb_url(self) -> str:
+        return self.central.nb_url
+
+    @property
+    def sb_url(self) -> str:
+        return self.central.sb_url
+
+    def nbctl(self, *args: str) -> str:
+        return daemons.run(self.root, ["ovn-nbctl", f"--db={self.nb_url}", "--timeout=10", *args])
+
+    def sbctl(self, *args: str) -> str:
+        return daemons.run(self.root, ["ovn-sbctl", f"--db={self.sb_url}", "--timeout=10", *args])
+
+    def add_chassis(self, bridge_mappings: dict[str, str] | None = None) -> daemons.Chassis:
+        """A chassis in a namespace of its own, registered in this sandbox's SB database."""
+        index = len(self.chassis) + 1
+        netns = f"cn-ovn-{self.suffix}-{index}"
+        subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True)
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True, capture_output=True)
+        try:
+            chassis = daemons.start_chassis(self.root / f"chassis-{index}", f"ch-{self.suffix}-{index}",
+                                            self.sb_url, netns=netns, bridge_mappings=bridge_mappings)  # fmt: skip
+        except BaseException:
+            daemons.stop(self.root / f"chassis-{index}", netns)
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+            raise
+        self.chassis.append(chassis)
+        return chassis
+
+    def stop_central(self) -> None:
+        daemons.stop(self.root)
+
+    def restart_central(self) -> None:
+        self.central = daemons.start_central(self.root)
+
+    def stop(self) -> None:
+        for chassis in self.chassis:
+            daemons.stop(chassis.rundir, chassis.netns, chassis.bridges)
+            if chassis.netns:
+                subprocess.run(["ip", "netns", "del", chassis.netns], capture_output=True)
+        daemons.stop(self.root)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextmanager
+def ovn_sandbox() -> Iterator[OvnSandbox]:
+    # A short directory: unix socket paths must fit in 108 bytes.
+    root = Path(tempfile.mkdtemp(prefix="cn-ovn-", dir="/tmp"))
+    suffix = uuid.uuid4().hex[:6]
+    try:
+        sandbox = OvnSandbox(root, daemons.start_central(root), suffix)
+    except BaseException:
+        daemons.stop(root)
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    try:
+        yield sandbox
+    finally:
+        sandbox.stop()
