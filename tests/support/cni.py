@@ -68,13 +68,15 @@ def invoke(
 
 
 @contextlib.contextmanager
-def cni_cloud(work: Path, template: Path, instance_pools: bool = False, park: bool = False) -> Iterator[CniCloud]:
+def cni_cloud(
+    work: Path, template: Path, instance_pools: bool = False, park: bool = False, pool_min: int = 2, pool_batch: int = 4
+) -> Iterator[CniCloud]:
     """A server (tokens: an admin, the runtime's service token in project `alice`, a member of `bob`), this
     test's agent with its metadata proxy, and a network of alice's with a subnet."""
     state = work / "state"
     state.mkdir(parents=True)
     shutil.copyfile(template, state / "cloudnet.db")
-    config = ServerConfig(state_dir=state, instance_pools=instance_pools, pool_min=2, pool_batch=4)
+    config = ServerConfig(state_dir=state, instance_pools=instance_pools, pool_min=pool_min, pool_batch=pool_batch)
     config.tokens_file.write_text(json.dumps({"tokens": {
         "admin": {"project_id": "ops", "role": "admin"},  # the agent's (tests/support/cloud.py)
         SERVICE_TOKEN: {"project_id": "alice", "role": "service"},
