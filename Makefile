@@ -9,7 +9,8 @@ STATE_DIR   ?= /var/lib/cloudnet
 # cloud-init: the tests drive its real metadata readers (never its command) with Debian's python3.
 DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
                 postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
-                curl wrk ovn-central ovn-host openvswitch-switch
+                curl wrk ovn-central ovn-host openvswitch-switch \
+                podman runc containernetworking-plugins busybox-static docker.io
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean
@@ -29,6 +30,9 @@ run: deps
 	@for cmd in cloudnet cloudnet-mdata; do \
 		if [ -w /usr/local/bin ] && { [ ! -e /usr/local/bin/$$cmd ] || [ -L /usr/local/bin/$$cmd ]; }; then \
 			ln -sfn $(CURDIR)/$(BIN)/$$cmd /usr/local/bin/$$cmd; fi; done
+	@# cloudnet-cni where CNI runtimes look for plugins (podman, containerd: /opt/cni/bin), unless another one is there.
+	@mkdir -p /opt/cni/bin 2>/dev/null; if [ -w /opt/cni/bin ] && { [ ! -e /opt/cni/bin/cloudnet-cni ] || \
+		[ -L /opt/cni/bin/cloudnet-cni ]; }; then ln -sfn $(CURDIR)/$(BIN)/cloudnet-cni /opt/cni/bin/cloudnet-cni; fi
 	@$(BIN)/cloudnet up --state-dir $(STATE_DIR) $(UP_ARGS)
 
 # Lint first: ruff's checks and its formatting are part of the suite.

@@ -1,0 +1,223 @@
+"""ADD, DEL, CHECK, STATUS and GC as requests to the instance API: one instance a (container, ifname), named
+from both so that DEL and GC find it again, and marked so that GC touches only the plugin's own."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from cloudnet.cli.client import INSTANCE, NETWORK, PORT, SECURITY_GROUP, SUBNET, Client, Kind
+from cloudnet.cli.errors import ApiError, CliError
+from cloudnet.cni import result, sandbox
+from cloudnet.cni.errors import (
+    API_REFUSED,
+    CHECK_FAILED,
+    INVALID_CONFIG,
+    NOT_AVAILABLE,
+    PLUG_FAILED,
+    TRY_AGAIN_LATER,
+    CniError,
+)
+from cloudnet.cni.netconf import Env, NetConf
+
+MARK = "cloudnet-cni"  # every instance (and security-group port) the plugin makes: its description starts so
+RETRYABLE = (429, 502, 503, 504)
+
+
+def prefix(conf: NetConf) -> str:
+    """What the names of one network configuration's instances start with (a digest: names of other
+    configurations never share it, whatever they are called)."""
+    return f"cni-{hashlib.sha256(conf.name.encode()).hexdigest()[:10]}-"
+
+
+def instance_name(conf: NetConf, container_id: str, ifname: str) -> str:
+    return prefix(conf) + hashlib.sha256(f"{container_id}/{ifname}".encode()).hexdigest()[:24]
+
+
+@contextlib.contextmanager
+def api(what: str, unavailable: int = TRY_AGAIN_LATER) -> Iterator[None]:
+    """cloudnet's failures as CNI errors: what may pass (unreachable, busy) is `unavailable`, the rest 100."""
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status in RETRYABLE:
+            raise CniError(unavailable, f"{what}: cloudnet is busy", str(exc)) from None
+        raise CniError(API_REFUSED, f"{what}: {exc}") from None
+    except CliError as exc:
+        raise CniError(unavailable, f"{what}: {exc}") from None
+
+
+class Attachments:
+    def __init__(self, conf: NetConf, client: Client) -> None:
+        self.conf = conf
+        self.client = client
+
+    # -- lookups --
+
+    def _one(self, kind: Kind, value: str, params: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        """A resource the configuration names, by id or name; not visible to the token is a bad configuration."""
+        with contextlib.suppress(ApiError):
+            return self.client.show(kind, value)
+        found = self.client.list_all(kind, [*(params or []), ("name", value)])
+        if len(found) != 1:
+            why = "no" if not found else "more than one"
+            raise CniError(INVALID_CONFIG, f"{why} {kind.label} '{value}' visible to the plugin's token")
+        return found[0]
+
+    def network(self) -> dict[str, Any]:
+        with api("looking up the network"):
+            return self._one(NETWORK, self.conf.network)
+
+    def _mine(self, name: str) -> list[dict[str, Any]]:
+        found = self.client.list_all(INSTANCE, [("name", name), ("host", self.conf.host)])
+        return [i for i in found if str(i.get("description", "")).startswith(MARK)]
+
+    # -- ADD --
+
+    def add(self, env: Env) -> dict[str, Any]:
+        sandbox.check_is_netns(env.netns)
+        name = instance_name(self.conf, env.container_id, env.ifname)
+        network = self.network()
+        with api("creating the instance"):
+            existing = self._mine(name)
+            inst = next((i for i in existing if i["netns"] == env.netns), None)
+            for stale in (i for i in existing if i is not inst):  # an earlier ADD's, into another namespace
+                self._delete(stale, name)
+            if inst is None:
+                inst = self.client.create(INSTANCE, self._body(env, name, network))
+        inst = self._wait_active(inst, name)
+        nic = inst["nets"][0]
+        with api("reading the subnets"):
+            subnets = {s["id"]: s for s in self.client.list_all(SUBNET, [("network_id", nic["network_id"])])}
+        return result.build(self.conf.cni_version, env.ifname, env.netns, nic, subnets, network.get("mtu"),
+                            self.conf.prev_result)  # fmt: skip
+
+    def _body(self, env: Env, name: str, network: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "name": name, "hostname": env.container_id[:12], "host": self.conf.host, "netns": env.netns,
+            "description": f"{MARK} {self.conf.name}"[:255],
+            "metadata": {"cni_container_id": env.container_id, "cni_ifname": env.ifname, "cni_network": self.conf.name},
+        }  # fmt: skip
+        if self.conf.project:
+            body["project_id"] = self.conf.project
+        if self.conf.port:
+            port = self._one(PORT, self.conf.port)
+            if port["network_id"] != network["id"]:
+                raise CniError(INVALID_CONFIG, f"port {self.conf.port} is not on network {self.conf.network}")
+            body["nets"] = [{"port": port["id"]}]
+        elif self.conf.security_groups:
+            # Instances take no groups: a port of the plugin's own carries them (from the first packet on).
+            port_body: dict[str, Any] = {
+                "network_id": network["id"], "name": name, "description": f"{MARK} {self.conf.name}"[:255],
+                "security_groups": [self._one(SECURITY_GROUP, g)["id"] for g in self.conf.security_groups],
+                "fixed_ips": [{"ip_address": ip} for ip in self.conf.fixed_ips] or None,
+            }  # fmt: skip
+            if self.conf.project:
+                port_body["project_id"] = self.conf.project
+            port = self.client.create(PORT, {k: v for k, v in port_body.items() if v is not None})
+            body["nets"] = [{"port": port["id"]}]
+        else:
+            net: dict[str, Any] = {"network": network["id"]}
+            for ip in self.conf.fixed_ips:
+                net["v6-fixed-ip" if ":" in ip else "v4-fixed-ip"] = ip
+            body["nets"] = [net]
+        return body
+
+    def _wait_active(self, inst: dict[str, Any], name: str) -> dict[str, Any]:
+        """Until the host's agent reports the port plugged; a failure or the deadline takes the instance away
+        again (a DEL after a failed ADD then finds nothing to do)."""
+        deadline = time.monotonic() + self.conf.timeout
+        pause = 0.01
+        while inst["status"] != "ACTIVE":
+            failed = inst["status"] == "ERROR" or inst.get("status_reason")
+            if failed or time.monotonic() > deadline:
+                with api("removing the instance that did not come up"):
+                    self._delete(inst, name)
+                if failed:
+                    raise CniError(PLUG_FAILED, f"cloudnet could not plug the container: "
+                                   f"{inst.get('status_reason') or 'no reason given'}")  # fmt: skip
+                raise CniError(TRY_AGAIN_LATER, f"the instance was not ACTIVE within {self.conf.timeout:g} s (is "
+                               f"the agent of host {self.conf.host} running?)")  # fmt: skip
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.2)
+            with api("waiting for the instance"):
+                inst = self.client.show(INSTANCE, inst["id"])
+        return inst
+
+    # -- DEL and GC --
+
+    def _delete(self, inst: dict[str, Any], name: str) -> None:
+        self._remove_quietly(INSTANCE, inst["id"])  # gone already is what DEL wants
+        self._delete_own_ports([name])
+
+    def _delete_own_ports(self, names: list[str]) -> None:
+        """Ports the plugin made for security groups (instance delete only unbinds a port it was given)."""
+        if not self.conf.security_groups or not names:
+            return
+        for name in names:
+            for port in self.client.list_all(PORT, [("name", name)]):
+                if str(port.get("description", "")).startswith(MARK) and not port.get("device_id"):
+                    self._remove_quietly(PORT, port["id"])
+
+    def _remove_quietly(self, kind: Kind, ident: str) -> None:
+        try:
+            self.client.remove(kind, ident)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def delete(self, env: Env) -> None:
+        name = instance_name(self.conf, env.container_id, env.ifname)
+        with api("deleting the instance"):
+            found = self._mine(name)
+            for inst in found:
+                self._remove_quietly(INSTANCE, inst["id"])
+            self._delete_own_ports([name])
+
+    def gc(self) -> list[str]:
+        """Remove the configuration's instances (and ports) on this host that no valid attachment names."""
+        valid = {instance_name(self.conf, cid, ifname) for cid, ifname in self.conf.valid_attachments}
+        mine = prefix(self.conf)
+        gone = []
+        with api("collecting stale instances"):
+            for inst in self.client.list_all(INSTANCE, [("host", self.conf.host)]):
+                name = str(inst.get("name", ""))
+                if name.startswith(mine) and name not in valid and str(inst.get("description", "")).startswith(MARK):
+                    self._remove_quietly(INSTANCE, inst["id"])
+                    gone.append(name)
+            if self.conf.security_groups:
+                network = self._one(NETWORK, self.conf.network)
+                for port in self.client.list_all(PORT, [("network_id", network["id"])]):
+                    name = str(port.get("name", ""))
+                    if name.startswith(mine) and name not in valid and not port.get("device_id"):
+                        self._remove_quietly(PORT, port["id"])
+        return gone
+
+    # -- CHECK and STATUS --
+
+    def check(self, env: Env) -> None:
+        name = instance_name(self.conf, env.container_id, env.ifname)
+        with api("reading the instance"):
+            found = [i for i in self._mine(name) if i["netns"] == env.netns]
+        if not found:
+            raise CniError(CHECK_FAILED, f"no cloudnet instance for container {env.container_id} in {env.netns}")
+        inst = found[0]
+        if inst["status"] != "ACTIVE":
+            raise CniError(CHECK_FAILED, f"instance {inst['id']} is {inst['status']}: "
+                           f"{inst.get('status_reason') or 'not plugged'}")  # fmt: skip
+        nic = inst["nets"][0]
+        result.check(self.conf.prev_result, env.ifname, env.netns, nic)
+        sandbox.enter_and_check(env.netns, env.ifname, nic["mac_address"])  # last: it leaves the host's namespace
+
+    def status(self) -> None:
+        """Ready when cloudnet answers the plugin's token and shows it the network."""
+        with api("reaching cloudnet", unavailable=NOT_AVAILABLE):
+            try:
+                self._one(NETWORK, self.conf.network)
+            except ApiError as exc:
+                if exc.status in (401, 403):
+                    raise CniError(NOT_AVAILABLE, f"cloudnet refuses the plugin's token: {exc}") from None
+                raise

@@ -1,0 +1,70 @@
+"""The `cloudnet-cni` executable: a runtime runs it with CNI_* variables and the network configuration on stdin;
+it answers on stdout (a result, the version list, or the spec's error shape) and with its exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from cloudnet.cli.client import Client
+from cloudnet.cni import netconf
+from cloudnet.cni.attachments import Attachments
+from cloudnet.cni.errors import INTERNAL, CniError
+
+REQUEST_TIMEOUT = 10.0  # one API request; the wait for ACTIVE has the configuration's own bound
+
+
+def _reply_version(conf: dict[str, Any] | None) -> str:
+    version = (conf or {}).get("cniVersion")
+    return version if version in netconf.SUPPORTED_VERSIONS else netconf.LATEST
+
+
+def run(environ: Mapping[str, str], stdin: bytes) -> tuple[int, dict[str, Any] | None]:
+    """(exit status, what to print) for one invocation."""
+    conf: dict[str, Any] | None = None
+    try:
+        env = netconf.read_env(environ)
+        if env.command == "VERSION":
+            with_conf = stdin.strip() and len(stdin) <= netconf.MAX_STDIN
+            conf = netconf.parse_stdin(stdin) if with_conf else None
+            return 0, {"cniVersion": _reply_version(conf), "supportedVersions": list(netconf.SUPPORTED_VERSIONS)}
+        conf = netconf.parse_stdin(stdin)
+        spec = netconf.read_netconf(conf, env.command)
+        client = Client(spec.url, spec.token, timeout=REQUEST_TIMEOUT)
+        try:
+            attachments = Attachments(spec, client)
+            if env.command == "ADD":
+                return 0, attachments.add(env)
+            if env.command == "DEL":
+                attachments.delete(env)
+            elif env.command == "CHECK":
+                attachments.check(env)
+            elif env.command == "GC":
+                attachments.gc()
+            else:
+                attachments.status()
+            return 0, None
+        finally:
+            client.close()
+    except CniError as exc:
+        return 1, exc.shape(_reply_version(conf))
+    except Exception as exc:  # a bug must still answer in the spec's shape, never with a bare traceback
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        error = CniError(INTERNAL, f"cloudnet-cni failed: {type(exc).__name__}: {exc}",
+                         f"{last.filename}:{last.lineno}")  # fmt: skip
+        return 1, error.shape(_reply_version(conf))
+
+
+def main() -> None:
+    status, answer = run(os.environ, sys.stdin.buffer.read(netconf.MAX_STDIN + 1))
+    if answer is not None:
+        sys.stdout.write(json.dumps(answer) + "\n")
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""cloudnet-cni against the CNI spec's expectations, run as a runtime runs it (tests/support/cni.py): ADD then
+CHECK then DEL, DEL twice, VERSION, GC, and the errors a runtime (or a hostile configuration) gets."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cloud import ns_run
+from tests.support.cni import CniCloud, cni_cloud, invoke
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[CniCloud]:
+    with cni_cloud(tmp_path_factory.mktemp("cni"), sqlite_template) as c:
+        yield c
+
+
+def container(rig: CniCloud, label: str) -> tuple[str, str]:
+    """A container id and the path of a namespace of its own (as a runtime makes one)."""
+    name = rig.cloud.namespace(label)
+    return uuid.uuid4().hex + uuid.uuid4().hex, f"/run/netns/{name}"
+
+
+def test_add_check_del(rig: CniCloud) -> None:
+    cid, path = container(rig, "acd")
+    conf = rig.conf()
+    code, res = invoke("ADD", conf, cid, path)
+    assert code == 0, res
+    assert res is not None and res["cniVersion"] == "1.1.0"
+    (iface,) = res["interfaces"]
+    assert iface["name"] == "eth0" and iface["sandbox"] == path and iface["mtu"] == 1500
+    (ip,) = res["ips"]
+    assert ip["interface"] == 0 and ip["address"].startswith("10.77.0.") and ip["address"].endswith("/24")
+    assert ip["gateway"] == "10.77.0.1"
+    assert {"dst": "0.0.0.0/0", "gw": "10.77.0.1"} in res["routes"]
+    assert res["dns"] == {"nameservers": ["10.77.0.53"]}
+    # the kernel agrees: the port's MAC and address on eth0 of the container's namespace
+    shown = ns_run(path.rsplit("/", 1)[1], "ip", "-o", "addr", "show", "eth0").stdout
+    assert ip["address"] in shown
+    (inst,) = [i for i in rig.instances() if i["netns"] == path]
+    assert inst["status"] == "ACTIVE" and inst["project_id"] == "alice"
+    assert inst["metadata"]["cni_container_id"] == cid
+
+    assert invoke("CHECK", {**conf, "prevResult": res}, cid, path) == (0, None)
+    wrong = {**res, "interfaces": [{**iface, "mac": "02:00:00:00:00:01"}]}
+    code, err = invoke("CHECK", {**conf, "prevResult": wrong}, cid, path)
+    assert code == 1 and err is not None and err["code"] == 102, err
+
+    assert invoke("DEL", {**conf, "prevResult": res}, cid, path) == (0, None)
+    assert not [i for i in rig.instances() if i["netns"] == path]
+    assert invoke("DEL", conf, cid, path) == (0, None)  # a second DEL
+    assert invoke("DEL", conf, cid, "") == (0, None)  # and one without a namespace (it is gone already)
+    code, err = invoke("CHECK", {**conf, "prevResult": res}, cid, path)
+    assert code == 1 and err is not None and err["code"] == 102
+
+
+def test_add_in_a_chain_keeps_prev_result(rig: CniCloud) -> None:
+    cid, path = container(rig, "chain")
+    prev = {"cniVersion": "1.0.0", "interfaces": [{"name": "lo0", "sandbox": path}],
+            "ips": [{"address": "192.0.2.9/32", "interface": 0}], "dns": {"search": ["example.org"]}}  # fmt: skip
+    code, res = invoke("ADD", rig.conf(cniVersion="1.0.0", prevResult=prev), cid, path)
+    assert code == 0, res
+    assert res is not None and [i["name"] for i in res["interfaces"]] == ["lo0", "eth0"]
+    assert "mtu" not in res["interfaces"][1]  # a 1.1 field, not in a 1.0 result
+    assert res["ips"][0] == prev["ips"][0] and res["ips"][1]["interface"] == 1
+    assert res["dns"] == {"search": ["example.org"], "nameservers": ["10.77.0.53"]}
+    assert invoke("DEL", rig.conf(), cid, path) == (0, None)
+
+
+def test_version_status_and_errors(rig: CniCloud) -> None:
+    code, res = invoke("VERSION", {"cniVersion": "1.0.0"})
+    assert code == 0 and res == {"cniVersion": "1.0.0", "supportedVersions": ["1.0.0", "1.1.0"]}
+    assert invoke("STATUS", rig.conf()) == (0, None)
+    cid, path = container(rig, "err")
+    cases = [
+        ({"CNI_COMMAND": "ADD"}, rig.conf(cniVersion="0.2.0"), 1),  # wrong cniVersion
+        ({"CNI_COMMAND": "ADD"}, rig.conf(network=None), 7),  # bad config
+        ({"CNI_COMMAND": "ADD"}, b"{not json", 7),
+        ({"CNI_COMMAND": "ADD"}, rig.conf(timeout="soon"), 7),
+        ({"CNI_COMMAND": "ADD", "container_id": ""}, rig.conf(), 4),  # bad env
+        ({"CNI_COMMAND": "ADD", "container_id": "../x"}, rig.conf(), 4),
+        ({"CNI_COMMAND": "ADD", "ifname": "eth0/x"}, rig.conf(), 4),
+        ({"CNI_COMMAND": "ADD", "args": "TOKEN=admin"}, rig.conf(), 4),  # never a token in CNI_ARGS
+        ({"CNI_COMMAND": "BOGUS"}, rig.conf(), 4),
+        ({"CNI_COMMAND": "STATUS"}, rig.conf(url="http://127.0.0.1:9"), 50),  # nothing listens there
+    ]
+    for env, conf, expected in cases:
+        kw = {"container_id": env.get("container_id", cid), "netns_path": path, "ifname": env.get("ifname", "eth0"),
+              "args": env.get("args", "")}  # fmt: skip
+        if conf is not None and not isinstance(conf, bytes):
+            conf = {k: v for k, v in conf.items() if v is not None}
+        code, err = invoke(env["CNI_COMMAND"], conf, **kw)
+        assert code == 1 and err is not None, (env, err)
+        assert err["code"] == expected and set(err) <= {"cniVersion", "code", "msg", "details"}, (env, err)
+    assert not [i for i in rig.instances() if i["netns"] == path]
+
+
+def test_hostile_configs(rig: CniCloud, tmp_path: Path) -> None:
+    cid, path = container(rig, "hostile")
+    code, err = invoke("ADD", rig.conf(network=rig.foreign["id"]), cid, path)  # bob's network, by id
+    assert code == 1 and err is not None and err["code"] == 7, err
+    code, err = invoke("ADD", rig.conf(network=rig.foreign["name"]), cid, path)  # and by name
+    assert code == 1 and err is not None and err["code"] == 7, err
+    code, err = invoke("ADD", rig.conf(project="bob"), cid, path)  # a service token of alice's naming bob
+    assert code == 1 and err is not None and err["code"] == 100 and "403" in err["msg"], err
+    for bad in ("/etc/hostname", "/dev/null", "/run/netns/no-such-ns", str(tmp_path)):
+        code, err = invoke("ADD", rig.conf(), cid, bad)
+        assert code == 1 and err is not None and err["code"] == 4, (bad, err)
+    code, err = invoke("ADD", b'{"cniVersion": "1.1.0", "pad": "' + b"x" * (2 << 20) + b'"}', cid, path)
+    assert code == 1 and err is not None and err["code"] == 7 and "bytes" in err["msg"], err
+    code, err = invoke("ADD", ("[" * 100_000).encode(), cid, path)
+    assert code == 1 and err is not None and err["code"] == 7, err
+    leaky = tmp_path / "leaky.token"
+    leaky.write_text("runtime-token\n")
+    leaky.chmod(0o644)
+    code, err = invoke("ADD", rig.conf(token_file=str(leaky)), cid, path)
+    assert code == 1 and err is not None and err["code"] == 7 and "owner only" in err["msg"], err
+    assert not [i for i in rig.instances() if i["netns"] == path]
+
+
+def test_gc_removes_what_the_runtime_no_longer_lists(rig: CniCloud) -> None:
+    conf = rig.conf(name=f"gc-{rig.cloud.suffix}")
+    kept, dropped = container(rig, "gc1"), container(rig, "gc2")
+    for cid, path in (kept, dropped):
+        assert invoke("ADD", conf, cid, path)[0] == 0
+    other_cid, other_path = container(rig, "gc3")  # another configuration's: GC of `conf` leaves it alone
+    assert invoke("ADD", rig.conf(), other_cid, other_path)[0] == 0
+    valid = [{"containerID": kept[0], "ifname": "eth0"}]
+    assert invoke("GC", {**conf, "cni.dev/valid-attachments": valid}) == (0, None)
+    left = {i["netns"] for i in rig.instances()}
+    assert kept[1] in left and other_path in left and dropped[1] not in left
+    assert invoke("DEL", conf, *kept) == (0, None)
+    assert invoke("DEL", rig.conf(), other_cid, other_path) == (0, None)
+
+
+def test_failed_add_leaves_nothing(rig: CniCloud) -> None:
+    """The agent refuses a namespace that is a namespace but not a container's (its own, the host's): ADD fails
+    with the agent's reason, the instance goes, and DEL after it succeeds."""
+    cid, host_ns = uuid.uuid4().hex, f"/proc/{os.getpid()}/ns/net"
+    code, err = invoke("ADD", rig.conf(), cid, host_ns)
+    assert code == 1 and err is not None and err["code"] == 101, err
+    assert not [i for i in rig.instances() if i["netns"] == host_ns]
+    assert invoke("DEL", rig.conf(), cid, host_ns) == (0, None)

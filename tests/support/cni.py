@@ -1,0 +1,116 @@
+"""cloudnet-cni run as a runtime runs it (a process with CNI_* variables and the configuration on stdin), against a
+real server and this test's own agent (with its metadata proxy), whose token has the `service` role."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cloudnet.config import ServerConfig
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.store.db import Store
+from tests.support.cloud import Cloud
+from tests.support.guest_metadata import agent_with_proxy
+from tests.support.server import RunningServer
+
+PLUGIN = Path(sys.executable).with_name("cloudnet-cni")  # the console script `make deps` installs
+SERVICE_TOKEN = "runtime-token"
+Answer = tuple[int, dict[str, Any] | None]
+
+
+@dataclass
+class CniCloud:
+    cloud: Cloud
+    api: httpx.Client
+    token_file: Path
+    network: dict[str, Any]
+    subnet: dict[str, Any]
+    foreign: dict[str, Any]  # another project's network (bob's), never visible to the plugin's token
+
+    def conf(self, **extra: Any) -> dict[str, Any]:
+        """A plugin configuration as a runtime passes it (the conflist's name and cniVersion merged in)."""
+        base = {"cniVersion": "1.1.0", "name": f"cni-{self.cloud.suffix}", "type": "cloudnet-cni",
+                "network": self.network["name"], "url": self.cloud.server.url, "token_file": str(self.token_file),
+                "host": self.cloud.host, "timeout": 20}  # fmt: skip
+        return {**base, **extra}
+
+    def instances(self) -> list[dict[str, Any]]:
+        return list(self.api.get("/instances", params={"host": self.cloud.host}).json()["instances"])
+
+
+def invoke(
+    command: str,
+    conf: dict[str, Any] | bytes,
+    container_id: str = "",
+    netns_path: str = "",
+    ifname: str = "eth0",
+    args: str = "",
+) -> Answer:
+    """(exit status, decoded stdout) of one run of the plugin."""
+    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": container_id, "CNI_NETNS": netns_path, "CNI_IFNAME": ifname,
+           "CNI_ARGS": args, "CNI_PATH": str(PLUGIN.parent), "PATH": os.environ.get("PATH", "/bin")}  # fmt: skip
+    data = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
+    proc = subprocess.run([str(PLUGIN)], input=data, capture_output=True, env=env, timeout=90)
+    assert not proc.stderr.strip() or proc.returncode != 0, proc.stderr
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None
+
+
+@contextlib.contextmanager
+def cni_cloud(
+    work: Path, template: Path, instance_pools: bool = False, park: bool = False, pool_min: int = 2, pool_batch: int = 4
+) -> Iterator[CniCloud]:
+    """A server (tokens: an admin, the runtime's service token in project `alice`, a member of `bob`), this
+    test's agent with its metadata proxy, and a network of alice's with a subnet."""
+    state = work / "state"
+    state.mkdir(parents=True)
+    shutil.copyfile(template, state / "cloudnet.db")
+    config = ServerConfig(state_dir=state, instance_pools=instance_pools, pool_min=pool_min, pool_batch=pool_batch)
+    config.tokens_file.write_text(json.dumps({"tokens": {
+        "admin": {"project_id": "ops", "role": "admin"},  # the agent's (tests/support/cloud.py)
+        SERVICE_TOKEN: {"project_id": "alice", "role": "service"},
+        "bob-token": {"project_id": "bob", "role": "member"},
+    }}))  # fmt: skip
+    token_file = work / "cloudnet-cni.token"
+    token_file.write_text(SERVICE_TOKEN + "\n")
+    token_file.chmod(0o600)
+    store = Store(f"sqlite:///{state / 'cloudnet.db'}")
+    server = RunningServer.start(config, store)
+    suffix = uuid.uuid4().hex[:6]
+    api = httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30)
+    cloud = Cloud(api=api, server=server, host=f"h-{suffix}", suffix=suffix)
+    try:
+        with agent_with_proxy(cloud, server, park=park):
+            net = cloud.create("networks", "network", {"name": f"cni-net-{suffix}", "project_id": "alice"})
+            sub = cloud.create(
+                "subnets",
+                "subnet",
+                {
+                    "network_id": net["id"],
+                    "cidr": "10.77.0.0/24",
+                    "project_id": "alice",
+                    "dns_nameservers": ["10.77.0.53"],
+                },
+            )
+            foreign = cloud.create("networks", "network", {"name": f"cni-bob-{suffix}", "project_id": "bob"})
+            cloud.create("subnets", "subnet", {"network_id": foreign["id"], "cidr": "10.78.0.0/24",
+                                               "project_id": "bob"})  # fmt: skip
+            yield CniCloud(cloud, api, token_file, net, sub, foreign)
+    finally:
+        LinuxDataplane(cloud.host).teardown()
+        for name in cloud.namespaces:
+            netns.remove(name)
+        api.close()
+        server.stop()
+        store.dispose()
