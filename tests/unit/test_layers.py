@@ -18,7 +18,7 @@ MAX_LINES = 500
 SHARED = ["cloudnet", "cloudnet.errors", "cloudnet.namespaces", "cloudnet.config", "cloudnet.wire"]
 CONTROL = ["cloudnet.store", "cloudnet.services", "cloudnet.metadata", "cloudnet.api"]
 HOST = ["cloudnet.dataplane", "cloudnet.dataplane.drivers", "cloudnet.agent"]
-ENTRY = ["cloudnet.api_socket", "cloudnet.server", "cloudnet.cli"]
+ENTRY = ["cloudnet.api_socket", "cloudnet.server", "cloudnet.docker", "cloudnet.cli"]
 # Drivers sit between the generic dataplane and the selector; they never import each other.
 DRIVERS = ["cloudnet.dataplane.linux", "cloudnet.dataplane.sriov", "cloudnet.dataplane.ovn"]
 
