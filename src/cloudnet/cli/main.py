@@ -28,6 +28,7 @@ from cloudnet.cli import (
 )
 from cloudnet.cli.client import DEFAULT_TOKEN, DEFAULT_URL, Client
 from cloudnet.cli.errors import CliError
+from cloudnet.docker import command as docker_command
 
 _display_type = TyperOption.display_type_rich
 
@@ -85,3 +86,4 @@ def main(
 
 
 daemons.register(app)
+docker_command.register(app)

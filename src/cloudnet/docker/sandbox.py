@@ -1,0 +1,81 @@
+"""Join and Leave: a sandbox joining an endpoint is a cloudnet instance bound to the endpoint's port.
+
+dockerd (20.10, Debian's) creates the container's network namespace only when the container starts, after Join
+has returned, and it wants from Join a device to move in. So the instance gets a namespace cloudnet provides (none
+is named: no host resource, a pool's parked one when the port pools have one), the host's agent plugs the port
+there as it plugs any instance (veth on the network's bridge, firewall, or a VF for a `direct` port), and once the
+instance is ACTIVE the device is handed to dockerd (devices.py). Leave deletes the instance: the agent unplugs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from cloudnet import namespaces
+from cloudnet.docker import devices
+from cloudnet.docker import plugin as p
+from cloudnet.docker.cloudnet_api import Json, PluginError
+from cloudnet.docker.network import endpoint
+from cloudnet.docker.protocol import EndpointRef, Join
+
+POLL = 0.05
+
+
+async def join(plugin: p.Plugin, req: Join) -> Json:
+    ep = endpoint(plugin, req)
+    if ep.instance_id:
+        raise PluginError(f"endpoint {req.EndpointID} is joined already")
+    port = await plugin.api.get("ports", "port", ep.port_id)
+    body = {"name": f"docker-{req.EndpointID[:12]}", "host": plugin.host, "nets": [{"port": ep.port_id}]}
+    instance = await plugin.api.create("instances", "instance", body)
+    async with plugin.lock:
+        ep.instance_id = instance["id"]
+        plugin.state.save()
+    name = devices.device_name(req.EndpointID)
+    try:
+        instance = await _active(plugin, instance["id"])
+        if not namespaces.is_managed_ns(plugin.host, instance["netns"]):
+            raise PluginError(f"instance {instance['id']} is not in a namespace cloudnet provides")
+        await asyncio.to_thread(devices.hand_over, instance["netns"], port["mac_address"], name)
+    except (PluginError, OSError) as exc:
+        await plugin.api.delete("instances", instance["id"])
+        async with plugin.lock:
+            ep.instance_id = None
+            plugin.state.save()
+        raise exc if isinstance(exc, PluginError) else PluginError(f"cannot hand over the device: {exc}") from None
+    async with plugin.lock:
+        ep.device = name
+        plugin.state.save()
+    out: Json = {"InterfaceName": {"SrcName": name, "DstPrefix": "eth"}}
+    for fixed in port["fixed_ips"]:
+        gateway = (await plugin.api.get("subnets", "subnet", fixed["subnet_id"]))["gateway_ip"]
+        if gateway:
+            out.setdefault("GatewayIPv6" if ":" in gateway else "Gateway", gateway)
+    if "Gateway" not in out and "GatewayIPv6" not in out:
+        out["DisableGatewayService"] = True  # no docker_gwbridge: a subnet without a gateway means no way out
+    return out
+
+
+async def _active(plugin: p.Plugin, instance_id: str) -> Json:
+    deadline = time.monotonic() + plugin.join_timeout
+    while True:
+        instance = await plugin.api.get("instances", "instance", instance_id)
+        if instance["status"] == "ACTIVE":
+            return instance
+        if instance["status"] == "ERROR":
+            raise PluginError(f"cloudnet could not plug the port: {instance['status_reason'] or 'ERROR'}")
+        if time.monotonic() > deadline:
+            raise PluginError(f"the port is not ACTIVE after {plugin.join_timeout:g} s (is host {plugin.host}'s "
+                              "agent running?)")  # fmt: skip
+        await asyncio.sleep(POLL)
+
+
+async def leave(plugin: p.Plugin, req: EndpointRef) -> Json:
+    ep = endpoint(plugin, req)
+    if ep.instance_id:
+        await plugin.api.delete("instances", ep.instance_id)
+    async with plugin.lock:
+        ep.instance_id, ep.device = None, None
+        plugin.state.save()
+    return {}

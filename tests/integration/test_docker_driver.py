@@ -1,0 +1,102 @@
+"""Debian's dockerd (docker.io 20.10), private to the test (its own data/exec root, socket, no iptables, vfs),
+with the driver as network and IPAM driver: `docker network create`, `docker run` on it, two containers talking,
+Zun's pre-created port, and nothing left in cloudnet once the containers and the network are gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.cloud import Cloud
+from tests.support.docker_driver import driver_for
+
+__all__ = ["driver_for"]
+
+RUN = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]  # the hard limits of these machines
+IMAGE = "cloudnet-test/busybox:1"
+
+
+@pytest.fixture(scope="module")
+def dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    if os.geteuid() != 0 or not shutil.which("dockerd") or not shutil.which("docker"):
+        pytest.skip("needs root and Debian's docker.io (dockerd)")
+    root = tmp_path_factory.mktemp("dockerd")
+    env = {**os.environ, "DOCKER_HOST": f"unix://{root}/docker.sock"}
+    cmd = ["dockerd", "--data-root", f"{root}/data", "--exec-root", f"{root}/exec", "--pidfile", f"{root}/pid",
+           "-H", env["DOCKER_HOST"], "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
+           "--bridge=none", "--storage-driver=vfs", "--exec-opt", "native.cgroupdriver=cgroupfs"]  # fmt: skip
+    with open(root / "log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run(["docker", "version"], env=env, capture_output=True).returncode != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, (root / "log").read_text()[-2000:]
+            time.sleep(0.1)
+        rootfs = root / "rootfs"
+        (rootfs / "bin").mkdir(parents=True)
+        shutil.copy("/bin/busybox", rootfs / "bin")
+        for tool in ("sh", "ip", "ping", "sleep"):
+            (rootfs / "bin" / tool).symlink_to("busybox")
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(root / "rootfs.tar"), "."], check=True)
+        subprocess.run(["docker", "import", str(root / "rootfs.tar"), IMAGE], env=env, check=True, capture_output=True)
+        yield env
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def docker(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(["docker", *args], env=env, capture_output=True, text=True, timeout=120)
+    assert not check or r.returncode == 0, f"docker {' '.join(args)}: {r.stdout}{r.stderr}"
+    return r
+
+
+def test_docker_network_and_containers(dockerd: dict[str, str], cloud: Cloud, driver_for: Any,
+                                       api: httpx.Client) -> None:  # fmt: skip
+    cloud.start_agent()
+    d = driver_for("admin", cloud.host)
+    name = f"cnt-{uuid.uuid4().hex[:6]}"
+    docker(dockerd, "network", "create", "-d", d.name, "--ipam-driver", d.name, "--subnet", "10.93.0.0/24", name)
+    docker_id = docker(dockerd, "network", "inspect", "-f", "{{.Id}}", name).stdout.strip()
+    network = api.get("/networks", params={"name": f"docker-{docker_id[:12]}"}).json()["networks"]
+    assert len(network) == 1
+    first = f"{name}-a"
+    try:
+        docker(dockerd, "run", "-d", *RUN, "--network", name, "--name", first, IMAGE, "sleep", "300")
+        info = json.loads(docker(dockerd, "inspect", first).stdout)[0]["NetworkSettings"]["Networks"][name]
+        ports = api.get("/ports", params={"network_id": network[0]["id"], "device_owner": "compute:cloudnet"})
+        (port,) = ports.json()["ports"]
+        assert port["status"] == "ACTIVE" and port["fixed_ips"][0]["ip_address"] == info["IPAddress"]
+        assert port["mac_address"] == info["MacAddress"]
+        # a second container reaches the first over cloudnet's network
+        out = docker(dockerd, "run", "--rm", *RUN, "--network", name, IMAGE, "ping", "-c", "1", "-W", "5",
+                     info["IPAddress"], check=False)  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+        # Zun's case: a pre-created port, connected by its address, keeps its MAC and survives the container
+        pre = cloud.create(
+            "ports", "port", {"network_id": network[0]["id"], "fixed_ips": [{"ip_address": "10.93.0.50"}]}
+        )
+        link = docker(dockerd, "run", "--rm", *RUN, "--network", name, "--ip", "10.93.0.50", IMAGE, "ip", "link",
+                      "show", "eth0").stdout  # fmt: skip
+        assert pre["mac_address"] in link
+        after = api.get(f"/ports/{pre['id']}").json()["port"]
+        assert after["device_id"] == "" and after["status"] == "DOWN"
+        assert api.delete(f"/ports/{pre['id']}").status_code == 204  # the user's port: theirs to delete
+    finally:
+        docker(dockerd, "rm", "-f", first, check=False)
+    docker(dockerd, "network", "rm", name)
+    assert api.get(f"/networks/{network[0]['id']}").status_code == 404  # its ports went with the containers
+    assert api.get("/instances").json()["instances"] == []
