@@ -9,11 +9,6 @@ from typing import Annotated
 
 import typer
 
-from cloudnet.docker.app import serve
-from cloudnet.docker.cloudnet_api import CloudnetApi
-from cloudnet.docker.plugin import Plugin
-from cloudnet.docker.state import State
-
 DEFAULT_SOCKET = Path("/run/docker/plugins/cloudnet.sock")
 DEFAULT_STATE = Path("/var/lib/cloudnet/docker-driver.json")
 
@@ -33,6 +28,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:  # fmt: skip
         """Serve dockerd as a network driver and IPAM driver: `docker network create -d cloudnet --ipam-driver
         cloudnet --subnet 10.1.0.0/24 net1`, then `docker run --network net1 ...`."""
+        # Imported here, as the CLI's other daemons are: client commands don't pay ~0.3 s for the server stack.
+        from cloudnet.docker.app import serve
+        from cloudnet.docker.cloudnet_api import CloudnetApi
+        from cloudnet.docker.plugin import Plugin
+        from cloudnet.docker.state import State
+
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         plugin = Plugin(CloudnetApi(url, token), State.load(state_file), agent_host or socket.gethostname(),
                         join_timeout)  # fmt: skip
