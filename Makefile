@@ -58,6 +58,8 @@ bench: deps
 	$(BIN)/python bench/forwards.py
 	$(BIN)/python bench/mdata.py
 	$(BIN)/python bench/security_groups.py
+	$(BIN)/python bench/http_servers.py
+	$(BIN)/python bench/cni.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
