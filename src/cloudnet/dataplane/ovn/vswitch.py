@@ -1,8 +1,8 @@
 """The chassis' Open_vSwitch database (ovsdbapp, one connection): the ports of br-int this driver made.
 
 ovsdbapp rather than ovs-vsctl: values travel as OVSDB data, never as text a command line parses, and a plug costs
-one transaction on an open connection instead of a process (measured here: ~2 ms against ~10 ms for ovs-vsctl);
-each transaction waits until ovs-vswitchd has applied it (cur_cfg), as ovs-vsctl does.
+one transaction on an open connection instead of a process (not measured yet against ovs-vsctl); each
+transaction waits until ovs-vswitchd has applied it (cur_cfg), as ovs-vsctl does.
 """
 
 from __future__ import annotations
