@@ -105,6 +105,11 @@ class AgentConfig:
     step_timeout: float = 10.0
     # The dataplane driver (dataplane/drivers.py).
     dataplane: str = "linux"
+    # OVN chassis (dataplane "ovn"): the SB database, this chassis' Open_vSwitch database, and the network namespace
+    # its ovs-vswitchd runs in (None: the agent's own).
+    ovn_sb: str | None = None
+    ovs_db: str | None = None
+    ovs_netns: str | None = None
     # SmartOS metadata sockets: an idle connection is closed after this many seconds; the longest request line;
     # connections per instance socket (a guest can use them up only for itself).
     mdata_idle_timeout: float = 300.0

@@ -182,7 +182,8 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
             sock.close()
             raise StartupError(f"OVN did not start: {exc}") from None
         print(f"OVN: ovn-nbctl --db={ovn.nb_url} show  (SB {ovn.sb_url})", flush=True)
-        agent = None  # (the OVN chassis agent is not there yet: ovn-controller binds ports from SB)
+        if agent is not None and ovn.chassis is not None:  # this host's agent drives its chassis
+            agent.dataplane, agent.ovn_sb, agent.ovs_db = "ovn", ovn.sb_url, ovn.chassis.ovs_url
     if agent is not None:
         running, _thread = start_in_thread(agent)
         print(

@@ -188,6 +188,8 @@ class Agent:
                 # A booting guest must never race its metadata proxy: ACTIVE only once it answers.
                 body["status"] = "BUILD"
                 self.held_back = True
+            elif body["status"] == "BUILD":  # the dataplane is not done with it yet (OVN: not bound): look again soon
+                self.held_back = True
             # Compare with what the server holds, not with what we sent: someone else (the dead-host
             # sweep) may have changed it since.
             if any(known.get(k) != body[k] for k in ("status", "binding:vif_type", "binding:vif_details")):

@@ -20,6 +20,7 @@ from cloudnet.config import (
     parse_mappings,
 )
 from cloudnet.errors import CloudnetError
+from cloudnet.ovn.daemons import OvnError, start_chassis, stop
 
 StateDir = Annotated[Path, typer.Option(help="Where state lives (database, tokens.json, sockets).")]
 Db = Annotated[str | None, typer.Option(metavar="URL", help="Database URL (default: SQLite in the state dir).")]
@@ -201,6 +202,23 @@ def register(app: typer.Typer) -> None:
         mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
         mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
         mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
+        dataplane: Annotated[
+            str,
+            typer.Option(
+                metavar="linux|ovn",
+                help="linux: this host's namespaces and bridges; ovn: this host is an OVN chassis (--ovn-sb).",
+            ),
+        ] = "linux",
+        ovn_sb: Annotated[str | None, typer.Option(metavar="URL", help="OVN SB database this chassis joins.")] = None,
+        ovs_db: Annotated[
+            str | None,
+            typer.Option(
+                metavar="URL",
+                help="A running Open_vSwitch database (with "
+                "ovs-vswitchd and ovn-controller) instead of starting them under <state-dir>/ovn-chassis/.",
+            ),
+        ] = None,
+        encap_ip: Annotated[str, typer.Option(help="This chassis' Geneve tunnel address.")] = "127.0.0.1",
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
         from cloudnet.agent.run import run
@@ -214,10 +232,22 @@ def register(app: typer.Typer) -> None:
         config.park_pool_devices = park_pool_devices
         config.step_timeout, config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         config.mdata_max_line, config.mdata_max_connections = mdata_max_line, mdata_max_connections
+        if dataplane not in ("linux", "ovn") or (dataplane == "ovn") != (ovn_sb is not None):
+            raise CliError("--dataplane is linux or ovn, and ovn goes with --ovn-sb URL (linux without)")
+        config.dataplane, config.ovn_sb, config.ovs_db = dataplane, ovn_sb, ovs_db
+        chassis = None
         try:
+            if ovn_sb is not None and ovs_db is None:  # this host's ovs-vswitchd and ovn-controller, started here
+                chassis = start_chassis(state_dir / "ovn-chassis", config.host, ovn_sb, encap_ip=encap_ip)
+                config.ovs_db = chassis.ovs_url
             run(config)
         except SecretError as exc:
             raise CliError(f"cannot start the metadata proxy: {exc}") from None
+        except OvnError as exc:
+            raise CliError(f"cannot start this chassis: {exc}") from None
+        finally:
+            if chassis is not None:
+                stop(chassis.rundir, bridges=chassis.bridges)
 
     @app.command("up")
     def up(

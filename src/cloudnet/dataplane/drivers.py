@@ -10,6 +10,7 @@ from typing import Any
 from cloudnet.config import AgentConfig
 from cloudnet.dataplane.base import Dataplane, PortBinder
 from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.dataplane.sriov import inventory
 from cloudnet.dataplane.sriov.driver import SriovDataplane
 
@@ -41,7 +42,14 @@ def _linux(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
                           step_timeout=config.step_timeout)  # fmt: skip
 
 
-DRIVERS: dict[str, Factory] = {"linux": _linux}
+def _ovn(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
+    if not config.ovn_sb or not config.ovs_db:
+        raise ValueError("the ovn dataplane needs the SB database (--ovn-sb) and this chassis' Open_vSwitch database")
+    return OvnDataplane(config.host, config.ovs_db, config.ovn_sb, host_ns=config.ovs_netns,
+                        step_timeout=config.step_timeout)  # fmt: skip
+
+
+DRIVERS: dict[str, Factory] = {"linux": _linux, "ovn": _ovn}
 
 
 def build(config: AgentConfig, report: dict[str, Any]) -> Dataplane:

@@ -1,0 +1,106 @@
+"""The OVN driver: converges one chassis to its host's desired state (dataplane.base.Dataplane).
+
+OVN itself realises networks, routers, NAT, security groups and port security from the NB rows the server writes;
+what is left to a chassis is the edge:
+
+    instance netns:  ethN (MAC, MTU, addresses, routes) --veth-- cno-<port>  ┐ br-int (iface-id = port id)
+    metadata netns:  md0 (metadata port's IPs, 169.254.169.254) --veth-- cnl-<port>  ┘ (the network's localport)
+
+Everything is applied from the desired state, idempotently, each instance and each network a step (steps.py);
+a pass ends with the collection of this host's br-int ports, metadata namespaces and provided instance namespaces
+that nothing wants any more, and with this chassis' SB row naming the networks whose metadata it serves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from cloudnet.dataplane.base import DesiredState, PortReport, metadata_ns_prefix
+from cloudnet.dataplane.kernel import netns, ns_guard
+from cloudnet.dataplane.ovn import veth
+from cloudnet.dataplane.ovn.metadata import MetadataPorts
+from cloudnet.dataplane.ovn.passes import OvnPass
+from cloudnet.dataplane.ovn.ports import InstancePorts
+from cloudnet.dataplane.ovn.southbound import Southbound
+from cloudnet.dataplane.ovn.vswitch import Vswitch
+from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
+from cloudnet.namespaces import managed_ns_prefix
+
+log = logging.getLogger(__name__)
+
+
+class OvnDataplane:
+    def __init__(
+        self, host: str, ovs_url: str, sb_url: str, *, chassis: str | None = None, host_ns: str | None = None,
+        step_timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:  # fmt: skip
+        """`chassis`: this chassis' name in SB (its Open_vSwitch system-id; default the host's name); `host_ns`: the
+        namespace ovs-vswitchd runs in (default the agent's own)."""
+        self.host = host
+        self.chassis = chassis or host
+        self.host_ns = host_ns or netns.AGENT_NS
+        self.steps = Steps(step_timeout)
+        self.vswitch = Vswitch(ovs_url, host)
+        self.sb = Southbound(sb_url, self.chassis)
+        self.ports = InstancePorts(host, self.chassis)
+        self.metadata = MetadataPorts(host)
+        self._bound: set[str] = set()
+        self._full_done = False
+        self._kept: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # (ports, namespaces)
+
+    def close(self) -> None:
+        self.vswitch.close()
+        self.sb.close()
+
+    def differences(self) -> list[dict[str, str]]:
+        return []
+
+    def failures(self) -> list[dict[str, Any]]:
+        return self.steps.report()
+
+    def apply(self, state: DesiredState, full: bool = True, check: bool = False) -> list[PortReport]:
+        full = full or check or not self._full_done
+        self.sb.changed.clear()  # (bindings that change from here on are seen by the next pass)
+        try:
+            self._bound = self.sb.bound()
+        except Exception as exc:  # SB away: the last bindings seen stand until it is back (the IDL reconnects)
+            log.warning("southbound database unreachable (%s): port states as last seen", exc)
+        plugged = [i["id"] for i in state["instances"] if any(self.ports.is_plugged(p) for p in i["ports"])]
+        guard = ns_guard.InstanceNamespaces(self.host, state["instances"], plugged)
+        run = OvnPass(state, full, self.host_ns, self.vswitch, guard, self.steps, self._bound,
+                      self._ours() if full else {})  # fmt: skip
+        reports = self.ports.apply(run)
+        served, metadata_reports = self.metadata.apply(run)
+        reports += metadata_reports
+        if full or self._went_away(run):
+            with contextlib.suppress(StepFailed):
+                self.steps.run("garbage", lambda: self._collect(run))
+        with contextlib.suppress(StepFailed):
+            self.steps.run("chassis", lambda: self.sb.publish_metadata_networks(served), tuple(served))
+        self.steps.keep_only(["garbage", "chassis", *self.ports.step_keys(state), *self.metadata.step_keys(state)])
+        self._full_done = self._full_done or full
+        self._kept = (frozenset(run.wanted), frozenset(run.wanted_ns))
+        return reports
+
+    def _went_away(self, run: OvnPass) -> bool:
+        return not (self._kept[0] <= run.wanted and self._kept[1] <= run.wanted_ns)
+
+    def _ours(self) -> dict[str, str]:
+        try:
+            return self.steps.run("vswitch", self.vswitch.ours)
+        except StepFailed:
+            return {}
+
+    def _collect(self, run: OvnPass) -> None:
+        """This host's br-int ports, devices and namespaces that nothing wants any more."""
+        ours = run.ours if run.full else self.vswitch.ours()
+        with netns.iproute(run.host_ns) as host:
+            for name in sorted(set(ours) - run.wanted):
+                self.vswitch.unplug(name)
+                veth.delete(host, name)
+        for prefix in (metadata_ns_prefix(self.host), managed_ns_prefix(self.host)):
+            for ns in netns.names(prefix):
+                if ns not in run.wanted_ns:
+                    netns.remove(ns)

@@ -1,0 +1,66 @@
+"""The veth pairs the OVN driver plugs: the host end a "system" port of br-int (read by a userspace ovs-vswitchd
+through AF_PACKET), the other end created directly inside its namespace (no move: no RCU barrier).
+
+The userspace datapath never completes partial checksums: a namespace end that offloads them sends TCP segments
+nobody accepts (ping works, TCP times out), so transmit checksumming is turned off there (`ethtool -K tx off`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import socket
+import struct
+from typing import Any
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from cloudnet.dataplane.kernel import netns
+
+ENODEV, EEXIST = 19, 17
+SIOCETHTOOL = 0x8946
+ETHTOOL_STXCSUM = 0x17
+
+
+def index(ipr: IPRoute, name: str) -> int | None:
+    found = ipr.link_lookup(ifname=name)
+    return found[0] if found else None
+
+
+def mac(ipr: IPRoute, idx: int) -> str:
+    return str(ipr.get_links(idx)[0].get_attr("IFLA_ADDRESS") or "").lower()
+
+
+def delete(ipr: IPRoute, name: str) -> None:
+    """Delete a link that may be gone already (one end of a veth takes its peer along)."""
+    idx = index(ipr, name)
+    if idx is None:
+        return
+    try:
+        ipr.link("del", index=idx)
+    except NetlinkError as exc:
+        if exc.code != ENODEV:
+            raise
+
+
+def create(host: IPRoute, name: str, peer: dict[str, Any], ns_fd: int, mtu: int) -> int:
+    """The pair `name` (up, in the host namespace) / `peer` (inside the namespace `ns_fd`); a stale pair of the same
+    name is replaced. Returns the peer's ifindex inside."""
+    delete(host, name)
+    try:
+        host.link("add", ifname=name, kind="veth", mtu=mtu, state="up", peer={**peer, "mtu": mtu, "net_ns_fd": ns_fd})
+    except NetlinkError as exc:
+        if exc.code != EEXIST:
+            raise
+        delete(host, peer["ifname"])  # an interrupted plug's peer left in the host namespace
+        host.link("add", ifname=name, kind="veth", mtu=mtu, state="up", peer={**peer, "mtu": mtu, "net_ns_fd": ns_fd})
+    return int(host.link("get", ifname=name)[0].get_attr("IFLA_LINK"))
+
+
+def tx_checksum_off(ns: int | str, ifname: str) -> None:
+    """`ethtool -K IFNAME tx off` inside the namespace (SIOCETHTOOL, no process)."""
+    value = ctypes.create_string_buffer(struct.pack("II", ETHTOOL_STXCSUM, 0))
+    request = struct.pack("16sP16x", ifname.encode(), ctypes.addressof(value))
+    with netns.entered(ns), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, SIOCETHTOOL, request)
