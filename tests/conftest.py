@@ -101,6 +101,8 @@ def server_config(tmp_path: Path) -> ServerConfig:
 def server(server_config: ServerConfig, store: Store, request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     if "tokens" in request.fixturenames:
         request.getfixturevalue("tokens")  # the tokens file must exist before the server reads it
+    if request.node.get_closest_marker("ovn_dataplane"):
+        server_config.dataplane = "ovn"  # (the API's rules of --dataplane ovn, such as many hosts; no OVN starts)
     srv = RunningServer.start(server_config, store)
     yield srv
     srv.stop()

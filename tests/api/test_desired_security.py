@@ -71,6 +71,7 @@ def cidrs(p: Json) -> list[str]:
     return [f"{f['ip_address']}/{128 if ':' in f['ip_address'] else 32}" for f in p["fixed_ips"]]
 
 
+@pytest.mark.ovn_dataplane  # (one network on two hosts)
 def test_filtering_in_the_desired_state(api: httpx.Client, net: Json) -> None:
     web = create(api, "security-groups", "security_group", name="web")["id"]
     db = create(api, "security-groups", "security_group", name="db")["id"]
@@ -129,6 +130,7 @@ def test_filtering_in_the_desired_state(api: httpx.Client, net: Json) -> None:
     assert two["remote_groups"] == {}  # db's own rules (egress anywhere) name no group
 
 
+@pytest.mark.ovn_dataplane  # (one network on two hosts)
 def test_every_change_reaches_the_state_with_an_event(api: httpx.Client, net: Json) -> None:
     web = create(api, "security-groups", "security_group", name="web")["id"]
     db = create(api, "security-groups", "security_group", name="db")["id"]

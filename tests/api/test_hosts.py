@@ -145,6 +145,7 @@ def test_hosts_api_is_admin_only(users: dict[str, httpx.Client]) -> None:
 # -- desired state ------------------------------------------------------------------------------
 
 
+@pytest.mark.ovn_dataplane  # (one network on two hosts)
 def test_desired_state(api: httpx.Client) -> None:
     heartbeat(api, "node-1")
     heartbeat(api, "node-2")
@@ -227,6 +228,7 @@ def test_desired_state(api: httpx.Client) -> None:
 # -- port status reports ------------------------------------------------------------------------
 
 
+@pytest.mark.ovn_dataplane  # (one network on two hosts)
 def test_report_ports(api: httpx.Client) -> None:
     heartbeat(api, "node-1")
     heartbeat(api, "node-2")
@@ -304,6 +306,7 @@ def wait_for(api: httpx.Client, condition: Callable[[], bool], timeout: float, b
         _, rev = events_since(api, rev, timeout=0.5)
 
 
+@pytest.mark.ovn_dataplane  # (one network on two hosts)
 def test_dead_host_ports_go_down(fast_api: httpx.Client) -> None:
     api = fast_api
     heartbeat(api, "node-1")

@@ -48,6 +48,7 @@ from cloudnet.api.neutron import JSON, error_response
 from cloudnet.config import ServerConfig
 from cloudnet.errors import BadRequest, CloudnetError, ServiceUnavailable
 from cloudnet.services import quotas as quota_service
+from cloudnet.services import single_host
 from cloudnet.store import errors as store_errors
 from cloudnet.store.db import Store
 
@@ -169,6 +170,7 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     }
     auth = auth or Authenticator(config.tokens_file)
     quota_service.configure(store, config.quotas)
+    single_host.configure(store, config.dataplane)
     app = Starlette(
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
                        hosts.router, forwards.router, port_forwardings.router, instance_metadata.router, quotas.router,

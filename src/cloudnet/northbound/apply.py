@@ -15,13 +15,15 @@ from typing import Any
 
 from ovsdbapp.backend.ovs_idl.command import BaseCommand
 
-from cloudnet.northbound.desired import KEY, Row
+from cloudnet.northbound.rows import KEY, Row
 
 TABLES = ("Logical_Switch", "Logical_Switch_Port", "Logical_Router", "Logical_Router_Port", "Gateway_Chassis",
-          "Logical_Router_Static_Route", "NAT")  # fmt: skip
+          "Logical_Router_Static_Route", "NAT", "DHCP_Options", "Port_Group", "Address_Set", "ACL",
+          "Load_Balancer")  # fmt: skip
 # (parent table, column holding its children)
 LINKS = (("Logical_Switch", "ports"), ("Logical_Router", "ports"), ("Logical_Router", "static_routes"),
-         ("Logical_Router", "nat"), ("Logical_Router_Port", "gateway_chassis"))  # fmt: skip
+         ("Logical_Router", "nat"), ("Logical_Router_Port", "gateway_chassis"), ("Logical_Switch", "acls"),
+         ("Port_Group", "acls"))  # fmt: skip
 
 
 @dataclass
@@ -127,6 +129,7 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row]) -> Report:
             report.updated.setdefault(spec.key, []).append("parent")
     for (parent_uuid, column), children in new_children.items():
         setattr(new_parents[parent_uuid], column, children)
+    _set_refs(wanted, resolved, report)
     for key, idl_row in stale:
         link = parent_of.get(idl_row.uuid)
         if link is not None and link[0].uuid not in stale_ids:
@@ -134,3 +137,20 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row]) -> Report:
         idl_row.delete()
         report.deleted.append(key)
     return report
+
+
+def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report) -> None:
+    """Point each row's reference columns at the rows of the keys it names (those left out are skipped)."""
+    for spec in wanted.values():
+        if not spec.refs or spec.key not in resolved:
+            continue
+        idl_row, created = resolved[spec.key]
+        for column, keys in spec.refs.items():
+            targets = [resolved[k][0] for k in keys if k in resolved]
+            if not created and sorted(str(r.uuid) for r in getattr(idl_row, column)) == sorted(
+                str(r.uuid) for r in targets
+            ):
+                continue
+            setattr(idl_row, column, targets)
+            if not created:
+                report.updated.setdefault(spec.key, []).append(column)

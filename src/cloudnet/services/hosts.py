@@ -258,7 +258,10 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         by_instance: dict[str, list[str]] = defaultdict(list)
         for iid, pid, _pos in links:
             by_instance[iid].append(pid)
-        instance_ports = [pid for _iid, pid, _pos in links]
+        # (a port whose binding failed is no host's to plug: services/single_host.py)
+        failed = set(conn.execute(select(P.c.id).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
+                                  .where(I.c.host == host, P.c.vif_type == "binding_failed")).scalars())  # fmt: skip
+        instance_ports = [pid for _iid, pid, _pos in links if pid not in failed]
         network_ids = set(conn.execute(select(P.c.network_id).distinct().where(P.c.id.in_(instance_ports))).scalars())
         # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,
         # router, metadata namespace and proxy), and the agent may park a device for each of them.

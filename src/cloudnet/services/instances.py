@@ -11,7 +11,17 @@ from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet import namespaces
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound, not_found
-from cloudnet.services import common, metadata_ports, pool_claims, pool_model, port_specs, port_views, ports, sriov
+from cloudnet.services import (
+    common,
+    metadata_ports,
+    pool_claims,
+    pool_model,
+    port_specs,
+    port_views,
+    ports,
+    single_host,
+    sriov,
+)
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ip, is_uuid, parse
@@ -251,7 +261,8 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
             P.c.id.in_([link["port_id"] for link in links])))}):  # fmt: skip
         metadata_ports.ensure(tx, network_id)
     tx.record("instance", instance_id, "create", row["project_id"])
-    others = [link["port_id"] for link in links if link["port_id"] not in claimed_ports]
+    failed = set(single_host.check_bindings(tx, [link["port_id"] for link in links], host))
+    others = [link["port_id"] for link in links if link["port_id"] not in claimed_ports or link["port_id"] in failed]
     if others:
         rows = tx.conn.execute(select(P).where(P.c.id.in_(others))).all()
         claimed_ports.update((p["id"], p) for p in port_views.to_dicts(tx.conn, list(rows)))

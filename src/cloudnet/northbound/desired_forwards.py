@@ -1,0 +1,88 @@
+"""Network forwards and floating IPs (one model: services/forwards.py) on the router that is their network's uplink.
+
+Per-port rules become Load_Balancer rows, one per forward and protocol, with a VIP per listen port as Incus's OVN
+driver writes them: a listen range is expanded port by port, onto the target range of the same length or all onto
+its one target port. The load balancer is linked from the router (traffic from outside) and from the network's
+switch (instances reaching the listen address from inside: hairpin). A forward's whole-address target (a floating
+IP's port) is a `dnat_and_snat` NAT row on the router. Addresses and ports are parsed again here: a forward whose
+stored values do not parse is left out and reported.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from cloudnet.northbound.rows import Desired, Row, address, ids
+from cloudnet.services import uplinks
+from cloudnet.services.forward_rules import parse_ports
+from cloudnet.store import tables as t
+
+
+def _endpoint(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def vips(listen: str, specs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """{protocol: {"listen:port": "target:port"}} of a forward's port specifications."""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for spec in specs:
+        protocol = spec["protocol"]
+        if protocol not in ("tcp", "udp"):
+            raise ValueError(f"protocol {protocol!r}")
+        target = address(spec["target_address"])
+        listen_ports = [p for lo, hi in parse_ports(str(spec["listen_port"])) for p in range(lo, hi + 1)]
+        target_text = str(spec.get("target_port") or "")
+        target_ports = [p for lo, hi in parse_ports(target_text) for p in range(lo, hi + 1)] if target_text else []
+        if not target_ports:
+            target_ports = listen_ports
+        elif len(target_ports) == 1:
+            target_ports = target_ports * len(listen_ports)
+        if len(target_ports) != len(listen_ports):
+            raise ValueError("listen and target port counts differ")
+        for lp, tp in zip(listen_ports, target_ports, strict=True):
+            out[protocol][_endpoint(listen, lp)] = _endpoint(target, tp)
+    return dict(out)
+
+
+def add(conn: Connection, out: Desired, routers: set[str], switches: set[str]) -> dict[str, list[str]]:
+    """Rows for every forward whose network has an uplink router among `routers`; returns the load balancers each
+    router and switch row links, {row key: [load balancer keys]}."""
+    links: dict[str, list[str]] = defaultdict(list)
+    F = t.forwards
+    rows = conn.execute(select(F).where(F.c.network_id.is_not(None)).order_by(F.c.id)).all()
+    router_of: dict[str, str | None] = {}
+    for f in rows:
+        if f.network_id not in router_of:
+            found = uplinks.router_of(conn, f.network_id)
+            router_of[f.network_id] = found[0] if found else None
+        router_id = router_of[f.network_id]
+        if router_id not in routers or f.network_id not in switches:
+            continue
+        try:
+            listen = address(f.listen_address)
+            by_protocol = vips(listen, list(f.ports or []))
+            whole = (f.config or {}).get("target_address")
+            target = address(whole) if whole else None
+        except (ValueError, TypeError, KeyError) as exc:
+            out.refused.append(f"forward {f.id!r}: left out ({exc})")
+            continue
+        lr = f"lr/{router_id}"
+        for protocol, entries in sorted(by_protocol.items()):
+            key = f"lb/{f.id}/{protocol}"
+            out.rows.append(Row("Load_Balancer", key, {
+                "name": f"cn-fwd-{f.id}-{protocol}", "protocol": [protocol], "vips": entries,
+                "external_ids": ids(key, forward_id=f.id, network_id=f.network_id, router_id=router_id),
+            }))  # fmt: skip
+            links[lr].append(key)
+            links[f"ls/{f.network_id}"].append(key)
+        if target is not None and ipaddress.ip_address(target).version == ipaddress.ip_address(listen).version:
+            key = f"dnat/{f.id}"
+            out.rows.append(Row("NAT", key, {
+                "type": "dnat_and_snat", "external_ip": listen, "logical_ip": target,
+                "external_ids": ids(key, forward_id=f.id, network_id=f.network_id, router_id=router_id),
+            }, parent=lr, parent_column="nat"))  # fmt: skip
+    return links

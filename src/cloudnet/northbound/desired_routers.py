@@ -1,0 +1,71 @@
+"""Routers: a Logical_Router per router with a Logical_Router_Port per interface, a gateway port with
+Gateway_Chassis, default and extra routes, and an SNAT row per attached IPv4 subnet (from the network's chosen SNAT
+address, else the gateway's address) while SNAT is enabled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from cloudnet.northbound.rows import PREFIX, Desired, Row, cidr_len, ids
+from cloudnet.services import uplinks
+from cloudnet.store import tables as t
+
+
+def _lrp(out: Desired, router_key: str, port: Any, fixed: list[tuple[str, str]], subnets: dict[str, Any]) -> str:
+    key = f"lrp/{port.id}"
+    out.rows.append(Row("Logical_Router_Port", key, {
+        "name": f"lrp-{port.id}", "mac": port.mac_address,
+        "networks": [f"{address}/{cidr_len(subnets, subnet)}" for subnet, address in fixed],
+        "external_ids": ids(key, port_id=port.id, network_id=port.network_id, router_id=port.device_id),
+    }, parent=router_key, parent_column="ports"))  # fmt: skip
+    return key
+
+
+def router(conn: Connection, out: Desired, r: Any, interfaces: list[Any], gateway: Any, fixed: dict[str, Any],
+            subnets: dict[str, Any], chassis: list[str]) -> None:  # fmt: skip
+    lr = f"lr/{r.id}"
+    out.rows.append(Row("Logical_Router", lr, {
+        "name": PREFIX + r.id, "enabled": [bool(r.admin_state_up)],
+        "external_ids": ids(lr, router_id=r.id, project_id=r.project_id, name=r.name),
+    }))  # fmt: skip
+    for port in interfaces:
+        _lrp(out, lr, port, fixed.get(port.id, []), subnets)
+    routes: list[tuple[str, str]] = [(d["destination"], d["nexthop"]) for d in r.routes or []]
+    gateway_ips = fixed.get(gateway.id, []) if gateway is not None else []
+    if gateway is not None:
+        lrp = _lrp(out, lr, gateway, gateway_ips, subnets)
+        for priority, name in enumerate(reversed(chassis), start=1):
+            key = f"gwc/{gateway.id}/{name}"
+            out.rows.append(Row("Gateway_Chassis", key, {
+                "name": f"lrp-{gateway.id}_{name}", "chassis_name": name, "priority": priority,
+                "external_ids": ids(key, port_id=gateway.id, router_id=r.id),
+            }, parent=lrp, parent_column="gateway_chassis"))  # fmt: skip
+        for subnet_id, _address in gateway_ips:
+            subnet = subnets[subnet_id]
+            if subnet.gateway_ip:
+                routes.insert(0, ("0.0.0.0/0" if subnet.ip_version == 4 else "::/0", subnet.gateway_ip))
+    for prefix, nexthop in routes:
+        key = f"route/{r.id}/{prefix}/{nexthop}"
+        out.rows.append(Row("Logical_Router_Static_Route", key, {
+            "ip_prefix": prefix, "nexthop": nexthop, "external_ids": ids(key, router_id=r.id),
+        }, parent=lr, parent_column="static_routes"))  # fmt: skip
+    outside = [a for s, a in gateway_ips if subnets[s].ip_version == 4]
+    if not (r.enable_snat and outside):
+        return
+    for port in interfaces:
+        uplink = uplinks.router_of(conn, port.network_id)
+        chosen = None
+        if uplink is not None and uplink[0] == r.id:
+            config = conn.execute(select(t.networks.c.config).where(t.networks.c.id == port.network_id)).scalar()
+            chosen = (config or {}).get("ipv4.nat.address")
+        for subnet_id, _address in fixed.get(port.id, []):
+            subnet = subnets[subnet_id]
+            if subnet.ip_version != 4:
+                continue
+            key = f"snat/{r.id}/{subnet.cidr}"
+            out.rows.append(Row("NAT", key, {
+                "type": "snat", "logical_ip": subnet.cidr, "external_ip": chosen or outside[0],
+                "external_ids": ids(key, router_id=r.id, network_id=port.network_id, subnet_id=subnet_id),
+            }, parent=lr, parent_column="nat"))  # fmt: skip
