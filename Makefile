@@ -33,6 +33,7 @@ run: deps
 	@# cloudnet-cni where CNI runtimes look for plugins (podman, containerd: /opt/cni/bin), unless another one is there.
 	@mkdir -p /opt/cni/bin 2>/dev/null; if [ -w /opt/cni/bin ] && { [ ! -e /opt/cni/bin/cloudnet-cni ] || \
 		[ -L /opt/cni/bin/cloudnet-cni ]; }; then ln -sfn $(CURDIR)/$(BIN)/cloudnet-cni /opt/cni/bin/cloudnet-cni; fi
+	@# UP_ARGS=--docker-driver also serves dockerd as network + IPAM driver (/run/docker/plugins/cloudnet.sock).
 	@$(BIN)/cloudnet up --state-dir $(STATE_DIR) $(UP_ARGS)
 
 # Lint first: ruff's checks and its formatting are part of the suite.

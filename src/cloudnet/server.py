@@ -10,7 +10,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
@@ -25,7 +25,7 @@ from cloudnet.metadata import service as metadata_service
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.ovn.daemons import OvnError
-from cloudnet.services.context import Context
+from cloudnet.services.context import Context, Role
 from cloudnet.services.keystone import TokenSigner
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
@@ -67,6 +67,17 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
         for stop in self.companions:
             stop()
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A service `cloudnet up` runs beside the API (the Docker driver), acting through the API with an internal
+    token of its own: `start(token)` starts it (on a thread of its own) and returns what stops it."""
+
+    name: str
+    project: str  # its token acts for this project, with `role`
+    role: Role
+    start: Callable[[str], Callable[[], None]]
 
 
 @dataclass
@@ -143,8 +154,9 @@ def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None) -> No
         runner.run(both())
 
 
-def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
-    """Run the API until SIGTERM; with `agent`, also this host's agent in the same process (`cloudnet up`)."""
+def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Sequence[Companion] = ()) -> None:
+    """Run the API until SIGTERM; with `agent`, also this host's agent in the same process (`cloudnet up`), and
+    `companions` beside it (each with an internal token of its own, valid while this process runs)."""
     try:  # first: a second `cloudnet up` stops here, in one line, before it touches anything
         sock = api_socket.bind(config.host, config.port)
     except OSError as exc:
@@ -154,6 +166,8 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
     if agent is not None:  # the agent beside the server acts as admin whatever the tokens file says (or becomes)
         agent.token = secrets.token_urlsafe(32)
         internal[agent.token] = Context.admin()
+    tokens = {c.name: secrets.token_urlsafe(32) for c in companions}
+    internal.update({tokens[c.name]: Context.of_role(c.project, c.role) for c in companions})
     try:
         store, auth = prepare(config, internal)
         try:
@@ -193,9 +207,17 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
             "(users: cloudnet user set)",
             flush=True,
         )
+    stops: list[Callable[[], None]] = []
     try:
+        for companion in companions:  # (the API's socket listens already: their first calls wait for it)
+            try:
+                stops.append(companion.start(tokens[companion.name]))
+            except OSError as exc:
+                raise StartupError(f"{companion.name} did not start: {exc.strerror or exc}") from None
         _run(server, sock, metadata)
     finally:
+        for stop in stops:
+            stop()
         if running is not None:
             running.stop()
         if ovn is not None:

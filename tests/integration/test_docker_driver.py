@@ -1,6 +1,7 @@
 """Debian's dockerd (docker.io 20.10), private to the test (its own data/exec root, socket, no iptables, vfs),
 with the driver as network and IPAM driver: `docker network create`, `docker run` on it, two containers talking,
-Zun's pre-created port, and nothing left in cloudnet once the containers and the network are gone."""
+Zun's pre-created port, and nothing left in cloudnet once the containers and the network are gone; a container's
+NIC (handed off to dockerd) kept across an agent restart and a port change."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.cloud import Cloud
+from cloudnet.dataplane.linux import names
+from tests.support.cloud import Cloud, ping
 from tests.support.docker_driver import driver_for
 
 __all__ = ["driver_for"]
@@ -100,3 +102,62 @@ def test_docker_network_and_containers(dockerd: dict[str, str], cloud: Cloud, dr
     docker(dockerd, "network", "rm", name)
     assert api.get(f"/networks/{network[0]['id']}").status_code == 404  # its ports went with the containers
     assert api.get("/instances").json()["instances"] == []
+
+
+def link_index(ns: str | None, dev: str) -> int | None:
+    """The ifindex of `dev` (in namespace `ns`, or this one), None if it is not there."""
+    r = subprocess.run(["ip", *(["-n", ns] if ns else []), "-o", "link", "show", dev], capture_output=True, text=True)
+    return int(r.stdout.split(":")[0]) if r.returncode == 0 else None
+
+
+def host_end_mtu(ns: str, dev: str) -> int:
+    r = subprocess.run(["ip", "-n", ns, "-j", "link", "show", dev], capture_output=True, text=True, check=True)
+    return int(json.loads(r.stdout)[0]["mtu"])
+
+
+def test_handed_off_nic_survives_agent_restart_and_port_change(dockerd: dict[str, str], cloud: Cloud,
+                                                               driver_for: Any, api: httpx.Client) -> None:  # fmt: skip
+    cloud.start_agent()
+    d = driver_for("admin", cloud.host)
+    name = f"cnt-{uuid.uuid4().hex[:6]}"
+    docker(dockerd, "network", "create", "-d", d.name, "--ipam-driver", d.name, "--subnet", "10.94.0.0/24", name)
+    docker_id = docker(dockerd, "network", "inspect", "-f", "{{.Id}}", name).stdout.strip()
+    (network,) = api.get("/networks", params={"name": f"docker-{docker_id[:12]}"}).json()["networks"]
+    box = f"{name}-a"
+    try:
+        docker(dockerd, "run", "-d", *RUN, "--network", name, "--name", box, IMAGE, "sleep", "300")
+        address = json.loads(docker(dockerd, "inspect", box).stdout)[0]["NetworkSettings"]["Networks"][name][
+            "IPAddress"
+        ]
+        (port,) = api.get("/ports", params={"network_id": network["id"], "device_owner": "compute:cloudnet"}).json()[
+            "ports"
+        ]
+        assert api.get(f"/instances/{port['device_id']}").json()["instance"]["handoff"] is True
+        peer = cloud.instance("peer", [{"network": network["id"]}])
+        host_ns, tap = names.host_ns(cloud.host), names.tap(port["id"])
+
+        def nic() -> str:  # "N: eth0@ifM": the container's device and its peer, the host end
+            return docker(dockerd, "exec", box, "ip", "-o", "link", "show", "eth0").stdout.split("<")[0]
+
+        before, tap_index = nic(), link_index(host_ns, tap)
+        assert tap_index is not None and f"@if{tap_index}" in before
+        assert ping(peer["netns"], address, count=2)
+        # A restarted agent (its dataplane remembers nothing) finds the handed-off port plugged as it is.
+        cloud.stop_agent()
+        cloud.start_agent()
+        assert nic() == before and link_index(host_ns, tap) == tap_index
+        assert api.get(f"/ports/{port['id']}").json()["port"]["status"] == "ACTIVE"
+        assert ping(peer["netns"], address, count=2)
+        # A port change (another address, the network's MTU): the host end follows, the container's NIC stays.
+        fixed = [*port["fixed_ips"], {"subnet_id": port["fixed_ips"][0]["subnet_id"], "ip_address": "10.94.0.77"}]
+        assert api.put(f"/ports/{port['id']}", json={"port": {"fixed_ips": fixed}}).status_code == 200
+        assert api.put(f"/networks/{network['id']}", json={"network": {"mtu": 1400}}).status_code == 200
+        cloud.wait_for(lambda: host_end_mtu(host_ns, tap) == 1400, what="the host end's new MTU")
+        assert nic() == before and link_index(host_ns, tap) == tap_index
+        assert ping(peer["netns"], address, count=2)
+        assert api.get(f"/ports/{port['id']}").json()["port"]["status"] == "ACTIVE"
+    finally:
+        docker(dockerd, "rm", "-f", box, check=False)
+    # the container gone (Leave: its instance deleted), the host end goes too
+    cloud.wait_for(lambda: link_index(host_ns, tap) is None, what="the host end removed")
+    docker(dockerd, "network", "rm", name)

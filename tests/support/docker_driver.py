@@ -3,7 +3,6 @@ Import `driver_for` into a conftest or test module to use it."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,9 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from cloudnet.docker.app import bind, create_app
+from cloudnet.docker.app import start_in_thread
 from cloudnet.docker.cloudnet_api import CloudnetApi
 from cloudnet.docker.plugin import Plugin
 from cloudnet.docker.state import State
@@ -35,25 +33,13 @@ class Driver:
 def start_driver(url: str, token: str, host: str, state: Path) -> Iterator[Driver]:
     name = f"cnt{uuid.uuid4().hex[:8]}"
     path = PLUGINS / f"{name}.sock"
-    sock = bind(path)
-    plugin = Plugin(CloudnetApi(url, token), State.load(state), host, join_timeout=20)
-    server = uvicorn.Server(uvicorn.Config(create_app(plugin), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    ready = threading.Event()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("the driver did not start")
-        ready.wait(0.005)
+    stop = start_in_thread(Plugin(CloudnetApi(url, token), State.load(state), host, join_timeout=20), path)
     client = httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://plugin", timeout=30)
     try:
         yield Driver(name, path, client)
     finally:
         client.close()
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-        path.unlink(missing_ok=True)
+        stop()
 
 
 @pytest.fixture

@@ -23,10 +23,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(state: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Start `cloudnet serve` on a free loopback port; yields (process, base URL) once the API answers."""
+def serve(state: Path, *extra: str, command: str = "serve") -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Start `cloudnet serve` (or `up`) on a free loopback port; yields (process, base URL) once the API answers."""
     port = free_port()
-    proc = subprocess.Popen([CLOUDNET, "serve", "--state-dir", str(state), "--port", str(port), *extra],
+    proc = subprocess.Popen([CLOUDNET, command, "--state-dir", str(state), "--port", str(port), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:

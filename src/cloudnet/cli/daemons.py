@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,8 +20,12 @@ from cloudnet.config import (
     metadata_url_of,
     parse_mappings,
 )
+from cloudnet.docker.command import DEFAULT_SOCKET
 from cloudnet.errors import CloudnetError
 from cloudnet.ovn.daemons import OvnError, start_chassis, stop
+
+if TYPE_CHECKING:  # (loaded only when `up` runs: see _docker)
+    from cloudnet.server import Companion
 
 StateDir = Annotated[Path, typer.Option(help="Where state lives (database, tokens.json, sockets).")]
 Db = Annotated[str | None, typer.Option(metavar="URL", help="Database URL (default: SQLite in the state dir).")]
@@ -92,6 +97,18 @@ Dataplane = Annotated[
 ]  # fmt: skip
 OvnNb = Annotated[str | None, typer.Option(metavar="URL", help="OVN NB database to use instead of starting one.")]
 OvnSb = Annotated[str | None, typer.Option(metavar="URL", help="OVN SB database to use instead of starting one.")]
+DockerDriver = Annotated[
+    bool,
+    typer.Option(
+        "--docker-driver/--no-docker-driver",
+        help="Also serve dockerd as network and IPAM driver (`docker network create -d cloudnet --ipam-driver "
+        "cloudnet ...`), acting as the `service` role of --docker-project.",
+    ),
+]
+DockerSocket = Annotated[
+    Path, typer.Option(help="The Docker driver's socket; its file name without .sock is the driver's name.")
+]
+DockerProject = Annotated[str, typer.Option(help="The project of the Docker driver's networks and ports.")]
 VendorData = Annotated[
     Path | None,
     typer.Option(metavar="FILE", help="JSON object served as vendor_data.json (static vendor data)."),
@@ -140,12 +157,24 @@ def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | N
     return config
 
 
-def _serve(config: ServerConfig, agent: AgentConfig | None = None) -> None:
+def _docker(enabled: bool, agent: AgentConfig, socket_path: Path, project: str) -> list[Companion]:
+    """The Docker driver as a companion of the server (cloudnet.server.Companion), when asked for."""
+    if not enabled:
+        return []
+    # Imported here, as the other daemon stacks are: client commands don't load them.
+    from cloudnet.docker.beside import starter
+    from cloudnet.server import Companion
+
+    start = starter(agent.server, agent.host, socket_path, agent.state_dir / "docker-driver.json")
+    return [Companion("the Docker driver", project, "service", start)]
+
+
+def _serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Sequence[Companion] = ()) -> None:
     # Imported here so that client commands don't pay for loading the server stack.
     from cloudnet.server import StartupError, serve
 
     try:
-        serve(config, agent)
+        serve(config, agent, companions)
     except StartupError as exc:
         raise CliError(f"cannot start: {exc}") from None
 
@@ -279,8 +308,12 @@ def register(app: typer.Typer) -> None:
         dataplane: Dataplane = "linux",
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
+        docker_driver: DockerDriver = False,
+        docker_socket: DockerSocket = DEFAULT_SOCKET,
+        docker_project: DockerProject = "admin",
     ) -> None:
-        """Run the API server and this host's agent in one process (the one-machine setup)."""
+        """Run the API server and this host's agent in one process (the one-machine setup), and the Docker driver
+        with --docker-driver."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                               metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                               pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
@@ -296,4 +329,5 @@ def register(app: typer.Typer) -> None:
         agent_config.park_pool_devices = park_pool_devices
         agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb), agent_config)
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb), agent_config,
+               _docker(docker_driver, agent_config, docker_socket, docker_project))  # fmt: skip

@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import stat
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,28 @@ def bind(path: Path) -> socket.socket:
         os.umask(old)
     sock.listen(128)
     return sock
+
+
+def start_in_thread(plugin: Plugin, path: Path) -> Callable[[], None]:
+    """Serve dockerd on `path` from a thread of its own (its own event loop), once it is up; returns the stop."""
+    sock = bind(path)
+    server = uvicorn.Server(uvicorn.Config(create_app(plugin), log_level="warning", access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="docker-driver", daemon=True)
+    thread.start()
+    started = threading.Event()
+    while not server.started and thread.is_alive():
+        started.wait(0.005)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        path.unlink(missing_ok=True)
+
+    if not server.started:
+        stop()
+        raise OSError(f"the Docker driver did not start on {path}")
+    return stop
 
 
 def serve(plugin: Plugin, path: Path) -> None:

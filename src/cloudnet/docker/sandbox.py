@@ -27,7 +27,9 @@ async def join(plugin: p.Plugin, req: Join) -> Json:
     if ep.instance_id:
         raise PluginError(f"endpoint {req.EndpointID} is joined already")
     port = await plugin.api.get("ports", "port", ep.port_id)
-    body = {"name": f"docker-{req.EndpointID[:12]}", "host": plugin.host, "nets": [{"port": ep.port_id}]}
+    # handoff: the device leaves the instance's namespace for dockerd's sandbox; the agent keeps its host end only.
+    body = {"name": f"docker-{req.EndpointID[:12]}", "host": plugin.host, "nets": [{"port": ep.port_id}],
+            "handoff": True}  # fmt: skip
     instance = await plugin.api.create("instances", "instance", body)
     async with plugin.lock:
         ep.instance_id = instance["id"]

@@ -33,7 +33,7 @@ P = t.ports
 A = t.ip_allocations
 AGENT_PORT_STATUSES = ("ACTIVE", "DOWN", "BUILD", "ERROR")
 INSTANCE_COLUMNS = ("id", "name", "hostname", "project_id", "netns", "meta", "internal_meta", "ssh_keys", "user_data",
-                    "metadata_tokens")  # fmt: skip
+                    "metadata_tokens", "handoff")  # fmt: skip
 
 
 class HostReport(Body):
@@ -323,6 +323,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
                 "id": i.id, "name": i.name, "hostname": i.hostname, "project_id": i.project_id, "netns": i.netns,
                 "ports": by_instance.get(i.id, []), "metadata": i.meta, "internal_metadata": i.internal_meta,
                 "ssh_keys": i.ssh_keys, "user_data": i.user_data, "metadata_tokens": i.metadata_tokens,
+                "handoff": i.handoff,
             }
             for i in inst_rows
         ],

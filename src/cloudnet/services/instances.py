@@ -83,6 +83,9 @@ class InstanceCreate(Body):
     nets: list[Net] = Field(default_factory=list)
     # IMDSv2: "required" makes every metadata request carry a session token (PUT /latest/api/token).
     metadata_tokens: MetadataTokens = "optional"
+    # The runtime takes the plugged device out of the namespace cloudnet provides (Docker's Join): the agent then
+    # keeps the host end as the port's device and never re-creates the other end.
+    handoff: bool = False
 
     _netns = field_validator("netns")(lambda v: None if v is None else check_netns(v))
 
@@ -134,6 +137,7 @@ def _shape(r: Mapping[str, Any], tags: list[str] | None, nets: list[dict[str, An
             "metadata": r["meta"],
             "ssh_keys": r["ssh_keys"],
             "metadata_tokens": r["metadata_tokens"],
+            "handoff": bool(r["handoff"]),
             "nets": nets,
             "status": status,
             "status_reason": reason,
@@ -197,6 +201,11 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
         # A host's namespaces are the runtime's (Nova, Zun: the service role) or an admin's to name.
         raise Forbidden("Only admins and the service role may name an existing network namespace (netns); leave "
                         "netns out to have cloudnet make one for the instance")  # fmt: skip
+    if spec.handoff and not ctx.names_host_resources:
+        raise Forbidden("Only admins and the service role may take an instance's device out of its namespace "
+                        "(handoff)")  # fmt: skip
+    if spec.handoff and spec.netns is not None:
+        raise InvalidInput("handoff is for a namespace cloudnet provides: leave netns out")
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "instance")
     host = spec.host or _default_host(tx)
     if spec.host and not tx.conn.execute(select(t.hosts.c.name).where(t.hosts.c.name == host)).first():
@@ -211,6 +220,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
     row.update(
         hostname=spec.hostname or spec.name, host=host, netns=spec.netns, user_data=spec.user_data,
         meta=spec.metadata, ssh_keys=[k.model_dump() for k in spec.ssh_keys], metadata_tokens=spec.metadata_tokens,
+        handoff=spec.handoff,
     )  # fmt: skip
     instance_id = row["id"]
     binding = {"device_id": instance_id, "device_owner": DEVICE_OWNER, "host_id": host}

@@ -265,6 +265,9 @@ instances = Table(
     Column("internal_meta", JSON, nullable=False, default=dict),
     # The encrypted admin password a guest may POST once to /openstack/.../password.
     Column("password", Text, nullable=True),
+    # The runtime takes the plugged device out of the namespace cloudnet provided (Docker's Join): the host end
+    # on the bridge is then the port's device, and the agent never looks for (or re-creates) the other end.
+    Column("handoff", Boolean, nullable=False, default=False),
 )
 
 instance_ports = Table(

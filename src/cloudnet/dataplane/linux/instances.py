@@ -1,7 +1,11 @@
 """Instance ports on the Linux driver: each a veth pair, `cnt-<port>` on its network's bridge in the host namespace
 and eth<position> in the instance's namespace (created there directly), configured as the port (kernel/addressing.py).
 A parked pool device is taken over instead when there is one (pool.py). Ports of another vnic type (SR-IOV
-`direct`) are left to their binder."""
+`direct`) are left to their binder.
+
+An instance with `handoff` is one whose runtime takes the plugged ethN out of the namespace cloudnet provided
+(Docker's Join hands it to dockerd). Once ethN has left, the host end on its bridge is the port's device: it is
+kept (bridge, MTU, firewall, reports) and the other end, the runtime's now, is never looked for nor re-created."""
 
 from __future__ import annotations
 
@@ -130,6 +134,9 @@ class InstancePorts:
         # A fresh plug sets what it can in the create call and looks nothing up it already knows (links.py).
         with netns.iproute(ns_fd) as inside:
             current = inside.link_lookup(ifname=ifname)
+            if inst.get("handoff") and not current and tap in links:  # handed off: the host end is all there is
+                host.link("set", index=links[tap]["index"], master=bridge, mtu=mtu, state=state_up)
+                return
             plugged = bool(current) and tap in links and mac(inside.get_links(current[0])[0]) == address
             if plugged:
                 idx = current[0]

@@ -10,6 +10,8 @@ Plug a reserved VF into its instance:
      instance namespace and is renamed to eth<position>; MAC, MTU, state, addresses and routes as the
      Linux dataplane sets them for a veth port (kernel/addressing.py);
   3. the port is reported ACTIVE, vif_type hw_veb.
+An instance with `handoff` (Docker's Join) has its netdev taken out of its namespace by the runtime: once it has
+left, only the PF side is set; the netdev is the runtime's until it comes home (release).
 Release: on the PF `vf <i> vlan 0 mac 00:00:00:00:00:00` (no duplicate MAC when the VF is reused), the
 netdev gets its own name back and returns to the host namespace.
 
@@ -249,6 +251,7 @@ class SriovDataplane:
     ) -> None:
         slot, ifname, ns = res["pci_slot"], f"eth{position}", inst["netns"]
         rec = self.records().get(slot)
+        was_plugged = rec is not None
         if rec is None:
             vf = inv.vf_by_slot(self.sysfs_root, res["pf"], int(res["vf_index"]))
             if vf is None or vf.pci_slot != slot:
@@ -280,6 +283,8 @@ class SriovDataplane:
             if idx is not None:
                 guest.link("set", index=idx, ifname=ifname)
             idx = _lookup(guest, ifname) or _by_alias(guest, _alias(slot, rec["netdev"]))
+            if idx is None and inst.get("handoff") and was_plugged:
+                return  # handed off (Docker's Join took it out): the PF side is all that is ours to set
             if idx is None:
                 raise VfUnavailable(f"VF {slot} netdev {rec['netdev']} is neither on the host nor in {ns}")
             lo = guest.link_lookup(ifname="lo")
