@@ -43,5 +43,5 @@ def test_linux_alone(tmp_path: Path) -> None:
 
 def test_an_unknown_driver_is_refused_with_the_known_ones(tmp_path: Path) -> None:
     config = AgentConfig(host="sel", state_dir=tmp_path, dataplane="../linux")
-    with pytest.raises(ValueError, match=r"unknown dataplane '\.\./linux' \(known: linux\)"):
+    with pytest.raises(ValueError, match=r"unknown dataplane '\.\./linux' \(known: linux, ovn\)"):
         drivers.build(config, drivers.host_report(config))

@@ -147,8 +147,11 @@ class NorthboundSync:
                 if cached is None or revision != cached.revision:
                     cached = desired_rows.read(self.store, self.gateway_chassis)
                 reconnected = seen_seqno is None
+                # Taken before the diff: an edit made behind our back while this pass runs moves the counter past
+                # it, so the next pass looks again (our own commit's echo costs one pass that finds nothing).
+                before = idl.change_seqno
                 report = self._commit(cached.rows)
-                seen_seqno = idl.change_seqno
+                seen_seqno = before
                 self._report(report, full=reconnected or drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
                                  tuple(cached.refused)))  # fmt: skip
