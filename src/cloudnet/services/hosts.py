@@ -18,6 +18,7 @@ from cloudnet.services import (
     networks,
     pool_recovery,
     port_views,
+    single_host,
     sriov,
     uplinks,
 )
@@ -258,9 +259,11 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         by_instance: dict[str, list[str]] = defaultdict(list)
         for iid, pid, _pos in links:
             by_instance[iid].append(pid)
-        # (a port whose binding failed is no host's to plug: services/single_host.py)
-        failed = set(conn.execute(select(P.c.id).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
-                                  .where(I.c.host == host, P.c.vif_type == "binding_failed")).scalars())  # fmt: skip
+        # (a port whose binding the server refused is no host's to plug: services/single_host.py)
+        # (only the server's refusals: a port that failed on the agent stays, to be retried there)
+        failed = {pid for pid, details in conn.execute(
+            select(P.c.id, P.c.vif_details).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
+            .where(I.c.host == host, P.c.vif_type == "binding_failed")) if single_host.refused(details)}  # fmt: skip
         instance_ports = [pid for _iid, pid, _pos in links if pid not in failed]
         network_ids = set(conn.execute(select(P.c.network_id).distinct().where(P.c.id.in_(instance_ports))).scalars())
         # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,

@@ -21,6 +21,13 @@ from cloudnet.store.db import Store, Tx
 
 P = t.ports
 HOSTLESS = (ROUTER_INTERFACE, ROUTER_GATEWAY, metadata_ports.DEVICE_OWNER)  # (shared by every host of a network)
+# Marks a binding this module refused, in binding:vif_details: such a port is left out of its host's desired state.
+# A binding that failed on the agent (a step that failed) carries no mark: it stays in the state and is retried.
+REFUSED = "single_host_refused"
+
+
+def refused(vif_details: Any) -> bool:
+    return isinstance(vif_details, dict) and vif_details.get(REFUSED) is True
 
 
 class Scope:
@@ -62,7 +69,8 @@ def check_bindings(tx: Tx, port_ids: Iterable[str], host: str) -> list[str]:
         if other is None:
             continue
         tx.conn.execute(update(P).where(P.c.id == port_id).values(
-            vif_type="binding_failed", vif_details={"reason": reason(network_id, other)}, status="ERROR"))  # fmt: skip
+            vif_type="binding_failed", vif_details={"reason": reason(network_id, other), REFUSED: True},
+            status="ERROR"))  # fmt: skip
         tx.record("port", port_id, "update", None)
         failed.append(port_id)
     return failed
