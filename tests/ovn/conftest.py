@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 
 import pytest
+
+from tests.support.ovn import OvnSandbox, ovn_sandbox
 
 
 @pytest.fixture(autouse=True)
@@ -20,3 +23,10 @@ def _needs_ovn() -> None:
 def backend() -> str:
     """These tests exercise OVN, not the database: SQLite only."""
     return "sqlite"
+
+
+@pytest.fixture(scope="module")
+def ovn() -> Iterator[OvnSandbox]:
+    """NB, SB and northd of the module's own (a module that needs a chassis, or a fresh one per test, has its own)."""
+    with ovn_sandbox() as sandbox:
+        yield sandbox

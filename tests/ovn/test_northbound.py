@@ -12,16 +12,10 @@ import pytest
 from cloudnet.northbound.sync import NorthboundSync
 from tests.ovn.nb import as_list, by_name, keyed, rows
 from tests.support.api import create, create_network, create_subnet
-from tests.support.ovn import OvnSandbox, ovn_sandbox
+from tests.support.ovn import OvnSandbox
 from tests.support.server import RunningServer
 
 GATEWAY = "gw-chassis-1"
-
-
-@pytest.fixture(scope="module")
-def ovn() -> Iterator[OvnSandbox]:
-    with ovn_sandbox() as sandbox:
-        yield sandbox
 
 
 @pytest.fixture

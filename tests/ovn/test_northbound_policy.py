@@ -15,18 +15,12 @@ import pytest
 from cloudnet.northbound.sync import NorthboundSync
 from tests.ovn.nb import as_list, keyed, rows
 from tests.support.api import create, create_network, create_subnet
-from tests.support.ovn import OvnSandbox, ovn_sandbox
+from tests.support.ovn import OvnSandbox
 from tests.support.server import RunningServer
 
 HOSTILE = '" || 1 == 1 && inport == "x'
 # What a match may hold: names of ours, numbers, addresses, operators; never a quote but around a port id.
 MATCH = re.compile(r'[A-Za-z0-9_.:@$"{}, <>=!&|/-]+')
-
-
-@pytest.fixture(scope="module")
-def ovn() -> Iterator[OvnSandbox]:
-    with ovn_sandbox() as sandbox:
-        yield sandbox
 
 
 @pytest.fixture
