@@ -369,8 +369,9 @@ def differences(state: Json, host: str) -> list[str]:
                             and ":" not in m["ip_address"]), None)  # fmt: skip
                 if position == 0 and hop:
                     want_routes.add(("169.254.169.254/32", hop, dev))
+                own = {i["ip_address"] for i in port["fixed_ips"]}  # (a hop through itself is left out)
                 want_routes |= {(str(ipaddress.ip_network(r["destination"])), r["nexthop"], dev)
-                                for r in sub["host_routes"]}  # fmt: skip
+                                for r in sub["host_routes"] if r["nexthop"] not in own}  # fmt: skip
         if inst["netns"] in have_ns and (have_routes := routes_of(inst["netns"], "proto", "149")) != want_routes:
             found.append(f"instance {inst['id']} routes: {_sorted(have_routes)} != {_sorted(want_routes)}")
     return found

@@ -75,3 +75,19 @@ def test_gateway_without_subnet_and_router_ports_active(cloud: Cloud) -> None:
     assert names.router_gw(gw_port["id"]) in links  # the gateway leg is there, without an address
     assert "default" not in _router_routes(cloud, router["id"])  # and no default route: nothing to route to
     assert _failures(cloud) == []
+
+
+def test_host_route_through_the_instance_itself_is_left_out(cloud: Cloud) -> None:
+    """A subnet's host route whose next hop is the instance's own address leads nowhere, and the kernel refuses it
+    for IPv6: it is left out, and the instance's other routes are realised (it used to fail the whole instance)."""
+    cloud.start_agent()
+    routes = [{"destination": "fd99:9::/64", "nexthop": "fd77:551::8"},
+              {"destination": "fd99:7::/64", "nexthop": "fd77:551::9"}]  # fmt: skip
+    net, sub = cloud.network("hr-self", "fd77:551::/64")
+    r = cloud.api.put(f"/subnets/{sub['id']}", json={"subnet": {"host_routes": routes}})
+    assert r.status_code == 200, r.text
+    inst = cloud.instance("hr-self", [{"network": net["id"], "v6-fixed-ip": "fd77:551::8"}])
+    shown = ns_run(inst["netns"], "ip", "-6", "route", "show", "proto", "149").stdout
+    assert "fd99:7::/64 via fd77:551::9 dev eth0" in shown
+    assert "fd99:9::" not in shown
+    assert _failures(cloud) == []

@@ -71,7 +71,10 @@ def configure_routes(
     ipr: IPRoute, idx: int, port: dict[str, Any], state: DesiredState, default: bool, fresh: bool = False
 ) -> None:
     """The port's routes on device `idx` (its own, tagged: routes.PROTO), and none of its own besides; `fresh`: the
-    device was just made (none of its routes can exist yet). One route a destination: the last wins."""
+    device was just made (none of its routes can exist yet). One route a destination: the last wins. A route whose
+    next hop is the port's own address is left out: it leads nowhere, and the kernel refuses it for IPv6 (EINVAL,
+    "Gateway can not be a local address"), which would fail the whole instance over one subnet's host route."""
+    own = {str(ipaddress.ip_address(f["ip_address"])) for f in port["fixed_ips"]}
     wanted: dict[tuple[int, str], routes.Route] = {}
     for f in port["fixed_ips"]:
         subnet = state["subnets"].get(f["subnet_id"])
@@ -85,5 +88,5 @@ def configure_routes(
         if default and hop:
             found.append(routes.route("169.254.169.254/32", hop, idx))
         found += [routes.route(r["destination"], r["nexthop"], idx) for r in subnet["host_routes"]]
-        wanted.update({(r[0], r[1]): r for r in found})
+        wanted.update({(r[0], r[1]): r for r in found if r[2] not in own})
     routes.converge(ipr, wanted.values(), mine=routes.cloudnets, oifs={idx}, read=not fresh)
