@@ -392,7 +392,8 @@ def test_delete_host_frees_its_pools(api: httpx.Client, store: Store) -> None:
     r = claim(api, "node-1", net["id"])  # makes node-1's pool and fills it
     assert r.status_code == 201, r.text
     in_use = r.json()["port"]
-    assert claim(api, "node-2", net["id"]).status_code == 201
+    net2, _ = network_with_subnet(api, "10.0.1.0/24")  # (single-host: another host's pool, another network)
+    assert claim(api, "node-2", net2["id"]).status_code == 201
     (pool,) = pools_of(api, "node-1")
     ready = ready_ids(api, pool["id"])
     assert ready

@@ -10,7 +10,7 @@ from cloudnet.services.context import Context
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 
-DEVICE_OWNER = "network:distributed"
+DEVICE_OWNER = port_specs.METADATA_OWNER
 
 
 def find(conn: Connection, network_id: str) -> str | None:

@@ -15,6 +15,7 @@ from cloudnet.services.validation import Body, Tags, check_ip, check_mac
 ROUTER_INTERFACE = port_policy.ROUTER_INTERFACE
 ROUTER_GATEWAY = port_policy.ROUTER_GATEWAY
 ROUTER_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
+METADATA_OWNER = "network:distributed"  # (a network's metadata port: services/metadata_ports.py)
 VNIC_TYPES = ("normal", "direct")
 
 

@@ -9,7 +9,15 @@ from typing import Any
 from sqlalchemy import delete, or_, select
 
 from cloudnet.errors import BadRequest, Conflict, disallowed
-from cloudnet.services import cache, common, floating_common, forward_deps, port_policy, port_security
+from cloudnet.services import (
+    cache,
+    common,
+    floating_common,
+    forward_deps,
+    port_policy,
+    port_security,
+    single_host,
+)
 from cloudnet.services.context import Context
 from cloudnet.services.ipam import SubnetInfo
 from cloudnet.services.port_create import Creator, Plan
@@ -64,7 +72,18 @@ def create_ports(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
             row = p.row
             port_policy.check(tx.conn, ctx, row["device_owner"], row["device_id"], row["project_id"], p.network)
         creator.write(plans)
+        if _check_hosts(tx, [p.row for p in plans]):
+            return load(tx.conn, [p.row["id"] for p in plans])  # (some bindings refused: as stored now)
         return creator.results(plans)
+
+
+def _check_hosts(tx: Tx, rows: list[dict[str, Any]]) -> bool:
+    """The single-host rule for ports made bound to a host (services/single_host.py); whether any was refused."""
+    by_host: dict[str, list[str]] = {}
+    for row in rows:
+        if row["host_id"]:
+            by_host.setdefault(row["host_id"], []).append(row["id"])
+    return any([single_host.check_bindings(tx, ids, host) for host, ids in by_host.items()])
 
 
 # -- updating and deleting ----------------------------------------------------------------------
@@ -86,6 +105,8 @@ def update_port(store: Store, ctx: Context, port_id: str, body: dict[str, Any]) 
         leg = {row.network_id} if ROUTER_INTERFACE in (row.device_owner, spec.device_owner) else set()
         with forward_deps.links_kept(tx.conn, leg, f"Port {port_id} cannot be changed", "UplinkInUseByForward"):
             update_in_tx(tx, ctx, port_id, spec)
+        if spec.host_id is not None and spec.host_id != row.host_id:
+            single_host.check_bindings(tx, [port_id], spec.host_id)
         return load(tx.conn, [port_id])[0]
 
 

@@ -10,7 +10,7 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, disallowed
-from cloudnet.services import common, forward_deps, networks, ports, quotas, router_routes, subnets
+from cloudnet.services import common, forward_deps, networks, ports, quotas, router_routes, single_host, subnets
 from cloudnet.services.context import Context
 from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE, FixedIp, PortCreate, PortUpdate
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
@@ -306,6 +306,7 @@ def add_interface(store: Store, ctx: Context, router_id: str, body: dict[str, An
         else:
             subnet, port = None, common.get_row(tx.conn, P, "port", req.port_id or "", ctx)
             network_id = port.network_id
+        single_host.check_join(tx, router_id, network_id)
         # A network with forwards keeps its uplink: attaching it to an older router with a gateway would move it.
         with forward_deps.links_kept(tx.conn, {network_id}, f"Router {router_id} cannot be attached to network "
                                      f"{network_id}", "UplinkInUseByForward"):  # fmt: skip
