@@ -150,6 +150,14 @@ def test_instances_on_two_chassis_talk_and_read_metadata_through_their_own_local
             got = ns_run(inst["netns"], "curl", "-sS", "-m", "5", METADATA_URL)
             assert json.loads(got.stdout)["uuid"] == inst["id"], got.stderr
 
+    # The network's last VIF leaves chassis two: its localport there goes; chassis one keeps serving a.
+    assert rig.api.delete(f"/instances/{b['id']}").status_code == 204
+    two.wait_for(lambda: not netns.exists(metadata_ns(two.host, net["id"])), what="chassis two's localport removed")
+    two.wait_for(lambda: net["id"] not in _metadata_networks(rig.ovn, two.host), what="SB: two serves it no more")
+    assert net["id"] in _metadata_networks(rig.ovn, one.host)
+    got = ns_run(a["netns"], "curl", "-sS", "-m", "5", METADATA_URL)
+    assert json.loads(got.stdout or "{}").get("uuid") == a["id"], got.stderr
+
 
 def test_instances_on_two_chassis_talk_across_a_router(rig: Rig) -> None:
     one, two = rig.clouds
@@ -162,6 +170,10 @@ def test_instances_on_two_chassis_talk_across_a_router(rig: Rig) -> None:
     c = one.instance("c", [{"network": left["id"]}])
     d = two.instance("d", [{"network": right["id"]}])
     assert ping(c["netns"], _ip(d), count=2, wait=2) and ping(d["netns"], _ip(c))
+    # Each chassis serves the metadata of the network it has a VIF of, only.
+    served = [_metadata_networks(rig.ovn, cloud.host) & {left["id"], right["id"]} for cloud in (one, two)]
+    assert served == [{left["id"]}, {right["id"]}]
+    assert not netns.exists(metadata_ns(one.host, right["id"])) and not netns.exists(metadata_ns(two.host, left["id"]))
     responder = Responder.start(c["netns"], "c", tcp=(8080,))
     try:
         assert tcp_ask(d["netns"], _ip(c), 8080) == f"c {_ip(d)} 8080"  # routed, not NATed: d's own address
@@ -183,11 +195,11 @@ def test_a_spoofed_source_from_the_other_chassis_gets_nothing(rig: Rig) -> None:
         own = ns_run(liar["netns"], "curl", "-sS", "-m", "5", METADATA_URL)
         assert json.loads(own.stdout or "{}").get("uuid") == liar["id"], own.stderr
         ns_run(liar["netns"], "ip", "addr", "add", f"{_ip(victim)}/32", "dev", "eth0", check=True)
-        assert tcp_ask(liar["netns"], _ip(peer), 8080, timeout=1.5, source=_ip(victim)) == ""
+        assert tcp_ask(liar["netns"], _ip(peer), 8080, timeout=1.0, source=_ip(victim)) == ""
     finally:
         responder.stop()
     # As the victim: no metadata at all (never the victim's).
-    spoofed = ns_run(liar["netns"], "curl", "-sS", "-m", "2", "--interface", _ip(victim), METADATA_URL)
+    spoofed = ns_run(liar["netns"], "curl", "-sS", "-m", "1", "--interface", _ip(victim), METADATA_URL)
     assert spoofed.returncode != 0 and victim["id"] not in spoofed.stdout
 
 
