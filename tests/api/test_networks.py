@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from cloudnet.store import tables as t
@@ -60,6 +61,14 @@ def test_create_has_neutron_defaults_and_show_and_list_agree(api: httpx.Client) 
 
     listed = api.get("/networks").json()["networks"]
     assert [n for n in listed if n["id"] == net["id"]] == [net]
+
+
+@pytest.mark.ovn_dataplane
+def test_on_ovn_an_overlay_network_leaves_room_for_geneve(api: httpx.Client) -> None:
+    assert create(api, name="overlay")["mtu"] == 1500 - 58  # (the same frame, tunnelled between chassis)
+    flat = create(api, name="flat", **{"provider:network_type": "flat", "provider:physical_network": "physnet9"})
+    assert flat["mtu"] == 1500  # a provider network is not tunnelled
+    assert create(api, name="asked", mtu=1400)["mtu"] == 1400
 
 
 def test_create_with_explicit_attributes(api: httpx.Client) -> None:

@@ -5,6 +5,7 @@ the daemons by the pids in their pidfiles and removes the namespaces and the dir
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import subprocess
 import tempfile
@@ -13,8 +14,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cloudnet.ovn import daemons
+
+# The chassis' underlay: addresses inside the sandbox's own namespaces only (chassis i has the i-th address).
+UNDERLAY = ipaddress.ip_network("100.64.0.0/24")
+UNDERLAY_PORT = "ul0"
 
 
 @dataclass
@@ -23,6 +29,7 @@ class OvnSandbox:
     central: daemons.Central
     suffix: str
     chassis: list[daemons.Chassis] = field(default_factory=list)
+    underlay: str | None = None  # the namespace whose bridge links the chassis' Geneve ports (made on demand)
 
     @property
     def nb_url(self) -> str:
@@ -38,21 +45,38 @@ class OvnSandbox:
     def sbctl(self, *args: str) -> str:
         return daemons.run(self.root, ["ovn-sbctl", f"--db={self.sb_url}", "--timeout=10", *args])
 
-    def add_chassis(self, bridge_mappings: dict[str, str] | None = None) -> daemons.Chassis:
-        """A chassis in a namespace of its own, registered in this sandbox's SB database."""
+    def add_chassis(self, bridge_mappings: dict[str, str] | None = None, geneve: bool = False) -> daemons.Chassis:
+        """A chassis in a namespace of its own, registered in this sandbox's SB database; with `geneve`, linked to
+        the other such chassis by an underlay (a bridge in a namespace of its own) its tunnels run over."""
         index = len(self.chassis) + 1
         netns = f"cn-ovn-{self.suffix}-{index}"
         subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True)
         subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True, capture_output=True)
         try:
+            encap = self._underlay_port(netns, index) if geneve else {}
             chassis = daemons.start_chassis(self.root / f"chassis-{index}", f"ch-{self.suffix}-{index}",
-                                            self.sb_url, netns=netns, bridge_mappings=bridge_mappings)  # fmt: skip
+                                            self.sb_url, netns=netns, bridge_mappings=bridge_mappings,
+                                            **encap)  # fmt: skip
         except BaseException:
             daemons.stop(self.root / f"chassis-{index}", netns)
             subprocess.run(["ip", "netns", "del", netns], capture_output=True)
             raise
         self.chassis.append(chassis)
         return chassis
+
+    def _underlay_port(self, netns: str, index: int) -> dict[str, Any]:
+        """A veth from the chassis' namespace into the underlay bridge; the chassis' encap address on it."""
+        if self.underlay is None:
+            self.underlay = f"cn-ovn-{self.suffix}-u"
+            subprocess.run(["ip", "netns", "add", self.underlay], check=True, capture_output=True)
+            subprocess.run(["ip", "-n", self.underlay, "link", "add", "ul", "up", "type", "bridge"], check=True,
+                           capture_output=True)  # fmt: skip
+        peer = f"ul{index}"
+        subprocess.run(["ip", "-n", netns, "link", "add", UNDERLAY_PORT, "type", "veth", "peer", "name", peer, "netns",
+                        self.underlay], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(["ip", "-n", self.underlay, "link", "set", peer, "master", "ul", "up"], check=True,
+                       capture_output=True)  # fmt: skip
+        return {"encap_ip": str(UNDERLAY[index]), "encap_port": (UNDERLAY_PORT, UNDERLAY.prefixlen)}
 
     def stop_central(self) -> None:
         daemons.stop(self.root)
@@ -65,6 +89,8 @@ class OvnSandbox:
             daemons.stop(chassis.rundir, chassis.netns, chassis.bridges)
             if chassis.netns:
                 subprocess.run(["ip", "netns", "del", chassis.netns], capture_output=True)
+        if self.underlay:
+            subprocess.run(["ip", "netns", "del", self.underlay], capture_output=True)
         daemons.stop(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -44,7 +44,8 @@ def _on_store(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _create_networks(st: AppState, ctx: Any, bodies: Any) -> Any:
-    return networks.create_networks(st.store, ctx, bodies, st.config.default_mtu)
+    overhead = networks.GENEVE_OVERHEAD if st.config.dataplane == "ovn" else 0
+    return networks.create_networks(st.store, ctx, bodies, st.config.default_mtu, overhead)
 
 
 def _resource(collection: str, member: str, plural: str, module: Any, list_: str, get: str, create: str,

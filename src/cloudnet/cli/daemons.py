@@ -31,7 +31,9 @@ StateDir = Annotated[Path, typer.Option(help="Where state lives (database, token
 Db = Annotated[str | None, typer.Option(metavar="URL", help="Database URL (default: SQLite in the state dir).")]
 Host = Annotated[str, typer.Option(help="Address to listen on.")]
 Port = Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")]
-Mtu = Annotated[int, typer.Option(min=68, help="MTU of networks created without one.")]
+Mtu = Annotated[
+    int, typer.Option(min=68, help="MTU of networks created without one (on OVN, overlay networks 58 less: Geneve).")
+]
 ParkPoolDevices = Annotated[
     bool,
     typer.Option(

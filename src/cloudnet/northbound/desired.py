@@ -8,7 +8,8 @@ expression. User text (names) travels only in external_ids, as data.
 
 - a network: a Logical_Switch (MTU in other_config); a provider (flat/vlan) network also a `localnet` port;
 - a port: a Logical_Switch_Port named by its id (an instance's iface-id), addresses "MAC IP..." and port_security
-  from its fixed IPs and allowed address pairs; the network's metadata port is its `localport`;
+  from its fixed IPs and allowed address pairs, `requested-chassis` its binding host; the network's metadata port
+  is its `localport`;
 - a subnet with DHCP: a DHCP_Options row its ports link (desired_dhcp.py);
 - a router: desired_routers.py; security groups: desired_acls.py; forwards and floating IPs: desired_forwards.py.
 """
@@ -125,6 +126,9 @@ def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
         refs: dict[str, list[str]] = {"dhcpv4_options": [], "dhcpv6_options": []}
         if columns["type"] == "":
             identities[p.id] = (p.network_id, p.mac_address, ips)
+            if p.host_id and SAFE_NAME.fullmatch(p.host_id):
+                # Only the chassis the port is bound to claims it: its iface-id plugged on another stays unbound.
+                columns["options"] = {"requested-chassis": p.host_id}
             for version in (4, 6):
                 linked = [dhcp[s] for s, _a in fixed.get(p.id, []) if s in dhcp and subnets[s].ip_version == version]
                 refs[f"dhcpv{version}_options"] = linked[:1]

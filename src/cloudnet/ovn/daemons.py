@@ -9,6 +9,11 @@ ovs-vswitchd uses the userspace ("netdev") datapath unless the openvswitch kerne
 are then kernel tap devices of the network namespace it runs in, so one chassis per namespace (tests run theirs in
 a namespace of their own). `exit --cleanup` removes those devices; a vswitchd that had to be killed leaves them,
 and the stop deletes them.
+
+Geneve between chassis on the userspace datapath: ovs-vswitchd encapsulates itself and sends the tunnel packet out of
+the OVS bridge that holds the encap address (its own route table, read from the kernel's, and its own ARP cache), so
+the chassis' underlay interface becomes the port of a bridge `br-encap` carrying `encap_ip`. With the kernel module
+the kernel tunnels, and the address simply goes on the interface.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ DETACH = ["--detach", "--no-chdir", "-vconsole:off"]
 # Pidfiles of what a run directory may hold, in the order a stop ends them (the chassis first, its DB last).
 PIDFILES = ("ovn-controller", "ovs-vswitchd", "ovsdb-server", "ovn-northd", "ovnsb_db", "ovnnb_db")
 INTEGRATION_BRIDGE = "br-int"
+ENCAP_BRIDGE = "br-encap"
 
 
 class OvnError(RuntimeError):
@@ -122,13 +128,16 @@ def start_central(rundir: Path, *, nb_tcp: str | None = None, sb_tcp: str | None
 
 
 def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "127.0.0.1", netns: str | None = None,
-                  bridge_mappings: dict[str, str] | None = None, timeout: float = 10.0) -> Chassis:  # fmt: skip
+                  bridge_mappings: dict[str, str] | None = None, encap_port: tuple[str, int] | None = None,
+                  timeout: float = 10.0) -> Chassis:  # fmt: skip
     """This host's Open_vSwitch database, ovs-vswitchd with the integration bridge, and ovn-controller joined to the
-    SB database at `sb_remote`; returns once the chassis has registered there."""
+    SB database at `sb_remote`; returns once the chassis has registered there. `encap_port`: (interface, prefix
+    length) of the underlay the other chassis are reached through, given `encap_ip` here (see the module's doc)."""
     rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
     dp = datapath_type()
     mappings = bridge_mappings or {}
-    chassis = Chassis(rundir, name, netns, (INTEGRATION_BRIDGE, *sorted(set(mappings.values()))))
+    tunnel = (ENCAP_BRIDGE,) if encap_port and dp == "netdev" else ()
+    chassis = Chassis(rundir, name, netns, (INTEGRATION_BRIDGE, *sorted(set(mappings.values())), *tunnel))
     db = _database(rundir, "conf.db", VSWITCH_SCHEMA)
     _ovsdb_server(rundir, "ovsdb-server", db, [f"punix:{rundir / 'db.sock'}"], netns)
     vsctl = ["ovs-vsctl", f"--db={chassis.ovs_url}", "--timeout=10"]
@@ -139,11 +148,19 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
                f"datapath_type={dp}", "fail-mode=secure", "other-config:disable-in-band=true"]  # fmt: skip
     for bridge in chassis.bridges[1:]:
         bridges += ["--", "--may-exist", "add-br", bridge, "--", "set", "Bridge", bridge, f"datapath_type={dp}"]
+    if tunnel and encap_port:
+        bridges += ["--", "--may-exist", "add-port", ENCAP_BRIDGE, encap_port[0]]
     ids = {"system-id": name, "hostname": name, "ovn-remote": sb_remote, "ovn-encap-type": "geneve",
            "ovn-encap-ip": encap_ip, "ovn-bridge": INTEGRATION_BRIDGE, "ovn-bridge-datapath-type": dp,
            "ovn-bridge-mappings": ",".join(f"{k}:{v}" for k, v in sorted(mappings.items()))}  # fmt: skip
     settings = [f'external_ids:{k}="{v}"' for k, v in ids.items() if v]
     run(rundir, [*vsctl, *bridges, "--", "set", "Open_vSwitch", ".", *settings], netns)
+    if encap_port:
+        port, prefixlen = encap_port
+        device = ENCAP_BRIDGE if tunnel else port
+        run(rundir, ["ip", "addr", "replace", f"{encap_ip}/{prefixlen}", "dev", device], netns)
+        for link in {port, device}:
+            run(rundir, ["ip", "link", "set", link, "up"], netns)
     run(rundir, ["ovn-controller", *DETACH, f"--pidfile={rundir / 'ovn-controller.pid'}",
                  f"--log-file={rundir / 'ovn-controller.log'}", chassis.ovs_url], netns)  # fmt: skip
     deadline = time.monotonic() + timeout

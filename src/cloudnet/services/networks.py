@@ -19,6 +19,9 @@ from cloudnet.store.db import Store, Tx
 
 N = t.networks
 NETWORK_TYPES = ("flat", "vlan", "local")
+# What a Geneve tunnel between OVN chassis adds to a frame (outer IPv4, UDP, Geneve with OVN's option): on OVN a
+# network that is not a provider network is an overlay, and its default MTU leaves room for it, as Neutron's does.
+GENEVE_OVERHEAD = 58
 # Ports whose owner goes away with the network instead of blocking its deletion (Neutron: DHCP, metadata).
 AUTO_DELETE_OWNERS = ("network:dhcp", "network:distributed")
 # Ready ports of a port pool (services/pool_model.py): deleted with their network, never blocking its deletion.
@@ -180,16 +183,18 @@ def get_network(store: Store, ctx: Context, network_id: str) -> dict[str, Any]:
         return to_dicts(conn, [get_visible(conn, ctx, network_id)])[0]
 
 
-def create_networks(store: Store, ctx: Context, bodies: list[dict[str, Any]], default_mtu: int) -> list[dict[str, Any]]:
+def create_networks(store: Store, ctx: Context, bodies: list[dict[str, Any]], default_mtu: int,
+                    overlay_overhead: int = 0) -> list[dict[str, Any]]:  # fmt: skip
+    """`overlay_overhead`: what tunnelling adds to an overlay network's frames (GENEVE_OVERHEAD on OVN)."""
     specs = [parse(NetworkCreate, b) for b in bodies]
     with store.write() as tx:
-        ids = [_insert(tx, ctx, spec, default_mtu) for spec in specs]
+        ids = [_insert(tx, ctx, spec, default_mtu, overlay_overhead) for spec in specs]
         rows = tx.conn.execute(select(N).where(N.c.id.in_(ids))).all()
         by_id = {r.id: r for r in rows}
         return to_dicts(tx.conn, [by_id[i] for i in ids])
 
 
-def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
+def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay_overhead: int) -> str:
     if not ctx.is_admin:  # Neutron's create_network:<attribute> rules, in the order it checks them
         for attr, given in (("shared", spec.shared), ("router:external", spec.router_external),
                             ("provider:network_type", spec.network_type is not None)):  # fmt: skip
@@ -204,7 +209,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int) -> str:
     row.update(
         admin_state_up=spec.admin_state_up,
         shared=spec.shared,
-        mtu=spec.mtu or default_mtu,
+        mtu=spec.mtu or default_mtu - (0 if network_type in ("flat", "vlan") else overlay_overhead),
         status="ACTIVE",
         router_external=spec.router_external,
         network_type=network_type,
