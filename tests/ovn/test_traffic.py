@@ -32,7 +32,7 @@ from tests.support.ovn import OvnSandbox, ovn_sandbox
 from tests.support.server import RunningServer
 
 BLOCKED = 0.5  # how long a connection that must not happen is given (one that must happen is polled for)
-OUT = "192.0.2.1"
+OUT, OUT6 = "192.0.2.1", "2001:db8:1::1"
 
 
 @dataclass
@@ -63,8 +63,8 @@ class Rig:
         return f"/networks/{self.net['id']}/forwards/{body['listen_address']}"
 
 
-def ip(inst: dict[str, Any]) -> str:
-    return str(inst["nets"][0]["fixed_ips"][0]["ip_address"])
+def ip(inst: dict[str, Any], version: int = 4) -> str:
+    return next(f["ip_address"] for f in inst["nets"][0]["fixed_ips"] if (":" in f["ip_address"]) == (version == 6))
 
 
 def port_of(inst: dict[str, Any]) -> str:
@@ -101,15 +101,18 @@ def rig(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iter
 def _topology(sandbox: OvnSandbox, chassis: daemons.Chassis, cloud: Cloud) -> Iterator[Rig]:
     outside = cloud.outside("physnet1", f"{OUT}/24")
     veth.tx_checksum_off(outside, "eth0")  # (the userspace datapath completes no partial checksums)
-    sync = NorthboundSync(cloud.server.store, sandbox.nb_url, [chassis.name], interval=0.1)
+    ns_run(outside, "ip", "addr", "add", f"{OUT6}/64", "dev", "eth0", "nodad", check=True)
+    # No gateway chassis configured: the agent's heartbeat (its uplink on physnet1) makes it the gateway.
+    sync = NorthboundSync(cloud.server.store, sandbox.nb_url, [], interval=0.1)
     sync.start()
     dataplane = OvnDataplane(chassis.name, chassis.ovs_url, sandbox.sb_url, host_ns=chassis.netns,
                              uplinks=dict(cloud.uplinks))  # fmt: skip
     responders: list[Responder] = []
     try:
-        with running_agent(cloud.server.url, chassis.name, dataplane):
+        with running_agent(cloud.server.url, chassis.name, dataplane, report={"uplinks": dict(cloud.uplinks)}):
             pub, net, router, gateway, (a, b, c) = _build(cloud, outside)
             responders += [Responder.start(a["netns"], "A", tcp=(80, 443, 2222, 7000, 8080), udp=(53,)),
+                           Responder.start(a["netns"], "A6", tcp=(80,), v6=True),
                            Responder.start(b["netns"], "B", tcp=(80, 7000), udp=(53,)),
                            Responder.start(c["netns"], "C", tcp=(7000, 7001)),
                            Responder.start(outside, "OUT", tcp=(7000,), udp=(53,))]  # fmt: skip
@@ -131,16 +134,24 @@ def _build(cloud: Cloud, outside: str) -> tuple[Any, Any, Any, str, list[dict[st
     pool = [{"start": "192.0.2.2", "end": "192.0.2.19"}]
     cloud.create("subnets", "subnet", {"network_id": pub["id"], "cidr": "192.0.2.0/24", "gateway_ip": OUT,
                                        "allocation_pools": pool})  # fmt: skip
+    pool6 = [{"start": "2001:db8:1::2", "end": "2001:db8:1::9"}]
+    cloud.create("subnets", "subnet", {"network_id": pub["id"], "cidr": "2001:db8:1::/64", "gateway_ip": OUT6,
+                                       "allocation_pools": pool6})  # fmt: skip
     net, sub = cloud.network("inner", "10.91.0.0/24")
+    sub6 = cloud.create("subnets", "subnet", {"network_id": net["id"], "cidr": "fd00:91::/64"})
     router = cloud.create("routers", "router", {"name": "edge", "external_gateway_info": {"network_id": pub["id"]}})
-    r = cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": sub["id"]})
-    assert r.status_code == 200, r.text
+    for s in (sub, sub6):
+        r = cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": s["id"]})
+        assert r.status_code == 200, r.text
     router = cloud.api.get(f"/routers/{router['id']}").json()["router"]
-    (gateway,) = [f["ip_address"] for f in router["external_gateway_info"]["external_fixed_ips"]]
+    gateway = next(
+        f["ip_address"] for f in router["external_gateway_info"]["external_fixed_ips"] if "." in f["ip_address"]
+    )
     ns_run(outside, "ip", "route", "add", "198.51.100.0/24", "via", gateway, check=True)  # the routed range
     published = cloud.create("security-groups", "security_group", {"name": "published"})["id"]
-    cloud.create("security-group-rules", "security_group_rule",
-                 {"security_group_id": published, "direction": "ingress", "ethertype": "IPv4"})  # fmt: skip
+    for ethertype in ("IPv4", "IPv6"):
+        cloud.create("security-group-rules", "security_group_rule",
+                     {"security_group_id": published, "direction": "ingress", "ethertype": ethertype})  # fmt: skip
     web = cloud.create("security-groups", "security_group", {"name": "web"})["id"]
     cloud.create("security-group-rules", "security_group_rule",
                  {"security_group_id": web, "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
@@ -165,6 +176,29 @@ def test_the_uplink_is_a_port_of_the_mapped_bridge_and_the_outside_reaches_the_r
     assert json.loads(rig.ovn.nbctl("--format=json", "--columns=type,options", "find", "Logical_Switch_Port",
                                     "type=localnet"))["data"][0][0] == "localnet"  # fmt: skip
     assert ping(rig.outside, rig.gateway, count=1, wait=2)
+
+
+def _gateway_chassis(rig: Rig) -> list[tuple[int, str]]:
+    out = json.loads(rig.ovn.nbctl("--format=json", "--columns=priority,chassis_name", "list", "Gateway_Chassis"))
+    return sorted(((p, c) for p, c in out["data"]), reverse=True)
+
+
+def test_the_gateway_chassis_are_the_hosts_with_an_uplink_on_the_external_network(rig: Rig) -> None:
+    assert _gateway_chassis(rig) == [(1, rig.cloud.host)]
+    suffix = rig.cloud.suffix
+    others = {f"zz-{suffix}": {"physnet1": "eth1"}, f"other-{suffix}": {"physnet2": "eth1"},
+              f"bad host {suffix}": {"physnet1": "eth1"}, f"noreport-{suffix}": None}  # fmt: skip
+    try:
+        for name, uplinks in others.items():
+            body = {"host": {"report": {"uplinks": uplinks} if uplinks is not None else {"uplinks": "x"}}}
+            assert rig.api.put(f"/hosts/{name}", json=body).status_code == 200
+        # Only a host with an uplink on physnet1, by name after this one; a name that is no plain token: refused.
+        rig.until(lambda: _gateway_chassis(rig) == [(2, rig.cloud.host), (1, f"zz-{suffix}")], "a second gateway")
+        assert tcp_ask(rig.b["netns"], OUT, 7000) == f"OUT {rig.gateway} 7000"  # (the one that is there serves)
+    finally:
+        for name in others:  # (alive hosts can't be deleted: their uplinks go instead)
+            rig.api.put(f"/hosts/{name}", json={"host": {"report": {}}})
+    rig.until(lambda: _gateway_chassis(rig) == [(1, rig.cloud.host)], "back to one gateway")
 
 
 def test_an_uplink_that_is_missing_fails_alone(rig: Rig) -> None:
@@ -326,3 +360,109 @@ def test_a_spoofed_source_address_or_mac_is_dropped(rig: Rig) -> None:
         assert not any(caught.seen(marks[k], 0) for k in ("ip", "made", "mac"))
     finally:
         caught.stop()
+
+
+def test_port_forwardings_on_a_floating_ip(rig: Rig) -> None:
+    r = rig.api.post("/floatingips", json={"floatingip": {"floating_network_id": rig.pub["id"],
+                                                          "floating_ip_address": "192.0.2.70"}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    fip = r.json()["floatingip"]
+    base = f"/floatingips/{fip['id']}/port_forwardings"
+    try:
+        for body in ({"internal_port": 7000, "external_port": 8080},
+                     {"internal_port_range": "80:80", "external_port_range": "9000:9003"}):  # fmt: skip
+            r = rig.api.post(base, json={"port_forwarding": {"protocol": "tcp", "internal_port_id": port_of(rig.b),
+                                                             **body}})  # fmt: skip
+            assert r.status_code == 201, r.text
+        rig.until(lambda: tcp_ask(rig.outside, "192.0.2.70", 8080, 1).startswith("B "), "the port forwarding")
+        assert tcp_ask(rig.outside, "192.0.2.70", 8080) == f"B {OUT} 7000"
+        assert [tcp_ask(rig.outside, "192.0.2.70", p) for p in (9000, 9003)] == [f"B {OUT} 80"] * 2
+        assert tcp_ask(rig.outside, "192.0.2.70", 80, BLOCKED) == ""  # only the forwarded ports
+        rig.until(lambda: tcp_ask(rig.a["netns"], "192.0.2.70", 8080, 1).startswith("B "), "hairpin from a")
+    finally:
+        rig.api.delete(f"/floatingips/{fip['id']}")
+
+
+def test_a_forward_on_the_networks_snat_address_and_an_updated_target(rig: Rig) -> None:
+    path = f"/networks/{rig.net['id']}"
+    r = rig.api.put(path, json={"network": {"config": {"ipv4.nat.address": "192.0.2.61"}}})
+    assert r.status_code == 200, r.text
+    fwd = rig.forward({"listen_address": "192.0.2.61", "ports": [
+        {"protocol": "tcp", "listen_port": "80", "target_address": ip(rig.a)}]})  # fmt: skip
+    try:
+        rig.until(lambda: tcp_ask(rig.outside, "192.0.2.61", 80, 1).startswith("A "), "forward on the SNAT address")
+        assert tcp_ask(rig.b["netns"], OUT, 7000) == "OUT 192.0.2.61 7000"
+        r = rig.api.put(fwd, json={"ports": [{"protocol": "tcp", "listen_port": "80", "target_address": ip(rig.b)}]})
+        assert r.status_code == 200, r.text
+        rig.until(lambda: tcp_ask(rig.outside, "192.0.2.61", 80, 1).startswith("B "), "the updated target")
+        rig.until(lambda: tcp_ask(rig.a["netns"], "192.0.2.61", 80, 1).startswith("B "), "hairpin")
+    finally:
+        rig.api.delete(fwd)
+        rig.api.put(path, json={"network": {"config": {"ipv4.nat.address": ""}}})
+
+
+def test_hairpin_to_a_whole_address_forward(rig: Rig) -> None:
+    fwd = rig.forward({"listen_address": "198.51.100.9", "config": {"target_address": ip(rig.a)}})
+    try:
+        rig.until(lambda: tcp_ask(rig.outside, "198.51.100.9", 443, 1).startswith("A "), "the whole address")
+        rig.until(lambda: tcp_ask(rig.b["netns"], "198.51.100.9", 443, 1).startswith("A "), "hairpin from b")
+        rig.until(lambda: tcp_ask(rig.a["netns"], "198.51.100.9", 443, 1).startswith("A "), "hairpin from a")
+    finally:
+        rig.api.delete(fwd)
+
+
+def test_a_stateless_group_needs_rules_both_ways_and_a_remote_group_follows_membership(rig: Rig) -> None:
+    api, cloud = rig.api, rig.cloud
+    plain = cloud.create("security-groups", "security_group", {"name": "plain", "stateful": False})["id"]
+    for rule in list(api.get("/security-group-rules", params={"security_group_id": plain}).json()[
+            "security_group_rules"]):  # fmt: skip
+        api.delete(f"/security-group-rules/{rule['id']}")  # (no default egress: replies need a rule)
+    cloud.create("security-group-rules", "security_group_rule", {"security_group_id": plain, "direction": "ingress",
+                 "ethertype": "IPv4", "protocol": "tcp", "port_range_min": 7200, "port_range_max": 7200})  # fmt: skip
+    port = cloud.create("ports", "port", {"network_id": rig.net["id"], "security_groups": [plain]})
+    d = cloud.instance("ovtd", [{"port": port["id"]}])
+    server = Responder.start(d["netns"], "D", tcp=(7200, 7300))
+    try:
+        assert tcp_ask(rig.a["netns"], ip(d), 7200, BLOCKED) == ""  # d's answer needs a rule of its own
+        cloud.create("security-group-rules", "security_group_rule", {"security_group_id": plain,
+                     "direction": "egress", "ethertype": "IPv4", "protocol": "tcp"})  # fmt: skip
+        rig.until(lambda: tcp_ask(rig.a["netns"], ip(d), 7200, 1).startswith("D "), "the egress rule")
+        # A remote group: tcp 7300 from members of "web" (c), not from a.
+        web = api.get(f"/ports/{port_of(rig.c)}").json()["port"]["security_groups"][0]
+        cloud.create("security-group-rules", "security_group_rule", {"security_group_id": plain,
+                     "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp", "port_range_min": 7300,
+                     "port_range_max": 7300, "remote_group_id": web})  # fmt: skip
+        rig.until(lambda: tcp_ask(rig.c["netns"], ip(d), 7300, 1).startswith("D "), "a member of the remote group")
+        assert tcp_ask(rig.a["netns"], ip(d), 7300, BLOCKED) == ""
+    finally:
+        server.stop()
+        api.delete(f"/instances/{d['id']}")
+
+
+def test_arp_for_a_neighbours_address_is_dropped(rig: Rig) -> None:
+    a, b, c = rig.a, rig.b, rig.c
+    macs = {
+        k: rig.api.get(f"/ports/{port_of(i)}").json()["port"]["mac_address"] for k, i in (("a", a), ("b", b), ("c", c))
+    }
+    caught = frames.Catcher.start(b["netns"])
+    try:
+        claim = frames.ethernet(macs["b"], macs["a"], 0x0806, frames.arp(2, macs["a"], ip(c), macs["b"], ip(b)))
+        honest = frames.ethernet(macs["b"], macs["a"], 0x0806, frames.arp(2, macs["a"], ip(a), macs["b"], ip(b)))
+        frames.send(a["netns"], claim)  # "c's address is at a's MAC"
+        frames.send(a["netns"], honest)  # the control twin, sent last
+        assert caught.seen(honest[14:], 3)
+        assert not caught.seen(claim[14:], 0)
+    finally:
+        caught.stop()
+
+
+def test_ipv6_forward_from_outside_and_hairpin(rig: Rig) -> None:
+    fwd = rig.forward({"listen_address": "2001:db8:1::50", "ports": [
+        {"protocol": "tcp", "listen_port": "8080", "target_port": "80", "target_address": ip(rig.a, 6)}]})  # fmt: skip
+    try:
+        rig.until(lambda: tcp_ask(rig.outside, "2001:db8:1::50", 8080, 1).startswith("A6 "), "the IPv6 forward")
+        assert tcp_ask(rig.outside, "2001:db8:1::50", 8080) == f"A6 {OUT6} 80"
+        assert tcp_ask(rig.outside, "2001:db8:1::50", 80, BLOCKED) == ""
+        rig.until(lambda: tcp_ask(rig.b["netns"], "2001:db8:1::50", 8080, 1).startswith("A6 "), "hairpin from b")
+    finally:
+        rig.api.delete(fwd)
