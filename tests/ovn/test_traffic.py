@@ -466,3 +466,35 @@ def test_ipv6_forward_from_outside_and_hairpin(rig: Rig) -> None:
         rig.until(lambda: tcp_ask(rig.b["netns"], "2001:db8:1::50", 8080, 1).startswith("A6 "), "hairpin from b")
     finally:
         rig.api.delete(fwd)
+
+
+def test_no_groups_pass_nothing_and_port_security_off_filters_nothing(rig: Rig) -> None:
+    a, b, c = rig.a, rig.b, rig.c
+    path = f"/ports/{port_of(c)}"
+    groups = rig.api.get(path).json()["port"]["security_groups"]
+    b_mac = rig.api.get(f"/ports/{port_of(b)}").json()["port"]["mac_address"]
+    c_mac = rig.api.get(path).json()["port"]["mac_address"]
+
+    def put(body: dict[str, Any]) -> None:
+        r = rig.api.put(path, json={"port": body})
+        assert r.status_code == 200, r.text
+
+    try:
+        put({"security_groups": []})
+        rig.until(lambda: tcp_ask(a["netns"], ip(c), 7000, BLOCKED) == "", "c without groups")
+        assert tcp_ask(c["netns"], ip(a), 7000, BLOCKED) == ""  # nor out
+        put({"port_security_enabled": False})
+        rig.until(lambda: tcp_ask(a["netns"], ip(c), 7001, 1).startswith("C "), "c unfiltered")
+        # Without port security, a frame from someone else's address passes (the spoof test's other side).
+        caught = frames.Catcher.start(b["netns"])
+        try:
+            mark = b"cloudnet-ovn-unfiltered-" + uuid.uuid4().hex.encode()
+            packet = frames.ipv4_udp("10.91.0.251", ip(b), 40000, 5500, mark)
+            frames.send(c["netns"], frames.ethernet(b_mac, c_mac, 0x0800, packet))
+            assert caught.seen(mark, 3)
+        finally:
+            caught.stop()
+    finally:
+        put({"port_security_enabled": True, "security_groups": groups})
+    rig.until(lambda: tcp_ask(a["netns"], ip(c), 7001, BLOCKED) == "", "c filtered again")
+    assert tcp_ask(a["netns"], ip(c), 7000).startswith("C ")
