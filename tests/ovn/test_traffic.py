@@ -117,6 +117,8 @@ def _topology(sandbox: OvnSandbox, chassis: daemons.Chassis, cloud: Cloud) -> It
                            Responder.start(c["netns"], "C", tcp=(7000, 7001)),
                            Responder.start(outside, "OUT", tcp=(7000,), udp=(53,))]  # fmt: skip
             sync.wait_synced()
+            # (ovn-controller claims the gateway port once NB names this chassis: ready when the outside gets an echo)
+            cloud.wait_for(lambda: ping(outside, gateway, wait=1), what="the router's gateway reached from outside")
             yield Rig(sandbox, cloud, dataplane, outside, cloud.uplinks["physnet1"], pub, net, router, gateway,
                       a, b, c)  # fmt: skip
     finally:
@@ -205,13 +207,14 @@ def test_an_uplink_that_is_missing_fails_alone(rig: Rig) -> None:
     """A mapping to an interface that does not exist is one failed step with its reason; the chassis converges."""
     hostile = OvnDataplane(f"{rig.cloud.host}-x", rig.ovn.chassis[0].ovs_url, rig.ovn.sb_url,
                            chassis=rig.cloud.host, host_ns=rig.ovn.chassis[0].netns,
-                           uplinks={"physnet9": "cnnosuch0", "physnet8": "cno-sneaky"})  # fmt: skip
+                           uplinks={"physnet9": "cnnosuch0", "physnet8": "cno-sneaky", "p,x:br-int": "lo"})  # fmt: skip
     try:
         state = {"instances": [], "ports": {}, "networks": {}, "subnets": {}, "routers": []}
         assert hostile.apply(state) == []
         failures = {f["object"]: f["reason"] for f in hostile.failures()}
         assert "not found" in failures["uplink:physnet9"], failures
         assert "may take" in failures["uplink:physnet8"], failures
+        assert "not a plain name" in failures["uplink:p,x:br-int"], failures
     finally:
         hostile.close()
     assert ping(rig.outside, rig.gateway, count=1, wait=2)

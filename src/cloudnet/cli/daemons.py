@@ -57,7 +57,11 @@ InstancePools = Annotated[
 AgentHost = Annotated[str | None, typer.Option("--agent-host", help="This host's name (default: hostname).")]
 Uplink = Annotated[
     list[str] | None,
-    typer.Option(metavar="PHYSNET:IFACE", help="Bridge external networks of PHYSNET to IFACE (repeatable)."),
+    typer.Option(
+        metavar="PHYSNET:IFACE",
+        help="Bridge external networks of PHYSNET to IFACE (repeatable; OVN: IFACE "
+        "on br-PHYSNET, named in ovn-bridge-mappings, and this host a gateway chassis for PHYSNET).",
+    ),
 ]
 Sriov = Annotated[
     list[str] | None,

@@ -38,6 +38,8 @@ class Uplinks:
                 self.applied.add(physnet)
 
     def _connect(self, run: OvnPass, physnet: str, iface: str) -> None:
+        if not names.is_plain(physnet):  # (it goes into ovn-bridge-mappings' text: no separators)
+            raise ValueError(f"physical network {physnet!r}: not a plain name")
         if iface.startswith(OURS) or not names.is_plain(iface) or len(iface) > names.IFNAMSIZ:
             raise ValueError(f"uplink {iface!r} of {physnet}: not an interface name this driver may take")
         with netns.iproute(run.host_ns) as host:
