@@ -32,8 +32,11 @@ class OvnStack:
             daemons.stop(self.rundir)
 
 
-def start(config: ServerConfig, store: Store, chassis_name: str | None) -> OvnStack:
-    """Start (or connect to) OVN and the northbound writer; `chassis_name`: also make this host a chassis."""
+def start(
+    config: ServerConfig, store: Store, chassis_name: str | None, uplinks: dict[str, str] | None = None
+) -> OvnStack:
+    """Start (or connect to) OVN and the northbound writer; `chassis_name`: also make this host a chassis (with the
+    bridges of its `uplinks`, {physical network: interface}, which its agent connects)."""
     rundir = config.state_dir / "ovn"
     if (config.ovn_nb is None) != (config.ovn_sb is None):
         raise daemons.OvnError("--ovn-nb and --ovn-sb go together (or neither: OVN's databases start here)")
@@ -46,7 +49,10 @@ def start(config: ServerConfig, store: Store, chassis_name: str | None) -> OvnSt
         else:
             central = daemons.start_central(rundir)
             nb_url, sb_url = central.nb_url, central.sb_url
-        chassis = daemons.start_chassis(rundir, chassis_name, sb_url) if chassis_name else None
+        mappings = daemons.bridge_mappings(uplinks or {})
+        chassis = (
+            daemons.start_chassis(rundir, chassis_name, sb_url, bridge_mappings=mappings) if chassis_name else None
+        )
     except BaseException:
         daemons.stop(rundir)
         raise

@@ -190,7 +190,8 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     running = ovn = None
     if config.dataplane == "ovn":
         try:
-            ovn = ovn_stack.start(config, store, agent.host if agent is not None else None)
+            ovn = ovn_stack.start(config, store, agent.host if agent is not None else None,
+                                  agent.uplinks if agent is not None else None)  # fmt: skip
         except OvnError as exc:
             store.dispose()
             sock.close()

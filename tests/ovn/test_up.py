@@ -50,8 +50,10 @@ def _query(rundir: Path, argv: list[str]) -> str:
 def test_up_with_ovn_runs_and_stops_its_daemons(netns: str, tmp_path: Path) -> None:
     state = Path("/tmp") / f"cn-up-{uuid.uuid4().hex[:8]}"  # (short: unix socket paths)
     host = f"ch-{netns}"
+    # An uplink (a veth whose other end stands for the wire): the chassis' bridge for physnet1 takes it.
+    subprocess.run(["ip", "-n", netns, "link", "add", "upl0", "type", "veth", "peer", "name", "wire0"], check=True)
     cmd = ["ip", "netns", "exec", netns, CLOUDNET, "up", "--dataplane", "ovn", "--state-dir", str(state),
-           "--metadata-listen", "off", "--agent-host", host]  # fmt: skip
+           "--metadata-listen", "off", "--agent-host", host, "--uplink", "physnet1:upl0"]  # fmt: skip
     log = (tmp_path / "up.log").open("w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     rundir = state / "ovn"
@@ -64,6 +66,10 @@ def test_up_with_ovn_runs_and_stops_its_daemons(netns: str, tmp_path: Path) -> N
                .returncode == 0)  # fmt: skip
         net_id = json.loads(subprocess.run(cli, check=True, capture_output=True, text=True).stdout)["id"]
         _until("the network reached NB", lambda: f"cloudnet-{net_id}" in _query(rundir, [*nbctl, "show"]))
+        vsctl = ["ip", "netns", "exec", netns, "ovs-vsctl", f"--db=unix:{rundir / 'db.sock'}", "--timeout=5"]
+        _until("the uplink on br-physnet1", lambda: "upl0" in _query(rundir, [*vsctl, "list-ports", "br-physnet1"]))
+        mappings = _query(rundir, [*vsctl, "get", "Open_vSwitch", ".", "external_ids:ovn-bridge-mappings"])
+        assert mappings.strip().strip('"') == "physnet1:br-physnet1"
         running = daemons.pids(rundir)
         assert set(running) == {"ovnnb_db", "ovnsb_db", "ovn-northd", "ovsdb-server", "ovs-vswitchd", "ovn-controller"}
         proc.send_signal(signal.SIGTERM)
@@ -71,7 +77,7 @@ def test_up_with_ovn_runs_and_stops_its_daemons(netns: str, tmp_path: Path) -> N
         assert daemons.pids(rundir) == {}
         assert not any(daemons.alive(pid) for pid in running.values())
         links = subprocess.run(["ip", "-n", netns, "-o", "link"], capture_output=True, text=True).stdout
-        assert "br-int" not in links and "ovs-netdev" not in links
+        assert "br-int" not in links and "ovs-netdev" not in links and "br-physnet1" not in links
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)

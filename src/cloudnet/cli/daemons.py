@@ -22,7 +22,7 @@ from cloudnet.config import (
 )
 from cloudnet.docker.command import DEFAULT_SOCKET
 from cloudnet.errors import CloudnetError
-from cloudnet.ovn.daemons import OvnError, start_chassis, stop
+from cloudnet.ovn.daemons import OvnError, bridge_mappings, start_chassis, stop
 
 if TYPE_CHECKING:  # (loaded only when `up` runs: see _docker)
     from cloudnet.server import Companion
@@ -59,7 +59,11 @@ InstancePools = Annotated[
 AgentHost = Annotated[str | None, typer.Option("--agent-host", help="This host's name (default: hostname).")]
 Uplink = Annotated[
     list[str] | None,
-    typer.Option(metavar="PHYSNET:IFACE", help="Bridge external networks of PHYSNET to IFACE (repeatable)."),
+    typer.Option(
+        metavar="PHYSNET:IFACE",
+        help="Bridge external networks of PHYSNET to IFACE (repeatable; OVN: IFACE "
+        "on br-PHYSNET, named in ovn-bridge-mappings, and this host a gateway chassis for PHYSNET).",
+    ),
 ]
 Sriov = Annotated[
     list[str] | None,
@@ -269,7 +273,8 @@ def register(app: typer.Typer) -> None:
         chassis = None
         try:
             if ovn_sb is not None and ovs_db is None:  # this host's ovs-vswitchd and ovn-controller, started here
-                chassis = start_chassis(state_dir / "ovn-chassis", config.host, ovn_sb, encap_ip=encap_ip)
+                chassis = start_chassis(state_dir / "ovn-chassis", config.host, ovn_sb, encap_ip=encap_ip,
+                                        bridge_mappings=bridge_mappings(config.uplinks))  # fmt: skip
                 config.ovs_db = chassis.ovs_url
             run(config)
         except SecretError as exc:

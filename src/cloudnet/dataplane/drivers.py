@@ -45,7 +45,7 @@ def _linux(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
 def _ovn(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
     if not config.ovn_sb or not config.ovs_db:
         raise ValueError("the ovn dataplane needs the SB database (--ovn-sb) and this chassis' Open_vSwitch database")
-    return OvnDataplane(config.host, config.ovs_db, config.ovn_sb, host_ns=config.ovs_netns,
+    return OvnDataplane(config.host, config.ovs_db, config.ovn_sb, host_ns=config.ovs_netns, uplinks=config.uplinks,
                         step_timeout=config.step_timeout)  # fmt: skip
 
 

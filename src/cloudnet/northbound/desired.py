@@ -64,6 +64,8 @@ def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
     routers = {r.id: r for r in conn.execute(select(R).order_by(R.c.id))}
     chassis = [c for c in gateway_chassis if SAFE_NAME.fullmatch(c)]
     out.refused += [f"gateway chassis {c!r}: not a plain name" for c in gateway_chassis if c not in chassis]
+    by_physnet = desired_routers.uplink_hosts(conn, out)
+    physnets = {n.id: n.physical_network for n in networks}
 
     switches: set[str] = set()
     for n in networks:
@@ -143,7 +145,9 @@ def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
         gateway = by_id.get(r.gw_port_id or "")
         if gateway is not None and gateway.network_id not in switches:
             gateway = None
-        desired_routers.router(conn, out, r, router_ports[r.id], gateway, fixed, subnets, chassis)
+        physnet = physnets.get(gateway.network_id) if gateway is not None else None
+        gateways = chassis + [h for h in by_physnet.get(physnet or "", []) if h not in chassis]
+        desired_routers.router(conn, out, r, router_ports[r.id], gateway, fixed, subnets, gateways)
     desired_acls.add(conn, out, filtered, identities)
     lrs = {row.key.removeprefix("lr/") for row in out.rows if row.table == "Logical_Router"}
     links = desired_forwards.add(conn, out, lrs, switches)

@@ -1,6 +1,12 @@
 """Routers: a Logical_Router per router with a Logical_Router_Port per interface, a gateway port with
 Gateway_Chassis, default and extra routes, and an SNAT row per attached IPv4 subnet (from the network's chosen SNAT
-address, else the gateway's address) while SNAT is enabled."""
+address, else the gateway's address) while SNAT is enabled.
+
+A gateway port's chassis are the configured gateway chassis (`cloudnet up`: its own), then every host whose agent
+reports an uplink (--uplink PHYSNET:IFACE) on the external network's physical network, by name: a chassis is
+named after its host, and only there does the external network reach the outside (Neutron schedules gateways on
+chassis with bridge mappings of the network's physnet likewise). The first has the highest priority; OVN moves
+the port to the next when it goes."""
 
 from __future__ import annotations
 
@@ -8,9 +14,24 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from cloudnet.northbound.rows import PREFIX, Desired, Row, cidr_len, ids
+from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, cidr_len, ids
 from cloudnet.services import uplinks
 from cloudnet.store import tables as t
+
+
+def uplink_hosts(conn: Connection, out: Desired) -> dict[str, list[str]]:
+    """{physical network: the hosts whose agents report an uplink on it}, from their heartbeats."""
+    found: dict[str, list[str]] = {}
+    for name, report in conn.execute(select(t.hosts.c.name, t.hosts.c.report).order_by(t.hosts.c.name)):
+        mapped = (report or {}).get("uplinks") if isinstance(report, dict) else None
+        if not isinstance(mapped, dict) or not mapped:
+            continue
+        if not SAFE_NAME.fullmatch(name):
+            out.refused.append(f"host {name!r}: not a plain name, no gateway chassis")
+            continue
+        for physnet in mapped:
+            found.setdefault(str(physnet), []).append(name)
+    return found
 
 
 def _lrp(out: Desired, router_key: str, port: Any, fixed: list[tuple[str, str]], subnets: dict[str, Any]) -> str:

@@ -19,7 +19,9 @@ the kernel tunnels, and the address simply goes on the interface.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -34,6 +36,21 @@ DETACH = ["--detach", "--no-chdir", "-vconsole:off"]
 PIDFILES = ("ovn-controller", "ovs-vswitchd", "ovsdb-server", "ovn-northd", "ovnsb_db", "ovnnb_db")
 INTEGRATION_BRIDGE = "br-int"
 ENCAP_BRIDGE = "br-encap"
+IFNAMSIZ = 15  # (a userspace-datapath bridge is a tap device: its name is an interface name)
+
+
+def provider_bridge(physnet: str) -> str:
+    """The bridge a chassis' `ovn-bridge-mappings` names for physical network `physnet` (--uplink PHYSNET:IFACE):
+    br-PHYSNET, or br- and a digest of the name when that would not be a short plain interface name."""
+    name = f"br-{physnet}"
+    if len(name) <= IFNAMSIZ and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", physnet):
+        return name
+    return "br-" + hashlib.sha256(physnet.encode()).hexdigest()[: IFNAMSIZ - 3]
+
+
+def bridge_mappings(uplinks: dict[str, str]) -> dict[str, str]:
+    """{physical network: its bridge} of a host's uplinks ({physical network: interface})."""
+    return {physnet: provider_bridge(physnet) for physnet in uplinks}
 
 
 class OvnError(RuntimeError):

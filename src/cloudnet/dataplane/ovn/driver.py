@@ -5,6 +5,7 @@ what is left to a chassis is the edge:
 
     instance netns:  ethN (MAC, MTU, addresses, routes) --veth-- cno-<port>  ┐ br-int (iface-id = port id)
     metadata netns:  md0 (metadata port's IPs, 169.254.169.254) --veth-- cnl-<port>  ┘ (the network's localport)
+    --uplink PHYSNET:IFACE:  IFACE a port of br-PHYSNET, named in ovn-bridge-mappings (uplinks.py)
 
 Everything is applied from the desired state, idempotently, each instance and each network a step (steps.py);
 a pass ends with the collection of this host's br-int ports, metadata namespaces and provided instance namespaces
@@ -24,6 +25,7 @@ from cloudnet.dataplane.ovn.metadata import MetadataPorts
 from cloudnet.dataplane.ovn.passes import OvnPass
 from cloudnet.dataplane.ovn.ports import InstancePorts
 from cloudnet.dataplane.ovn.southbound import Southbound
+from cloudnet.dataplane.ovn.uplinks import Uplinks
 from cloudnet.dataplane.ovn.vswitch import Vswitch
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 from cloudnet.namespaces import managed_ns_prefix
@@ -34,10 +36,10 @@ log = logging.getLogger(__name__)
 class OvnDataplane:
     def __init__(
         self, host: str, ovs_url: str, sb_url: str, *, chassis: str | None = None, host_ns: str | None = None,
-        step_timeout: float = DEFAULT_TIMEOUT,
+        uplinks: dict[str, str] | None = None, step_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:  # fmt: skip
         """`chassis`: this chassis' name in SB (its Open_vSwitch system-id; default the host's name); `host_ns`: the
-        namespace ovs-vswitchd runs in (default the agent's own)."""
+        namespace ovs-vswitchd runs in (default the agent's own); `uplinks`: {physical network: interface}."""
         self.host = host
         self.chassis = chassis or host
         self.host_ns = host_ns or netns.AGENT_NS
@@ -46,6 +48,7 @@ class OvnDataplane:
         self.sb = Southbound(sb_url, self.chassis)
         self.ports = InstancePorts(host, self.chassis)
         self.metadata = MetadataPorts(host)
+        self.uplinks = Uplinks(uplinks or {})
         self._bound: set[str] = set()
         self._full_done = False
         self._kept: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # (ports, namespaces)
@@ -71,6 +74,7 @@ class OvnDataplane:
         guard = ns_guard.InstanceNamespaces(self.host, state["instances"], plugged)
         run = OvnPass(state, full, self.host_ns, self.vswitch, guard, self.steps, self._bound,
                       self._ours() if full else {})  # fmt: skip
+        self.uplinks.apply(run)
         reports = self.ports.apply(run)
         served, metadata_reports = self.metadata.apply(run)
         reports += metadata_reports
@@ -79,7 +83,8 @@ class OvnDataplane:
                 self.steps.run("garbage", lambda: self._collect(run))
         with contextlib.suppress(StepFailed):
             self.steps.run("chassis", lambda: self.sb.publish_metadata_networks(served), tuple(served))
-        self.steps.keep_only(["garbage", "chassis", *self.ports.step_keys(state), *self.metadata.step_keys(state)])
+        self.steps.keep_only(["garbage", "chassis", *self.uplinks.step_keys(), *self.ports.step_keys(state),
+                              *self.metadata.step_keys(state)])  # fmt: skip
         self._full_done = self._full_done or full
         self._kept = (frozenset(run.wanted), frozenset(run.wanted_ns))
         return reports

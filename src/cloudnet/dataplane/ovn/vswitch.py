@@ -14,6 +14,8 @@ from cloudnet.dataplane.ovn import names
 from cloudnet.ovn import idl
 from cloudnet.ovn.daemons import INTEGRATION_BRIDGE
 
+MAPPINGS = "ovn-bridge-mappings"
+
 
 class Vswitch:
     def __init__(self, url: str, host: str, bridge: str = INTEGRATION_BRIDGE, timeout: float = 10.0) -> None:
@@ -52,6 +54,29 @@ class Vswitch:
         with api.transaction(check_error=True) as txn:
             txn.add(api.add_port(self.bridge, name, may_exist=True, external_ids=ids))
             txn.add(api.db_set("Interface", name, ("external_ids", ids)))
+
+    def connect_uplink(self, physnet: str, bridge: str, iface: str) -> None:
+        """`iface` the one port of `bridge` (made with br-int's datapath type), and `physnet:bridge` in this
+        chassis' `ovn-bridge-mappings` (other physical networks' mappings kept): ovn-controller then patches
+        br-int to it for the localnet ports of `physnet`. What is there already is left as it is."""
+        api = self.api()
+        if api.db_find_rows("Bridge", ("name", "=", iface)).execute(check_error=True):
+            raise ValueError(f"uplink {iface} of {physnet} is a bridge, not an interface")
+        integration = api.db_find_rows("Bridge", ("name", "=", self.bridge)).execute(check_error=True)
+        datapath = integration[0].datapath_type if integration else ""
+        current = api.db_get("Open_vSwitch", ".", "external_ids").execute(check_error=True)
+        mappings = dict(m.split(":", 1) for m in current.get(MAPPINGS, "").split(",") if ":" in m)
+        elsewhere = [b.name for b in api.db_list_rows("Bridge").execute(check_error=True)
+                     if b.name != bridge and any(p.name == iface for p in b.ports)]  # fmt: skip
+        if elsewhere:  # (moved, not shared: a port is on one bridge)
+            api.del_port(iface, bridge=elsewhere[0], if_exists=True).execute(check_error=True)
+        mappings[physnet] = bridge
+        text = ",".join(f"{k}:{v}" for k, v in sorted(mappings.items()))
+        with api.transaction(check_error=True) as txn:
+            txn.add(api.add_br(bridge, may_exist=True, datapath_type=datapath or None))
+            txn.add(api.add_port(bridge, iface, may_exist=True))
+            if current.get(MAPPINGS) != text:
+                txn.add(api.db_set("Open_vSwitch", ".", ("external_ids", {MAPPINGS: text})))
 
     def unplug(self, name: str) -> None:
         api = self.api()
