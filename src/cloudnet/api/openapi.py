@@ -35,7 +35,7 @@ from cloudnet.services import (
     routers,
     security_group_rules,
     security_groups,
-    subnets,
+    subnet_specs,
     tags,
 )
 
@@ -57,7 +57,7 @@ LIST_QUERY = (("fields", STR), ("limit", {"type": "integer", "minimum": 0}), ("m
 FIELDS = (("fields", STR),)
 MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "network": (networks.NetworkCreate, networks.NetworkUpdate),
-    "subnet": (subnets.SubnetCreate, subnets.SubnetUpdate),
+    "subnet": (subnet_specs.SubnetCreate, subnet_specs.SubnetUpdate),
     "port": (port_specs.PortCreate, port_specs.PortUpdate),
     "router": (routers.RouterCreate, routers.RouterUpdate),
     "security_group": (security_groups.GroupCreate, security_groups.GroupUpdate),

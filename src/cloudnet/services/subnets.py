@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import ipaddress
-import itertools
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, field_validator
 from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
-from cloudnet.services import common, forward_deps, networks, quotas, uplinks
+from cloudnet.services import common, forward_deps, networks, quotas, subnet_specs, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
-from cloudnet.services.validation import Body, Tags, check_ip, is_uuid, parse
+from cloudnet.services.subnet_specs import AUTO, Pool, SubnetCreate, SubnetUpdate
+from cloudnet.services.validation import is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
 S = t.subnets
-Net = ipaddress.IPv4Network | ipaddress.IPv6Network
-MAX_DNS_NAMESERVERS = 5
-MAX_HOST_ROUTES = 20
 ROUTER_OWNERS = ("network:router_interface", "network:router_gateway")
 
 ATTRS: dict[str, Attr] = {
@@ -33,178 +29,6 @@ ATTRS: dict[str, Attr] = {
     "ipv6_ra_mode": Attr(S.c.ipv6_ra_mode),
     "ipv6_address_mode": Attr(S.c.ipv6_address_mode),
 }
-
-
-class Pool(Body):
-    start: str
-    end: str
-
-    _ip = field_validator("start", "end")(check_ip)
-
-
-class HostRoute(Body):
-    destination: str
-    nexthop: str
-
-    @field_validator("destination")
-    @classmethod
-    def _cidr(cls, v: str) -> str:
-        return str(_network(v))
-
-    _nexthop = field_validator("nexthop")(check_ip)
-
-
-Ipv6Mode = Literal["slaac", "dhcpv6-stateful", "dhcpv6-stateless"]
-
-# Sentinel so that an explicit `"gateway_ip": null` (no gateway) differs from an omitted one.
-AUTO = "auto"
-
-
-class SubnetCreate(Body):
-    network_id: str
-    cidr: str
-    ip_version: Literal[4, 6] | None = None
-    name: str = Field("", max_length=255)
-    description: str = Field("", max_length=255)
-    project_id: str | None = Field(None, max_length=255)
-    tenant_id: str | None = Field(None, max_length=255)
-    gateway_ip: str | None = AUTO
-    allocation_pools: list[Pool] | None = None
-    dns_nameservers: list[str] = Field(default_factory=list)
-    host_routes: list[HostRoute] = Field(default_factory=list)
-    enable_dhcp: bool = True
-    ipv6_ra_mode: Ipv6Mode | None = None
-    ipv6_address_mode: Ipv6Mode | None = None
-    subnetpool_id: None = None
-    tags: Tags
-
-    _dns = field_validator("dns_nameservers")(lambda v: _dns_list(v))
-
-
-class SubnetUpdate(Body):
-    name: str | None = Field(None, max_length=255)
-    description: str | None = Field(None, max_length=255)
-    gateway_ip: str | None = AUTO
-    allocation_pools: list[Pool] | None = None
-    dns_nameservers: list[str] | None = None
-    host_routes: list[HostRoute] | None = None
-    enable_dhcp: bool | None = None
-
-    _dns = field_validator("dns_nameservers")(lambda v: None if v is None else _dns_list(v))
-
-
-def _network(text: str) -> Net:
-    try:
-        net = ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        raise ValueError(f"'{text}' is not a valid IP subnet") from None
-    if ipaddress.ip_address(text.split("/")[0]) != net.network_address:
-        raise ValueError(f"'{text}' isn't a recommended CIDR, use '{net}'")
-    return net
-
-
-def _dns_list(values: list[str]) -> list[str]:
-    out = [check_ip(v) for v in values]
-    seen: set[str] = set()
-    for v in out:
-        if v in seen:
-            raise ValueError(f"Duplicate nameserver '{v}'")
-        seen.add(v)
-    if len(out) > MAX_DNS_NAMESERVERS:
-        raise ValueError(f"Exceeded maximum amount of DNS nameservers ({MAX_DNS_NAMESERVERS})")
-    return out
-
-
-def _hosts(cidr: Net) -> tuple[int, int]:
-    """First and last assignable host address of a CIDR, as integers."""
-    first, last = int(cidr.network_address), int(cidr.broadcast_address)
-    if cidr.version == 4 and cidr.prefixlen < 31:
-        return first + 1, last - 1
-    if cidr.version == 6 and cidr.prefixlen < 128:
-        return first + 1, last
-    return first, last
-
-
-def _default_gateway(cidr: Net) -> str | None:
-    lo, hi = _hosts(cidr)
-    return str(ipaddress.ip_address(lo)) if lo <= hi else None
-
-
-def _check_gateway(cidr: Net, gateway: str | None) -> str | None:
-    if gateway is None:
-        return None
-    try:
-        ip = ipaddress.ip_address(gateway)
-    except ValueError:
-        raise BadRequest(f"Invalid input for gateway_ip. Reason: '{gateway}' is not a valid IP address.") from None
-    lo, hi = _hosts(cidr)
-    if ip.version != cidr.version or not lo <= int(ip) <= hi:
-        raise InvalidInput(f"Gateway is not valid on subnet: {ip} is not a host address of {cidr}")
-    return str(ip)
-
-
-def _check_pools(cidr: Net, pools: list[Pool] | None, gateway: str | None) -> list[dict[str, str]]:
-    lo, hi = _hosts(cidr)
-    if pools is None:
-        if lo > hi:
-            return []
-        gw = int(ipaddress.ip_address(gateway)) if gateway else None
-        ranges = [(lo, hi)]
-        if gw is not None and lo <= gw <= hi:
-            ranges = [(a, b) for a, b in ((lo, gw - 1), (gw + 1, hi)) if a <= b]
-        return [{"start": str(ipaddress.ip_address(a)), "end": str(ipaddress.ip_address(b))} for a, b in ranges]
-    spans: list[tuple[int, int]] = []
-    for pool in pools:
-        start, end = ipaddress.ip_address(pool.start), ipaddress.ip_address(pool.end)
-        if start.version != cidr.version or end.version != cidr.version:
-            raise InvalidInput(f"Allocation pool {pool.start}-{pool.end} is not of IP version {cidr.version}")
-        if not (lo <= int(start) <= hi and lo <= int(end) <= hi):
-            raise BadRequest(
-                f"The allocation pool {pool.start}-{pool.end} spans beyond the subnet cidr {cidr}.",
-                type="OutOfBoundsAllocationPool",
-            )
-        if int(start) > int(end):
-            raise InvalidInput(f"Allocation pool start {pool.start} is after its end {pool.end}")
-        spans.append((int(start), int(end)))
-    spans.sort()
-    for (a0, a1), (b0, b1) in itertools.pairwise(spans):
-        if b0 <= a1:
-            raise BadRequest(
-                "Found overlapping allocation pools: "
-                f"{ipaddress.ip_address(a0)}-{ipaddress.ip_address(a1)} and "
-                f"{ipaddress.ip_address(b0)}-{ipaddress.ip_address(b1)} for subnet {cidr}.",
-                type="OverlappingAllocationPools",
-            )
-    if gateway is not None:
-        gw = int(ipaddress.ip_address(gateway))
-        for a, b in spans:
-            if a <= gw <= b:
-                raise Conflict(
-                    f"Gateway ip {gateway} conflicts with allocation pool "
-                    f"{ipaddress.ip_address(a)}-{ipaddress.ip_address(b)}.",
-                    type="GatewayConflictWithAllocationPools",
-                )
-    return [{"start": str(ipaddress.ip_address(a)), "end": str(ipaddress.ip_address(b))} for a, b in spans]
-
-
-def _check_routes(cidr: Net, routes: list[HostRoute]) -> list[dict[str, str]]:
-    if len(routes) > MAX_HOST_ROUTES:
-        raise BadRequest(
-            f"Unable to complete operation for subnet: exceeded maximum of {MAX_HOST_ROUTES} host routes.",
-            type="HostRoutesExhausted",
-        )
-    out: list[dict[str, str]] = []
-    for r in routes:
-        if (
-            ipaddress.ip_network(r.destination).version != cidr.version
-            or ipaddress.ip_address(r.nexthop).version != cidr.version
-        ):
-            raise InvalidInput(f"Host route {r.destination} via {r.nexthop} is not of IP version {cidr.version}")
-        item = {"destination": r.destination, "nexthop": r.nexthop}
-        if item in out:
-            raise InvalidInput(f"Duplicate hostroute '{r.destination} {r.nexthop}'")
-        out.append(item)
-    return out
 
 
 def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
@@ -284,7 +108,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
             raise not_found("network", spec.network_id)
         raise disallowed("create_subnet")
     try:
-        cidr = _network(spec.cidr)
+        cidr = subnet_specs.network(spec.cidr)
     except ValueError as exc:
         raise BadRequest(f"Invalid input for cidr. Reason: {exc}.") from None
     if spec.ip_version is not None and spec.ip_version != cidr.version:
@@ -302,11 +126,15 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
             raise InvalidInput(
                 f"Requested subnet with cidr: {cidr} for network: {network.id} overlaps with another subnet."
             )
-    gateway = _default_gateway(cidr) if spec.gateway_ip == AUTO else _check_gateway(cidr, spec.gateway_ip)
+    gateway = (
+        subnet_specs.default_gateway(cidr)
+        if spec.gateway_ip == AUTO
+        else subnet_specs.check_gateway(cidr, spec.gateway_ip)
+    )
     if network.router_external:  # none of its gateway, network, broadcast address may be a forward's or SNAT's
         forward_deps.addresses_free(tx.conn, forward_deps.subnet_addresses(cidr, gateway), network.id)
-    pools = _check_pools(cidr, spec.allocation_pools, gateway)
-    _check_dns_versions(cidr, spec.dns_nameservers)
+    pools = subnet_specs.check_pools(cidr, spec.allocation_pools, gateway)
+    subnet_specs.check_dns_versions(cidr, spec.dns_nameservers)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "subnet")
     quotas.enforce(tx, row["project_id"], "subnet", 1)
     row.update(
@@ -316,7 +144,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
         gateway_ip=gateway,
         allocation_pools=pools,
         dns_nameservers=spec.dns_nameservers,
-        host_routes=_check_routes(cidr, spec.host_routes),
+        host_routes=subnet_specs.check_routes(cidr, spec.host_routes),
         enable_dhcp=spec.enable_dhcp,
         ipv6_ra_mode=spec.ipv6_ra_mode,
         ipv6_address_mode=spec.ipv6_address_mode,
@@ -326,12 +154,6 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
         common.set_tags(tx.conn, row["id"], spec.tags)
     tx.record("subnet", row["id"], "create", row["project_id"])
     return str(row["id"])
-
-
-def _check_dns_versions(cidr: Net, servers: list[str]) -> None:
-    for dns in servers:
-        if ipaddress.ip_address(dns).version != cidr.version:
-            raise InvalidInput(f"DNS nameserver {dns} is not of IP version {cidr.version}")
 
 
 def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +168,7 @@ def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, An
                 changes[key] = getattr(spec, key)
         gateway = row.gateway_ip
         if "gateway_ip" in given:
-            gateway = _check_gateway(cidr, spec.gateway_ip)
+            gateway = subnet_specs.check_gateway(cidr, spec.gateway_ip)
             if gateway != row.gateway_ip:
                 _check_gateway_change(tx.conn, row, gateway)
                 if gateway:
@@ -356,12 +178,12 @@ def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, An
             pools = spec.allocation_pools
             if pools is None:
                 pools = [Pool(start=p["start"], end=p["end"]) for p in row.allocation_pools]
-            changes["allocation_pools"] = _check_pools(cidr, pools, gateway)
+            changes["allocation_pools"] = subnet_specs.check_pools(cidr, pools, gateway)
         if "dns_nameservers" in given:
-            _check_dns_versions(cidr, spec.dns_nameservers or [])
+            subnet_specs.check_dns_versions(cidr, spec.dns_nameservers or [])
             changes["dns_nameservers"] = spec.dns_nameservers or []
         if "host_routes" in given:
-            changes["host_routes"] = _check_routes(cidr, spec.host_routes or [])
+            changes["host_routes"] = subnet_specs.check_routes(cidr, spec.host_routes or [])
         common.touch(tx, S, subnet_id, "subnet", row.project_id, changes, row=row)
         return to_dicts(tx.conn, [tx.conn.execute(select(S).where(S.c.id == subnet_id)).one()])[0]
 
