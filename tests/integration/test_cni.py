@@ -3,6 +3,7 @@ CHECK then DEL, DEL twice, VERSION, GC, and the errors a runtime (or a hostile c
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -37,11 +38,18 @@ def test_add_check_del(rig: CniCloud) -> None:
     (ip,) = res["ips"]
     assert ip["interface"] == 0 and ip["address"].startswith("10.77.0.") and ip["address"].endswith("/24")
     assert ip["gateway"] == "10.77.0.1"
-    assert {"dst": "0.0.0.0/0", "gw": "10.77.0.1"} in res["routes"]
     assert res["dns"] == {"nameservers": ["10.77.0.53"]}
-    # the kernel agrees: the port's MAC and address on eth0 of the container's namespace
-    shown = ns_run(path.rsplit("/", 1)[1], "ip", "-o", "addr", "show", "eth0").stdout
-    assert ip["address"] in shown
+    # the kernel agrees: the port's MAC and address on eth0 of the container's namespace, and the routes the
+    # result lists (default, the metadata hop, the subnet's host route) are those the agent configured there
+    name = path.rsplit("/", 1)[1]
+    assert ip["address"] in ns_run(name, "ip", "-o", "addr", "show", "eth0").stdout
+    hop = res["routes"][1]["gw"]
+    assert res["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}, {"dst": "169.254.169.254/32", "gw": hop},
+                             {"dst": "192.0.2.0/24", "gw": "10.77.0.254"}]  # fmt: skip
+    assert hop.startswith("10.77.0.") and hop != ip["address"].split("/")[0]
+    kernel = {(r["dst"], r.get("gateway")) for r in json.loads(ns_run(name, "ip", "-j", "route", "show").stdout)}
+    for route in res["routes"]:
+        assert (route["dst"].replace("0.0.0.0/0", "default").removesuffix("/32"), route["gw"]) in kernel, kernel
     (inst,) = [i for i in rig.instances() if i["netns"] == path]
     assert inst["status"] == "ACTIVE" and inst["project_id"] == "alice"
     assert inst["metadata"]["cni_container_id"] == cid

@@ -101,6 +101,7 @@ def cni_cloud(
                     "cidr": "10.77.0.0/24",
                     "project_id": "alice",
                     "dns_nameservers": ["10.77.0.53"],
+                    "host_routes": [{"destination": "192.0.2.0/24", "nexthop": "10.77.0.254"}],
                 },
             )
             foreign = cloud.create("networks", "network", {"name": f"cni-bob-{suffix}", "project_id": "bob"})

@@ -25,6 +25,7 @@ from cloudnet.cni.netconf import Env, NetConf
 
 MARK = "cloudnet-cni"  # every instance (and security-group port) the plugin makes: its description starts so
 RETRYABLE = (429, 502, 503, 504)
+METADATA_OWNER = "network:distributed"  # the network's metadata port (services/metadata_ports.py)
 
 
 def prefix(conf: NetConf) -> str:
@@ -88,12 +89,22 @@ class Attachments:
                 self._delete(stale, name)
             if inst is None:
                 inst = self.client.create(INSTANCE, self._body(env, name, network))
+        with api("reading the subnets"):  # while the agent plugs the instance
+            subnets, hops = self._addressing(inst["nets"][0]["network_id"])
         inst = self._wait_active(inst, name)
-        nic = inst["nets"][0]
-        with api("reading the subnets"):
-            subnets = {s["id"]: s for s in self.client.list_all(SUBNET, [("network_id", nic["network_id"])])}
-        return result.build(self.conf.cni_version, env.ifname, env.netns, nic, subnets, network.get("mtu"),
-                            self.conf.prev_result)  # fmt: skip
+        return result.build(self.conf.cni_version, env.ifname, env.netns, inst["nets"][0], subnets, hops,
+                            network.get("mtu"), self.conf.prev_result)  # fmt: skip
+
+    def _addressing(self, network_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """The network's subnets by id, and its metadata port's IPv4 address by subnet (the next hop the agent
+        routes 169.254.169.254 through; none when the token does not see that port)."""
+        subnets = {s["id"]: s for s in self.client.list_all(SUBNET, [("network_id", network_id)])}
+        hops: dict[str, str] = {}
+        for port in self.client.list_all(PORT, [("network_id", network_id), ("device_owner", METADATA_OWNER)]):
+            for f in port.get("fixed_ips") or []:
+                if ":" not in f["ip_address"]:
+                    hops.setdefault(f["subnet_id"], f["ip_address"])
+        return subnets, hops
 
     def _body(self, env: Env, name: str, network: dict[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {
