@@ -67,6 +67,31 @@ def test_add_check_del(rig: CniCloud) -> None:
     assert code == 1 and err is not None and err["code"] == 102
 
 
+def test_runtime_chosen_ifname(rig: CniCloud) -> None:
+    """CNI_IFNAME is the runtime's: the device inside gets that name, the result says so, and CHECK and DEL find
+    the attachment by it (another name is another attachment)."""
+    cid, path = container(rig, "ifname")
+    name = path.rsplit("/", 1)[1]
+    code, res = invoke("ADD", rig.conf(), cid, path, ifname="net1")
+    assert code == 0, res
+    assert res is not None and [i["name"] for i in res["interfaces"]] == ["net1"]
+    links = {link["ifname"]: link for link in json.loads(ns_run(name, "ip", "-j", "link", "show").stdout)}
+    assert set(links) == {"lo", "net1"} and links["net1"]["address"] == res["interfaces"][0]["mac"]
+    assert res["ips"][0]["address"] in ns_run(name, "ip", "-o", "addr", "show", "net1").stdout
+    assert "dev net1" in ns_run(name, "ip", "route", "show", "default").stdout
+    (inst,) = [i for i in rig.instances() if i["netns"] == path]
+    assert inst["nets"][0]["ifname"] == "net1"
+    assert invoke("CHECK", {**rig.conf(), "prevResult": res}, cid, path, ifname="net1") == (0, None)
+    code, err = invoke("CHECK", {**rig.conf(), "prevResult": res}, cid, path, ifname="eth0")
+    assert code == 1 and err is not None and err["code"] == 102, err
+    assert invoke("DEL", rig.conf(), cid, path, ifname="eth0") == (0, None)  # not this attachment: it stays
+    assert [i["id"] for i in rig.instances() if i["netns"] == path] == [inst["id"]]
+    assert invoke("DEL", rig.conf(), cid, path, ifname="net1") == (0, None)
+    assert not [i for i in rig.instances() if i["netns"] == path]
+    code, err = invoke("ADD", rig.conf(), cid, path, ifname="lo")  # the namespace's loopback is never a port's
+    assert code == 1 and err is not None and err["code"] == 4, err
+
+
 def test_add_in_a_chain_keeps_prev_result(rig: CniCloud) -> None:
     cid, path = container(rig, "chain")
     prev = {"cniVersion": "1.0.0", "interfaces": [{"name": "lo0", "sandbox": path}],

@@ -92,7 +92,8 @@ class Attachments:
         with api("reading the subnets"):  # while the agent plugs the instance
             subnets, hops = self._addressing(inst["nets"][0]["network_id"])
         inst = self._wait_active(inst, name)
-        return result.build(self.conf.cni_version, env.ifname, env.netns, inst["nets"][0], subnets, hops,
+        nic = inst["nets"][0]
+        return result.build(self.conf.cni_version, nic["ifname"], env.netns, nic, subnets, hops,
                             network.get("mtu"), self.conf.prev_result)  # fmt: skip
 
     def _addressing(self, network_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -118,7 +119,7 @@ class Attachments:
             port = self._one(PORT, self.conf.port)
             if port["network_id"] != network["id"]:
                 raise CniError(INVALID_CONFIG, f"port {self.conf.port} is not on network {self.conf.network}")
-            body["nets"] = [{"port": port["id"]}]
+            body["nets"] = [{"port": port["id"], "ifname": env.ifname}]
         elif self.conf.security_groups:
             # Instances take no groups: a port of the plugin's own carries them (from the first packet on).
             port_body: dict[str, Any] = {
@@ -129,9 +130,9 @@ class Attachments:
             if self.conf.project:
                 port_body["project_id"] = self.conf.project
             port = self.client.create(PORT, {k: v for k, v in port_body.items() if v is not None})
-            body["nets"] = [{"port": port["id"]}]
+            body["nets"] = [{"port": port["id"], "ifname": env.ifname}]
         else:
-            net: dict[str, Any] = {"network": network["id"]}
+            net: dict[str, Any] = {"network": network["id"], "ifname": env.ifname}
             for ip in self.conf.fixed_ips:
                 net["v6-fixed-ip" if ":" in ip else "v4-fixed-ip"] = ip
             body["nets"] = [net]
@@ -220,6 +221,9 @@ class Attachments:
             raise CniError(CHECK_FAILED, f"instance {inst['id']} is {inst['status']}: "
                            f"{inst.get('status_reason') or 'not plugged'}")  # fmt: skip
         nic = inst["nets"][0]
+        if nic.get("ifname") != env.ifname:
+            raise CniError(CHECK_FAILED, f"instance {inst['id']} names its interface {nic.get('ifname')}, not "
+                           f"{env.ifname}")  # fmt: skip
         result.check(self.conf.prev_result, env.ifname, env.netns, nic)
         sandbox.enter_and_check(env.netns, env.ifname, nic["mac_address"])  # last: it leaves the host's namespace
 

@@ -32,8 +32,6 @@ MAX_TIMEOUT = 300.0
 CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}$")
 IFNAME = re.compile(r"^[A-Za-z0-9_.\-]{1,15}$")
 TOKEN = re.compile(r"^[\x21-\x7e]{1,1024}$")
-# The ifname cloudnet's agent gives an instance's first (only) port.
-AGENT_IFNAME = "eth0"
 
 
 @dataclass(frozen=True)
@@ -75,9 +73,8 @@ def read_env(environ: Mapping[str, str]) -> Env:
     if not IFNAME.match(ifname) or ifname in (".", ".."):
         raise CniError(INVALID_ENV, "CNI_IFNAME must be an interface name (1-15 letters, digits, '_', '.', '-')",
                        ifname[:64])  # fmt: skip
-    if ifname != AGENT_IFNAME:
-        raise CniError(INVALID_ENV, f"cloudnet plugs a container's network as {AGENT_IFNAME}: CNI_IFNAME={ifname} "
-                       "is not supported (one cloudnet network a container)")  # fmt: skip
+    if ifname == "lo":
+        raise CniError(INVALID_ENV, "CNI_IFNAME lo is the namespace's loopback")
     if command != "DEL" or netns:
         netns = _netns_path(netns)
     return Env(command, container_id, netns, ifname, _cni_args(environ.get("CNI_ARGS", "")))

@@ -8,7 +8,7 @@ import ipaddress
 from typing import Any
 
 from cloudnet.cni.errors import CHECK_FAILED, INVALID_CONFIG, CniError
-from cloudnet.wire import guest_routes
+from cloudnet.wire import guest_net
 
 MAX_PREV = 64  # interfaces, ips or routes an earlier plugin may have returned
 
@@ -32,7 +32,7 @@ def build(
 ) -> dict[str, Any]:
     """prevResult's interfaces, ips and routes, then this attachment's: `nic` is the instance's port (its `nets`
     entry), `subnets` its subnets by id, `metadata_hops` the network's metadata port address by subnet id. The
-    routes are those the agent configures (wire/guest_routes.py: default, metadata hop, host routes)."""
+    routes are those the agent configures (wire/guest_net.py: default, metadata hop, host routes)."""
     prev = prev or {}
     interfaces, ips, routes = _list(prev, "interfaces"), _list(prev, "ips"), _list(prev, "routes")
     index = len(interfaces)
@@ -53,7 +53,7 @@ def build(
             entry["gateway"] = gateway
         ips.append(entry)
         nameservers += [n for n in subnet.get("dns_nameservers") or [] if n not in nameservers]
-    for dst, gw in guest_routes.port_routes(nic["fixed_ips"], subnets, metadata_hops, default=True):
+    for dst, gw in guest_net.port_routes(nic["fixed_ips"], subnets, metadata_hops, default=True):
         if dst not in seen:  # an earlier plugin's route to the same place stays first
             seen.add(dst)
             routes.append({"dst": dst, "gw": gw})

@@ -10,7 +10,8 @@ from typing import Any
 from pyroute2 import IPRoute
 
 from cloudnet.dataplane.kernel import routes
-from cloudnet.wire import guest_routes
+from cloudnet.wire import guest_net
+from cloudnet.wire.guest_net import device_name
 
 DesiredState = dict[str, Any]  # (dataplane.base's: the kernel helpers import nothing above them)
 IFA_F_NODAD = 0x02
@@ -28,7 +29,8 @@ def metadata_hop(state: DesiredState, network_id: str, subnet_id: str) -> str | 
 def fingerprint(
     inst: dict[str, Any], position: int, port: dict[str, Any], network: dict[str, Any], state: DesiredState
 ) -> tuple[Any, ...]:
-    """What of the desired state the port's configuration inside `inst` (as eth<position>) depends on."""
+    """What of the desired state the port's configuration inside `inst` (as its device at `position`) depends
+    on; its second item is the device's name."""
     ips = tuple(sorted((f["ip_address"], f["prefixlen"]) for f in port["fixed_ips"]))
     subnets = tuple(
         sorted(
@@ -40,13 +42,14 @@ def fingerprint(
     hops = tuple(metadata_hop(state, port["network_id"], f["subnet_id"]) for f in port["fixed_ips"])
     return (
         inst["netns"],
-        position,
+        device_name(inst, position),
         port["mac_address"],
         network["mtu"],
         port["admin_state_up"],
         ips,
         subnets,
         hops,
+        position == 0,  # the first interface carries the default routes
     )
 
 
@@ -71,10 +74,10 @@ def configure_addresses(
 def configure_routes(
     ipr: IPRoute, idx: int, port: dict[str, Any], state: DesiredState, default: bool, fresh: bool = False
 ) -> None:
-    """The port's routes on device `idx` (its own, tagged: routes.PROTO; wire/guest_routes.py says which), and
+    """The port's routes on device `idx` (its own, tagged: routes.PROTO; wire/guest_net.py says which), and
     none of its own besides; `fresh`: the device was just made (none of its routes can exist yet)."""
     hops = {f["subnet_id"]: hop for f in port["fixed_ips"]
             if (hop := metadata_hop(state, port["network_id"], f["subnet_id"]))}  # fmt: skip
-    wanted = [routes.route(dst, gw, idx) for dst, gw in guest_routes.port_routes(port["fixed_ips"], state["subnets"],
+    wanted = [routes.route(dst, gw, idx) for dst, gw in guest_net.port_routes(port["fixed_ips"], state["subnets"],
                                                                                  hops, default)]  # fmt: skip
     routes.converge(ipr, wanted, mine=routes.cloudnets, oifs={idx}, read=not fresh)

@@ -1,7 +1,8 @@
-"""The routes a port gets inside its instance's namespace, computed once for the dataplane that configures them
-and for the faces that report them (cloudnet-cni's result): the subnet's default route and the metadata hop on
-an instance's first interface, and each subnet's host routes; one route a destination (the last wins), none
-whose next hop is the port's own address (it leads nowhere, and the kernel refuses it for IPv6)."""
+"""An instance's interfaces as its guest sees them, decided once for the dataplanes that make them and for what
+reports them (cloudnet-cni's result, the mdata keys): each interface's name inside the namespace, and the routes
+a port gets there: the subnet's default route and the metadata hop on the instance's first interface, and each
+subnet's host routes; one route a destination (the last wins), none whose next hop is the port's own address (it
+leads nowhere, and the kernel refuses it for IPv6)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 METADATA_ROUTE = "169.254.169.254/32"
+
+
+def device_name(inst: Mapping[str, Any], position: int) -> str:
+    """The name of the instance's interface at `position` inside its namespace: the runtime's choice (the desired
+    state's `ifnames`, in port order), else eth<position>."""
+    given = inst.get("ifnames") or []
+    return str(given[position]) if position < len(given) and given[position] else f"eth{position}"
 
 
 def port_routes(
