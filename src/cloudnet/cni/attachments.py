@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from cloudnet.cli.client import INSTANCE, NETWORK, PORT, SECURITY_GROUP, SUBNET, Client, Kind
 from cloudnet.cli.errors import ApiError, CliError
+from cloudnet.cli.resources import INSTANCE, NETWORK, PORT, SECURITY_GROUP, SUBNET, Kind, Resources
 from cloudnet.cni import result, sandbox
 from cloudnet.cni.errors import (
     API_REFUSED,
@@ -25,6 +26,7 @@ from cloudnet.cni.netconf import Env, NetConf
 
 MARK = "cloudnet-cni"  # every instance (and security-group port) the plugin makes: its description starts so
 RETRYABLE = (429, 502, 503, 504)
+UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
 METADATA_OWNER = "network:distributed"  # the network's metadata port (services/metadata_ports.py)
 
 
@@ -52,7 +54,7 @@ def api(what: str, unavailable: int = TRY_AGAIN_LATER) -> Iterator[None]:
 
 
 class Attachments:
-    def __init__(self, conf: NetConf, client: Client) -> None:
+    def __init__(self, conf: NetConf, client: Resources) -> None:
         self.conf = conf
         self.client = client
 
@@ -60,8 +62,9 @@ class Attachments:
 
     def _one(self, kind: Kind, value: str, params: list[tuple[str, str]] | None = None) -> dict[str, Any]:
         """A resource the configuration names, by id or name; not visible to the token is a bad configuration."""
-        with contextlib.suppress(ApiError):
-            return self.client.show(kind, value)
+        if UUID.match(value):  # (a name is looked up by name at once: one request less on every ADD)
+            with contextlib.suppress(ApiError):
+                return self.client.show(kind, value)
         found = self.client.list_all(kind, [*(params or []), ("name", value)])
         if len(found) != 1:
             why = "no" if not found else "more than one"
