@@ -123,6 +123,8 @@ class Attachments:
             if port["network_id"] != network["id"]:
                 raise CniError(INVALID_CONFIG, f"port {self.conf.port} is not on network {self.conf.network}")
             body["nets"] = [{"port": port["id"], "ifname": env.ifname}]
+        elif self.conf.physnet:
+            body["nets"] = [{"port": self._direct_port(network, name)["id"], "ifname": env.ifname}]
         elif self.conf.security_groups:
             # Instances take no groups: a port of the plugin's own carries them (from the first packet on).
             port_body: dict[str, Any] = {
@@ -140,6 +142,22 @@ class Attachments:
                 net["v6-fixed-ip" if ":" in ip else "v4-fixed-ip"] = ip
             body["nets"] = [net]
         return body
+
+    def _direct_port(self, network: dict[str, Any], name: str) -> dict[str, Any]:
+        """A port of the plugin's own bound to an SR-IOV VF (Zun's `direct` port): the network must be on the
+        configured physical network; a VF enforces no security groups, so the port has none."""
+        if network.get("provider:physical_network") != self.conf.physnet:
+            raise CniError(INVALID_CONFIG, f"network {self.conf.network} is not on physical network "
+                           f"{self.conf.physnet}")  # fmt: skip
+        body: dict[str, Any] = {
+            "network_id": network["id"], "name": name, "description": f"{MARK} {self.conf.name}"[:255],
+            "binding:vnic_type": "direct", "port_security_enabled": False,
+        }  # fmt: skip
+        for ip in self.conf.fixed_ips:
+            body.setdefault("fixed_ips", []).append({"ip_address": ip})
+        if self.conf.project:
+            body["project_id"] = self.conf.project
+        return self.client.create(PORT, body)
 
     def _wait_active(self, inst: dict[str, Any], name: str) -> dict[str, Any]:
         """Until the host's agent reports the port plugged; a failure or the deadline takes the instance away
@@ -169,8 +187,9 @@ class Attachments:
         self._delete_own_ports([name])
 
     def _delete_own_ports(self, names: list[str]) -> None:
-        """Ports the plugin made for security groups (instance delete only unbinds a port it was given)."""
-        if not self.conf.security_groups or not names:
+        """Ports the plugin made (for security groups, or a VF): an instance's delete only unbinds a port it was
+        given."""
+        if not (self.conf.security_groups or self.conf.physnet) or not names:
             return
         for name in names:
             for port in self.client.list_all(PORT, [("name", name)]):
@@ -203,7 +222,7 @@ class Attachments:
                 if name.startswith(mine) and name not in valid and str(inst.get("description", "")).startswith(MARK):
                     self._remove_quietly(INSTANCE, inst["id"])
                     gone.append(name)
-            if self.conf.security_groups:
+            if self.conf.security_groups or self.conf.physnet:
                 network = self._one(NETWORK, self.conf.network)
                 for port in self.client.list_all(PORT, [("network_id", network["id"])]):
                     name = str(port.get("name", ""))
