@@ -13,7 +13,6 @@ from sqlalchemy import Connection, delete, insert, select, update
 from cloudnet.errors import Conflict, Forbidden, not_found
 from cloudnet.services import (
     common,
-    instances,
     metadata_ports,
     network_config,
     networks,
@@ -29,6 +28,7 @@ from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, utcnow
+from cloudnet.wire import guest_net
 
 H = t.hosts
 P = t.ports
@@ -261,7 +261,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         ifnames: dict[str, list[str]] = defaultdict(list)  # each port's device name inside, in the same order
         for iid, pid, pos, ifname in links:
             by_instance[iid].append(pid)
-            ifnames[iid].append(instances.ifname_at(ifname, pos))
+            ifnames[iid].append(guest_net.ifname_at(ifname, pos))
         # (a port whose binding the server refused is no host's to plug: services/single_host.py)
         # (only the server's refusals: a port that failed on the agent stays, to be retried there)
         failed = {pid for pid, details in conn.execute(

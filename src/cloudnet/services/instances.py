@@ -28,6 +28,7 @@ from cloudnet.services.validation import Body, check_ifname, check_ip, is_uuid, 
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.wire import mdata_keys
+from cloudnet.wire.guest_net import ifname_at
 
 I = t.instances  # noqa: E741
 IP = t.instance_ports
@@ -98,11 +99,6 @@ class InstanceCreate(Body):
         if len(set(names)) != len(names):
             raise ValueError(f"each net needs an interface name of its own (got {', '.join(names)})")
         return self
-
-
-def ifname_at(given: str | None, position: int) -> str:
-    """An interface's name inside its instance's namespace: the one given, else eth<position>."""
-    return given or f"eth{position}"
 
 
 def check_netns(value: str) -> str:

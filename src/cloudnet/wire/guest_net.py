@@ -13,11 +13,15 @@ from typing import Any
 METADATA_ROUTE = "169.254.169.254/32"
 
 
+def ifname_at(given: str | None, position: int) -> str:
+    """An interface's name inside its instance's namespace: the one the runtime gave, else eth<position>."""
+    return given or f"eth{position}"
+
+
 def device_name(inst: Mapping[str, Any], position: int) -> str:
-    """The name of the instance's interface at `position` inside its namespace: the runtime's choice (the desired
-    state's `ifnames`, in port order), else eth<position>."""
+    """The name of the instance's interface at `position`, from the desired state (`ifnames`, in port order)."""
     given = inst.get("ifnames") or []
-    return str(given[position]) if position < len(given) and given[position] else f"eth{position}"
+    return ifname_at(str(given[position]) if position < len(given) and given[position] else None, position)
 
 
 def port_routes(
