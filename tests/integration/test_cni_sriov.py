@@ -93,6 +93,12 @@ def test_a_vf_under_the_runtimes_name_and_home_again(site: tuple[CniCloud, Rig, 
     assert inside["address"] == nic["mac_address"] and link(rig.vf) is None  # the VF itself, moved and renamed
     assert res["ips"][0]["address"] in ns_run(name, "ip", "-o", "addr", "show", "net1").stdout
     assert invoke("CHECK", {**conf, "prevResult": res}, cid, path, ifname="net1") == (0, None)
+    other = f"/run/netns/{cloud.cloud.namespace('vf2')}"  # the host's only VF is taken: refused, nothing left
+    code, err = invoke("ADD", conf, uuid.uuid4().hex, other)
+    assert code == 1 and err is not None and err["code"] == 100, err
+    assert not [i for i in cloud.instances() if i["netns"] == other]
+    assert [p["id"] for p in cloud.api.get("/ports", params={"network_id": nic["network_id"]}).json()["ports"]
+            if str(p["description"]).startswith("cloudnet-cni")] == [nic["port_id"]]  # fmt: skip
 
     assert invoke("DEL", conf, cid, path, ifname="net1") == (0, None)
     assert not [i for i in cloud.instances() if i["netns"] == path]

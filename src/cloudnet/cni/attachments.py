@@ -91,7 +91,12 @@ class Attachments:
             for stale in (i for i in existing if i is not inst):  # an earlier ADD's, into another namespace
                 self._delete(stale, name)
             if inst is None:
-                inst = self.client.create(INSTANCE, self._body(env, name, network))
+                body = self._body(env, name, network)
+                try:
+                    inst = self.client.create(INSTANCE, body)
+                except CliError:  # (no VF free, a quota...): the port made for it goes at once
+                    self._delete_own_ports([name])
+                    raise
         with api("reading the subnets"):  # while the agent plugs the instance
             subnets, hops = self._addressing(inst["nets"][0]["network_id"])
         inst = self._wait_active(inst, name)
