@@ -221,6 +221,30 @@ def test_nets_order_is_kept(api: httpx.Client, host: str) -> None:
     assert [get(api, "ports", "port", p)["name"] for p in port_ids(inst)] == ["vm-eth0", "given", "vm-eth2", "vm-eth3"]
 
 
+def test_interface_names(api: httpx.Client, host: str) -> None:
+    """A runtime names an interface (CNI_IFNAME): the name is kept, shown, and in the host's desired state; an
+    unnamed one keeps eth<position>; a name the kernel would refuse, loopback's, or a clash is refused."""
+    nets = [network_with_subnet(api, f"10.{i}.0.0/24")[0] for i in range(2)]
+    given = create(api, "ports", "port", network_id=nets[1]["id"], name="given")
+    inst = new_instance(api, host=host, nets=[{"network": nets[0]["id"], "ifname": "net1"},
+                                              {"port": given["id"], "ifname": "cni.data-0"}])  # fmt: skip
+    assert [n["ifname"] for n in inst["nets"]] == ["net1", "cni.data-0"]
+    assert get(api, "instances", "instance", inst["id"]) == inst
+    assert get(api, "ports", "port", port_ids(inst)[0])["name"] == "vm-net1"
+    r = api.get(f"/hosts/{host}/state")
+    assert r.status_code == 200, r.text
+    (desired,) = [i for i in r.json()["instances"] if i["id"] == inst["id"]]
+    assert desired["ifnames"] == ["net1", "cni.data-0"] and desired["ports"] == port_ids(inst)
+    plain = new_instance(api, "plain", nets=[{"network": nets[0]["id"]}, {"network": nets[1]["id"], "ifname": "x"}])
+    assert [n["ifname"] for n in plain["nets"]] == ["eth0", "x"]
+    bad = ["lo", "a" * 16, "eth0/x", "..", "", "eth 0", "net:1", "\u00e9th0", 7]
+    for i, name in enumerate(bad):
+        error(post_instance(api, f"bad{i}", nets=[{"network": nets[0]["id"], "ifname": name}]), 400)
+    clash = [{"network": nets[0]["id"]}, {"network": nets[1]["id"], "ifname": "eth0"}]  # eth0 is position 0's
+    assert "interface name" in error(post_instance(api, "clash", nets=clash), 400)
+    assert sorted(i["name"] for i in listed(api, "instances")) == ["plain", "vm"]  # nothing of the refused ones
+
+
 # -- nets: given ports --------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@ CHECK then DEL, DEL twice, VERSION, GC, and the errors a runtime (or a hostile c
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -37,11 +38,18 @@ def test_add_check_del(rig: CniCloud) -> None:
     (ip,) = res["ips"]
     assert ip["interface"] == 0 and ip["address"].startswith("10.77.0.") and ip["address"].endswith("/24")
     assert ip["gateway"] == "10.77.0.1"
-    assert {"dst": "0.0.0.0/0", "gw": "10.77.0.1"} in res["routes"]
     assert res["dns"] == {"nameservers": ["10.77.0.53"]}
-    # the kernel agrees: the port's MAC and address on eth0 of the container's namespace
-    shown = ns_run(path.rsplit("/", 1)[1], "ip", "-o", "addr", "show", "eth0").stdout
-    assert ip["address"] in shown
+    # the kernel agrees: the port's MAC and address on eth0 of the container's namespace, and the routes the
+    # result lists (default, the metadata hop, the subnet's host route) are those the agent configured there
+    name = path.rsplit("/", 1)[1]
+    assert ip["address"] in ns_run(name, "ip", "-o", "addr", "show", "eth0").stdout
+    hop = res["routes"][1]["gw"]
+    assert res["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}, {"dst": "169.254.169.254/32", "gw": hop},
+                             {"dst": "192.0.2.0/24", "gw": "10.77.0.254"}]  # fmt: skip
+    assert hop.startswith("10.77.0.") and hop != ip["address"].split("/")[0]
+    kernel = {(r["dst"], r.get("gateway")) for r in json.loads(ns_run(name, "ip", "-j", "route", "show").stdout)}
+    for route in res["routes"]:
+        assert (route["dst"].replace("0.0.0.0/0", "default").removesuffix("/32"), route["gw"]) in kernel, kernel
     (inst,) = [i for i in rig.instances() if i["netns"] == path]
     assert inst["status"] == "ACTIVE" and inst["project_id"] == "alice"
     assert inst["metadata"]["cni_container_id"] == cid
@@ -57,6 +65,31 @@ def test_add_check_del(rig: CniCloud) -> None:
     assert invoke("DEL", conf, cid, "") == (0, None)  # and one without a namespace (it is gone already)
     code, err = invoke("CHECK", {**conf, "prevResult": res}, cid, path)
     assert code == 1 and err is not None and err["code"] == 102
+
+
+def test_runtime_chosen_ifname(rig: CniCloud) -> None:
+    """CNI_IFNAME is the runtime's: the device inside gets that name, the result says so, and CHECK and DEL find
+    the attachment by it (another name is another attachment)."""
+    cid, path = container(rig, "ifname")
+    name = path.rsplit("/", 1)[1]
+    code, res = invoke("ADD", rig.conf(), cid, path, ifname="net1")
+    assert code == 0, res
+    assert res is not None and [i["name"] for i in res["interfaces"]] == ["net1"]
+    links = {link["ifname"]: link for link in json.loads(ns_run(name, "ip", "-j", "link", "show").stdout)}
+    assert set(links) == {"lo", "net1"} and links["net1"]["address"] == res["interfaces"][0]["mac"]
+    assert res["ips"][0]["address"] in ns_run(name, "ip", "-o", "addr", "show", "net1").stdout
+    assert "dev net1" in ns_run(name, "ip", "route", "show", "default").stdout
+    (inst,) = [i for i in rig.instances() if i["netns"] == path]
+    assert inst["nets"][0]["ifname"] == "net1"
+    assert invoke("CHECK", {**rig.conf(), "prevResult": res}, cid, path, ifname="net1") == (0, None)
+    code, err = invoke("CHECK", {**rig.conf(), "prevResult": res}, cid, path, ifname="eth0")
+    assert code == 1 and err is not None and err["code"] == 102, err
+    assert invoke("DEL", rig.conf(), cid, path, ifname="eth0") == (0, None)  # not this attachment: it stays
+    assert [i["id"] for i in rig.instances() if i["netns"] == path] == [inst["id"]]
+    assert invoke("DEL", rig.conf(), cid, path, ifname="net1") == (0, None)
+    assert not [i for i in rig.instances() if i["netns"] == path]
+    code, err = invoke("ADD", rig.conf(), cid, path, ifname="lo")  # the namespace's loopback is never a port's
+    assert code == 1 and err is not None and err["code"] == 4, err
 
 
 def test_add_in_a_chain_keeps_prev_result(rig: CniCloud) -> None:

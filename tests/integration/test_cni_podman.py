@@ -4,6 +4,7 @@ router, read their metadata, and their instances go when they go (podman rm; a k
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cni import CniCloud, cni_cloud, invoke
+from tests.support.guest_metadata import DEBIAN_PYTHON, READER, cloud_init_available
 from tests.support.podman import Podman, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs podman, runc and busybox-static (make deps)")
@@ -68,6 +70,48 @@ def test_containers_reach_each_other_their_router_and_metadata(site: Site) -> No
     assert instance_of(site, one) is None  # podman's CNI DEL took it away
     site.podman.run("rm", "-f", "-t", "0", f"two-{suffix}")
     assert instance_of(site, two) is None
+
+
+# An HTTP GET of the metadata service from a given source address, run with the host's Python in a container's
+# namespace: the body, or why nothing came back.
+FETCH = """
+import socket, sys
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.bind((sys.argv[1], 0))
+    s.connect(("169.254.169.254", 80))
+    s.sendall(b"GET /openstack/latest/meta_data.json HTTP/1.0\\r\\nHost: 169.254.169.254\\r\\n\\r\\n")
+    print(s.recv(65536).decode(errors="replace"))
+except OSError as exc:
+    print("NOTHING", type(exc).__name__)
+"""
+
+
+def in_netns(sandbox: str, *cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nsenter", f"--net={sandbox}", *cmd], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(not cloud_init_available(), reason="needs Debian's cloud-init (make deps)")
+def test_cloud_init_reads_its_own_metadata_and_no_one_elses(site: Site) -> None:
+    """cloud-init's OpenStack reader in a container's namespace gets that container's instance; the container,
+    claiming its neighbour's address as its source, gets nothing (port security drops it before the proxy)."""
+    suffix = site.rig.cloud.suffix
+    me, other = site.podman.start(f"me-{suffix}", site.network), site.podman.start(f"other-{suffix}", site.network)
+    mine, theirs = instance_of(site, me), instance_of(site, other)
+    assert mine is not None and theirs is not None
+    sandbox = json.loads(site.podman.run("inspect", f"me-{suffix}").stdout)[0]["NetworkSettings"]["SandboxKey"]
+    read = in_netns(sandbox, DEBIAN_PYTHON, READER, "http://169.254.169.254")
+    assert read.returncode == 0, read.stderr
+    got = json.loads(read.stdout)
+    assert got["read_metadata_service_uuid"] == got["openstack"]["metadata"]["uuid"] == mine["id"]
+    assert got["ec2_metadata"]["local-ipv4"] == address(site, f"me-{suffix}")
+    own, neighbour = address(site, f"me-{suffix}"), address(site, f"other-{suffix}")
+    assert mine["id"] in in_netns(sandbox, DEBIAN_PYTHON, "-c", FETCH, own).stdout  # the probe works
+    assert in_netns(sandbox, "ip", "addr", "add", f"{neighbour}/32", "dev", "eth0").returncode == 0
+    spoofed = in_netns(sandbox, DEBIAN_PYTHON, "-c", FETCH, neighbour).stdout
+    assert spoofed.startswith("NOTHING") and theirs["id"] not in spoofed, spoofed
+    site.podman.run("rm", "-f", "-t", "0", f"me-{suffix}", f"other-{suffix}")
 
 
 def test_a_killed_container_is_collected(site: Site) -> None:

@@ -157,8 +157,12 @@ def test_parked_devices_attach_release_prune_and_survive_an_agent_restart(cloud:
     c = cloud.instance("qc", [{"network": net["id"]}])
     pc = c["nets"][0]["port_id"]
     assert _links(host_ns)[names.tap(pc)][0] == before[names.tap(pc)]
-    d = cloud.create("instances", "instance", {"name": "qd", "host": cloud.host, "nets": [{"network": net["id"]}]})
+    d = cloud.create("instances", "instance", {"name": "qd", "host": cloud.host,
+                                               "nets": [{"network": net["id"], "ifname": "pod0"}]})  # fmt: skip
     assert d["netns"] == offered[d["nets"][0]["port_id"]]
+    # taken over under the name its runtime chose: the parked eth0 renamed, configured as before
+    cloud.wait_for(lambda: "pod0" in _links(d["netns"]), what="the parked device renamed")
+    assert "eth0" not in _links(d["netns"]) and _links(d["netns"])["pod0"][1] == d["nets"][0]["mac_address"]
     assert ping(d["netns"], c["nets"][0]["fixed_ips"][0]["ip_address"])
 
     # Beyond the pool: a ready port deleted through the API takes its parked device and namespace with it.

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,10 +69,17 @@ def invoke(
 
 @contextlib.contextmanager
 def cni_cloud(
-    work: Path, template: Path, instance_pools: bool = False, park: bool = False, pool_min: int = 2, pool_batch: int = 4
+    work: Path,
+    template: Path,
+    instance_pools: bool = False,
+    park: bool = False,
+    pool_min: int = 2,
+    pool_batch: int = 4,
+    dataplane: Callable[[str], tuple[LinuxDataplane, dict[str, Any] | None]] | None = None,
 ) -> Iterator[CniCloud]:
     """A server (tokens: an admin, the runtime's service token in project `alice`, a member of `bob`), this
-    test's agent with its metadata proxy, and a network of alice's with a subnet."""
+    test's agent with its metadata proxy, and a network of alice's with a subnet. `dataplane`: the agent's
+    driver and report for a host name (default: the Linux driver alone)."""
     state = work / "state"
     state.mkdir(parents=True)
     shutil.copyfile(template, state / "cloudnet.db")
@@ -91,7 +98,8 @@ def cni_cloud(
     api = httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30)
     cloud = Cloud(api=api, server=server, host=f"h-{suffix}", suffix=suffix)
     try:
-        with agent_with_proxy(cloud, server, park=park):
+        driver, report = dataplane(cloud.host) if dataplane else (None, None)
+        with agent_with_proxy(cloud, server, park=park, dataplane=driver, report=report):
             net = cloud.create("networks", "network", {"name": f"cni-net-{suffix}", "project_id": "alice"})
             sub = cloud.create(
                 "subnets",
@@ -101,6 +109,7 @@ def cni_cloud(
                     "cidr": "10.77.0.0/24",
                     "project_id": "alice",
                     "dns_nameservers": ["10.77.0.53"],
+                    "host_routes": [{"destination": "192.0.2.0/24", "nexthop": "10.77.0.254"}],
                 },
             )
             foreign = cloud.create("networks", "network", {"name": f"cni-bob-{suffix}", "project_id": "bob"})

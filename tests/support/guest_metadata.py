@@ -31,7 +31,11 @@ def cloud_init_available() -> bool:
 
 @contextlib.contextmanager
 def agent_with_proxy(
-    cloud: Cloud, server: RunningServer, park: bool = False, dataplane: LinuxDataplane | None = None
+    cloud: Cloud,
+    server: RunningServer,
+    park: bool = False,
+    dataplane: LinuxDataplane | None = None,
+    report: dict[str, Any] | None = None,
 ) -> Iterator[MetadataProxy]:
     """The host's agent with the proxy as it runs it (an observer of the desired state, in the namespaces the
     driver builds), and a metadata API on the server's store."""
@@ -40,7 +44,7 @@ def agent_with_proxy(
     proxy = MetadataProxy(cloud.host, metadata.url, SECRET, retry_interval=0.1, burst=200)  # 3 boots of reads
     try:
         dataplane = dataplane or LinuxDataplane(cloud.host, cloud.uplinks, park=park)
-        with running_agent(server.url, cloud.host, dataplane, observers=[proxy]) as agent:
+        with running_agent(server.url, cloud.host, dataplane, report, observers=[proxy]) as agent:
             cloud.agent = agent
             yield proxy
     finally:

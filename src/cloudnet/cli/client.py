@@ -1,60 +1,36 @@
-"""A thin HTTP client for cloudnet's Neutron v2.0 API, turning every failure into a `CliError`."""
+"""The CLI's HTTP client for cloudnet's Neutron v2.0 API (httpx), turning every failure into a `CliError`."""
 
 from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from cloudnet.cli.errors import ApiError, CliError
-
-DEFAULT_URL = "http://127.0.0.1:9696"
-DEFAULT_TOKEN = "admin"
-DEFAULT_TIMEOUT = 30.0
-API_PREFIX = "/v2.0"
-
-Params = Sequence[tuple[str, str]]
-Resource = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One Neutron resource type: where it lives and how its envelope is keyed."""
-
-    collection: str  # URL segment, e.g. "security-groups"
-    key: str  # envelope key of one resource, e.g. "security_group"
-
-    @property
-    def plural_key(self) -> str:
-        return f"{self.key}s"
-
-    @property
-    def label(self) -> str:
-        return self.key.replace("_", " ")
+from cloudnet.cli.resources import (  # noqa: F401  (the CLI's modules import them from here)
+    DEFAULT_TIMEOUT,
+    DEFAULT_TOKEN,
+    DEFAULT_URL,
+    HOST,
+    INSTANCE,
+    NETWORK,
+    PORT,
+    ROUTER,
+    SECURITY_GROUP,
+    SECURITY_GROUP_RULE,
+    SUBNET,
+    Kind,
+    Params,
+    Resource,
+    Resources,
+    api_root,
+    reason,
+)
 
 
-NETWORK = Kind("networks", "network")
-SUBNET = Kind("subnets", "subnet")
-PORT = Kind("ports", "port")
-ROUTER = Kind("routers", "router")
-SECURITY_GROUP = Kind("security-groups", "security_group")
-SECURITY_GROUP_RULE = Kind("security-group-rules", "security_group_rule")
-INSTANCE = Kind("instances", "instance")
-HOST = Kind("hosts", "host")
-
-
-def api_root(url: str) -> str:
-    """The `/v2.0` root under `url`, accepting a URL that already ends with it."""
-    base = url.rstrip("/")
-    return base if base.endswith(API_PREFIX) else base + API_PREFIX
-
-
-class Client:
+class Client(Resources):
     """Requests against `<url>/v2.0`, authenticated with `X-Auth-Token`.
 
     `http` lets a caller (tests, an in-process server) supply its own `httpx.Client`; it is then
@@ -80,20 +56,6 @@ class Client:
             self._http.close()
             self._http = None
 
-    # Raw verbs; `path` is relative to /v2.0, e.g. "networks/<id>".
-
-    def get(self, path: str, params: Params | None = None) -> Any:
-        return self.request("GET", path, params=params)
-
-    def post(self, path: str, body: Any) -> Any:
-        return self.request("POST", path, body=body)
-
-    def put(self, path: str, body: Any) -> Any:
-        return self.request("PUT", path, body=body)
-
-    def delete(self, path: str) -> None:
-        self.request("DELETE", path)
-
     def request(self, method: str, path: str, *, params: Params | None = None, body: Any = None) -> Any:
         url = f"{api_root(self.url)}/{path.lstrip('/')}"
         try:
@@ -106,11 +68,11 @@ class Client:
                 timeout=self.timeout,
             )
         except httpx.ConnectError as exc:
-            raise CliError(f"cannot reach cloudnet at {self.url}: {_reason(exc)}") from None
+            raise CliError(f"cannot reach cloudnet at {self.url}: {reason(exc)}") from None
         except httpx.TimeoutException:
             raise CliError(f"cloudnet at {self.url} did not answer within {self.timeout:g}s") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise CliError(f"request to cloudnet at {self.url} failed: {_reason(exc)}") from None
+            raise CliError(f"request to cloudnet at {self.url} failed: {reason(exc)}") from None
         if not response.is_success:
             # 3xx too: redirects are not followed, so the request did not happen.
             raise ApiError.from_payload(response.status_code, _json_or_none(response), response.reason_phrase)
@@ -120,50 +82,6 @@ class Client:
         if payload is None:
             raise CliError(f"cloudnet at {self.url} answered {method} {path} with a body that is not JSON")
         return payload
-
-    # Resource operations, unwrapping Neutron's envelopes.
-
-    def list_all(self, kind: Kind, params: Params | None = None) -> list[Resource]:
-        return self._unwrap(self.get(kind.collection, params), kind.plural_key, list, "GET", kind.collection)
-
-    def show(self, kind: Kind, ident: str) -> Resource:
-        path = _member(kind, ident)
-        return self._unwrap(self.get(path), kind.key, dict, "GET", path)
-
-    def create(self, kind: Kind, body: Resource) -> Resource:
-        return self._unwrap(self.post(kind.collection, {kind.key: body}), kind.key, dict, "POST", kind.collection)
-
-    def update(self, kind: Kind, ident: str, body: Resource) -> Resource:
-        path = _member(kind, ident)
-        return self._unwrap(self.put(path, {kind.key: body}), kind.key, dict, "PUT", path)
-
-    def remove(self, kind: Kind, ident: str) -> None:
-        self.delete(_member(kind, ident))
-
-    def find(self, kind: Kind, value: str, params: Params = ()) -> Resource:
-        """The resource whose id is `value`, else the only one named `value` (within `params`)."""
-        if value:  # "" is no id, but it is a name (Neutron's default one)
-            try:
-                return self.show(kind, value)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-        matches = self.list_all(kind, [*params, ("name", value)])
-        if not matches:
-            raise CliError(f"No {kind.label} found for '{value}'")
-        if len(matches) > 1:
-            raise CliError(f"More than one {kind.label} named '{value}'; use its id")
-        return matches[0]
-
-    def find_id(self, kind: Kind, value: str, params: Params = ()) -> str:
-        return str(self.find(kind, value, params)["id"])
-
-    def _unwrap(self, payload: Any, key: str, expected: type, method: str, path: str) -> Any:
-        """`payload[key]` of a Neutron envelope; anything else is an error, not a traceback."""
-        if not isinstance(payload, dict) or not isinstance(payload.get(key), expected):
-            what = "list" if expected is list else "object"
-            raise CliError(f"cloudnet at {self.url} answered {method} {path} without a '{key}' {what}")
-        return payload[key]
 
     def _session(self) -> httpx.Client:
         if self._http is None:
@@ -182,26 +100,6 @@ def _tls_context(url: str) -> ssl.SSLContext | bool:
     if url.startswith("https://"):
         return True
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-
-
-def _member(kind: Kind, ident: str) -> str:
-    """`<collection>/<ident>`, `ident` kept one path segment whatever the user typed.
-
-    '/', '?', spaces are percent-encoded by `quote`; "." and ".." would be dot segments that the URL
-    parser resolves away (`networks/..` is `/v2.0/`), so their dots are encoded too; "" would be the
-    collection itself.
-    """
-    if not ident:
-        raise CliError(f"A {kind.label} id cannot be empty")
-    segment = quote(ident, safe="")
-    if segment in (".", ".."):
-        segment = segment.replace(".", "%2E")
-    return f"{kind.collection}/{segment}"
-
-
-def _reason(exc: Exception) -> str:
-    # "[Errno 111] Connection refused" -> "Connection refused"
-    return re.sub(r"^\[Errno -?\d+\]\s*", "", str(exc)) or type(exc).__name__
 
 
 def _json_or_none(response: httpx.Response) -> Any:

@@ -33,13 +33,14 @@ InstanceArg = Annotated[str, typer.Argument(metavar="INSTANCE", help="Instance n
 
 
 def _net(client: Client, text: str) -> dict[str, Any]:
-    pairs = parse_pairs(text, option="--nets", allowed=("port", "network", "v4-fixed-ip", "v6-fixed-ip"))
+    pairs = parse_pairs(text, option="--nets", allowed=("port", "network", "v4-fixed-ip", "v6-fixed-ip", "ifname"))
     if ("port" in pairs) == ("network" in pairs):
         raise CliError(f"--nets '{text}': give exactly one of port=... or network=...")
     if "port" in pairs:
-        return {"port": client.find_id(PORT, pairs["port"])}
-    net: dict[str, Any] = {"network": client.find_id(NETWORK, pairs["network"])}
-    for key in ("v4-fixed-ip", "v6-fixed-ip"):
+        net: dict[str, Any] = {"port": client.find_id(PORT, pairs["port"])}
+    else:
+        net = {"network": client.find_id(NETWORK, pairs["network"])}
+    for key in ("v4-fixed-ip", "v6-fixed-ip", "ifname"):
         if pairs.get(key):
             net[key] = pairs[key]
     return net
@@ -51,7 +52,10 @@ def create(
     name: Annotated[str, typer.Argument(help="Name of the new instance.")],
     nets: Annotated[
         list[str] | None,
-        typer.Option(metavar="port=ID | network=NAME[,v4-fixed-ip=IP]", help="A NIC, in order (repeatable)."),
+        typer.Option(
+            metavar="port=ID | network=NAME[,v4-fixed-ip=IP][,ifname=NAME]",
+            help="A NIC, in order (repeatable); ifname: its name inside (default eth<position>).",
+        ),
     ] = None,
     netns: Annotated[
         str | None,

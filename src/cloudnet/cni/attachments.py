@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from cloudnet.cli.client import INSTANCE, NETWORK, PORT, SECURITY_GROUP, SUBNET, Client, Kind
 from cloudnet.cli.errors import ApiError, CliError
+from cloudnet.cli.resources import INSTANCE, NETWORK, PORT, SECURITY_GROUP, SUBNET, Kind, Resources
 from cloudnet.cni import result, sandbox
 from cloudnet.cni.errors import (
     API_REFUSED,
@@ -25,6 +26,8 @@ from cloudnet.cni.netconf import Env, NetConf
 
 MARK = "cloudnet-cni"  # every instance (and security-group port) the plugin makes: its description starts so
 RETRYABLE = (429, 502, 503, 504)
+UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+METADATA_OWNER = "network:distributed"  # the network's metadata port (services/metadata_ports.py)
 
 
 def prefix(conf: NetConf) -> str:
@@ -51,7 +54,7 @@ def api(what: str, unavailable: int = TRY_AGAIN_LATER) -> Iterator[None]:
 
 
 class Attachments:
-    def __init__(self, conf: NetConf, client: Client) -> None:
+    def __init__(self, conf: NetConf, client: Resources) -> None:
         self.conf = conf
         self.client = client
 
@@ -59,8 +62,9 @@ class Attachments:
 
     def _one(self, kind: Kind, value: str, params: list[tuple[str, str]] | None = None) -> dict[str, Any]:
         """A resource the configuration names, by id or name; not visible to the token is a bad configuration."""
-        with contextlib.suppress(ApiError):
-            return self.client.show(kind, value)
+        if UUID.match(value):  # (a name is looked up by name at once: one request less on every ADD)
+            with contextlib.suppress(ApiError):
+                return self.client.show(kind, value)
         found = self.client.list_all(kind, [*(params or []), ("name", value)])
         if len(found) != 1:
             why = "no" if not found else "more than one"
@@ -87,13 +91,29 @@ class Attachments:
             for stale in (i for i in existing if i is not inst):  # an earlier ADD's, into another namespace
                 self._delete(stale, name)
             if inst is None:
-                inst = self.client.create(INSTANCE, self._body(env, name, network))
+                body = self._body(env, name, network)
+                try:
+                    inst = self.client.create(INSTANCE, body)
+                except CliError:  # (no VF free, a quota...): the port made for it goes at once
+                    self._delete_own_ports([name])
+                    raise
+        with api("reading the subnets"):  # while the agent plugs the instance
+            subnets, hops = self._addressing(inst["nets"][0]["network_id"])
         inst = self._wait_active(inst, name)
         nic = inst["nets"][0]
-        with api("reading the subnets"):
-            subnets = {s["id"]: s for s in self.client.list_all(SUBNET, [("network_id", nic["network_id"])])}
-        return result.build(self.conf.cni_version, env.ifname, env.netns, nic, subnets, network.get("mtu"),
-                            self.conf.prev_result)  # fmt: skip
+        return result.build(self.conf.cni_version, nic["ifname"], env.netns, nic, subnets, hops,
+                            network.get("mtu"), self.conf.prev_result)  # fmt: skip
+
+    def _addressing(self, network_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """The network's subnets by id, and its metadata port's IPv4 address by subnet (the next hop the agent
+        routes 169.254.169.254 through; none when the token does not see that port)."""
+        subnets = {s["id"]: s for s in self.client.list_all(SUBNET, [("network_id", network_id)])}
+        hops: dict[str, str] = {}
+        for port in self.client.list_all(PORT, [("network_id", network_id), ("device_owner", METADATA_OWNER)]):
+            for f in port.get("fixed_ips") or []:
+                if ":" not in f["ip_address"]:
+                    hops.setdefault(f["subnet_id"], f["ip_address"])
+        return subnets, hops
 
     def _body(self, env: Env, name: str, network: dict[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -107,7 +127,9 @@ class Attachments:
             port = self._one(PORT, self.conf.port)
             if port["network_id"] != network["id"]:
                 raise CniError(INVALID_CONFIG, f"port {self.conf.port} is not on network {self.conf.network}")
-            body["nets"] = [{"port": port["id"]}]
+            body["nets"] = [{"port": port["id"], "ifname": env.ifname}]
+        elif self.conf.physnet:
+            body["nets"] = [{"port": self._direct_port(network, name)["id"], "ifname": env.ifname}]
         elif self.conf.security_groups:
             # Instances take no groups: a port of the plugin's own carries them (from the first packet on).
             port_body: dict[str, Any] = {
@@ -118,13 +140,29 @@ class Attachments:
             if self.conf.project:
                 port_body["project_id"] = self.conf.project
             port = self.client.create(PORT, {k: v for k, v in port_body.items() if v is not None})
-            body["nets"] = [{"port": port["id"]}]
+            body["nets"] = [{"port": port["id"], "ifname": env.ifname}]
         else:
-            net: dict[str, Any] = {"network": network["id"]}
+            net: dict[str, Any] = {"network": network["id"], "ifname": env.ifname}
             for ip in self.conf.fixed_ips:
                 net["v6-fixed-ip" if ":" in ip else "v4-fixed-ip"] = ip
             body["nets"] = [net]
         return body
+
+    def _direct_port(self, network: dict[str, Any], name: str) -> dict[str, Any]:
+        """A port of the plugin's own bound to an SR-IOV VF (Zun's `direct` port): the network must be on the
+        configured physical network; a VF enforces no security groups, so the port has none."""
+        if network.get("provider:physical_network") != self.conf.physnet:
+            raise CniError(INVALID_CONFIG, f"network {self.conf.network} is not on physical network "
+                           f"{self.conf.physnet}")  # fmt: skip
+        body: dict[str, Any] = {
+            "network_id": network["id"], "name": name, "description": f"{MARK} {self.conf.name}"[:255],
+            "binding:vnic_type": "direct", "port_security_enabled": False,
+        }  # fmt: skip
+        for ip in self.conf.fixed_ips:
+            body.setdefault("fixed_ips", []).append({"ip_address": ip})
+        if self.conf.project:
+            body["project_id"] = self.conf.project
+        return self.client.create(PORT, body)
 
     def _wait_active(self, inst: dict[str, Any], name: str) -> dict[str, Any]:
         """Until the host's agent reports the port plugged; a failure or the deadline takes the instance away
@@ -154,8 +192,9 @@ class Attachments:
         self._delete_own_ports([name])
 
     def _delete_own_ports(self, names: list[str]) -> None:
-        """Ports the plugin made for security groups (instance delete only unbinds a port it was given)."""
-        if not self.conf.security_groups or not names:
+        """Ports the plugin made (for security groups, or a VF): an instance's delete only unbinds a port it was
+        given."""
+        if not (self.conf.security_groups or self.conf.physnet) or not names:
             return
         for name in names:
             for port in self.client.list_all(PORT, [("name", name)]):
@@ -188,7 +227,7 @@ class Attachments:
                 if name.startswith(mine) and name not in valid and str(inst.get("description", "")).startswith(MARK):
                     self._remove_quietly(INSTANCE, inst["id"])
                     gone.append(name)
-            if self.conf.security_groups:
+            if self.conf.security_groups or self.conf.physnet:
                 network = self._one(NETWORK, self.conf.network)
                 for port in self.client.list_all(PORT, [("network_id", network["id"])]):
                     name = str(port.get("name", ""))
@@ -209,6 +248,9 @@ class Attachments:
             raise CniError(CHECK_FAILED, f"instance {inst['id']} is {inst['status']}: "
                            f"{inst.get('status_reason') or 'not plugged'}")  # fmt: skip
         nic = inst["nets"][0]
+        if nic.get("ifname") != env.ifname:
+            raise CniError(CHECK_FAILED, f"instance {inst['id']} names its interface {nic.get('ifname')}, not "
+                           f"{env.ifname}")  # fmt: skip
         result.check(self.conf.prev_result, env.ifname, env.netns, nic)
         sandbox.enter_and_check(env.netns, env.ifname, nic["mac_address"])  # last: it leaves the host's namespace
 

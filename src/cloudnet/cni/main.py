@@ -3,6 +3,7 @@ it answers on stdout (a result, the version list, or the spec's error shape) and
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -10,12 +11,8 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from cloudnet.cli.client import Client
 from cloudnet.cni import netconf
-from cloudnet.cni.attachments import Attachments
 from cloudnet.cni.errors import INTERNAL, CniError
-
-REQUEST_TIMEOUT = 10.0  # one API request; the wait for ACTIVE has the configuration's own bound
 
 
 def _reply_version(conf: dict[str, Any] | None) -> str:
@@ -34,22 +31,10 @@ def run(environ: Mapping[str, str], stdin: bytes) -> tuple[int, dict[str, Any] |
             return 0, {"cniVersion": _reply_version(conf), "supportedVersions": list(netconf.SUPPORTED_VERSIONS)}
         conf = netconf.parse_stdin(stdin)
         spec = netconf.read_netconf(conf, env.command)
-        client = Client(spec.url, spec.token, timeout=REQUEST_TIMEOUT)
-        try:
-            attachments = Attachments(spec, client)
-            if env.command == "ADD":
-                return 0, attachments.add(env)
-            if env.command == "DEL":
-                attachments.delete(env)
-            elif env.command == "CHECK":
-                attachments.check(env)
-            elif env.command == "GC":
-                attachments.gc()
-            else:
-                attachments.status()
-            return 0, None
-        finally:
-            client.close()
+        # Loaded only for a command that needs it: runtimes ask VERSION before every ADD (podman does), and the
+        # HTTP client and namespace code would double that start-up, which is on every container's path.
+        commands = importlib.import_module("cloudnet.cni.commands")
+        return 0, commands.execute(env, spec)
     except CniError as exc:
         return 1, exc.shape(_reply_version(conf))
     except Exception as exc:  # a bug must still answer in the spec's shape, never with a bare traceback

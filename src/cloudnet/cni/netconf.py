@@ -31,9 +31,8 @@ DEFAULT_TIMEOUT = 30.0
 MAX_TIMEOUT = 300.0
 CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}$")
 IFNAME = re.compile(r"^[A-Za-z0-9_.\-]{1,15}$")
+PHYSNET = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 TOKEN = re.compile(r"^[\x21-\x7e]{1,1024}$")
-# The ifname cloudnet's agent gives an instance's first (only) port.
-AGENT_IFNAME = "eth0"
 
 
 @dataclass(frozen=True)
@@ -56,6 +55,7 @@ class NetConf:
     project: str | None
     security_groups: tuple[str, ...]
     port: str | None
+    physnet: str | None  # an SR-IOV VF of this physical network (a `direct` port), not a veth
     fixed_ips: tuple[str, ...]
     timeout: float
     prev_result: dict[str, Any] | None
@@ -75,9 +75,8 @@ def read_env(environ: Mapping[str, str]) -> Env:
     if not IFNAME.match(ifname) or ifname in (".", ".."):
         raise CniError(INVALID_ENV, "CNI_IFNAME must be an interface name (1-15 letters, digits, '_', '.', '-')",
                        ifname[:64])  # fmt: skip
-    if ifname != AGENT_IFNAME:
-        raise CniError(INVALID_ENV, f"cloudnet plugs a container's network as {AGENT_IFNAME}: CNI_IFNAME={ifname} "
-                       "is not supported (one cloudnet network a container)")  # fmt: skip
+    if ifname == "lo":
+        raise CniError(INVALID_ENV, "CNI_IFNAME lo is the namespace's loopback")
     if command != "DEL" or netns:
         netns = _netns_path(netns)
     return Env(command, container_id, netns, ifname, _cni_args(environ.get("CNI_ARGS", "")))
@@ -187,10 +186,18 @@ def read_netconf(conf: dict[str, Any], command: str) -> NetConf:
         project=_text(options, "project") or _text(conf, "project"),
         security_groups=_strings(options.get("security_groups", conf.get("security_groups")), "security_groups"),
         port=_text(options, "port") or _text(runtime, "port"),
+        physnet=_physnet(_text(options, "physnet", limit=64) or _text(runtime, "physnet", limit=64)
+                         or _text(conf, "physnet", limit=64)),
         fixed_ips=_fixed_ips(runtime.get("ips")),
         timeout=float(timeout), prev_result=prev,
         valid_attachments=_attachments(conf.get("cni.dev/valid-attachments")) if command == "GC" else frozenset(),
     )  # fmt: skip
+
+
+def _physnet(value: str | None) -> str | None:
+    if value is not None and not PHYSNET.match(value):
+        raise CniError(INVALID_CONFIG, "physnet must be a physical network name (letters, digits, '_', '.', '-')")
+    return value
 
 
 def _fixed_ips(value: Any) -> tuple[str, ...]:

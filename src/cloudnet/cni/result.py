@@ -8,6 +8,7 @@ import ipaddress
 from typing import Any
 
 from cloudnet.cni.errors import CHECK_FAILED, INVALID_CONFIG, CniError
+from cloudnet.wire import guest_net
 
 MAX_PREV = 64  # interfaces, ips or routes an earlier plugin may have returned
 
@@ -25,11 +26,13 @@ def build(
     sandbox: str,
     nic: dict[str, Any],
     subnets: dict[str, dict[str, Any]],
+    metadata_hops: dict[str, str],
     mtu: int | None,
     prev: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """prevResult's interfaces, ips and routes, then this attachment's: `nic` is the instance's port (its `nets`
-    entry), `subnets` its subnets by id."""
+    entry), `subnets` its subnets by id, `metadata_hops` the network's metadata port address by subnet id. The
+    routes are those the agent configures (wire/guest_net.py: default, metadata hop, host routes)."""
     prev = prev or {}
     interfaces, ips, routes = _list(prev, "interfaces"), _list(prev, "ips"), _list(prev, "routes")
     index = len(interfaces)
@@ -49,13 +52,11 @@ def build(
         if gateway:
             entry["gateway"] = gateway
         ips.append(entry)
-        found = [("::/0" if subnet["ip_version"] == 6 else "0.0.0.0/0", gateway)] if gateway else []
-        found += [(r["destination"], r["nexthop"]) for r in subnet.get("host_routes") or []]
-        for dst, gw in found:
-            if dst not in seen:
-                seen.add(dst)
-                routes.append({"dst": dst, "gw": gw})
         nameservers += [n for n in subnet.get("dns_nameservers") or [] if n not in nameservers]
+    for dst, gw in guest_net.port_routes(nic["fixed_ips"], subnets, metadata_hops, default=True):
+        if dst not in seen:  # an earlier plugin's route to the same place stays first
+            seen.add(dst)
+            routes.append({"dst": dst, "gw": gw})
     result: dict[str, Any] = {"cniVersion": version, "interfaces": interfaces, "ips": ips, "routes": routes}
     dns = dict(prev.get("dns") or {}) if isinstance(prev.get("dns"), dict) else {}
     if nameservers:

@@ -28,6 +28,7 @@ from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, utcnow
+from cloudnet.wire import guest_net
 
 H = t.hosts
 P = t.ports
@@ -251,20 +252,22 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
             select(*[I.c[k] for k in INSTANCE_COLUMNS]).where(I.c.host == host).order_by(I.c.created_at, I.c.id)
         ).all()
         links = conn.execute(
-            select(IP.c.instance_id, IP.c.port_id, IP.c.position)
+            select(IP.c.instance_id, IP.c.port_id, IP.c.position, IP.c.ifname)
             .join(I, I.c.id == IP.c.instance_id)
             .where(I.c.host == host)
             .order_by(IP.c.instance_id, IP.c.position)
         ).all()
         by_instance: dict[str, list[str]] = defaultdict(list)
-        for iid, pid, _pos in links:
+        ifnames: dict[str, list[str]] = defaultdict(list)  # each port's device name inside, in the same order
+        for iid, pid, pos, ifname in links:
             by_instance[iid].append(pid)
+            ifnames[iid].append(guest_net.ifname_at(ifname, pos))
         # (a port whose binding the server refused is no host's to plug: services/single_host.py)
         # (only the server's refusals: a port that failed on the agent stays, to be retried there)
         failed = {pid for pid, details in conn.execute(
             select(P.c.id, P.c.vif_details).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
             .where(I.c.host == host, P.c.vif_type == "binding_failed")) if single_host.refused(details)}  # fmt: skip
-        instance_ports = [pid for _iid, pid, _pos in links if pid not in failed]
+        instance_ports = [pid for _iid, pid, _pos, _name in links if pid not in failed]
         network_ids = set(conn.execute(select(P.c.network_id).distinct().where(P.c.id.in_(instance_ports))).scalars())
         # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,
         # router, metadata namespace and proxy), and the agent may park a device for each of them.
@@ -324,7 +327,8 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "instances": [
             {
                 "id": i.id, "name": i.name, "hostname": i.hostname, "project_id": i.project_id, "netns": i.netns,
-                "ports": by_instance.get(i.id, []), "metadata": i.meta, "internal_metadata": i.internal_meta,
+                "ports": by_instance.get(i.id, []), "ifnames": ifnames.get(i.id, []), "metadata": i.meta,
+                "internal_metadata": i.internal_meta,
                 "ssh_keys": i.ssh_keys, "user_data": i.user_data, "metadata_tokens": i.metadata_tokens,
                 "handoff": i.handoff,
             }

@@ -24,10 +24,11 @@ from cloudnet.services import (
 )
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
-from cloudnet.services.validation import Body, check_ip, is_uuid, parse
+from cloudnet.services.validation import Body, check_ifname, check_ip, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.wire import mdata_keys
+from cloudnet.wire.guest_net import ifname_at
 
 I = t.instances  # noqa: E741
 IP = t.instance_ports
@@ -47,8 +48,11 @@ class Net(Body):
     network: str | None = None
     v4_fixed_ip: str | None = Field(None, alias="v4-fixed-ip")
     v6_fixed_ip: str | None = Field(None, alias="v6-fixed-ip")
+    # Its device's name inside the instance's namespace (default eth<position>): a runtime's choice (CNI_IFNAME).
+    ifname: str | None = Field(None, max_length=15)
 
     _ip = field_validator("v4_fixed_ip", "v6_fixed_ip")(lambda v: None if v is None else check_ip(v))
+    _ifname = field_validator("ifname")(lambda v: None if v is None else check_ifname(v))
 
     @model_validator(mode="after")
     def _one(self) -> Net:
@@ -89,6 +93,13 @@ class InstanceCreate(Body):
 
     _netns = field_validator("netns")(lambda v: None if v is None else check_netns(v))
 
+    @model_validator(mode="after")
+    def _distinct_ifnames(self) -> InstanceCreate:
+        names = [ifname_at(net.ifname, position) for position, net in enumerate(self.nets)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"each net needs an interface name of its own (got {', '.join(names)})")
+        return self
+
 
 def check_netns(value: str) -> str:
     """An existing namespace, spelt plainly, and not one cloudnet makes however it is spelt."""
@@ -108,11 +119,12 @@ class InstanceUpdate(Body):
     metadata_tokens: MetadataTokens | None = None
 
 
-def _net(p: dict[str, Any]) -> dict[str, Any]:
-    """An instance's NIC, from its port's API shape (with why its binding failed, when it did)."""
+def _net(p: dict[str, Any], ifname: str) -> dict[str, Any]:
+    """An instance's NIC, from its port's API shape and its name inside (with why its binding failed, when it
+    did)."""
     keys = ("network_id", "mac_address", "fixed_ips", "status", "binding:vnic_type", "binding:vif_type")
     reason = (p["binding:vif_details"] or {}).get("reason") if p["binding:vif_type"] == "binding_failed" else None
-    return {"port_id": p["id"], **{k: p[k] for k in keys}, "binding_failure": reason}
+    return {"port_id": p["id"], "ifname": ifname, **{k: p[k] for k in keys}, "binding_failure": reason}
 
 
 def _status(nets: list[dict[str, Any]]) -> tuple[str, str | None]:
@@ -149,15 +161,17 @@ def _shape(r: Mapping[str, Any], tags: list[str] | None, nets: list[dict[str, An
 def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
     links = conn.execute(
-        select(IP.c.instance_id, IP.c.port_id).where(IP.c.instance_id.in_(ids)).order_by(IP.c.position)
+        select(IP.c.instance_id, IP.c.port_id, IP.c.position, IP.c.ifname)
+        .where(IP.c.instance_id.in_(ids))
+        .order_by(IP.c.position)
     ).all()
-    port_rows = conn.execute(select(P).where(P.c.id.in_([pid for _i, pid in links]))).all()
+    port_rows = conn.execute(select(P).where(P.c.id.in_([link.port_id for link in links]))).all()
     port_info = {p["id"]: p for p in port_views.to_dicts(conn, list(port_rows))}
     nets: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for iid, pid in links:
+    for iid, pid, position, ifname in links:
         p = port_info.get(pid)
         if p is not None:
-            nets[iid].append(_net(p))
+            nets[iid].append(_net(p, ifname_at(ifname, position)))
     tags = common.load_tags(conn, ids)
     return [_shape(r._mapping, tags.get(r.id), nets.get(r.id, [])) for r in rows]
 
@@ -236,7 +250,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
             fixed = [port_specs.FixedIp(ip_address=ip) for ip in (net.v4_fixed_ip, net.v6_fixed_ip) if ip]
             port_spec = port_specs.PortCreate(
                 network_id=net.network or "", project_id=row["project_id"] if ctx.is_admin else None,
-                name=f"{spec.name}-eth{position}", device_id=instance_id, device_owner=DEVICE_OWNER,
+                name=f"{spec.name}-{ifname_at(net.ifname, position)}", device_id=instance_id, device_owner=DEVICE_OWNER,
                 host_id=host, fixed_ips=fixed or None,
             )  # fmt: skip
             if not is_uuid(port_spec.network_id):
@@ -255,7 +269,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
                 if position == 0 and row["netns"] is None:
                     row["netns"] = _parked_namespace(claimed, host)
             created = True
-        links.append({"instance_id": instance_id, "port_id": port_id, "position": position,
+        links.append({"instance_id": instance_id, "port_id": port_id, "position": position, "ifname": net.ifname,
                       "created_by_instance": created})  # fmt: skip
         if not created:
             # A direct port's host binding was written with its VF (sriov.reserve_in_tx).
@@ -276,7 +290,8 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
     if others:
         rows = tx.conn.execute(select(P).where(P.c.id.in_(others))).all()
         claimed_ports.update((p["id"], p) for p in port_views.to_dicts(tx.conn, list(rows)))
-    return _shape(row, [], [_net(claimed_ports[link["port_id"]]) for link in links])
+    return _shape(row, [], [_net(claimed_ports[link["port_id"]], ifname_at(link["ifname"], link["position"]))
+                            for link in links])  # fmt: skip
 
 
 def _parked_namespace(port: dict[str, Any], host: str) -> str | None:

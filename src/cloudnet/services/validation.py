@@ -87,6 +87,19 @@ def check_mac(value: str) -> str:
     return mac
 
 
+# What the kernel takes as a device name (dev_valid_name: under IFNAMSIZ, no '/', ':' or space), narrowed to the
+# characters runtimes use; `lo` is every namespace's loopback, never an instance's port.
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,15}$")
+
+
+def check_ifname(value: str) -> str:
+    """The name an instance's interface gets inside its namespace (a CNI runtime's CNI_IFNAME)."""
+    if not IFNAME_RE.match(value) or value in (".", "..", "lo"):
+        raise ValueError(f"'{value[:32]}' is not a usable interface name: 1-15 letters, digits, '_', '.' or '-', "
+                         "not 'lo', '.' or '..'")  # fmt: skip
+    return value
+
+
 # Neutron's limits (MAX_TAGS_COUNT, MAX_TAG_LEN), the same for every taggable resource.
 MAX_TAGS = 50
 MAX_TAG_LENGTH = 255

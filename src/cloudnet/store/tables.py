@@ -277,6 +277,8 @@ instance_ports = Table(
     Column("port_id", ID, ForeignKey("ports.id", ondelete="CASCADE"), nullable=False, unique=True),
     # Order of the instance's interfaces: position 0 is eth0.
     Column("position", Integer, nullable=False),
+    # Its device's name inside the instance's namespace; NULL: eth<position>.
+    Column("ifname", String(15), nullable=True),
     # Ports the instance created (from a `network` net) go away with it; given ones are only unbound.
     Column("created_by_instance", Boolean, nullable=False),
     PrimaryKeyConstraint("instance_id", "port_id"),

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cloudnet.wire import guest_net
 from cloudnet.wire.mdata_keys import SDC_PREFIX, internal_namespaces, reads_internal
 
 # server_uuid is a UUID in SmartOS; ours is derived from the host name so it is stable across restarts.
@@ -137,7 +138,7 @@ def _with_internal_sdc(sdc: Mapping[str, str], internal: Mapping[str, Any]) -> d
 
 
 def _instance_ports(instance: Mapping[str, Any], state: Mapping[str, Any]) -> list[tuple[int, dict[str, Any]]]:
-    """(position, port) in interface order; the position names the interface (ethN), as the dataplane does."""
+    """(position, port) in interface order (wire/guest_net.py names the interface from its position)."""
     ports = state.get("ports") or {}
     return [(i, ports[pid]) for i, pid in enumerate(instance.get("ports") or []) if pid in ports]
 
@@ -175,7 +176,7 @@ def nics(instance: Mapping[str, Any], state: Mapping[str, Any]) -> list[dict[str
             if gw and gw not in gateways:
                 gateways.append(gw)
         nic: dict[str, Any] = {
-            "interface": f"eth{position}",
+            "interface": guest_net.device_name(instance, position),
             "mac": port.get("mac_address", ""),
             "primary": position == 0,
             "ips": ips,

@@ -10,6 +10,8 @@ from typing import Any
 from pyroute2 import IPRoute
 
 from cloudnet.dataplane.kernel import routes
+from cloudnet.wire import guest_net
+from cloudnet.wire.guest_net import device_name
 
 DesiredState = dict[str, Any]  # (dataplane.base's: the kernel helpers import nothing above them)
 IFA_F_NODAD = 0x02
@@ -27,7 +29,8 @@ def metadata_hop(state: DesiredState, network_id: str, subnet_id: str) -> str | 
 def fingerprint(
     inst: dict[str, Any], position: int, port: dict[str, Any], network: dict[str, Any], state: DesiredState
 ) -> tuple[Any, ...]:
-    """What of the desired state the port's configuration inside `inst` (as eth<position>) depends on."""
+    """What of the desired state the port's configuration inside `inst` (as its device at `position`) depends
+    on; its second item is the device's name."""
     ips = tuple(sorted((f["ip_address"], f["prefixlen"]) for f in port["fixed_ips"]))
     subnets = tuple(
         sorted(
@@ -39,13 +42,14 @@ def fingerprint(
     hops = tuple(metadata_hop(state, port["network_id"], f["subnet_id"]) for f in port["fixed_ips"])
     return (
         inst["netns"],
-        position,
+        device_name(inst, position),
         port["mac_address"],
         network["mtu"],
         port["admin_state_up"],
         ips,
         subnets,
         hops,
+        position == 0,  # the first interface carries the default routes
     )
 
 
@@ -70,23 +74,10 @@ def configure_addresses(
 def configure_routes(
     ipr: IPRoute, idx: int, port: dict[str, Any], state: DesiredState, default: bool, fresh: bool = False
 ) -> None:
-    """The port's routes on device `idx` (its own, tagged: routes.PROTO), and none of its own besides; `fresh`: the
-    device was just made (none of its routes can exist yet). One route a destination: the last wins. A route whose
-    next hop is the port's own address is left out: it leads nowhere, and the kernel refuses it for IPv6 (EINVAL,
-    "Gateway can not be a local address"), which would fail the whole instance over one subnet's host route."""
-    own = {str(ipaddress.ip_address(f["ip_address"])) for f in port["fixed_ips"]}
-    wanted: dict[tuple[int, str], routes.Route] = {}
-    for f in port["fixed_ips"]:
-        subnet = state["subnets"].get(f["subnet_id"])
-        if not subnet:
-            continue
-        found = []
-        if default and subnet["gateway_ip"]:
-            default_dst = "::/0" if subnet["ip_version"] == 6 else "0.0.0.0/0"
-            found.append(routes.route(default_dst, subnet["gateway_ip"], idx))
-        hop = metadata_hop(state, port["network_id"], f["subnet_id"])
-        if default and hop:
-            found.append(routes.route("169.254.169.254/32", hop, idx))
-        found += [routes.route(r["destination"], r["nexthop"], idx) for r in subnet["host_routes"]]
-        wanted.update({(r[0], r[1]): r for r in found if r[2] not in own})
-    routes.converge(ipr, wanted.values(), mine=routes.cloudnets, oifs={idx}, read=not fresh)
+    """The port's routes on device `idx` (its own, tagged: routes.PROTO; wire/guest_net.py says which), and
+    none of its own besides; `fresh`: the device was just made (none of its routes can exist yet)."""
+    hops = {f["subnet_id"]: hop for f in port["fixed_ips"]
+            if (hop := metadata_hop(state, port["network_id"], f["subnet_id"]))}  # fmt: skip
+    wanted = [routes.route(dst, gw, idx) for dst, gw in guest_net.port_routes(port["fixed_ips"], state["subnets"],
+                                                                                 hops, default)]  # fmt: skip
+    routes.converge(ipr, wanted, mine=routes.cloudnets, oifs={idx}, read=not fresh)

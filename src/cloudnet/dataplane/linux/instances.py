@@ -1,5 +1,6 @@
 """Instance ports on the Linux driver: each a veth pair, `cnt-<port>` on its network's bridge in the host namespace
-and eth<position> in the instance's namespace (created there directly), configured as the port (kernel/addressing.py).
+and eth<position> (or the name the runtime chose) in the instance's namespace (created there directly), configured
+as the port (kernel/addressing.py).
 A parked pool device is taken over instead when there is one (pool.py). Ports of another vnic type (SR-IOV
 `direct`) are left to their binder.
 
@@ -20,8 +21,8 @@ from cloudnet.dataplane.base import DesiredState, PortReport, failed
 from cloudnet.dataplane.kernel import addressing, netns, ns_guard
 from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.bridges import Bridges
-from cloudnet.dataplane.linux.links import Links, create_veth, delete, mac, wait_forwarding
-from cloudnet.dataplane.linux.passes import Pass, Plugged, broken_reason, plugged_report
+from cloudnet.dataplane.linux.links import Links, create_veth, delete, mac, rename, wait_forwarding
+from cloudnet.dataplane.linux.passes import PARKED_IFNAME, Pass, Plugged, broken_reason, plugged_report
 from cloudnet.dataplane.linux.pool import unpark
 from cloudnet.dataplane.steps import StepFailed, Steps
 
@@ -81,7 +82,8 @@ class InstancePorts:
         current = all(applied.get(port["id"]) == fp and (not full or names.tap(port["id"]) in links)
                       for (_pos, port), fp in zip(mine, prints, strict=True))  # fmt: skip
         if current and (mine or not names.is_managed_ns(self.host, inst["netns"]) or netns.exists(inst["netns"])):
-            return [plugged_report(port, pos, self.firewall.enforced(port["id"])) for pos, port in mine]  # as it is
+            return [plugged_report(port, addressing.device_name(inst, pos), self.firewall.enforced(port["id"]))
+                    for pos, port in mine]  # as it is  # fmt: skip
         try:
             return self.steps.run(f"instance:{inst['id']}", lambda: self._apply_instance(host, links, inst, state,
                                                                                        guard, mine, prints),
@@ -108,7 +110,8 @@ class InstancePorts:
                     network = state["networks"][port["network_id"]]
                     self._plug(host, links, inst, fd, position, port, network, state, fingerprint)
                     self.plugged.applied[port["id"]] = fingerprint
-                reports.append(plugged_report(port, position, self.firewall.enforced(port["id"])))
+                reports.append(plugged_report(port, addressing.device_name(inst, position),
+                                              self.firewall.enforced(port["id"])))  # fmt: skip
         finally:
             os.close(fd)
         return reports
@@ -125,7 +128,8 @@ class InstancePorts:
         state: DesiredState,
         fingerprint: tuple[Any, ...],
     ) -> None:
-        tap, ifname, address, mtu = names.tap(port["id"]), f"eth{position}", port["mac_address"], network["mtu"]
+        tap, ifname = names.tap(port["id"]), addressing.device_name(inst, position)
+        address, mtu = port["mac_address"], network["mtu"]
         parked = self.plugged.parked.pop(port["id"], None)
         if parked is not None and parked.ns == inst["netns"] and parked.applied == fingerprint:
             return  # the instance took over the parked device's namespace, configured as it wants it
@@ -134,6 +138,8 @@ class InstancePorts:
         # A fresh plug sets what it can in the create call and looks nothing up it already knows (links.py).
         with netns.iproute(ns_fd) as inside:
             current = inside.link_lookup(ifname=ifname)
+            if not current and parked is not None and parked.ns == inst["netns"] and ifname != PARKED_IFNAME:
+                current = rename(inside, PARKED_IFNAME, ifname)  # a parked device taken over, named by the runtime
             if inst.get("handoff") and not current and tap in links:  # handed off: the host end is all there is
                 host.link("set", index=links[tap]["index"], master=bridge, mtu=mtu, state=state_up)
                 return

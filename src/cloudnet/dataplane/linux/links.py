@@ -42,6 +42,15 @@ def delete(ipr: IPRoute, idx: int) -> None:
             raise
 
 
+def rename(ipr: IPRoute, old: str, new: str) -> list[int]:
+    """Device `old` renamed `new` (the kernel renames only a device that is down); its index, [] when absent."""
+    found = ipr.link_lookup(ifname=old)
+    if found:
+        ipr.link("set", index=found[0], state="down")
+        ipr.link("set", index=found[0], ifname=new)
+    return list(found)
+
+
 def wait_forwarding(host: IPRoute, idx: int, limit: float = 0.5) -> None:
     """Wait until a freshly plugged veth's host end is operationally up, i.e. the kernel's link watcher
     has seen the carrier and the bridge forwards on the port. An address given to the guest before that

@@ -82,6 +82,9 @@ class Done:
         self.parts.clear()
 
 
+PARKED_IFNAME = "eth0"  # a parked device's name in its namespace (what an instance taking that over would want)
+
+
 @dataclass(frozen=True)
 class Parked:
     """A ready pool port's device, parked as eth0 in a namespace of its own."""
@@ -105,9 +108,9 @@ class Plugged:
         self.applied = {k: v for k, v in self.applied.items() if k in ports}
 
 
-def plugged_report(port: dict[str, Any], position: int, filtered: bool, **more: Any) -> PortReport:
+def plugged_report(port: dict[str, Any], ifname: str, filtered: bool, **more: Any) -> PortReport:
     tap = names.tap(port["id"])
-    details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": f"eth{position}",
+    details = {"bridge_name": names.bridge(port["network_id"]), "tap": tap, "ifname": ifname,
                "port_filter": filtered, **more}  # fmt: skip
     return PortReport(port["id"], "ACTIVE" if port["admin_state_up"] else "DOWN", "bridge", details)
 

@@ -17,7 +17,7 @@ from cloudnet.dataplane.kernel import addressing, netns, ns_guard
 from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.bridges import Bridges
 from cloudnet.dataplane.linux.links import Links, create_veth, delete, index, mac, wait_forwarding
-from cloudnet.dataplane.linux.passes import Parked, Pass, Plugged, broken_reason, plugged_report
+from cloudnet.dataplane.linux.passes import PARKED_IFNAME, Parked, Pass, Plugged, broken_reason, plugged_report
 from cloudnet.dataplane.steps import StepFailed, Steps
 
 
@@ -28,7 +28,7 @@ def unpark(links: Links, port: dict[str, Any], parked_ns: str, ns: int, ifname: 
     tap = names.tap(port["id"])
     try:
         with netns.iproute(parked_ns) as park:
-            found = park.link_lookup(ifname="eth0")
+            found = park.link_lookup(ifname=PARKED_IFNAME)
             if not found or tap not in links:
                 return None
             park.link("set", index=found[0], net_ns_fd=ns, ifname=ifname)
@@ -99,7 +99,8 @@ class PoolDevices:
                     continue
                 known = parked[port_id] = Parked(ns, _fingerprint(ns, port, network, state))
             run.wanted_ns.add(known.ns)
-            reports.append(plugged_report(port, 0, self.firewall.enforced(port_id), prepared_netns=known.ns))
+            enforced = self.firewall.enforced(port_id)
+            reports.append(plugged_report(port, PARKED_IFNAME, enforced, prepared_netns=known.ns))
         for port_id in set(parked) - set(pool):
             del parked[port_id]  # gone: its device and namespace are collected
         return reports
@@ -123,9 +124,10 @@ class PoolDevices:
                 if tap in links:  # its peer is lost (an instance namespace gone meanwhile, an agent restart)
                     delete(host, links[tap]["index"])
                     links.discard(tap)
-                create_veth(host, links, tap, {"ifname": "eth0", "address": address, "mtu": mtu}, ns, master=bridge)
+                peer = {"ifname": PARKED_IFNAME, "address": address, "mtu": mtu}
+                create_veth(host, links, tap, peer, ns, master=bridge)
         with netns.iproute(ns) as park:
-            idx = park.link_lookup(ifname="eth0")[0]
+            idx = park.link_lookup(ifname=PARKED_IFNAME)[0]
             if not fresh:
                 host.link("set", index=links[tap]["index"], master=bridge, mtu=mtu, state="up")
                 park.link("set", index=idx, address=address, mtu=mtu)
@@ -143,20 +145,20 @@ class PoolDevices:
         applied = self.plugged.applied.pop(port["id"], None)
         if applied is None or names.tap(port["id"]) not in links:
             return False
-        old, position, address = applied[0], applied[1], applied[2]
+        old, ifname, address = applied[0], applied[1], applied[2]
         try:
             old_fd = guard.open({"id": f"(released port {port['id']})", "netns": old}, claim=False)
         except (netns.NamespaceMissing, ns_guard.NamespaceRefused):
             return False
         try:
             with netns.iproute(old_fd) as inside:
-                found = inside.link_lookup(ifname=f"eth{position}")
+                found = inside.link_lookup(ifname=ifname)
                 if not found or mac(inside.get_links(found[0])[0]) != address:
                     return False
                 fd = netns.fd_of(ns)
                 try:
                     inside.link("set", index=found[0], state="down")
-                    inside.link("set", index=found[0], net_ns_fd=fd, ifname="eth0")
+                    inside.link("set", index=found[0], net_ns_fd=fd, ifname=PARKED_IFNAME)
                 finally:
                     os.close(fd)
         except netns.NamespaceMissing:
@@ -178,7 +180,7 @@ def _still_parked(links: Links, ns: str, tap: str, address: str) -> bool:
         return False
     try:
         with netns.iproute(ns) as park:
-            idx = index(park, "eth0")
+            idx = index(park, PARKED_IFNAME)
             eth0 = None if idx is None else park.get_links(idx)[0]
     except netns.NamespaceMissing:
         return False

@@ -20,10 +20,10 @@ log = logging.getLogger(__name__)
 NOT_VETH = frozenset({"direct"})  # vnic types this driver does not plug (SR-IOV: not on OVN here)
 
 
-def report(port: dict[str, Any], position: int, bound: set[str], chassis: str) -> PortReport:
+def report(port: dict[str, Any], ifname: str, bound: set[str], chassis: str) -> PortReport:
     """ACTIVE once ovn-controller has bound the port here (DOWN when its admin state is), BUILD until then."""
     status = "BUILD" if port["id"] not in bound else "ACTIVE" if port["admin_state_up"] else "DOWN"
-    details = {"port_filter": True, "bridge_name": "br-int", "tap": names.tap(port["id"]), "ifname": f"eth{position}",
+    details = {"port_filter": True, "bridge_name": "br-int", "tap": names.tap(port["id"]), "ifname": ifname,
                "chassis": chassis}  # fmt: skip
     return PortReport(port["id"], status, "ovs", details)
 
@@ -73,7 +73,7 @@ class InstancePorts:
                               tuple(prints))  # fmt: skip
             except StepFailed as exc:
                 return refused + [failed(p["id"], exc.reason) for _pos, p in mine]
-        return refused + [report(p, pos, run.bound, self.chassis) for pos, p in mine]
+        return refused + [report(p, addressing.device_name(inst, pos), run.bound, self.chassis) for pos, p in mine]
 
     def _devices_there(self, run: OvnPass, mine: list[tuple[int, dict[str, Any]]]) -> bool:
         with netns.iproute(run.host_ns) as host:
@@ -90,13 +90,15 @@ class InstancePorts:
             with netns.iproute(run.host_ns) as host, netns.iproute(fd) as inside:
                 inside.link("set", index=1, state="up")  # lo, ifindex 1 in every namespace
                 for (position, port), fingerprint in zip(mine, prints, strict=True):
-                    self._plug(run, host, inside, fd, position, port)
+                    self._plug(run, host, inside, fd, position, addressing.device_name(inst, position), port)
                     self.applied[port["id"]] = fingerprint
         finally:
             os.close(fd)
 
-    def _plug(self, run: OvnPass, host: Any, inside: Any, fd: int, position: int, port: dict[str, Any]) -> None:
-        tap, ifname = names.tap(port["id"]), f"eth{position}"
+    def _plug(
+        self, run: OvnPass, host: Any, inside: Any, fd: int, position: int, ifname: str, port: dict[str, Any]
+    ) -> None:
+        tap = names.tap(port["id"])
         mtu, mac = run.state["networks"][port["network_id"]]["mtu"], port["mac_address"]
         idx = veth.index(inside, ifname)
         fresh = idx is None or veth.index(host, tap) is None or veth.mac(inside, idx) != mac.lower()

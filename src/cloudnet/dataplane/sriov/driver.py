@@ -179,7 +179,8 @@ class SriovDataplane:
             res = wanted.get(slot)
             inst_pos = where.get(rec["port_id"])
             same = (res is not None and res["port_id"] == rec["port_id"] and inst_pos is not None
-                    and inst_pos[0]["netns"] == rec["netns"] and rec["ifname"] == f"eth{inst_pos[1]}")  # fmt: skip
+                    and inst_pos[0]["netns"] == rec["netns"]
+                    and rec["ifname"] == addressing.device_name(*inst_pos))  # fmt: skip
             if not same:
                 with contextlib.suppress(StepFailed):
                     steps.run(f"vf-release:{slot}", lambda r=rec: self.release(r, guard))
@@ -249,7 +250,7 @@ class SriovDataplane:
         res: dict[str, Any],
         state: DesiredState,
     ) -> None:
-        slot, ifname, ns = res["pci_slot"], f"eth{position}", inst["netns"]
+        slot, ifname, ns = res["pci_slot"], addressing.device_name(inst, position), inst["netns"]
         rec = self.records().get(slot)
         was_plugged = rec is not None
         if rec is None:

@@ -1,0 +1,31 @@
+"""The commands that talk to cloudnet (ADD, DEL, CHECK, STATUS, GC) over the plugin's HTTP client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cloudnet.cni.attachments import Attachments
+from cloudnet.cni.http import PluginClient
+from cloudnet.cni.netconf import Env, NetConf
+
+REQUEST_TIMEOUT = 10.0  # one API request; the wait for ACTIVE has the configuration's own bound
+
+
+def execute(env: Env, spec: NetConf) -> dict[str, Any] | None:
+    """ADD's result, or None; a failure raises CniError."""
+    client = PluginClient(spec.url, spec.token, REQUEST_TIMEOUT)
+    try:
+        attachments = Attachments(spec, client)
+        if env.command == "ADD":
+            return attachments.add(env)
+        if env.command == "DEL":
+            attachments.delete(env)
+        elif env.command == "CHECK":
+            attachments.check(env)
+        elif env.command == "GC":
+            attachments.gc()
+        else:
+            attachments.status()
+        return None
+    finally:
+        client.close()
