@@ -43,7 +43,9 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
         raise daemons.OvnError("--ovn-listen is for OVN's databases started here, not with --ovn-nb/--ovn-sb")
     # Daemons a killed earlier run of this state dir left (found by their pidfiles here, nothing else).
     daemons.stop(rundir)
-    central = chassis = remote_sb = None
+    central: daemons.Central | None = None
+    chassis: daemons.Chassis | None = None
+    remote_sb: str | None = None
     try:
         if config.ovn_nb is not None and config.ovn_sb is not None:
             nb_url, sb_url = config.ovn_nb, config.ovn_sb

@@ -145,27 +145,26 @@ def tcp_remotes(port: int, address: str) -> tuple[str, str]:
 
 def listen(central: Central, address: str, netns: str | None = None, timeout: float = 10.0) -> tuple[str, str]:
     """Make the running NB and SB databases also listen on TCP at `address` (NB_PORT, SB_PORT); returns the
-    (NB, SB) URLs other hosts use, once both answer there."""
-    urls = []
-    for name, port in (("ovnnb_db", NB_PORT), ("ovnsb_db", SB_PORT)):
-        passive, active = tcp_remotes(port, address)
-        ctl = str(central.rundir / f"{name}.ctl")
-        run(central.rundir, ["ovs-appctl", "-t", ctl, "ovsdb-server/add-remote", passive], netns)
-        urls.append(active)
+    (NB, SB) URLs other hosts use, once both answer there (else OvnError, the remotes taken back)."""
+    remotes = [(central.rundir / f"{name}.ctl", *tcp_remotes(port, address))
+               for name, port in (("ovnnb_db", NB_PORT), ("ovnsb_db", SB_PORT))]  # fmt: skip
+    for ctl, passive, _active in remotes:
+        run(central.rundir, ["ovs-appctl", "-t", str(ctl), "ovsdb-server/add-remote", passive], netns)
     deadline = time.monotonic() + timeout
-    for url in urls:  # (ovsdb-server retries a listen that failed, e.g. while the address is not there yet)
+    for _ctl, _passive, active in remotes:  # (ovsdb-server retries a listen that failed, with a backoff)
         while True:
             try:
-                run(central.rundir, ["ovsdb-client", "list-dbs", url], netns, timeout=5)
+                run(central.rundir, ["ovsdb-client", "list-dbs", active], netns, timeout=5)
                 break
             except OvnError:
                 if time.monotonic() > deadline:
-                    raise OvnError(
-                        f"OVN's databases do not answer on {url} (is {address} an address of this host?); "
-                        f"see {central.rundir}/ovn*_db.log"
-                    ) from None
+                    for ctl, passive, _active in remotes:
+                        run(central.rundir, ["ovs-appctl", "-t", str(ctl), "ovsdb-server/remove-remote", passive],
+                            netns)  # fmt: skip
+                    raise OvnError(f"OVN's databases do not answer on {active} (is {address} an address of this "
+                                   f"host?); see {central.rundir}/ovn*_db.log") from None  # fmt: skip
                 time.sleep(0.1)
-    return urls[0], urls[1]
+    return remotes[0][2], remotes[1][2]
 
 
 def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "127.0.0.1", netns: str | None = None,
