@@ -32,6 +32,8 @@ OVN_AGENT = ["agent", "--dataplane", "ovn", "--ovn-sb", "tcp:192.0.2.1:6642"]
         ([*OVN_AGENT, "--encap-ip", "224.0.0.1"], "own unicast address"),
         ([*OVN_AGENT, "--sriov", "physnet2:pf0"], "SR-IOV direct ports are not supported on the OVN dataplane"),
         (["up", "--dataplane", "ovn", "--sriov", "physnet2:pf0"], "not supported on the OVN dataplane"),
+        (["agent", "--encap-iface", "eth1", "--encap-ip", "192.0.2.7/24"], "need --dataplane ovn"),
+        (["up", "--encap-ip", "192.0.2.7"], "need --dataplane ovn"),
     ],
 )  # fmt: skip
 def test_invalid_multi_host_options_are_refused_before_anything_starts(argv: list[str], message: str) -> None:
@@ -44,7 +46,7 @@ def test_valid_options_land_in_the_configuration() -> None:
     assert listen_address("2001:db8::1", "ovn", False) == "2001:db8::1"
     assert listen_address(None, "linux", False) is None
     config = AgentConfig(host="h")
-    set_encap(config, "100.64.0.2/24", "ul0")
+    set_encap(config, "100.64.0.2/24", "ul0", "ovn")
     assert (config.encap_ip, config.encap_port) == ("100.64.0.2", ("ul0", 24))
-    set_encap(config, "10.0.0.5", None)
+    set_encap(config, "10.0.0.5", None, "ovn")
     assert (config.encap_ip, config.encap_port) == ("10.0.0.5", None)

@@ -276,7 +276,7 @@ def register(app: typer.Typer) -> None:
         if dataplane not in ("linux", "ovn") or (dataplane == "ovn") != (ovn_sb is not None):
             raise CliError("--dataplane is linux or ovn, and ovn goes with --ovn-sb URL (linux without)")
         _no_sriov_on_ovn(dataplane, sriov)
-        set_encap(config, encap_ip, encap_iface)
+        set_encap(config, encap_ip, encap_iface, dataplane)
         config.dataplane, config.ovn_sb, config.ovs_db = dataplane, ovn_sb, ovs_db
         chassis = None
         try:
@@ -348,6 +348,6 @@ def register(app: typer.Typer) -> None:
         agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
         _no_sriov_on_ovn(dataplane, sriov)
-        set_encap(agent_config, encap_ip, encap_iface)
+        set_encap(agent_config, encap_ip, encap_iface, dataplane)
         _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen), agent_config,
                _docker(docker_driver, agent_config, docker_socket, docker_project))  # fmt: skip

@@ -47,9 +47,11 @@ def listen_address(value: str | None, dataplane: str, external: bool) -> str | N
     return str(address)
 
 
-def set_encap(config: AgentConfig, ip: str, iface: str | None) -> None:
+def set_encap(config: AgentConfig, ip: str, iface: str | None, dataplane: str) -> None:
     """--encap-ip ADDR[/PREFIX] and --encap-iface IFACE into the agent's configuration (a prefix with an interface
     only: it is what the address is given there)."""
+    if dataplane != "ovn" and (iface is not None or ip != AgentConfig.encap_ip):
+        raise CliError("--encap-ip/--encap-iface are for a chassis: they need --dataplane ovn")
     try:
         addr = ipaddress.ip_interface(ip)
     except ValueError:
