@@ -47,6 +47,9 @@ class ServerConfig:
     dataplane: str = "linux"
     ovn_nb: str | None = None
     ovn_sb: str | None = None
+    # An address of this host where the NB/SB databases started here also listen (TCP 6641/6642) for other hosts'
+    # chassis (None: unix sockets only).
+    ovn_listen: str | None = None
     # Chassis that host router gateways, highest priority first (`cloudnet up`: this host).
     ovn_gateway_chassis: list[str] = field(default_factory=list)
 
@@ -110,6 +113,11 @@ class AgentConfig:
     ovn_sb: str | None = None
     ovs_db: str | None = None
     ovs_netns: str | None = None
+    # A chassis started here: its Geneve tunnel address, and the underlay interface that address is on with its
+    # prefix length (None: the address is already routable here; with the userspace datapath it must then be
+    # given, see ovn/daemons.py).
+    encap_ip: str = "127.0.0.1"
+    encap_port: tuple[str, int] | None = None
     # SmartOS metadata sockets: an idle connection is closed after this many seconds; the longest request line;
     # connections per instance socket (a guest can use them up only for itself).
     mdata_idle_timeout: float = 300.0

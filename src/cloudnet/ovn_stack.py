@@ -1,5 +1,6 @@
 """OVN for `cloudnet up|serve --dataplane ovn`: NB/SB databases and ovn-northd under <state-dir>/ovn/ (or, with
---ovn-nb/--ovn-sb, existing ones), this host's chassis for `up`, and the server's northbound writer."""
+--ovn-nb/--ovn-sb, existing ones; with --ovn-listen ADDR also on TCP there, for other hosts' chassis), this host's
+chassis for `up`, and the server's northbound writer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudnet.config import ServerConfig
+from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.ovn import daemons
 from cloudnet.store.db import Store
@@ -23,6 +24,7 @@ class OvnStack:
     sync: NorthboundSync
     chassis: daemons.Chassis | None = None
     own_central: bool = False
+    remote_sb: str | None = None  # the SB URL other hosts' chassis join (--ovn-listen)
 
     def stop(self) -> None:
         self.sync.stop()
@@ -32,32 +34,36 @@ class OvnStack:
             daemons.stop(self.rundir)
 
 
-def start(
-    config: ServerConfig, store: Store, chassis_name: str | None, uplinks: dict[str, str] | None = None
-) -> OvnStack:
-    """Start (or connect to) OVN and the northbound writer; `chassis_name`: also make this host a chassis (with the
-    bridges of its `uplinks`, {physical network: interface}, which its agent connects)."""
+def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnStack:
+    """Start (or connect to) OVN and the northbound writer; with `agent`, also make this host a chassis (with the
+    bridges of its uplinks, which its agent connects)."""
     rundir = config.state_dir / "ovn"
     if (config.ovn_nb is None) != (config.ovn_sb is None):
         raise daemons.OvnError("--ovn-nb and --ovn-sb go together (or neither: OVN's databases start here)")
+    if config.ovn_listen and config.ovn_nb is not None:
+        raise daemons.OvnError("--ovn-listen is for OVN's databases started here, not with --ovn-nb/--ovn-sb")
     # Daemons a killed earlier run of this state dir left (found by their pidfiles here, nothing else).
     daemons.stop(rundir)
-    own = config.ovn_nb is None
+    central: daemons.Central | None = None
+    chassis: daemons.Chassis | None = None
+    remote_sb: str | None = None
     try:
         if config.ovn_nb is not None and config.ovn_sb is not None:
             nb_url, sb_url = config.ovn_nb, config.ovn_sb
         else:
             central = daemons.start_central(rundir)
             nb_url, sb_url = central.nb_url, central.sb_url
-        mappings = daemons.bridge_mappings(uplinks or {})
-        chassis = (
-            daemons.start_chassis(rundir, chassis_name, sb_url, bridge_mappings=mappings) if chassis_name else None
-        )
+        if agent is not None:
+            chassis = daemons.start_chassis(rundir, agent.host, sb_url, encap_ip=agent.encap_ip,
+                                            encap_port=agent.encap_port,
+                                            bridge_mappings=daemons.bridge_mappings(agent.uplinks))  # fmt: skip
+        if central is not None and config.ovn_listen:  # (after the chassis: its encap address may be the one)
+            _nb, remote_sb = daemons.listen(central, config.ovn_listen)
     except BaseException:
         daemons.stop(rundir)
         raise
-    gateways = [chassis_name] if chassis_name else config.ovn_gateway_chassis
+    gateways = [chassis.name] if chassis is not None else config.ovn_gateway_chassis
     sync = NorthboundSync(store, nb_url, gateways)
     sync.start()
-    log.info("OVN: NB %s, SB %s%s", nb_url, sb_url, f", chassis {chassis_name}" if chassis_name else "")
-    return OvnStack(rundir, nb_url, sb_url, sync, chassis, own)
+    log.info("OVN: NB %s, SB %s%s", nb_url, sb_url, f", chassis {chassis.name}" if chassis is not None else "")
+    return OvnStack(rundir, nb_url, sb_url, sync, chassis, central is not None, remote_sb)

@@ -190,13 +190,14 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     running = ovn = None
     if config.dataplane == "ovn":
         try:
-            ovn = ovn_stack.start(config, store, agent.host if agent is not None else None,
-                                  agent.uplinks if agent is not None else None)  # fmt: skip
+            ovn = ovn_stack.start(config, store, agent)
         except OvnError as exc:
             store.dispose()
             sock.close()
             raise StartupError(f"OVN did not start: {exc}") from None
         print(f"OVN: ovn-nbctl --db={ovn.nb_url} show  (SB {ovn.sb_url})", flush=True)
+        if ovn.remote_sb:
+            print(f"  other hosts: cloudnet agent --dataplane ovn --ovn-sb {ovn.remote_sb} ...", flush=True)
         if agent is not None and ovn.chassis is not None:  # this host's agent drives its chassis
             agent.dataplane, agent.ovn_sb, agent.ovs_db = "ovn", ovn.sb_url, ovn.chassis.ovs_url
     if agent is not None:

@@ -71,6 +71,31 @@ def test_on_ovn_an_overlay_network_leaves_room_for_geneve(api: httpx.Client) -> 
     assert create(api, name="asked", mtu=1400)["mtu"] == 1400
 
 
+@pytest.mark.ovn_dataplane
+def test_on_ovn_an_overlay_mtu_beyond_the_tunnel_is_refused(api: httpx.Client) -> None:
+    tight = create(api, name="tight", mtu=1500 - 58)  # the largest that fits
+    for mtu in (1500 - 57, 1500, 9000):
+        check_error(api.post("/networks", json={"network": {"name": "big", "mtu": mtu}}), 400, "InvalidInput",
+                    "Invalid input for operation: Requested MTU is too big, maximum is 1442.")  # fmt: skip
+        check_error(api.put(f"/networks/{tight['id']}", json={"network": {"mtu": mtu}}), 400, "InvalidInput",
+                    "Requested MTU is too big, maximum is 1442.")  # fmt: skip
+    # Hostile sizes are bounded before any of this: never stored, never compared as huge integers.
+    for mtu in (-1, 0, 67, 9217, 10**30, -(10**30), "1442; drop", True, 1442.5, [1442]):
+        check_error(api.post("/networks", json={"network": {"name": "x", "mtu": mtu}}), 400, "HTTPBadRequest", "mtu")
+        check_error(api.put(f"/networks/{tight['id']}", json={"network": {"mtu": mtu}}), 400, "HTTPBadRequest",
+                    "mtu")  # fmt: skip
+    # A bulk create with one network too big creates none of them.
+    bulk = api.post("/networks", json={"networks": [{"name": "ok-1"}, {"name": "big", "mtu": 1500}]})
+    check_error(bulk, 400, "InvalidInput", "maximum is 1442")
+    assert not [n for n in api.get("/networks").json()["networks"] if n["name"] == "ok-1"]
+    assert api.get(f"/networks/{tight['id']}").json()["network"]["mtu"] == 1500 - 58
+    assert api.put(f"/networks/{tight['id']}", json={"network": {"mtu": 1400}}).json()["network"]["mtu"] == 1400
+    # A provider network is not tunnelled: its MTU is not bounded by the tunnel.
+    flat = create(api, name="flat-big", mtu=1500, **{"provider:network_type": "flat",
+                                                      "provider:physical_network": "physnet8"})  # fmt: skip
+    assert api.put(f"/networks/{flat['id']}", json={"network": {"mtu": 1500}}).status_code == 200
+
+
 def test_create_with_explicit_attributes(api: httpx.Client) -> None:
     net = create(api, name="jumbo", description="big frames", mtu=9000, admin_state_up=False, tags=["b", "a"])
     assert (net["mtu"], net["admin_state_up"], net["description"]) == (9000, False, "big frames")

@@ -13,7 +13,7 @@ import pytest
 from cloudnet.errors import CloudnetError
 from cloudnet.services import sriov
 from cloudnet.store.db import Store
-from tests.support.api import create
+from tests.support.api import check_error, create
 from tests.support.server import RunningServer
 from tests.support.sriov_cloud import bind, direct_port, register_host, release, vlan_network
 from tests.support.sriov_tree import add_pf
@@ -151,3 +151,17 @@ def test_parallel_instance_creates_never_share_a_vf(api: httpx.Client, server: R
     assert api.delete(f"/instances/{victim['id']}").status_code == 204
     kept = api.get(f"/ports/{victim['nets'][0]['port_id']}").json()["port"]
     assert kept["device_id"] == "" and kept["binding:host_id"] == "" and "pci_slot" not in kept["binding:profile"]
+
+
+@pytest.mark.ovn_dataplane
+def test_on_ovn_a_direct_port_fails_to_bind_and_says_why(api: httpx.Client, sysfs: Path) -> None:
+    register_host(api, "h1", sysfs, {"physnet2": ["pf0"]})  # (free VFs reported: only the dataplane refuses)
+    port = direct_port(api, vlan_network(api))
+    body = {"name": "vf", "host": "h1", "netns": "ns-vf", "nets": [{"port": port["id"]}]}
+    check_error(api.post("/instances", json={"instance": body}), 409, "PortBindingFailed",
+                "binding:vnic_type direct (SR-IOV) is not supported on the OVN dataplane")  # fmt: skip
+    shown = api.get(f"/ports/{port['id']}").json()["port"]
+    assert (shown["binding:host_id"], shown["device_id"], shown["binding:vif_type"]) == ("", "", "unbound")
+    states = {vf["state"] for pf in api.get("/hosts/h1").json()["host"]["sriov"]["pfs"] for vf in pf["vfs"]}
+    assert "free" in states and "reserved" not in states  # no VF held for it
+    assert api.get("/instances").json()["instances"] == []

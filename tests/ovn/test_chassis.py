@@ -160,3 +160,21 @@ def test_a_refused_namespace_and_a_port_id_that_is_no_plain_name_fail_alone(chas
         assert other.vswitch.ours() == {}
     finally:
         other.close()
+
+
+def test_a_direct_port_handed_to_the_driver_fails_to_bind_with_why(chassis: Chassis, ovn: OvnSandbox) -> None:
+    # Driver level (the server refuses to bind one on OVN: tests/api/test_sriov.py): nothing is plugged for it.
+    net, _sub = chassis.cloud.network("ovn-direct", "10.64.0.0/24")
+    port = chassis.cloud.create("ports", "port", {"network_id": net["id"], "binding:vnic_type": "direct"})
+    state = {"instances": [{"id": "i-direct", "netns": chassis.cloud.namespace("direct"), "ports": [port["id"]]}],
+             "ports": {port["id"]: port}, "networks": {net["id"]: {"id": net["id"], "mtu": 1500}}, "subnets": {},
+             "routers": []}  # fmt: skip
+    other = OvnDataplane(f"{chassis.cloud.host}-d", ovn.chassis[0].ovs_url, ovn.sb_url, chassis=chassis.cloud.host,
+                         host_ns=ovn.chassis[0].netns)  # fmt: skip
+    try:
+        (report,) = other.apply(state)
+        assert (report.status, report.vif_type) == ("ERROR", "binding_failed")
+        assert "direct (SR-IOV) is not supported on the OVN dataplane" in report.vif_details["reason"]
+        assert other.vswitch.ours() == {}
+    finally:
+        other.close()

@@ -65,18 +65,10 @@ class OvnSandbox:
         return chassis
 
     def _underlay_port(self, netns: str, index: int) -> dict[str, Any]:
-        """A veth from the chassis' namespace into the underlay bridge; the chassis' encap address on it."""
         if self.underlay is None:
             self.underlay = f"cn-ovn-{self.suffix}-u"
-            subprocess.run(["ip", "netns", "add", self.underlay], check=True, capture_output=True)
-            subprocess.run(["ip", "-n", self.underlay, "link", "add", "ul", "up", "type", "bridge"], check=True,
-                           capture_output=True)  # fmt: skip
-        peer = f"ul{index}"
-        subprocess.run(["ip", "-n", netns, "link", "add", UNDERLAY_PORT, "type", "veth", "peer", "name", peer, "netns",
-                        self.underlay], check=True, capture_output=True)  # fmt: skip
-        subprocess.run(["ip", "-n", self.underlay, "link", "set", peer, "master", "ul", "up"], check=True,
-                       capture_output=True)  # fmt: skip
-        return {"encap_ip": str(UNDERLAY[index]), "encap_port": (UNDERLAY_PORT, UNDERLAY.prefixlen)}
+            underlay_bridge(self.underlay)
+        return underlay_port(self.underlay, netns, index)
 
     def stop_central(self) -> None:
         daemons.stop(self.root)
@@ -93,6 +85,22 @@ class OvnSandbox:
             subprocess.run(["ip", "netns", "del", self.underlay], capture_output=True)
         daemons.stop(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def underlay_bridge(netns: str) -> None:
+    """A namespace holding the bridge that links chassis' underlay ports (underlay_port)."""
+    subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True)
+    subprocess.run(["ip", "-n", netns, "link", "add", "ul", "up", "type", "bridge"], check=True, capture_output=True)
+
+
+def underlay_port(underlay: str, netns: str, index: int) -> dict[str, Any]:
+    """A veth UNDERLAY_PORT from `netns` into the underlay's bridge; what start_chassis is given for it (the
+    index-th underlay address, to go on that port)."""
+    peer = f"ul{index}"
+    subprocess.run(["ip", "-n", netns, "link", "add", UNDERLAY_PORT, "type", "veth", "peer", "name", peer, "netns",
+                    underlay], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(["ip", "-n", underlay, "link", "set", peer, "master", "ul", "up"], check=True, capture_output=True)
+    return {"encap_ip": str(UNDERLAY[index]), "encap_port": (UNDERLAY_PORT, UNDERLAY.prefixlen)}
 
 
 @contextmanager

@@ -43,9 +43,16 @@ def _on_store(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda st, *args: fn(st.store, *args)
 
 
+def _overlay_overhead(st: AppState) -> int:
+    return networks.GENEVE_OVERHEAD if st.config.dataplane == "ovn" else 0
+
+
 def _create_networks(st: AppState, ctx: Any, bodies: Any) -> Any:
-    overhead = networks.GENEVE_OVERHEAD if st.config.dataplane == "ovn" else 0
-    return networks.create_networks(st.store, ctx, bodies, st.config.default_mtu, overhead)
+    return networks.create_networks(st.store, ctx, bodies, st.config.default_mtu, _overlay_overhead(st))
+
+
+def _update_network(st: AppState, ctx: Any, network_id: str, body: Any) -> Any:
+    return networks.update_network(st.store, ctx, network_id, body, st.config.default_mtu, _overlay_overhead(st))
 
 
 def _resource(collection: str, member: str, plural: str, module: Any, list_: str, get: str, create: str,
@@ -57,7 +64,7 @@ def _resource(collection: str, member: str, plural: str, module: Any, list_: str
 
 RESOURCES = [
     Resource("networks", "network", "networks", _on_store(networks.list_networks), _on_store(networks.get_network),
-             _create_networks, _on_store(networks.update_network), _on_store(networks.delete_network)),
+             _create_networks, _update_network, _on_store(networks.delete_network)),
     _resource("subnets", "subnet", "subnets", subnets, "list_subnets", "get_subnet", "create_subnets",
               "update_subnet", "delete_subnet"),
     replace(_resource("ports", "port", "ports", ports, "list_ports", "get_port", "create_ports", "update_port",

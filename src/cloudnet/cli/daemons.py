@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cloudnet.cli.errors import CliError
+from cloudnet.cli.ovn_options import EncapIface, EncapIp, OvnListen, listen_address, set_encap
 from cloudnet.config import (
     DEFAULT_BIND,
     DEFAULT_METADATA_LISTEN,
@@ -152,7 +153,8 @@ def _quotas(values: list[str] | None) -> dict[str, int]:
         raise CliError(f"--quota: {exc.message}") from None
 
 
-def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | None) -> ServerConfig:
+def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | None,
+               listen: str | None = None) -> ServerConfig:  # fmt: skip
     if dataplane not in ("linux", "ovn"):
         raise CliError(f"--dataplane must be linux or ovn, not {dataplane!r}")
     if dataplane == "linux" and (nb or sb):
@@ -160,7 +162,13 @@ def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | N
     if (nb is None) != (sb is None):
         raise CliError("--ovn-nb and --ovn-sb go together (or neither: OVN's databases start in the state dir)")
     config.dataplane, config.ovn_nb, config.ovn_sb = dataplane, nb, sb
+    config.ovn_listen = listen_address(listen, dataplane, nb is not None)
     return config
+
+
+def _no_sriov_on_ovn(dataplane: str, sriov: list[str] | None) -> None:
+    if dataplane == "ovn" and sriov:
+        raise CliError("--sriov: SR-IOV direct ports are not supported on the OVN dataplane (use --dataplane linux)")
 
 
 def _docker(enabled: bool, agent: AgentConfig, socket_path: Path, project: str) -> list[Companion]:
@@ -206,6 +214,7 @@ def register(app: typer.Typer) -> None:
         dataplane: Dataplane = "linux",
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
+        ovn_listen: OvnListen = None,
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
@@ -213,7 +222,7 @@ def register(app: typer.Typer) -> None:
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
                             pool_update_interval=pool_update_interval, instance_pools=instance_pools,
                             quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
-        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb))
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen))
 
     @app.command("agent")
     def agent(
@@ -253,7 +262,8 @@ def register(app: typer.Typer) -> None:
                 "ovs-vswitchd and ovn-controller) instead of starting them under <state-dir>/ovn-chassis/.",
             ),
         ] = None,
-        encap_ip: Annotated[str, typer.Option(help="This chassis' Geneve tunnel address.")] = "127.0.0.1",
+        encap_ip: EncapIp = AgentConfig.encap_ip,
+        encap_iface: EncapIface = None,
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
         from cloudnet.agent.run import run
@@ -269,11 +279,14 @@ def register(app: typer.Typer) -> None:
         config.mdata_max_line, config.mdata_max_connections = mdata_max_line, mdata_max_connections
         if dataplane not in ("linux", "ovn") or (dataplane == "ovn") != (ovn_sb is not None):
             raise CliError("--dataplane is linux or ovn, and ovn goes with --ovn-sb URL (linux without)")
+        _no_sriov_on_ovn(dataplane, sriov)
+        set_encap(config, encap_ip, encap_iface, dataplane)
         config.dataplane, config.ovn_sb, config.ovs_db = dataplane, ovn_sb, ovs_db
         chassis = None
         try:
             if ovn_sb is not None and ovs_db is None:  # this host's ovs-vswitchd and ovn-controller, started here
-                chassis = start_chassis(state_dir / "ovn-chassis", config.host, ovn_sb, encap_ip=encap_ip,
+                chassis = start_chassis(state_dir / "ovn-chassis", config.host, ovn_sb, encap_ip=config.encap_ip,
+                                        encap_port=config.encap_port,
                                         bridge_mappings=bridge_mappings(config.uplinks))  # fmt: skip
                 config.ovs_db = chassis.ovs_url
             run(config)
@@ -315,6 +328,9 @@ def register(app: typer.Typer) -> None:
         dataplane: Dataplane = "linux",
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
+        ovn_listen: OvnListen = None,
+        encap_ip: EncapIp = AgentConfig.encap_ip,
+        encap_iface: EncapIface = None,
         docker_driver: DockerDriver = False,
         docker_socket: DockerSocket = DEFAULT_SOCKET,
         docker_project: DockerProject = "admin",
@@ -336,5 +352,7 @@ def register(app: typer.Typer) -> None:
         agent_config.park_pool_devices = park_pool_devices
         agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb), agent_config,
+        _no_sriov_on_ovn(dataplane, sriov)
+        set_encap(agent_config, encap_ip, encap_iface, dataplane)
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen), agent_config,
                _docker(docker_driver, agent_config, docker_socket, docker_project))  # fmt: skip

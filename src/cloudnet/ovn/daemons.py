@@ -12,14 +12,21 @@ and the stop deletes them.
 
 Geneve between chassis on the userspace datapath: ovs-vswitchd encapsulates itself and sends the tunnel packet out of
 the OVS bridge that holds the encap address (its own route table, read from the kernel's, and its own ARP cache), so
-the chassis' underlay interface becomes the port of a bridge `br-encap` carrying `encap_ip`. With the kernel module
-the kernel tunnels, and the address simply goes on the interface.
+the chassis' underlay interface becomes the port of a bridge `br-encap` carrying `encap_ip` (taken off the interface
+if it was there: the kernel must route the tunnel's peers through the bridge). With the kernel module the kernel
+tunnels, and the address simply goes on the interface.
+
+Other hosts' chassis reach the SB database (and a remote server the NB database) over TCP: `listen` adds
+`ptcp:6641:ADDR` / `ptcp:6642:ADDR` remotes to the running databases, on that one address, once it exists here (a
+chassis started with `encap_port` may be what puts it there). Plain TCP, as OVN's own recipes use: anyone who
+reaches those ports can rewrite the databases, so the address must be on a trusted underlay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import os
 import re
 import signal
@@ -36,6 +43,7 @@ DETACH = ["--detach", "--no-chdir", "-vconsole:off"]
 PIDFILES = ("ovn-controller", "ovs-vswitchd", "ovsdb-server", "ovn-northd", "ovnsb_db", "ovnnb_db")
 INTEGRATION_BRIDGE = "br-int"
 ENCAP_BRIDGE = "br-encap"
+NB_PORT, SB_PORT = 6641, 6642  # OVN's own
 IFNAMSIZ = 15  # (a userspace-datapath bridge is a tap device: its name is an interface name)
 
 
@@ -144,6 +152,38 @@ def start_central(rundir: Path, *, nb_tcp: str | None = None, sb_tcp: str | None
     return central
 
 
+def tcp_remotes(port: int, address: str) -> tuple[str, str]:
+    """(passive, active) OVSDB remotes of `address`:`port`: `ptcp:PORT:ADDR` to listen, `tcp:ADDR:PORT` to connect
+    (an IPv6 address in brackets)."""
+    ip = ipaddress.ip_address(address)
+    host = f"[{ip}]" if ip.version == 6 else str(ip)
+    return f"ptcp:{port}:{host}", f"tcp:{host}:{port}"
+
+
+def listen(central: Central, address: str, netns: str | None = None, timeout: float = 10.0) -> tuple[str, str]:
+    """Make the running NB and SB databases also listen on TCP at `address` (NB_PORT, SB_PORT); returns the
+    (NB, SB) URLs other hosts use, once both answer there (else OvnError, the remotes taken back)."""
+    remotes = [(central.rundir / f"{name}.ctl", *tcp_remotes(port, address))
+               for name, port in (("ovnnb_db", NB_PORT), ("ovnsb_db", SB_PORT))]  # fmt: skip
+    for ctl, passive, _active in remotes:
+        run(central.rundir, ["ovs-appctl", "-t", str(ctl), "ovsdb-server/add-remote", passive], netns)
+    deadline = time.monotonic() + timeout
+    for _ctl, _passive, active in remotes:  # (ovsdb-server retries a listen that failed, with a backoff)
+        while True:
+            try:
+                run(central.rundir, ["ovsdb-client", "list-dbs", active], netns, timeout=5)
+                break
+            except OvnError:
+                if time.monotonic() > deadline:
+                    for ctl, passive, _active in remotes:
+                        run(central.rundir, ["ovs-appctl", "-t", str(ctl), "ovsdb-server/remove-remote", passive],
+                            netns)  # fmt: skip
+                    raise OvnError(f"OVN's databases do not answer on {active} (is {address} an address of this "
+                                   f"host?); see {central.rundir}/ovn*_db.log") from None  # fmt: skip
+                time.sleep(0.1)
+    return remotes[0][2], remotes[1][2]
+
+
 def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "127.0.0.1", netns: str | None = None,
                   bridge_mappings: dict[str, str] | None = None, encap_port: tuple[str, int] | None = None,
                   timeout: float = 10.0) -> Chassis:  # fmt: skip
@@ -175,6 +215,9 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
     if encap_port:
         port, prefixlen = encap_port
         device = ENCAP_BRIDGE if tunnel else port
+        if tunnel:  # (absent on the interface is fine: nothing to take off)
+            with contextlib.suppress(OvnError):
+                run(rundir, ["ip", "addr", "del", f"{encap_ip}/{prefixlen}", "dev", port], netns)
         run(rundir, ["ip", "addr", "replace", f"{encap_ip}/{prefixlen}", "dev", device], netns)
         for link in {port, device}:
             run(rundir, ["ip", "link", "set", link, "up"], netns)

@@ -19,6 +19,7 @@ from cloudnet.store.db import Store, Tx
 
 N = t.networks
 NETWORK_TYPES = ("flat", "vlan", "local")
+PROVIDER_TYPES = ("flat", "vlan")  # (tunnelled by nothing: their frames go out as they are)
 # What a Geneve tunnel between OVN chassis adds to a frame (outer IPv4, UDP, Geneve with OVN's option): on OVN a
 # network that is not a provider network is an overlay, and its default MTU leaves room for it, as Neutron's does.
 GENEVE_OVERHEAD = 58
@@ -187,6 +188,8 @@ def create_networks(store: Store, ctx: Context, bodies: list[dict[str, Any]], de
                     overlay_overhead: int = 0) -> list[dict[str, Any]]:  # fmt: skip
     """`overlay_overhead`: what tunnelling adds to an overlay network's frames (GENEVE_OVERHEAD on OVN)."""
     specs = [parse(NetworkCreate, b) for b in bodies]
+    for spec in specs:
+        check_mtu(spec.mtu, spec.network_type or "local", default_mtu, overlay_overhead)
     with store.write() as tx:
         ids = [_insert(tx, ctx, spec, default_mtu, overlay_overhead) for spec in specs]
         rows = tx.conn.execute(select(N).where(N.c.id.in_(ids))).all()
@@ -209,7 +212,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay
     row.update(
         admin_state_up=spec.admin_state_up,
         shared=spec.shared,
-        mtu=spec.mtu or default_mtu - (0 if network_type in ("flat", "vlan") else overlay_overhead),
+        mtu=spec.mtu or default_mtu - (0 if network_type in PROVIDER_TYPES else overlay_overhead),
         status="ACTIVE",
         router_external=spec.router_external,
         network_type=network_type,
@@ -234,6 +237,16 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay
     return str(row["id"])
 
 
+def check_mtu(mtu: int | None, network_type: str, default_mtu: int, overlay_overhead: int) -> None:
+    """An overlay network's frames must fit the tunnel over the underlay (whose MTU is `default_mtu`): a larger
+    MTU is refused as Neutron refuses one above its segments' maximum."""
+    if mtu is None or not overlay_overhead or network_type in PROVIDER_TYPES:
+        return
+    maximum = default_mtu - overlay_overhead
+    if mtu > maximum:
+        raise InvalidInput(f"Requested MTU is too big, maximum is {maximum}")
+
+
 def _segment_in_use(spec: NetworkCreate) -> Conflict:
     if spec.network_type == "vlan":
         return Conflict(
@@ -247,7 +260,9 @@ def _segment_in_use(spec: NetworkCreate) -> Conflict:
     )
 
 
-def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, Any]) -> dict[str, Any]:
+def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, Any], default_mtu: int = 1500,
+                   overlay_overhead: int = 0) -> dict[str, Any]:  # fmt: skip
+    """`default_mtu`, `overlay_overhead`: as for create_networks (an overlay network's MTU stays within the tunnel)."""
     spec = parse(NetworkUpdate, body)
     changes = spec.model_dump(exclude_unset=True, by_alias=False)
     with store.write() as tx:
@@ -266,6 +281,7 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
                     f"Network {network_id} cannot stop being external: a router uses it as gateway.",
                     type="ExternalNetworkInUse",
                 )
+        check_mtu(changes.get("mtu"), row.network_type, default_mtu, overlay_overhead)
         if changes.get("mtu") is not None and changes["mtu"] < 1280:
             has_v6 = tx.conn.execute(
                 select(t.subnets.c.id).where(t.subnets.c.network_id == network_id, t.subnets.c.ip_version == 6)

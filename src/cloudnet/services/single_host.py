@@ -38,6 +38,7 @@ class Scope:
 
     def __init__(self) -> None:
         self.multi_host = False
+        self.dataplane = "linux"
 
     def changed(self, _events: Any, _tx: Any) -> None:
         pass
@@ -49,6 +50,7 @@ def scope(store: Store | None) -> Scope:
 
 def configure(store: Store, dataplane: str) -> None:
     scope(store).multi_host = dataplane == "ovn"
+    scope(store).dataplane = dataplane
 
 
 def reason(network_id: str, host: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import Conflict, InvalidInput
-from cloudnet.services import common
+from cloudnet.services import common, single_host
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
@@ -56,6 +56,9 @@ def check_port(tx: Tx, port_row: Any) -> Any:
     if port_row.vif_type == "binding_failed":
         raise Conflict(f"Binding failed for port {port_row.id}, please check neutron logs for more information.",
                        type="PortBindingFailed")  # fmt: skip
+    if single_host.scope(tx.store).dataplane == "ovn":  # (OVN would need it as an external port on a real NIC)
+        raise Conflict(f"Binding failed for port {port_row.id}: binding:vnic_type direct (SR-IOV) is not supported "
+                       "on the OVN dataplane.", type="PortBindingFailed")  # fmt: skip
     network = tx.conn.execute(select(t.networks).where(t.networks.c.id == port_row.network_id)).one()
     if not network.physical_network or network.network_type not in BOUND_NETWORK_TYPES:
         raise InvalidInput(

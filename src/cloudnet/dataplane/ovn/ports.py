@@ -17,7 +17,9 @@ from cloudnet.dataplane.steps import StepFailed
 from cloudnet.namespaces import is_managed_ns
 
 log = logging.getLogger(__name__)
-NOT_VETH = frozenset({"direct"})  # vnic types this driver does not plug (SR-IOV: not on OVN here)
+# SR-IOV: OVN takes a VF's traffic only as an `external` port behind a real NIC, which this driver does not do.
+UNSUPPORTED_VNIC_TYPES = frozenset({"direct"})
+UNSUPPORTED = "binding:vnic_type {} (SR-IOV) is not supported on the OVN dataplane: use a normal port"
 
 
 def report(port: dict[str, Any], ifname: str, bound: set[str], chassis: str) -> PortReport:
@@ -56,10 +58,12 @@ class InstancePorts:
 
     def _instance(self, run: OvnPass, inst: dict[str, Any]) -> list[PortReport]:
         ports = run.state["ports"]
-        mine = [(position, ports[pid]) for position, pid in enumerate(inst["ports"])
-                if pid in ports and ports[pid].get("binding:vnic_type") not in NOT_VETH]  # fmt: skip
-        refused = [failed(p["id"], "its id is not a plain name: not plugged into OVN") for _pos, p in mine
-                   if not names.is_plain(p["id"])]  # fmt: skip
+        given = [(position, ports[pid]) for position, pid in enumerate(inst["ports"]) if pid in ports]
+        refused = [failed(p["id"], UNSUPPORTED.format(p["binding:vnic_type"])) for _pos, p in given
+                   if p.get("binding:vnic_type") in UNSUPPORTED_VNIC_TYPES]  # fmt: skip
+        mine = [(pos, p) for pos, p in given if p.get("binding:vnic_type") not in UNSUPPORTED_VNIC_TYPES]
+        refused += [failed(p["id"], "its id is not a plain name: not plugged into OVN") for _pos, p in mine
+                    if not names.is_plain(p["id"])]  # fmt: skip
         mine = [(pos, p) for pos, p in mine if names.is_plain(p["id"])]
         run.wanted.update(names.tap(p["id"]) for _pos, p in mine)
         run.vif_networks.update(p["network_id"] for _pos, p in mine)
