@@ -115,10 +115,16 @@ def start_central(rundir: Path, *, nb_tcp: str | None = None, sb_tcp: str | None
         _ovsdb_server(rundir, name, db, remotes, netns)
     run(rundir, ["ovn-nbctl", f"--db={central.nb_url}", "init"], netns)
     run(rundir, ["ovn-sbctl", f"--db={central.sb_url}", "init"], netns)
+    start_northd(central, netns)
+    return central
+
+
+def start_northd(central: Central, netns: str | None = None) -> None:
+    """ovn-northd between the central's NB and SB (also to restart one that died: it recomputes SB from NB)."""
+    rundir = central.rundir
     run(rundir, ["ovn-northd", *DETACH, f"--pidfile={rundir / 'ovn-northd.pid'}",
                  f"--log-file={rundir / 'ovn-northd.log'}", f"--ovnnb-db={central.nb_url}",
                  f"--ovnsb-db={central.sb_url}"], netns)  # fmt: skip
-    return central
 
 
 def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "127.0.0.1", netns: str | None = None,
@@ -144,8 +150,7 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
            "ovn-bridge-mappings": ",".join(f"{k}:{v}" for k, v in sorted(mappings.items()))}  # fmt: skip
     settings = [f'external_ids:{k}="{v}"' for k, v in ids.items() if v]
     run(rundir, [*vsctl, *bridges, "--", "set", "Open_vSwitch", ".", *settings], netns)
-    run(rundir, ["ovn-controller", *DETACH, f"--pidfile={rundir / 'ovn-controller.pid'}",
-                 f"--log-file={rundir / 'ovn-controller.log'}", chassis.ovs_url], netns)  # fmt: skip
+    start_controller(chassis)
     deadline = time.monotonic() + timeout
     query = ["ovn-sbctl", f"--db={sb_remote}", "--timeout=5", "--bare", "--columns=name", "find", "Chassis",
              f'name="{name}"']  # fmt: skip
@@ -154,6 +159,13 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
             raise OvnError(f"chassis {name} did not register in {timeout:g} s; see {rundir / 'ovn-controller.log'}")
         time.sleep(0.05)
     return chassis
+
+
+def start_controller(chassis: Chassis) -> None:
+    """The chassis' ovn-controller (also to restart one that died: it claims its Chassis row and bindings again)."""
+    rundir = chassis.rundir
+    run(rundir, ["ovn-controller", *DETACH, f"--pidfile={rundir / 'ovn-controller.pid'}",
+                 f"--log-file={rundir / 'ovn-controller.log'}", chassis.ovs_url], chassis.netns)  # fmt: skip
 
 
 def pids(rundir: Path) -> dict[str, int]:
