@@ -133,14 +133,10 @@ class Rig:
         return (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        for proc in (self.agent, self.server):
+        for proc in (self.agent, self.server):  # (killed: a stopping agent would first finish its long poll)
             if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                proc.kill()
+                proc.wait()
         for prefix in (metadata_ns_prefix(self.host), managed_ns_prefix(self.host)):
             for name in netns.names(prefix):
                 with contextlib.suppress(OSError):

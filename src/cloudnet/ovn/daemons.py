@@ -184,11 +184,21 @@ def pids(rundir: Path) -> dict[str, int]:
 
 
 def alive(pid: int) -> bool:
+    """Whether any thread of `pid` still runs: a killed multi-threaded daemon's main thread is a zombie before its
+    other threads are gone, and until then the process still holds its files (the pidfile's lock: a new daemon of
+    the same pidfile refuses to start)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return False
-    return state != "Z"
+    for task in tasks:
+        try:
+            state = Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
 
 
 def _wait(pids: list[int], timeout: float) -> None:
