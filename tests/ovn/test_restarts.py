@@ -51,8 +51,7 @@ class OvnChurn(Churn):
     (Port_Group, ACL, Address_Set), ports without an instance (with allowed address pairs), and floating IPs."""
 
     def groups(self) -> list[Json]:
-        groups = self.api.get("/security-groups").json()["security_groups"]
-        return [g for g in groups if g["name"] != "default"]
+        return [g for g in self.list("security-groups", key="security_groups") if g["name"] != "default"]
 
     def sg_create(self) -> None:
         if len(self.groups()) >= MAX_GROUPS:
@@ -122,12 +121,27 @@ class OvnChurn(Churn):
 
 def _public(api: httpx.Client) -> Json:
     body = {"name": "pub", "router:external": True, "provider:network_type": "flat",
-            "provider:physical_network": "physnet1"}  # fmt: skip
+            "provider:physical_network": "physnet1",
+            "cloudnet:routes": ["198.51.100.0/24", "2001:db8:100::/64"]}  # fmt: skip
     pub = api.post("/networks", json={"network": body}).json()["network"]
     for cidr, gw in (("192.0.2.0/24", "192.0.2.1"), ("2001:db8:1::/64", "2001:db8:1::1")):
         r = api.post("/subnets", json={"subnet": {"network_id": pub["id"], "cidr": cidr, "gateway_ip": gw}})
         assert r.status_code == 201, r.text
     return dict(pub)
+
+
+def _site(churn: OvnChurn) -> None:
+    """A network behind a router with a gateway, so that forwards and floating IPs have somewhere to go from the
+    first operation on (through the churn: it learns their ids, and may take them apart later)."""
+    net = churn.call("network create", "POST", "/networks", {"network": {"name": "base"}}).json()["network"]
+    router = {"name": "base", "external_gateway_info": {"network_id": churn.pub["id"]}}
+    router = churn.call("router create", "POST", "/routers", {"router": router}).json()["router"]
+    for cidr in ("10.5.0.0/24", "fd05::/64"):
+        sub = {"network_id": net["id"], "cidr": cidr}
+        sub = churn.call("subnet create", "POST", "/subnets", {"subnet": sub}).json()["subnet"]
+        path = f"/routers/{router['id']}/add_router_interface"
+        r = churn.call("router attach", "PUT", path, {"subnet_id": sub["id"]})
+        assert r.status_code == 200, r.text
 
 
 def _differences(rig: Rig, api: httpx.Client, store: Store) -> list[str]:
@@ -138,7 +152,7 @@ def _differences(rig: Rig, api: httpx.Client, store: Store) -> list[str]:
     return found + chassis_differences(rig.ovn, rig.chassis, state)
 
 
-def _converged(rig: Rig, api: httpx.Client, store: Store, what: str, timeout: float = 30.0) -> float:
+def _converged(rig: Rig, api: httpx.Client, store: Store, what: str, timeout: float = 45.0) -> float:
     """Seconds until NB, SB and the chassis equal what the database implies (polled); fails with the differences."""
     t0 = time.monotonic()
     while found := _differences(rig, api, store):
@@ -155,6 +169,7 @@ def test_killing_each_process_during_churn_leaves_nb_and_sb_as_the_database_impl
     store = Store(rig.db_url)
     with httpx.Client(base_url=rig.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30) as api:
         churn = OvnChurn(api, rig.host, _public(api), random.Random(seed))
+        _site(churn)
         _converged(rig, api, store, "at start")
         for victim in VICTIMS:
             for _ in range(OPS_BEFORE):

@@ -6,6 +6,7 @@ operations to WEIGHTS. Used by tests/integration/test_churn.py (Linux) and tests
 from __future__ import annotations
 
 import ipaddress
+import json
 import random
 from typing import Any
 
@@ -17,23 +18,58 @@ LISTEN = {
 }
 MAX_NETWORKS, MAX_ROUTERS, MAX_INSTANCES = 5, 3, 6
 Json = dict[str, Any]
+RANDOM_FIELDS = frozenset({"id", "port_id", "device_id", "network_id", "subnet_id", "tenant_id", "project_id",
+                           "mac_address", "created_at", "updated_at", "revision_number"})  # fmt: skip
+
+
+def _without_ids(item: Any) -> str:
+    """An object as text without what differs from run to run (UUIDs, MACs, times): a tie-breaker for order."""
+    if isinstance(item, dict):
+        return json.dumps({k: v for k, v in item.items() if k not in RANDOM_FIELDS}, sort_keys=True, default=str)
+    return str(item)
 
 
 class Churn:
+    """Lists are read in the order the churn first saw their objects' ids (in its own requests' answers), never in
+    the API's order (by UUID, which differs from run to run), so the same seed makes the same operations."""
+
     def __init__(self, api: httpx.Client, host: str, pub: Json, rng: random.Random) -> None:
         self.api, self.host, self.pub, self.rng = api, host, pub, rng
         self.counter = 0
         self.outcomes: dict[str, int] = {}
+        self.seen: dict[str, int] = {}  # id -> when the churn first saw it
 
     def call(self, what: str, method: str, path: str, body: Any = None) -> httpx.Response:
         r = self.api.request(method, path, json=body)
         assert r.status_code < 500, (what, r.status_code, r.text)  # refusals are fine, a 5xx never
         key = f"{what} {r.status_code}"
         self.outcomes[key] = self.outcomes.get(key, 0) + 1
+        if r.is_success and r.content:
+            self._learn(r.json())
         return r
 
-    def list(self, collection: str, **params: str) -> list[Json]:
-        return list(self.api.get(f"/{collection}", params=params).json()[collection])
+    def _learn(self, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k in ("id", "port_id") and isinstance(v, str):
+                    self.seen.setdefault(v, len(self.seen))
+                else:
+                    self._learn(v)
+        elif isinstance(value, list):
+            for v in sorted(value, key=_without_ids):
+                self._learn(v)
+
+    def order(self, item: Any) -> tuple[Any, ...]:
+        if isinstance(item, tuple):
+            return tuple(self.order(i) for i in item)
+        seen = self.seen.get(item.get("id", "")) if isinstance(item, dict) else None
+        return (0, seen, "") if seen is not None else (1, 0, _without_ids(item))
+
+    def ordered(self, items: list[Any]) -> list[Any]:
+        return sorted(items, key=self.order)
+
+    def list(self, collection: str, key: str = "", **params: str) -> list[Json]:
+        return self.ordered(list(self.api.get(f"/{collection}", params=params).json()[key or collection]))
 
     def networks(self) -> list[Json]:
         return [n for n in self.list("networks") if not n["router:external"]]
@@ -47,7 +83,7 @@ class Churn:
     def forwards(self) -> list[tuple[Json, Json]]:
         found = []
         for net in self.networks():
-            found += [(net, f) for f in self.api.get(f"/networks/{net['id']}/forwards").json()["forwards"]]
+            found += [(net, f) for f in self.list(f"networks/{net['id']}/forwards", key="forwards")]
         return found
 
     def pick(self, items: list[Any]) -> Any:
