@@ -142,7 +142,11 @@ def test_one_writer_at_a_time_and_a_standby_takes_over(
         last = create_network(api, name="three")
         status = second.wait_synced()
         assert status.ok and status.passes >= 1
-        assert set(keyed(ovn, "Logical_Switch")) == {f"ls/{n['id']}" for n in (first_net, later, last)}
+        wanted = {f"ls/{n['id']}" for n in (first_net, later, last)}
+        deadline = time.monotonic() + 10  # (the deleted switch: in that pass, or the next once its IDL saw the delete)
+        while set(keyed(ovn, "Logical_Switch")) != wanted:
+            assert time.monotonic() < deadline, f"the standby did not take over: {second.status}"
+            time.sleep(0.05)
     finally:
         first.stop()
         if second is not None:
