@@ -8,20 +8,20 @@ from typing import Any
 from tests.support.ovn import OvnSandbox
 
 
-def _value(raw: Any) -> Any:
+def decode(raw: Any) -> Any:
     if isinstance(raw, list) and len(raw) == 2 and raw[0] in ("map", "set", "uuid"):
         kind, inner = raw
         if kind == "map":
-            return {k: _value(v) for k, v in inner}
+            return {k: decode(v) for k, v in inner}
         if kind == "set":
-            return [_value(v) for v in inner]
+            return [decode(v) for v in inner]
         return inner
     return raw
 
 
 def rows(ovn: OvnSandbox, table: str) -> list[dict[str, Any]]:
     data = json.loads(ovn.nbctl("--format=json", "list", table))
-    return [dict(zip(data["headings"], [_value(v) for v in row], strict=True)) for row in data["data"]]
+    return [dict(zip(data["headings"], [decode(v) for v in row], strict=True)) for row in data["data"]]
 
 
 def by_name(ovn: OvnSandbox, table: str) -> dict[str, dict[str, Any]]:

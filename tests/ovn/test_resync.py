@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import insert
 
-from cloudnet.northbound.sync import NorthboundSync
+from cloudnet.northbound.sync import STANDBY, NorthboundSync
 from cloudnet.store import tables as t
 from tests.ovn.nb import as_list, by_name, keyed, rows
 from tests.support.api import create, create_network, create_subnet
@@ -119,3 +119,35 @@ def test_nb_outage_marks_the_sync_failed_and_it_recovers(
         assert set(keyed(ovn, "Logical_Switch")) == {f"ls/{net['id']}", f"ls/{later['id']}"}
     finally:
         sync.stop()
+
+
+def test_one_writer_at_a_time_and_a_standby_takes_over(
+    api: httpx.Client, server: RunningServer, ovn: OvnSandbox
+) -> None:
+    first_net = create_network(api, name="one")
+    first = _sync(server, ovn)
+    second: NorthboundSync | None = None
+    try:
+        first.wait_synced()
+        second = _sync(server, ovn)  # another server process's writer, on the same database and NB
+        deadline = time.monotonic() + 10
+        while second.status.reason != STANDBY:
+            assert time.monotonic() < deadline, f"the second writer does not stand by: {second.status}"
+            time.sleep(0.05)
+        later = create_network(api, name="two")
+        first.wait_synced()
+        assert second.status.passes == 0 and second.status.reason == STANDBY  # it never wrote
+        first.stop()  # its connection goes, and the lock with it: the standby takes over with a full resync
+        ovn.nbctl("ls-del", f"cloudnet-{later['id']}")  # (behind everyone's back, while no one writes)
+        last = create_network(api, name="three")
+        status = second.wait_synced()
+        assert status.ok and status.passes >= 1
+        wanted = {f"ls/{n['id']}" for n in (first_net, later, last)}
+        deadline = time.monotonic() + 10  # (the deleted switch: in that pass, or the next once its IDL saw the delete)
+        while set(keyed(ovn, "Logical_Switch")) != wanted:
+            assert time.monotonic() < deadline, f"the standby did not take over: {second.status}"
+            time.sleep(0.05)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()

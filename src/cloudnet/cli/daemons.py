@@ -264,6 +264,14 @@ def register(app: typer.Typer) -> None:
         ] = None,
         encap_ip: EncapIp = AgentConfig.encap_ip,
         encap_iface: EncapIface = None,
+        ovs_netns: Annotated[
+            str | None,
+            typer.Option(
+                metavar="NAME",
+                help="The network namespace the running ovs-vswitchd of --ovs-db is in "
+                "(where br-int's ports go; default the agent's own).",
+            ),
+        ] = None,
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
         from cloudnet.agent.run import run
@@ -281,7 +289,9 @@ def register(app: typer.Typer) -> None:
             raise CliError("--dataplane is linux or ovn, and ovn goes with --ovn-sb URL (linux without)")
         _no_sriov_on_ovn(dataplane, sriov)
         set_encap(config, encap_ip, encap_iface, dataplane)
-        config.dataplane, config.ovn_sb, config.ovs_db = dataplane, ovn_sb, ovs_db
+        if ovs_netns is not None and ovs_db is None:
+            raise CliError("--ovs-netns goes with --ovs-db (a chassis started here runs in the agent's namespace)")
+        config.dataplane, config.ovn_sb, config.ovs_db, config.ovs_netns = dataplane, ovn_sb, ovs_db, ovs_netns
         chassis = None
         try:
             if ovn_sb is not None and ovs_db is None:  # this host's ovs-vswitchd and ovn-controller, started here

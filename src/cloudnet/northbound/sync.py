@@ -7,6 +7,11 @@ transaction (apply.py), so changes that arrive during a pass form the next batch
 after every reconnect is a full resync like any other: the diff covers every row cloudnet owns, repairs it and
 reports what differed. While NB is unreachable or a pass fails, `status` says so with the reason, and passes are
 retried with backoff.
+
+One writer at a time: each writer asks NB's ovsdb-server for the OVSDB lock WRITER_LOCK (as Neutron's maintenance
+worker does), and only the holder writes; the other server processes stand by (`status.reason` says so) and the
+first to get the lock when the holder goes (stopped, killed: its connection drops) starts with a full resync. The
+IDL also refuses to commit without the lock, so two writers never interleave passes from different snapshots.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from cloudnet.store.db import Store
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 5.0
+WRITER_LOCK = "cloudnet_northbound_writer"
+STANDBY = f"standby: another server process holds NB's writer lock ({WRITER_LOCK})"
 
 
 class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
@@ -115,6 +122,7 @@ class NorthboundSync:
 
     def _connect(self) -> _NbApi:
         idl = connection.OvsdbIdl.from_server(self.nb_url, "OVN_Northbound")
+        idl.set_lock(WRITER_LOCK)  # (before the connection's thread runs the IDL; asked again on every reconnect)
         return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
 
     def _run(self) -> None:
@@ -135,6 +143,14 @@ class NorthboundSync:
                 if idl.state != idl.IDL_S_MONITORING or not idl._session.is_connected():
                     seen_seqno = None  # a full pass once it is back
                     raise ConnectionError(f"NB database at {self.nb_url} is unreachable (reconnecting)")
+                if not idl.has_lock:
+                    seen_seqno = None  # a full pass once it is ours
+                    if self.status.reason != STANDBY:
+                        log.info("northbound sync: %s", STANDBY)
+                        s = self.status
+                        self._set(Status(None, STANDBY, s.revision, s.passes, s.last_report, s.refused))
+                    backoff = 0.0
+                    continue
                 with self.store.read() as conn:
                     revision = int(conn.execute(_revision()).scalar() or 0)
                 if cached is not None and revision == cached.revision and idl.change_seqno == seen_seqno:

@@ -146,10 +146,16 @@ def start_central(rundir: Path, *, nb_tcp: str | None = None, sb_tcp: str | None
         _ovsdb_server(rundir, name, db, remotes, netns)
     run(rundir, ["ovn-nbctl", f"--db={central.nb_url}", "init"], netns)
     run(rundir, ["ovn-sbctl", f"--db={central.sb_url}", "init"], netns)
+    start_northd(central, netns)
+    return central
+
+
+def start_northd(central: Central, netns: str | None = None) -> None:
+    """ovn-northd between the central's NB and SB (also to restart one that died: it recomputes SB from NB)."""
+    rundir = central.rundir
     run(rundir, ["ovn-northd", *DETACH, f"--pidfile={rundir / 'ovn-northd.pid'}",
                  f"--log-file={rundir / 'ovn-northd.log'}", f"--ovnnb-db={central.nb_url}",
                  f"--ovnsb-db={central.sb_url}"], netns)  # fmt: skip
-    return central
 
 
 def tcp_remotes(port: int, address: str) -> tuple[str, str]:
@@ -221,8 +227,7 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
         run(rundir, ["ip", "addr", "replace", f"{encap_ip}/{prefixlen}", "dev", device], netns)
         for link in {port, device}:
             run(rundir, ["ip", "link", "set", link, "up"], netns)
-    run(rundir, ["ovn-controller", *DETACH, f"--pidfile={rundir / 'ovn-controller.pid'}",
-                 f"--log-file={rundir / 'ovn-controller.log'}", chassis.ovs_url], netns)  # fmt: skip
+    start_controller(chassis)
     deadline = time.monotonic() + timeout
     query = ["ovn-sbctl", f"--db={sb_remote}", "--timeout=5", "--bare", "--columns=name", "find", "Chassis",
              f'name="{name}"']  # fmt: skip
@@ -231,6 +236,13 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
             raise OvnError(f"chassis {name} did not register in {timeout:g} s; see {rundir / 'ovn-controller.log'}")
         time.sleep(0.05)
     return chassis
+
+
+def start_controller(chassis: Chassis) -> None:
+    """The chassis' ovn-controller (also to restart one that died: it claims its Chassis row and bindings again)."""
+    rundir = chassis.rundir
+    run(rundir, ["ovn-controller", *DETACH, f"--pidfile={rundir / 'ovn-controller.pid'}",
+                 f"--log-file={rundir / 'ovn-controller.log'}", chassis.ovs_url], chassis.netns)  # fmt: skip
 
 
 def pids(rundir: Path) -> dict[str, int]:
@@ -249,11 +261,21 @@ def pids(rundir: Path) -> dict[str, int]:
 
 
 def alive(pid: int) -> bool:
+    """Whether any thread of `pid` still runs: a killed multi-threaded daemon's main thread is a zombie before its
+    other threads are gone, and until then the process still holds its files (the pidfile's lock: a new daemon of
+    the same pidfile refuses to start)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return False
-    return state != "Z"
+    for task in tasks:
+        try:
+            state = Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
 
 
 def _wait(pids: list[int], timeout: float) -> None:
