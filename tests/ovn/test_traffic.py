@@ -59,6 +59,7 @@ class Rig:
         """NB holds what the database implies and the chassis has realised it (before checking what must fail)."""
         self.sync.wait_synced()
         self.ovn.nbctl("--wait=hv", "sync")
+        self.ovn.flush_datapath_caches()
 
     def until(self, check: Any, what: str, timeout: float = 15) -> None:
         self.cloud.wait_for(check, timeout=timeout, what=what)

@@ -45,6 +45,15 @@ class OvnSandbox:
     def sbctl(self, *args: str) -> str:
         return daemons.run(self.root, ["ovn-sbctl", f"--db={self.sb_url}", "--timeout=10", *args])
 
+    def flush_datapath_caches(self) -> None:
+        """Drop every chassis' cached datapath flows, so that the next packet is judged by the OpenFlow tables as
+        they are now (`--wait=hv` waits for those tables; a busy ovs-vswitchd revalidates its cache later)."""
+        for chassis in self.chassis:
+            pid = daemons.pids(chassis.rundir).get("ovs-vswitchd")
+            if pid is not None:
+                ctl = chassis.rundir / f"ovs-vswitchd.{pid}.ctl"
+                daemons.run(chassis.rundir, ["ovs-appctl", "-t", str(ctl), "revalidator/purge"], chassis.netns)
+
     def add_chassis(self, bridge_mappings: dict[str, str] | None = None, geneve: bool = False) -> daemons.Chassis:
         """A chassis in a namespace of its own, registered in this sandbox's SB database; with `geneve`, linked to
         the other such chassis by an underlay (a bridge in a namespace of its own) its tunnels run over."""
