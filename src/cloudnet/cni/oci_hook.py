@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cloudnet.agent.metadata.mdata_sockets import DIR_NAME, SOCKET_NAME, is_uuid
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.resources import INSTANCE
 from cloudnet.cni import mounts
@@ -35,6 +34,7 @@ from cloudnet.cni.errors import CniError
 from cloudnet.cni.http import PluginClient
 from cloudnet.cni.netconf import DEFAULT_TOKEN_FILE, DEFAULT_URL, read_token_file
 from cloudnet.namespaces import spelled
+from cloudnet.wire.mdata_paths import DIR_NAME, SOCKET_NAME, is_uuid
 
 ANNOTATION = "io.cloudnet.mdata"
 PLACES = {"zone": (".zonecontrol",), "true": (".zonecontrol",), "lx": ("native", ".zonecontrol")}
