@@ -76,10 +76,12 @@ def cni_cloud(
     pool_min: int = 2,
     pool_batch: int = 4,
     dataplane: Callable[[str], tuple[LinuxDataplane, dict[str, Any] | None]] | None = None,
+    mdata_dir: Path | None = None,
 ) -> Iterator[CniCloud]:
     """A server (tokens: an admin, the runtime's service token in project `alice`, a member of `bob`), this
     test's agent with its metadata proxy, and a network of alice's with a subnet. `dataplane`: the agent's
-    driver and report for a host name (default: the Linux driver alone)."""
+    driver and report for a host name (default: the Linux driver alone); `mdata_dir`: the agent's state directory
+    for SmartOS metadata sockets (none without)."""
     state = work / "state"
     state.mkdir(parents=True)
     shutil.copyfile(template, state / "cloudnet.db")
@@ -99,7 +101,7 @@ def cni_cloud(
     cloud = Cloud(api=api, server=server, host=f"h-{suffix}", suffix=suffix)
     try:
         driver, report = dataplane(cloud.host) if dataplane else (None, None)
-        with agent_with_proxy(cloud, server, park=park, dataplane=driver, report=report):
+        with agent_with_proxy(cloud, server, park=park, dataplane=driver, report=report, mdata_dir=mdata_dir):
             net = cloud.create("networks", "network", {"name": f"cni-net-{suffix}", "project_id": "alice"})
             sub = cloud.create(
                 "subnets",

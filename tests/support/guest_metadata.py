@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cloudnet.agent.client import ApiClient
+from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.metadata.model import Settings
@@ -36,20 +38,28 @@ def agent_with_proxy(
     park: bool = False,
     dataplane: LinuxDataplane | None = None,
     report: dict[str, Any] | None = None,
+    mdata_dir: Path | None = None,
 ) -> Iterator[MetadataProxy]:
     """The host's agent with the proxy as it runs it (an observer of the desired state, in the namespaces the
-    driver builds), and a metadata API on the server's store."""
+    driver builds), and a metadata API on the server's store; with `mdata_dir`, the SmartOS metadata sockets too
+    (under mdata_dir/zonecontrol)."""
     app = MetadataApp(server.store, SECRET, Settings(), poll_interval=0.05)
     metadata = RunningMetadata.start(app)
     proxy = MetadataProxy(cloud.host, metadata.url, SECRET, retry_interval=0.1, burst=200)  # 3 boots of reads
+    observers: list[Any] = [proxy]
+    client = ApiClient(server.url, cloud.host, "admin")  # the mdata service's (guests' writes go to the API)
+    if mdata_dir is not None:
+        observers.append(MdataService(mdata_dir, client, check_interval=0.5))
     try:
         dataplane = dataplane or LinuxDataplane(cloud.host, cloud.uplinks, park=park)
-        with running_agent(server.url, cloud.host, dataplane, report, observers=[proxy]) as agent:
+        with running_agent(server.url, cloud.host, dataplane, report, observers=observers) as agent:
             cloud.agent = agent
             yield proxy
     finally:
         cloud.agent = None
-        proxy.close()
+        for observer in observers:
+            observer.close()
+        client.close()
         metadata.stop()
 
 

@@ -33,25 +33,37 @@ class Podman:
 
     @classmethod
     def make(cls, label: str) -> Podman:
-        """Its configuration, plugin directory (with cloudnet-cni, then Debian's plugins) and image, in a directory
-        of its own (short: podman refuses a runroot path over 50 characters)."""
+        """Its configuration, plugin directory (with cloudnet-cni, then Debian's plugins), OCI hooks directory
+        (hooks.d, empty) and image, in a directory of its own (short: podman refuses a runroot path over 50
+        characters)."""
         work = Path(tempfile.mkdtemp(prefix="cnipm.", dir="/tmp"))
-        (work / "net.d").mkdir()
-        (work / "plugins").mkdir()
+        for sub in ("net.d", "plugins", "hooks.d"):
+            (work / sub).mkdir()
         (work / "plugins" / "cloudnet-cni").symlink_to(PLUGIN)
         (work / "containers.conf").write_text(
             f'[network]\nnetwork_backend = "cni"\ncni_plugin_dirs = ["{work / "plugins"}", "/usr/lib/cni"]\n'
             f'network_config_dir = "{work / "net.d"}"\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'
+            f'hooks_dir = ["{work / "hooks.d"}"]\n'
         )
-        with tarfile.open(work / "rootfs.tar", "w") as tar:
-            tar.add(BUSYBOX, "bin/busybox")
-            for applet in APPLETS:
-                link = tarfile.TarInfo(f"bin/{applet}")
-                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-                tar.addfile(link)
         podman = cls(work, f"localhost/cnitest-{label}:1")
-        podman.run("import", "-q", str(work / "rootfs.tar"), podman.image)
+        podman.image_of(podman.image)
         return podman
+
+    def image_of(self, name: str, files: dict[str, Path] | None = None, links: dict[str, str] | None = None) -> str:
+        """An image imported from a tarball: busybox and its applets, `files` (path in the image: host file) and
+        symlinks (path: target)."""
+        tarball = self.work / "rootfs.tar"
+        with tarfile.open(tarball, "w") as tar:
+            tar.add(BUSYBOX, "bin/busybox")
+            for path, source in (files or {}).items():
+                tar.add(source, path)
+            for path, target in [*((f"bin/{a}", "busybox") for a in APPLETS), *(links or {}).items()]:
+                link = tarfile.TarInfo(path)
+                link.type, link.linkname = tarfile.SYMTYPE, target
+                tar.addfile(link)
+        self.run("import", "-q", str(tarball), name)
+        tarball.unlink()
+        return name
 
     def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         cmd = ["podman", "--root", str(self.work / "root"), "--runroot", str(self.work / "runroot"), *args]
@@ -70,9 +82,10 @@ class Podman:
         (self.work / "net.d" / f"50-{name}.conflist").write_text(json.dumps(conflist))
         return name
 
-    def start(self, name: str, network: str) -> str:
-        """A container left running (`sleep`); its full id."""
-        out = self.run("run", "-d", "--name", name, *ULIMITS, "--network", network, self.image, "/bin/sleep", "600")
+    def start(self, name: str, network: str, *options: str, image: str | None = None) -> str:
+        """A container left running (`sleep`); its full id. `options`: more of `podman run`'s."""
+        out = self.run("run", "-d", "--name", name, *ULIMITS, "--network", network, *options, image or self.image,
+                       "/bin/sleep", "600")  # fmt: skip
         return out.stdout.strip()
 
     def exec(self, name: str, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

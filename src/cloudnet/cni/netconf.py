@@ -233,11 +233,16 @@ def _token(conf: Mapping[str, Any]) -> str:
             raise CniError(INVALID_CONFIG, "token must be printable ASCII without spaces")
         return token
     given = _text(conf, "token_file", None, 4096)
-    path = Path(given or DEFAULT_TOKEN_FILE)
+    return read_token_file(Path(given or DEFAULT_TOKEN_FILE), required=bool(given))
+
+
+def read_token_file(path: Path, required: bool) -> str:
+    """The token in `path` (mode 0600, one line); the open mode's when the file is missing and not `required`.
+    (The OCI hook reads the runtime's token the same way.)"""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        if given:
+        if required:
             raise CniError(INVALID_CONFIG, f"token_file {path} does not exist") from None
         return OPEN_MODE_TOKEN
     except OSError as exc:

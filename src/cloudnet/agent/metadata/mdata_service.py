@@ -32,8 +32,8 @@ from cloudnet.agent.client import ApiClient, InstanceMetadata, error_message
 from cloudnet.agent.metadata import keyspace, mdata_sockets
 from cloudnet.agent.metadata.keyspace import KeySpace, UnservableValue
 from cloudnet.agent.metadata.mdata_connection import Answer, Bucket, Connection, Instance
-from cloudnet.agent.metadata.mdata_sockets import DIR_NAME, SOCKET_NAME
 from cloudnet.wire import mdata_keys
+from cloudnet.wire.mdata_paths import DIR_NAME, SOCKET_NAME, is_uuid
 from cloudnet.wire.mdata_protocol import (
     DELETE,
     FAILURE,
@@ -107,7 +107,7 @@ class MdataService:
         views = {
             inst["id"]: keyspace.build(inst, state, self.datacenter_name)
             for inst in state.get("instances") or []
-            if mdata_sockets.is_uuid(inst.get("id"))
+            if is_uuid(inst.get("id"))
         }
         self._call(self._apply(views, int(state.get("revision", -1))))
 
@@ -232,7 +232,7 @@ class MdataService:
         except OSError:
             return
         for name in names:
-            if name not in keep and mdata_sockets.is_uuid(name):
+            if name not in keep and is_uuid(name):
                 path = self.root / name / SOCKET_NAME
                 st = mdata_sockets.lstat(path)
                 if st is not None and stat.S_ISSOCK(st.st_mode) and not mdata_sockets.listening(path):

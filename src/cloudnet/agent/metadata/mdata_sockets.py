@@ -15,14 +15,12 @@ import logging
 import os
 import socket
 import stat
-import uuid
 from pathlib import Path
-from typing import Any
+
+from cloudnet.wire.mdata_paths import SOCKET_NAME
 
 log = logging.getLogger("cloudnet.mdata")
 
-SOCKET_NAME = "metadata.sock"
-DIR_NAME = "zonecontrol"
 BACKLOG = 64
 
 
@@ -53,14 +51,6 @@ def bind(directory: Path, serial: int) -> tuple[socket.socket, tuple[int, int]]:
     finally:
         os.close(dfd)
     return sock, (st.st_dev, st.st_ino)
-
-
-def is_uuid(value: Any) -> bool:
-    # Directory names come from instance ids: only ever a UUID, never a path.
-    try:
-        return str(uuid.UUID(value)) == value
-    except (ValueError, TypeError, AttributeError):
-        return False
 
 
 def lstat(path: Path) -> os.stat_result | None:
