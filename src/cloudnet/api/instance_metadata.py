@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import call, context, state
-from cloudnet.services import instances
+from cloudnet.services import instance_metadata
 
 router = APIRouter()
 BASE = "/v2.0/instances/{instance_id}/metadata"
@@ -30,14 +30,14 @@ def _revision(value: int) -> dict[str, str]:
 @router.get(BASE)
 async def show_metadata(request: Request, instance_id: str) -> Response:
     neutron.check_id("instance", instance_id)
-    view, revision = await call(instances.get_metadata, state(request).store, context(request), instance_id)
+    view, revision = await call(instance_metadata.get_metadata, state(request).store, context(request), instance_id)
     return neutron.JSON(view, headers=_revision(revision))
 
 
 @router.get(ITEM)
 async def show_item(request: Request, instance_id: str, key: str) -> Response:
     neutron.check_id("instance", instance_id)
-    item = await call(instances.get_metadata_item, state(request).store, context(request), instance_id, key)
+    item = await call(instance_metadata.get_metadata_item, state(request).store, context(request), instance_id, key)
     return neutron.JSON({"metadata_item": item})
 
 
@@ -46,7 +46,7 @@ async def set_item(request: Request, instance_id: str, key: str) -> Response:
     neutron.check_id("instance", instance_id)
     body = await neutron.body_of(request)
     view, revision = await call(
-        instances.set_metadata_item, state(request).store, context(request), instance_id, key, body
+        instance_metadata.set_metadata_item, state(request).store, context(request), instance_id, key, body
     )
     return neutron.JSON(view, headers=_revision(revision))
 
@@ -56,6 +56,6 @@ async def delete_item(request: Request, instance_id: str, key: str) -> Response:
     neutron.check_id("instance", instance_id)
     internal = request.query_params.get("internal", "").lower() in ("1", "true", "yes")
     revision = await call(
-        instances.delete_metadata_item, state(request).store, context(request), instance_id, key, internal
+        instance_metadata.delete_metadata_item, state(request).store, context(request), instance_id, key, internal
     )
     return Response(status_code=204, headers=_revision(revision))

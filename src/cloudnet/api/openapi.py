@@ -27,6 +27,7 @@ from cloudnet.api.schemas import BOOL, INT, OBJ, STR, STRS, Schema, array, envel
 from cloudnet.services import (
     floating_ips,
     hosts,
+    instance_metadata,
     instances,
     networks,
     pools,
@@ -68,7 +69,7 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
 # Request models the table refers to besides MODELS (each becomes a component schema).
 OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,
                                              pools.ReleaseSpec, hosts.HostReport, hosts.PortStatusReport,
-                                             instances.MetadataItem,
+                                             instance_metadata.MetadataItem,
                                              port_forwardings.PortForwardingBody)  # fmt: skip
 FORWARD_BODY = obj({
     "listen_address": STR, "description": STR, "config": {"type": "object", "additionalProperties": STR},
@@ -179,7 +180,7 @@ def _table() -> dict[tuple[str, str], Op]:
         ("DELETE", fwd_base + "/{listen_address}"): Op(204, None),
         ("GET", "/v2.0/instances/{instance_id}/metadata"): Op(200, OBJ),
         ("GET", item): Op(200, envelope("metadata_item", OBJ)),
-        ("PUT", item): Op(200, OBJ, instances.MetadataItem),
+        ("PUT", item): Op(200, OBJ, instance_metadata.MetadataItem),
         ("DELETE", item): Op(204, None),
         ("GET", "/v2.0/quotas"): Op(200, listing("quotas", OBJ, False)),
         ("GET", quota): Op(200, envelope("quota", schemas.QUOTA)),
