@@ -25,6 +25,7 @@ from sqlalchemy import select
 
 from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound.apply import ApplyRows, Report
+from cloudnet.ovn.jsonparser import use_c_parser
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 
@@ -51,7 +52,9 @@ class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
 
 @dataclass(frozen=True)
 class Status:
-    """Where the writer is: `ok` None before the first pass; `revision`: the database revision NB last matched."""
+    """Where the writer is: `ok` None before the first pass; `revision`: the database revision NB last matched.
+    The last pass's timing (time.monotonic() seconds, for benchmarks and logs): `took` from its start to its NB
+    commit, `read_took` of that reading cloudnet's database, `committed_at` when its commit returned."""
 
     ok: bool | None = None
     reason: str = ""
@@ -59,6 +62,9 @@ class Status:
     passes: int = 0
     last_report: str = ""
     refused: tuple[str, ...] = field(default=())
+    took: float = 0.0
+    read_took: float = 0.0
+    committed_at: float = 0.0
 
 
 class NorthboundSync:
@@ -114,6 +120,7 @@ class NorthboundSync:
         self._set(Status(False, reason, s.revision, s.passes, s.last_report, s.refused))
 
     def _connect(self) -> _NbApi:
+        use_c_parser()  # (big rows: parsing their updates in Python would dominate every pass)
         idl = connection.OvsdbIdl.from_server(self.nb_url, "OVN_Northbound")
         return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
 
@@ -130,6 +137,7 @@ class NorthboundSync:
                 if self._api is None:
                     self._api = self._connect()
                     seen_seqno = None
+                started = time.monotonic()  # (after connecting: the pass is what follows)
                 idl: Any = self._api.idl
                 # (the IDL keeps its state while the session is down: the session says whether it is connected)
                 if idl.state != idl.IDL_S_MONITORING or not idl._session.is_connected():
@@ -146,15 +154,18 @@ class NorthboundSync:
                 drift = cached is not None and revision == cached.revision
                 if cached is None or revision != cached.revision:
                     cached = desired_rows.read(self.store, self.gateway_chassis)
+                read_done = time.monotonic()
                 reconnected = seen_seqno is None
                 # Taken before the diff: an edit made behind our back while this pass runs moves the counter past
                 # it, so the next pass looks again (our own commit's echo costs one pass that finds nothing).
                 before = idl.change_seqno
                 report = self._commit(cached.rows)
+                committed = time.monotonic()
                 seen_seqno = before
                 self._report(report, full=reconnected or drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
-                                 tuple(cached.refused)))  # fmt: skip
+                                 tuple(cached.refused), took=committed - started, read_took=read_done - started,
+                                 committed_at=committed))  # fmt: skip
                 backoff = 0.0
             except Exception as exc:  # every failure is reported and retried: the server must keep serving
                 self._fail(f"{type(exc).__name__}: {exc}"[:500])
