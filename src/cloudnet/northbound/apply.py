@@ -21,6 +21,7 @@ from cloudnet.northbound.rows import Row
 TABLES = ("Logical_Switch", "Logical_Switch_Port", "Logical_Router", "Logical_Router_Port", "Gateway_Chassis",
           "Logical_Router_Static_Route", "NAT", "DHCP_Options", "Port_Group", "Address_Set", "ACL",
           "Load_Balancer")  # fmt: skip
+MUTATE_OVER = 64  # values: a bigger set or map column whose NB value is known is written by its difference
 # (parent table, column holding its children)
 LINKS = (("Logical_Switch", "ports"), ("Logical_Router", "ports"), ("Logical_Router", "static_routes"),
          ("Logical_Router", "nat"), ("Logical_Router_Port", "gateway_chassis"), ("Logical_Switch", "acls"),
@@ -121,7 +122,7 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
     stale_ids = {idl_row.uuid for _key, idl_row in stale}
 
     resolved: dict[str, tuple[Any, bool]] = {}
-    settled: set[str] = set()  # rows known equal to their spec (columns) without reading them
+    known: dict[str, Seen] = {}  # rows whose NB state is what an earlier pass saw
     new_children: dict[tuple[Any, str], list[Any]] = defaultdict(list)
     new_parents: dict[Any, Any] = {}
     for spec in wanted.values():
@@ -131,13 +132,22 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
         created = idl_row is None
         parent = resolved[spec.parent][0] if spec.parent is not None else None
         seen = None if created else mirror.seen.get(spec.key)
-        same_columns = (seen is not None and seen.row == idl_row.uuid and seen.spec == spec
-                        and not touched(dirty, idl_row.uuid, (*spec.columns, *spec.refs)))  # fmt: skip
+        # NB holds what a pass saw there while the row did not change since in a column cloudnet sets.
+        if seen is not None and seen.row == idl_row.uuid and not touched(dirty, idl_row.uuid, _managed(spec)):
+            known[spec.key] = seen
+        same_columns = spec.key in known and seen is not None and seen.spec == spec
         if created:
             idl_row = txn.insert(tables[spec.table])
             for column, value in spec.columns.items():
                 setattr(idl_row, column, value)
             report.created.append(spec.key)
+        elif spec.key in known and seen is not None and not same_columns:  # (the specs are compared, not NB)
+            changed = [c for c, v in spec.columns.items() if c not in seen.spec.columns or
+                       not same(seen.spec.columns[c], v)]  # fmt: skip
+            for column in changed:
+                _write(idl_row, column, seen.spec.columns.get(column), spec.columns[column])
+            if changed:
+                report.updated[spec.key] = changed
         elif not same_columns:
             changed = [c for c, v in spec.columns.items() if not same(getattr(idl_row, c), v)]
             for column in changed:
@@ -145,15 +155,13 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             if changed:
                 report.updated[spec.key] = changed
         resolved[spec.key] = (idl_row, created)
-        if same_columns:
-            settled.add(spec.key)
         if parent is None:
             continue
         parent_created = resolved[spec.parent][1]  # type: ignore[index]
         if not created and not parent_created:
             # The link is in the parent's column: known while the parent did not change since it was seen there.
-            known = seen is not None and seen.row == idl_row.uuid and seen.parent == parent.uuid
-            if known and not touched(dirty, parent.uuid, (spec.parent_column,)):
+            linked = seen is not None and seen.row == idl_row.uuid and seen.parent == parent.uuid
+            if linked and not touched(dirty, parent.uuid, (spec.parent_column,)):
                 continue
             if links.holds(parent, spec.parent_column, idl_row):
                 continue
@@ -171,7 +179,7 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             report.updated.setdefault(spec.key, []).append("parent")
     for (parent_uuid, column), children in new_children.items():
         setattr(new_parents[parent_uuid], column, children)
-    _set_refs(wanted, resolved, report, mirror, settled)
+    _set_refs(wanted, resolved, report, known)
     for key, idl_row in stale:
         link = links.parent_of(idl_row)
         if link is not None and link[0].uuid not in stale_ids:
@@ -186,25 +194,57 @@ def _targets(spec: Row, resolved: dict[str, tuple[Any, bool]]) -> dict[str, list
     return {column: [resolved[k][0] for k in keys if k in resolved] for column, keys in spec.refs.items()}
 
 
-def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report, mirror: Mirror,
-              settled: set[str]) -> None:  # fmt: skip
+def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
+              known: dict[str, Seen]) -> None:  # fmt: skip
     """Point each row's reference columns at the rows of the keys it names (those left out are skipped)."""
     for spec in wanted.values():
         if not spec.refs or spec.key not in resolved:
             continue
         idl_row, created = resolved[spec.key]
-        targets = _targets(spec, resolved)
-        seen = mirror.seen.get(spec.key)
-        if spec.key in settled and seen is not None and seen.refs == _ref_ids(targets):
-            continue  # (the row did not change in NB, nor did what its references resolve to)
-        for column, rows in targets.items():
-            if not created and sorted(str(r.uuid) for r in getattr(idl_row, column)) == sorted(
+        was = dict(known[spec.key].refs) if spec.key in known else {}
+        for column, rows in _targets(spec, resolved).items():
+            ids = tuple(sorted(r.uuid for r in rows))
+            if column in was:  # (what NB holds is known: no reading it back)
+                if was[column] == ids:
+                    continue
+                if len(was[column]) + len(ids) > MUTATE_OVER:
+                    by_id = {r.uuid: r for r in rows}
+                    for gone in set(was[column]) - set(ids):
+                        idl_row.delvalue(column, gone)
+                    for new in set(ids) - set(was[column]):
+                        idl_row.addvalue(column, by_id[new])
+                else:
+                    setattr(idl_row, column, rows)
+            elif not created and sorted(str(r.uuid) for r in getattr(idl_row, column)) == sorted(
                 str(r.uuid) for r in rows
             ):
                 continue
-            setattr(idl_row, column, rows)
+            else:
+                setattr(idl_row, column, rows)
             if not created:
                 report.updated.setdefault(spec.key, []).append(column)
+
+
+def _managed(spec: Row) -> tuple[str, ...]:
+    return (*spec.columns, *spec.refs)
+
+
+def _write(idl_row: Any, column: str, old: Any, new: Any) -> None:
+    """Set a column NB is known to hold `old` in: a big set or map by its difference (a mutation carries only what
+    changed; a load balancer's VIPs or an address set can hold thousands), anything else whole."""
+    if isinstance(old, list) and isinstance(new, list) and len(old) + len(new) > MUTATE_OVER:
+        for gone in set(old) - set(new):
+            idl_row.delvalue(column, gone)
+        for value in set(new) - set(old):
+            idl_row.addvalue(column, value)
+    elif isinstance(old, dict) and isinstance(new, dict) and len(old) + len(new) > MUTATE_OVER:
+        for gone in old.keys() - new.keys():
+            idl_row.delkey(column, gone)
+        for key, value in new.items():
+            if key not in old or old[key] != value:
+                idl_row.setkey(column, key, value)
+    else:
+        setattr(idl_row, column, new)
 
 
 def _ref_ids(targets: dict[str, list[Any]]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
