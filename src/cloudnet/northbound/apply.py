@@ -123,6 +123,7 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
 
     resolved: dict[str, tuple[Any, bool]] = {}
     known: dict[str, Seen] = {}  # rows whose NB state is what an earlier pass saw
+    unchanged: set[str] = set()  # of those, the rows whose spec is the one seen (nothing to write but links, refs)
     new_children: dict[tuple[Any, str], list[Any]] = defaultdict(list)
     new_parents: dict[Any, Any] = {}
     for spec in wanted.values():
@@ -133,9 +134,15 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
         parent = resolved[spec.parent][0] if spec.parent is not None else None
         seen = None if created else mirror.seen.get(spec.key)
         # NB holds what a pass saw there while the row did not change since in a column cloudnet sets.
-        if seen is not None and seen.row == idl_row.uuid and not touched(dirty, idl_row.uuid, _managed(spec)):
+        if (
+            seen is not None
+            and seen.row == idl_row.uuid
+            and (idl_row.uuid not in dirty or not touched(dirty, idl_row.uuid, _managed(spec)))
+        ):
             known[spec.key] = seen
         same_columns = spec.key in known and seen is not None and seen.spec == spec
+        if same_columns:
+            unchanged.add(spec.key)
         if created:
             idl_row = txn.insert(tables[spec.table])
             for column, value in spec.columns.items():
@@ -179,14 +186,14 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             report.updated.setdefault(spec.key, []).append("parent")
     for (parent_uuid, column), children in new_children.items():
         setattr(new_parents[parent_uuid], column, children)
-    _set_refs(wanted, resolved, report, known)
+    _set_refs(wanted, resolved, report, known, unchanged)
     for key, idl_row in stale:
         link = links.parent_of(idl_row)
         if link is not None and link[0].uuid not in stale_ids:
             link[0].delvalue(link[1], idl_row)
         idl_row.delete()
         report.deleted.append(key)
-    _remember(mirror, wanted, resolved, report)
+    _remember(mirror, wanted, resolved, report, unchanged)
     return report
 
 
@@ -195,23 +202,26 @@ def _targets(spec: Row, resolved: dict[str, tuple[Any, bool]]) -> dict[str, list
 
 
 def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
-              known: dict[str, Seen]) -> None:  # fmt: skip
+              known: dict[str, Seen], unchanged: set[str]) -> None:  # fmt: skip
     """Point each row's reference columns at the rows of the keys it names (those left out are skipped)."""
+    inserted = set(report.created)
     for spec in wanted.values():
         if not spec.refs or spec.key not in resolved:
             continue
+        if spec.key in unchanged and not any(k in inserted for keys in spec.refs.values() for k in keys):
+            continue  # (the same keys, resolved to the same rows as when it was seen)
         idl_row, created = resolved[spec.key]
         was = dict(known[spec.key].refs) if spec.key in known else {}
         for column, rows in _targets(spec, resolved).items():
-            ids = tuple(sorted(r.uuid for r in rows))
+            ids = frozenset(r.uuid for r in rows)
             if column in was:  # (what NB holds is known: no reading it back)
                 if was[column] == ids:
                     continue
                 if len(was[column]) + len(ids) > MUTATE_OVER:
                     by_id = {r.uuid: r for r in rows}
-                    for gone in set(was[column]) - set(ids):
+                    for gone in was[column] - ids:
                         idl_row.delvalue(column, gone)
-                    for new in set(ids) - set(was[column]):
+                    for new in ids - was[column]:
                         idl_row.addvalue(column, by_id[new])
                 else:
                     setattr(idl_row, column, rows)
@@ -247,16 +257,19 @@ def _write(idl_row: Any, column: str, old: Any, new: Any) -> None:
         setattr(idl_row, column, new)
 
 
-def _ref_ids(targets: dict[str, list[Any]]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-    return tuple((column, tuple(sorted(r.uuid for r in rows))) for column, rows in sorted(targets.items()))
+def _ref_ids(targets: dict[str, list[Any]]) -> tuple[tuple[str, frozenset[Any]], ...]:
+    return tuple((column, frozenset(r.uuid for r in rows)) for column, rows in sorted(targets.items()))
 
 
-def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report) -> None:
+def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
+              unchanged: set[str]) -> None:  # fmt: skip
     """Rows this pass found equal to their spec (nothing written to them) need no reading next time unless they or
     their spec change; rows it updated are read again once (after the echo of this commit); rows it inserted are
     known once the commit succeeds (Mirror.committed)."""
     mirror.inserted = []
     for key, (idl_row, created) in resolved.items():
+        if key in unchanged and key not in report.updated:
+            continue  # (what was seen stands)
         if key in report.updated:
             mirror.seen.pop(key, None)
             continue

@@ -88,7 +88,7 @@ class Seen:
     spec: Row
     row: uuid.UUID
     parent: uuid.UUID | None
-    refs: tuple[tuple[str, tuple[uuid.UUID, ...]], ...]
+    refs: tuple[tuple[str, frozenset[uuid.UUID]], ...]
 
 
 @dataclass
@@ -107,7 +107,7 @@ class Mirror:
             row_id = real(seen.row)
             idl.forget_insert(row_id)
             self.index[row_id] = (seen.spec.table, seen.spec.key)
-            refs = tuple((column, tuple(sorted(real(r) for r in rows))) for column, rows in seen.refs)
+            refs = tuple((column, frozenset(real(r) for r in rows)) for column, rows in seen.refs)
             parent = real(seen.parent) if seen.parent is not None else None
             self.seen[seen.spec.key] = Seen(seen.spec, row_id, parent, refs)
         self.inserted = []
