@@ -150,6 +150,7 @@ class NorthboundSync:
             try:
                 if self._api is None:
                     self._api = self._connect()
+                    self._mirror = Mirror()  # (what it remembers is of the IDL it came from)
                     seen_seqno = None
                 started = time.monotonic()  # (after connecting: the pass is what follows)
                 idl: Any = self._api.idl
