@@ -71,6 +71,9 @@ bench: deps
 	$(BIN)/python bench/security_groups.py
 	$(BIN)/python bench/http_servers.py
 	$(BIN)/python bench/cni.py
+	$(BIN)/python bench/ovn_forwards.py
+	$(BIN)/python bench/ovn_ports.py
+	$(BIN)/python bench/ovn_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -15,11 +15,13 @@ from typing import Any
 
 from ovsdbapp.backend.ovs_idl.command import BaseCommand
 
-from cloudnet.northbound.rows import KEY, Row
+from cloudnet.northbound.mirror import Mirror, Seen, touched
+from cloudnet.northbound.rows import Row
 
 TABLES = ("Logical_Switch", "Logical_Switch_Port", "Logical_Router", "Logical_Router_Port", "Gateway_Chassis",
           "Logical_Router_Static_Route", "NAT", "DHCP_Options", "Port_Group", "Address_Set", "ACL",
           "Load_Balancer")  # fmt: skip
+MUTATE_OVER = 64  # values: a bigger set or map column whose NB value is known is written by its difference
 # (parent table, column holding its children)
 LINKS = (("Logical_Switch", "ports"), ("Logical_Router", "ports"), ("Logical_Router", "static_routes"),
          ("Logical_Router", "nat"), ("Logical_Router_Port", "gateway_chassis"), ("Logical_Switch", "acls"),
@@ -58,41 +60,70 @@ def same(current: Any, wanted: Any) -> bool:
 
 
 class ApplyRows(BaseCommand):  # type: ignore[misc]
-    """The ovsdbapp command of a pass: its result is the Report."""
+    """The ovsdbapp command of a pass: its result is the Report. `mirror` carries what earlier passes found (a pass
+    without one, or with `full`, reads and compares every row)."""
 
-    def __init__(self, api: Any, rows: list[Row]) -> None:
+    def __init__(self, api: Any, rows: list[Row], mirror: Mirror | None = None, full: bool = True) -> None:
         super().__init__(api)
-        self.rows = rows
+        self.rows, self.mirror, self.full = rows, mirror if mirror is not None else Mirror(), full
 
     def run_idl(self, txn: Any) -> None:
-        self.result = apply(txn, self.api.tables, self.rows)
+        self.result = apply(txn, self.api.tables, self.rows, self.mirror, self.full, self.api.idl)
+
+    def post_commit(self, txn: Any) -> None:
+        self.mirror.committed(self.api.idl, lambda row_id: txn.get_insert_uuid(row_id) or row_id)
 
 
-def apply(txn: Any, tables: dict[str, Any], rows: list[Row]) -> Report:
+class _Links:
+    """Which parent row holds a child, read from the IDL only when a pass needs it (a big set column costs)."""
+
+    def __init__(self, tables: dict[str, Any]) -> None:
+        self.tables = tables
+        self._all: dict[Any, tuple[Any, str]] | None = None
+        self._children: dict[tuple[Any, str], set[Any]] = {}
+
+    def holds(self, parent: Any, column: str, child: Any) -> bool:
+        key = (parent.uuid, column)
+        if key not in self._children:
+            self._children[key] = {r.uuid for r in getattr(parent, column)}
+        return child.uuid in self._children[key]
+
+    def parent_of(self, child: Any) -> tuple[Any, str] | None:
+        if self._all is None:
+            self._all = {}
+            for table, column in LINKS:
+                for parent in self.tables[table].rows.values():
+                    for row in getattr(parent, column):
+                        self._all[row.uuid] = (parent, column)
+        return self._all.get(child.uuid)
+
+
+def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | None = None, full: bool = True,
+          idl: Any = None) -> Report:  # fmt: skip
     report = Report()
+    mirror = mirror if mirror is not None else Mirror()
+    dirty = mirror.refresh(idl, tables, TABLES, full)
     wanted: dict[str, Row] = {}
     for row in rows:
         wanted.setdefault(row.key, row)
     owned: dict[str, Any] = {}
     stale: list[tuple[str, Any]] = []
-    for name in TABLES:
-        for idl_row in list(tables[name].rows.values()):
-            key = idl_row.external_ids.get(KEY)
-            if key is None:
-                continue
-            spec = wanted.get(key)
-            if spec is None or spec.table != name or key in owned:
-                stale.append((key, idl_row))
-            else:
-                owned[key] = idl_row
-    parent_of: dict[Any, tuple[Any, str]] = {}
-    for table, column in LINKS:
-        for parent in tables[table].rows.values():
-            for child in getattr(parent, column):
-                parent_of[child.uuid] = (parent, column)
+    for row_id, (name, key) in list(mirror.index.items()):
+        idl_row = tables[name].rows.get(row_id)
+        if idl_row is None:
+            del mirror.index[row_id]
+            continue
+        spec = wanted.get(key)
+        if spec is None or spec.table != name or key in owned:
+            stale.append((key, idl_row))
+        else:
+            owned[key] = idl_row
+    links = _Links(tables)
     stale_ids = {idl_row.uuid for _key, idl_row in stale}
 
     resolved: dict[str, tuple[Any, bool]] = {}
+    known: dict[str, Seen] = {}  # rows whose NB state is what an earlier pass saw
+    unchanged: set[str] = set()  # of those, the rows whose spec is the one seen (nothing to write but links, refs)
     new_children: dict[tuple[Any, str], list[Any]] = defaultdict(list)
     new_parents: dict[Any, Any] = {}
     for spec in wanted.values():
@@ -100,22 +131,48 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row]) -> Report:
             continue  # (its parent was left out)
         idl_row = owned.get(spec.key)
         created = idl_row is None
+        parent = resolved[spec.parent][0] if spec.parent is not None else None
+        seen = None if created else mirror.seen.get(spec.key)
+        # NB holds what a pass saw there while the row did not change since in a column cloudnet sets.
+        if (
+            seen is not None
+            and seen.row == idl_row.uuid
+            and (idl_row.uuid not in dirty or not touched(dirty, idl_row.uuid, _managed(spec)))
+        ):
+            known[spec.key] = seen
+        same_columns = spec.key in known and seen is not None and seen.spec == spec
+        if same_columns:
+            unchanged.add(spec.key)
         if created:
             idl_row = txn.insert(tables[spec.table])
             for column, value in spec.columns.items():
                 setattr(idl_row, column, value)
             report.created.append(spec.key)
-        else:
+        elif spec.key in known and seen is not None and not same_columns:  # (the specs are compared, not NB)
+            changed = [c for c, v in spec.columns.items() if c not in seen.spec.columns or
+                       not same(seen.spec.columns[c], v)]  # fmt: skip
+            for column in changed:
+                _write(idl_row, column, seen.spec.columns.get(column), spec.columns[column])
+            if changed:
+                report.updated[spec.key] = changed
+        elif not same_columns:
             changed = [c for c, v in spec.columns.items() if not same(getattr(idl_row, c), v)]
             for column in changed:
                 setattr(idl_row, column, spec.columns[column])
             if changed:
                 report.updated[spec.key] = changed
         resolved[spec.key] = (idl_row, created)
-        if spec.parent is None:
+        if parent is None:
             continue
-        parent, parent_created = resolved[spec.parent]
-        link = None if created else parent_of.get(idl_row.uuid)
+        parent_created = resolved[spec.parent][1]  # type: ignore[index]
+        if not created and not parent_created:
+            # The link is in the parent's column: known while the parent did not change since it was seen there.
+            linked = seen is not None and seen.row == idl_row.uuid and seen.parent == parent.uuid
+            if linked and not touched(dirty, parent.uuid, (spec.parent_column,)):
+                continue
+            if links.holds(parent, spec.parent_column, idl_row):
+                continue
+        link = None if created else links.parent_of(idl_row)
         if link is not None and link[0].uuid == parent.uuid and link[1] == spec.parent_column:
             continue
         if link is not None and link[0].uuid not in stale_ids:
@@ -129,28 +186,101 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row]) -> Report:
             report.updated.setdefault(spec.key, []).append("parent")
     for (parent_uuid, column), children in new_children.items():
         setattr(new_parents[parent_uuid], column, children)
-    _set_refs(wanted, resolved, report)
+    _set_refs(wanted, resolved, report, known, unchanged)
     for key, idl_row in stale:
-        link = parent_of.get(idl_row.uuid)
+        link = links.parent_of(idl_row)
         if link is not None and link[0].uuid not in stale_ids:
             link[0].delvalue(link[1], idl_row)
         idl_row.delete()
         report.deleted.append(key)
+    _remember(mirror, wanted, resolved, report, unchanged)
     return report
 
 
-def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report) -> None:
+def _targets(spec: Row, resolved: dict[str, tuple[Any, bool]]) -> dict[str, list[Any]]:
+    return {column: [resolved[k][0] for k in keys if k in resolved] for column, keys in spec.refs.items()}
+
+
+def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
+              known: dict[str, Seen], unchanged: set[str]) -> None:  # fmt: skip
     """Point each row's reference columns at the rows of the keys it names (those left out are skipped)."""
+    inserted = set(report.created)
     for spec in wanted.values():
         if not spec.refs or spec.key not in resolved:
             continue
+        if spec.key in unchanged and not any(k in inserted for keys in spec.refs.values() for k in keys):
+            continue  # (the same keys, resolved to the same rows as when it was seen)
         idl_row, created = resolved[spec.key]
-        for column, keys in spec.refs.items():
-            targets = [resolved[k][0] for k in keys if k in resolved]
-            if not created and sorted(str(r.uuid) for r in getattr(idl_row, column)) == sorted(
-                str(r.uuid) for r in targets
+        was = dict(known[spec.key].refs) if spec.key in known else {}
+        for column, rows in _targets(spec, resolved).items():
+            ids = frozenset(r.uuid for r in rows)
+            if column in was:  # (what NB holds is known: no reading it back)
+                if was[column] == ids:
+                    continue
+                if len(was[column]) + len(ids) > MUTATE_OVER:
+                    by_id = {r.uuid: r for r in rows}
+                    for gone in was[column] - ids:
+                        idl_row.delvalue(column, gone)
+                    for new in ids - was[column]:
+                        idl_row.addvalue(column, by_id[new])
+                else:
+                    setattr(idl_row, column, rows)
+            elif not created and sorted(str(r.uuid) for r in getattr(idl_row, column)) == sorted(
+                str(r.uuid) for r in rows
             ):
                 continue
-            setattr(idl_row, column, targets)
+            else:
+                setattr(idl_row, column, rows)
             if not created:
                 report.updated.setdefault(spec.key, []).append(column)
+
+
+def _managed(spec: Row) -> tuple[str, ...]:
+    return (*spec.columns, *spec.refs)
+
+
+def _write(idl_row: Any, column: str, old: Any, new: Any) -> None:
+    """Set a column NB is known to hold `old` in: a big set or map by its difference (a mutation carries only what
+    changed; a load balancer's VIPs or an address set can hold thousands), anything else whole."""
+    if isinstance(old, list) and isinstance(new, list) and len(old) + len(new) > MUTATE_OVER:
+        for gone in set(old) - set(new):
+            idl_row.delvalue(column, gone)
+        for value in set(new) - set(old):
+            idl_row.addvalue(column, value)
+    elif isinstance(old, dict) and isinstance(new, dict) and len(old) + len(new) > MUTATE_OVER:
+        for gone in old.keys() - new.keys():
+            idl_row.delkey(column, gone)
+        for key, value in new.items():
+            if key not in old or old[key] != value:
+                idl_row.setkey(column, key, value)
+    else:
+        setattr(idl_row, column, new)
+
+
+def _ref_ids(targets: dict[str, list[Any]]) -> tuple[tuple[str, frozenset[Any]], ...]:
+    return tuple((column, frozenset(r.uuid for r in rows)) for column, rows in sorted(targets.items()))
+
+
+def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
+              unchanged: set[str]) -> None:  # fmt: skip
+    """Rows this pass found equal to their spec (nothing written to them) need no reading next time unless they or
+    their spec change; rows it updated are read again once (after the echo of this commit); rows it inserted are
+    known once the commit succeeds (Mirror.committed)."""
+    mirror.inserted = []
+    for key, (idl_row, created) in resolved.items():
+        if key in unchanged and key not in report.updated:
+            continue  # (what was seen stands)
+        if key in report.updated:
+            mirror.seen.pop(key, None)
+            continue
+        spec = wanted[key]
+        parent = resolved[spec.parent][0].uuid if spec.parent is not None else None
+        seen = Seen(spec, idl_row.uuid, parent, _ref_ids(_targets(spec, resolved)))
+        if created:
+            mirror.seen.pop(key, None)
+            mirror.inserted.append(seen)
+        else:
+            mirror.seen[key] = seen
+    for key in report.deleted:
+        if key not in resolved:
+            mirror.seen.pop(key, None)

@@ -3,7 +3,9 @@
 It wakes on every change this process commits (the store's change feed), and at least every `interval` seconds to
 notice other server processes' changes (the revision counter) and changes made to NB behind its back (the IDL's
 change counter): each pass reads the desired rows (desired.py) when the revision moved and applies them in one NB
-transaction (apply.py), so changes that arrive during a pass form the next batch. The first pass after start and
+transaction (apply.py), so changes that arrive during a pass form the next batch. A pass reads back and compares
+only the NB rows that may differ (mirror.py: rows changed in NB since, or whose desired spec changed); every row on
+the first pass, after a reconnect or a failed pass, and every FULL_EVERY seconds. The first pass after start and
 after every reconnect is a full resync like any other: the diff covers every row cloudnet owns, repairs it and
 reports what differed. While NB is unreachable or a pass fails, `status` says so with the reason, and passes are
 retried with backoff.
@@ -25,11 +27,13 @@ from typing import Any
 
 from ovsdbapp import api as ovsdbapp_api
 from ovsdbapp.backend import ovs_idl
-from ovsdbapp.backend.ovs_idl import connection
+from ovsdbapp.backend.ovs_idl import connection, transaction
 from sqlalchemy import select
 
 from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound.apply import ApplyRows, Report
+from cloudnet.northbound.mirror import Mirror, NbIdl
+from cloudnet.ovn.jsonparser import use_c_parser
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 
@@ -37,6 +41,8 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF = 5.0
 WRITER_LOCK = "cloudnet_northbound_writer"
 STANDBY = f"standby: another server process holds NB's writer lock ({WRITER_LOCK})"
+ROW_BUDGET = 0.002  # seconds a pass's transaction may take a row, beyond `timeout` (a first pass writes them all)
+FULL_EVERY = 600.0  # seconds: a pass reads and compares every row at least this often (besides start, reconnect)
 
 
 class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
@@ -51,6 +57,11 @@ class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
     def ovsdb_connection(self) -> connection.Connection:
         return self._conn
 
+    def create_transaction(self, check_error: bool = False, log_errors: bool = True, timeout: float | None = None,
+                           **_kwargs: Any) -> transaction.Transaction:  # fmt: skip
+        """ovsdbapp's, with a timeout of its own (its backend's takes the connection's, whatever is asked)."""
+        return transaction.Transaction(self, self._conn, timeout or self._conn.timeout, check_error, log_errors)
+
     @ovsdb_connection.setter
     def ovsdb_connection(self, value: connection.Connection) -> None:
         self._conn = value
@@ -58,7 +69,9 @@ class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
 
 @dataclass(frozen=True)
 class Status:
-    """Where the writer is: `ok` None before the first pass; `revision`: the database revision NB last matched."""
+    """Where the writer is: `ok` None before the first pass; `revision`: the database revision NB last matched.
+    The last pass's timing (time.monotonic() seconds, for benchmarks and logs): `took` from its start to its NB
+    commit, `read_took` of that reading cloudnet's database, `committed_at` when its commit returned."""
 
     ok: bool | None = None
     reason: str = ""
@@ -66,6 +79,9 @@ class Status:
     passes: int = 0
     last_report: str = ""
     refused: tuple[str, ...] = field(default=())
+    took: float = 0.0
+    read_took: float = 0.0
+    committed_at: float = 0.0
 
 
 class NorthboundSync:
@@ -78,6 +94,7 @@ class NorthboundSync:
         self._stop = threading.Event()
         self._done = threading.Condition()
         self._api: _NbApi | None = None
+        self._mirror = Mirror()
         self._thread = threading.Thread(target=self._run, name="northbound-sync", daemon=True)
         store.changes.watch(self._changed)
 
@@ -90,7 +107,8 @@ class NorthboundSync:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=self.timeout + 5)
+        if self._thread.ident is not None:  # (a writer may be stopped without having been started)
+            self._thread.join(timeout=self.timeout + 5)
         if self._api is not None:
             self._api.ovsdb_connection.stop(timeout=5)
             self._api = None
@@ -121,7 +139,8 @@ class NorthboundSync:
         self._set(Status(False, reason, s.revision, s.passes, s.last_report, s.refused))
 
     def _connect(self) -> _NbApi:
-        idl = connection.OvsdbIdl.from_server(self.nb_url, "OVN_Northbound")
+        use_c_parser()  # (big rows: parsing their updates in Python would dominate every pass)
+        idl = NbIdl.from_server(self.nb_url, "OVN_Northbound")
         idl.set_lock(WRITER_LOCK)  # (before the connection's thread runs the IDL; asked again on every reconnect)
         return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
 
@@ -129,6 +148,8 @@ class NorthboundSync:
         backoff = 0.0
         seen_seqno: int | None = None
         cached: desired_rows.Desired | None = None
+        last_full = 0.0
+        failed = False
         while not self._stop.is_set():
             self._wake.wait(backoff or self.interval)
             self._wake.clear()
@@ -137,7 +158,9 @@ class NorthboundSync:
             try:
                 if self._api is None:
                     self._api = self._connect()
+                    self._mirror = Mirror()  # (what it remembers is of the IDL it came from)
                     seen_seqno = None
+                started = time.monotonic()  # (after connecting: the pass is what follows)
                 idl: Any = self._api.idl
                 # (the IDL keeps its state while the session is down: the session says whether it is connected)
                 if idl.state != idl.IDL_S_MONITORING or not idl._session.is_connected():
@@ -162,24 +185,32 @@ class NorthboundSync:
                 drift = cached is not None and revision == cached.revision
                 if cached is None or revision != cached.revision:
                     cached = desired_rows.read(self.store, self.gateway_chassis)
+                read_done = time.monotonic()
                 reconnected = seen_seqno is None
                 # Taken before the diff: an edit made behind our back while this pass runs moves the counter past
                 # it, so the next pass looks again (our own commit's echo costs one pass that finds nothing).
                 before = idl.change_seqno
-                report = self._commit(cached.rows)
+                full = reconnected or failed or time.monotonic() - last_full >= FULL_EVERY
+                report = self._commit(cached.rows, full)
+                if full:
+                    last_full, failed = started, False
+                committed = time.monotonic()
                 seen_seqno = before
                 self._report(report, full=reconnected or drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
-                                 tuple(cached.refused)))  # fmt: skip
+                                 tuple(cached.refused), took=committed - started, read_took=read_done - started,
+                                 committed_at=committed))  # fmt: skip
                 backoff = 0.0
             except Exception as exc:  # every failure is reported and retried: the server must keep serving
                 self._fail(f"{type(exc).__name__}: {exc}"[:500])
+                failed = True  # (what the failed pass took as changed may not have been compared)
                 backoff = min(MAX_BACKOFF, max(0.2, backoff * 2))
 
-    def _commit(self, rows: list[desired_rows.Row]) -> Report:
+    def _commit(self, rows: list[desired_rows.Row], full: bool) -> Report:
         assert self._api is not None
-        with self._api.transaction(check_error=True) as txn:
-            command = txn.add(ApplyRows(self._api, rows))
+        timeout = self.timeout + ROW_BUDGET * len(rows)
+        with self._api.transaction(check_error=True, timeout=timeout) as txn:
+            command = txn.add(ApplyRows(self._api, rows, self._mirror, full))
         return command.result if isinstance(command.result, Report) else Report()
 
     def _report(self, report: Report, *, full: bool, first: bool) -> None:

@@ -14,6 +14,8 @@ from ovsdbapp.backend.ovs_idl import event as row_event
 from ovsdbapp.schema.open_vswitch import impl_idl as ovs_impl
 from ovsdbapp.schema.ovn_southbound import impl_idl as sb_impl
 
+from cloudnet.ovn.jsonparser import use_c_parser
+
 
 class _OwnConnection:
     _own: Any = None
@@ -36,6 +38,7 @@ class SouthboundApi(_OwnConnection, sb_impl.OvnSbApiIdlImpl):  # type: ignore[mi
 
 
 def connect_vswitch(url: str, timeout: float = 10.0) -> VswitchApi:
+    use_c_parser()
     idl = connection.OvsdbIdl.from_server(url, "Open_vSwitch")
     return VswitchApi(connection.Connection(idl=idl, timeout=timeout))
 
@@ -56,6 +59,7 @@ def connect_southbound(
 ) -> SouthboundApi:
     """The SB database with only `tables` mirrored (a big SB holds every chassis' flows: a chassis needs few), and
     `events` watched."""
+    use_c_parser()
     handler = row_event.RowEventHandler()
     handler.watch_events(events)
     helper = idlutils.get_schema_helper(url, "OVN_Southbound")
