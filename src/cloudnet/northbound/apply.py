@@ -93,7 +93,8 @@ class _Links:
             self._all = {}
             for table, column in LINKS:
                 for parent in self.tables[table].rows.values():
-                    for row in getattr(parent, column):
+                    # (a parent inserted in this transaction has nothing to read yet: the IDL raises for it)
+                    for row in getattr(parent, column, []):
                         self._all[row.uuid] = (parent, column)
         return self._all.get(child.uuid)
 
