@@ -23,7 +23,7 @@ from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.dataplane.sriov import inventory as inv
 from cloudnet.dataplane.sriov.driver import PfNetlink, SriovDataplane, vf_nla, vf_request
-from cloudnet.services import hosts, sriov
+from cloudnet.services import host_state, sriov
 from cloudnet.store.db import Store
 from tests.support.api import create
 from tests.support.cloud import ns_run, running_agent
@@ -70,9 +70,9 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 
 def _state(store: Store, host: str) -> dict[str, Any]:
-    state = hosts.desired_state(store, ADMIN, host)
+    state = host_state.desired_state(store, ADMIN, host)
     with store.read() as conn:
-        state["sriov"] = sriov.desired(conn, host)  # what the lead adds to hosts.desired_state
+        state["sriov"] = sriov.desired(conn, host)  # what the lead adds to host_state.desired_state
     return state
 
 

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
-from cloudnet.services import host_checks, hosts
+from cloudnet.services import host_checks, host_state, hosts
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -58,7 +58,7 @@ async def request_check(request: Request, name: str) -> Response:
 
 @router.get("/v2.0/hosts/{name}/state")
 async def desired_state(request: Request, name: str) -> Response:
-    return neutron.JSON(await call(hosts.desired_state, state(request).store, context(request), name))
+    return neutron.JSON(await call(host_state.desired_state, state(request).store, context(request), name))
 
 
 @router.put("/v2.0/hosts/{name}/ports")
