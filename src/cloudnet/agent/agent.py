@@ -21,6 +21,7 @@ from cloudnet.dataplane.steps import StepTimedOut
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
 HELD_BACK_MAX = 5.0
+WAKE_SLICE = 0.25  # seconds: how often a held-back agent asks its dataplane whether something changed underneath
 # Failures and check differences in the host's report, at most (their counts say how many; the agent's log has them
 # all): a host with thousands of broken objects must still fit its heartbeat in a request body.
 MAX_REPORTED = 100
@@ -116,7 +117,7 @@ class Agent:
                 timeout = min(timeout, retry)
             timeout = max(0.0, min(timeout, last_full + self.resync_interval - time.monotonic()))
             waited_from = time.monotonic()
-            events, latest = self.client.events(self.revision, timeout)
+            events, latest = self._wait(timeout)
             due = retry is not None and time.monotonic() >= waited_from + retry
             # Back off while a proxy stays unable to listen; start quick again once all is served.
             self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
@@ -134,6 +135,17 @@ class Agent:
                 self.reconcile(full=False)  # only what changed: the dataplane keeps what it applied
             else:
                 self.revision = max(self.revision, latest)
+
+    def _wait(self, timeout: float) -> tuple[list[dict[str, Any]], int]:
+        """The API's events after our revision, waited for up to `timeout`; while ports wait on the dataplane (OVN:
+        to be bound), in short slices, so that the pass that reports them follows the change underneath at once
+        rather than at the next backoff step."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            events, latest = self.client.events(self.revision, min(left, WAKE_SLICE) if self.held_back else left)
+            if events or left <= WAKE_SLICE or not self.held_back or self.dataplane.news():
+                return events, latest
 
     def _next_retry(self) -> float | None:
         """Seconds until the next failed object's backoff ends; None when none is waiting. (One already due and

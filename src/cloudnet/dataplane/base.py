@@ -80,6 +80,11 @@ class Dataplane(Protocol):
         """Objects whose last attempt failed: {"object", "reason", "since", "attempts", "retry_in"}."""
         ...
 
+    def news(self) -> bool:
+        """Something changed underneath since the last pass that a pass would report (OVN: ovn-controller bound or
+        unbound a port): the agent, while it waits for such a change, passes again at once."""
+        ...
+
     def close(self) -> None: ...
 
 

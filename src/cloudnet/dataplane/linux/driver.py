@@ -127,6 +127,9 @@ class LinuxDataplane:
         """Objects whose last step failed, with the reason (the agent puts them in its host report)."""
         return self.steps.report()
 
+    def news(self) -> bool:
+        return False  # (what it realises changes only by its own passes)
+
     def _is_plugged(self, port_id: str) -> bool:
         return self.ports.is_plugged(port_id) or any(b.is_plugged(port_id) for b in self.binders)
 

@@ -63,6 +63,9 @@ class OvnDataplane:
     def failures(self) -> list[dict[str, Any]]:
         return self.steps.report()
 
+    def news(self) -> bool:
+        return self.sb.changed.is_set()  # (a binding of ours changed since the pass began)
+
     def apply(self, state: DesiredState, full: bool = True, check: bool = False) -> list[PortReport]:
         full = full or check or not self._full_done
         self.sb.changed.clear()  # (bindings that change from here on are seen by the next pass)
