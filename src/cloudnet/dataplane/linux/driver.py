@@ -127,6 +127,9 @@ class LinuxDataplane:
         """Objects whose last step failed, with the reason (the agent puts them in its host report)."""
         return self.steps.report()
 
+    def unfinished(self) -> bool:
+        return self.pool.unfinished
+
     def _is_plugged(self, port_id: str) -> bool:
         return self.ports.is_plugged(port_id) or any(b.is_plugged(port_id) for b in self.binders)
 
@@ -157,6 +160,9 @@ class LinuxDataplane:
         """Collect what went away, and forget the failures of objects gone from the desired state."""
         kept = (frozenset(run.wanted), frozenset(run.uplinks), frozenset(run.wanted_ns))
         before = self._kept
+        if before is not None and self._plugged.gone_ns:  # removed by the pass itself (unparked): nothing to collect
+            before = (before[0], before[1], before[2] - self._plugged.gone_ns)
+        self._plugged.gone_ns.clear()
         # Only something that went away leaves garbage: an incremental pass that only added skips it.
         collected = True
         if run.full or before is None or not all(b <= k for b, k in zip(before, kept, strict=True)):

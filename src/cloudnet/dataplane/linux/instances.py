@@ -50,8 +50,7 @@ class InstancePorts:
         for inst in run.state["instances"]:
             if names.is_managed_ns(self.host, inst["netns"]):  # one cloudnet provides: made here
                 run.wanted_ns.add(inst["netns"])
-            reports += self._instance(run.host, run.links, inst, run.state, run.wanted, run.full, run.guard,
-                                      run.broken)  # fmt: skip
+            reports += self._instance(run, inst)
         return reports
 
     def step_keys(self, state: DesiredState) -> list[str]:
@@ -63,30 +62,29 @@ class InstancePorts:
     def is_plugged(self, port_id: str) -> bool:
         return port_id in self.plugged.applied
 
-    def _instance(
-        self, host: IPRoute, links: Links, inst: dict[str, Any], state: DesiredState, wanted: set[str], full: bool,
-        guard: ns_guard.InstanceNamespaces, broken: dict[str, str],
-    ) -> list[PortReport]:  # fmt: skip
+    def _instance(self, run: Pass, inst: dict[str, Any]) -> list[PortReport]:
         """The instance's veth ports (a VF is the SR-IOV driver's; ethN positions stay as ordered), plugged as one
         step: a namespace it may not use, or any failure, puts all of them in ERROR with the reason."""
+        state, links = run.state, run.links
         ports = state["ports"]
         mine = [(position, ports[pid]) for position, pid in enumerate(inst["ports"])
                 if pid in ports and ports[pid].get("binding:vnic_type") not in self.not_veth]  # fmt: skip
-        wanted.update(names.tap(port["id"]) for _pos, port in mine)
+        run.wanted.update(names.tap(port["id"]) for _pos, port in mine)
         prints = [addressing.fingerprint(inst, pos, port, state["networks"][port["network_id"]], state)
                   for pos, port in mine]  # fmt: skip
-        down = next(filter(None, (broken_reason(port, broken) for _pos, port in mine)), None)
+        down = next(filter(None, (broken_reason(port, run.broken) for _pos, port in mine)), None)
         if down is not None:
             return [failed(port["id"], down) for _pos, port in mine]
         applied = self.plugged.applied
-        current = all(applied.get(port["id"]) == fp and (not full or names.tap(port["id"]) in links)
+        current = all(applied.get(port["id"]) == fp and (not run.full or names.tap(port["id"]) in links)
                       for (_pos, port), fp in zip(mine, prints, strict=True))  # fmt: skip
         if current and (mine or not names.is_managed_ns(self.host, inst["netns"]) or netns.exists(inst["netns"])):
             return [plugged_report(port, addressing.device_name(inst, pos), self.firewall.enforced(port["id"]))
                     for pos, port in mine]  # as it is  # fmt: skip
+        run.plugged += 1  # (the pool's parking waits for the next pass: this instance is reported first)
         try:
-            return self.steps.run(f"instance:{inst['id']}", lambda: self._apply_instance(host, links, inst, state,
-                                                                                       guard, mine, prints),
+            return self.steps.run(f"instance:{inst['id']}", lambda: self._apply_instance(run.host, links, inst, state,
+                                                                                       run.guard, mine, prints),
                                   tuple(prints))  # fmt: skip
         except StepFailed as exc:
             return [failed(port["id"], exc.reason) for _pos, port in mine]
@@ -154,6 +152,7 @@ class InstancePorts:
                 unparked = None
                 if parked is not None and parked.ns != inst["netns"]:
                     unparked = unpark(links, port, parked.ns, ns_fd, ifname)
+                    self.plugged.gone_ns.add(parked.ns)
                 if unparked is None:
                     peer = {"ifname": ifname, "address": address, "mtu": mtu}
                     idx = create_veth(host, links, tap, peer, ns_fd, master=bridge)

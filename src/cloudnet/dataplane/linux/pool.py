@@ -2,11 +2,17 @@
 as eth0 in a namespace of its own (cloudnet-ns-<hash>-<random>), configured as an instance's and reported as the
 port's `prepared_netns`. An instance created without a namespace takes that namespace over whole (nothing left to
 plug); one with its own gets eth0 moved in (`unpark`). A released device goes back into a new namespace of its own.
+
+Parking never holds up an instance: a pass that plugged an instance parks nothing (the instance's report goes out
+first), and any other pass parks for at most PARK_BUDGET; what is left waits for the next pass, which the agent runs
+at once (`unfinished`). A refill of dozens of ports is thus parked over several passes, each of which plugs the
+instances that came meanwhile before it parks.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -19,6 +25,9 @@ from cloudnet.dataplane.linux.bridges import Bridges
 from cloudnet.dataplane.linux.links import Links, create_veth, delete, index, mac, wait_forwarding
 from cloudnet.dataplane.linux.passes import PARKED_IFNAME, Parked, Pass, Plugged, broken_reason, plugged_report
 from cloudnet.dataplane.steps import StepFailed, Steps
+
+# Seconds of parking in one pass (a new pair in a namespace of its own, configured: ~5-40 ms each on this machine).
+PARK_BUDGET = 0.05
 
 
 def unpark(links: Links, port: dict[str, Any], parked_ns: str, ns: int, ifname: str) -> int | None:
@@ -52,6 +61,7 @@ class PoolDevices:
         self.firewall = firewall
         self.plugged = plugged
         self.steps = steps
+        self.unfinished = False  # the last pass left devices to park (over its budget, or instances went first)
 
     def step_keys(self, state: DesiredState) -> list[str]:
         return [f"pool-port:{p}" for p in state.get("pool_ports", {})]
@@ -66,6 +76,8 @@ class PoolDevices:
         state, parked = run.state, self.plugged.parked
         pool = state.get("pool_ports", {})
         reports = []
+        self.unfinished = False
+        until = None if run.plugged else time.monotonic() + PARK_BUDGET  # None: this pass parks nothing
         if not self.park:
             parked.clear()
             for port_id, port in sorted(pool.items()):
@@ -89,6 +101,14 @@ class PoolDevices:
             if run.full or not current:
                 offered = (port.get("binding:vif_details") or {}).get("prepared_netns")
                 candidate = known.ns if known else offered if isinstance(offered, str) else None
+                if until is None or time.monotonic() > until:
+                    self.unfinished = True  # the next pass: its device (and where it may be parked) is kept
+                    if candidate is not None:
+                        run.wanted_ns.add(candidate)
+                    if known is not None and current:  # (a full pass's check of a parked device, put off)
+                        reports.append(plugged_report(port, PARKED_IFNAME, self.firewall.enforced(port_id),
+                                                      prepared_netns=known.ns))  # fmt: skip
+                    continue
                 try:
                     ns = self.steps.run(f"pool-port:{port_id}",
                                         lambda p=port, n=network, c=candidate: self._park(run.host, run.links, p, n,

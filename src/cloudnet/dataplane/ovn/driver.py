@@ -63,6 +63,9 @@ class OvnDataplane:
     def failures(self) -> list[dict[str, Any]]:
         return self.steps.report()
 
+    def unfinished(self) -> bool:
+        return False  # (no pool devices prepared ahead on OVN)
+
     def apply(self, state: DesiredState, full: bool = True, check: bool = False) -> list[PortReport]:
         full = full or check or not self._full_done
         self.sb.changed.clear()  # (bindings that change from here on are seen by the next pass)
