@@ -83,9 +83,9 @@ class Resources(ABC):
     def list_all(self, kind: Kind, params: Params | None = None) -> list[Resource]:
         return self._unwrap(self.get(kind.collection, params), kind.plural_key, list, "GET", kind.collection)
 
-    def show(self, kind: Kind, ident: str) -> Resource:
+    def show(self, kind: Kind, ident: str, params: Params | None = None) -> Resource:
         path = member_path(kind, ident)
-        return self._unwrap(self.get(path), kind.key, dict, "GET", path)
+        return self._unwrap(self.get(path, params), kind.key, dict, "GET", path)
 
     def create(self, kind: Kind, body: Resource) -> Resource:
         return self._unwrap(self.post(kind.collection, {kind.key: body}), kind.key, dict, "POST", kind.collection)

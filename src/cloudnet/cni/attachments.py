@@ -28,6 +28,7 @@ MARK = "cloudnet-cni"  # every instance (and security-group port) the plugin mak
 RETRYABLE = (429, 502, 503, 504)
 UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
 METADATA_OWNER = "network:distributed"  # the network's metadata port (services/metadata_ports.py)
+WAIT_STEP = 5.0  # seconds one request waits for ACTIVE (within the HTTP client's time limit, commands.py)
 
 
 def prefix(conf: NetConf) -> str:
@@ -179,10 +180,14 @@ class Attachments:
                                    f"{inst.get('status_reason') or 'no reason given'}")  # fmt: skip
                 raise CniError(TRY_AGAIN_LATER, f"the instance was not ACTIVE within {self.conf.timeout:g} s (is "
                                f"the agent of host {self.conf.host} running?)")  # fmt: skip
-            time.sleep(pause)
-            pause = min(pause * 1.5, 0.2)
+            # The server answers once the agent has reported (a long poll), or after `wait`.
+            wait = max(0.0, min(deadline - time.monotonic(), WAIT_STEP))
+            asked = time.monotonic()
             with api("waiting for the instance"):
-                inst = self.client.show(INSTANCE, inst["id"])
+                inst = self.client.show(INSTANCE, inst["id"], [("wait", f"{wait:.2f}")])
+            if inst["status"] == "BUILD" and time.monotonic() - asked < wait / 2:  # (a server that does not wait)
+                time.sleep(pause)
+                pause = min(pause * 1.5, 0.2)
         return inst
 
     # -- DEL and GC --
