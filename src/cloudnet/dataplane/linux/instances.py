@@ -23,7 +23,7 @@ from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.bridges import Bridges
 from cloudnet.dataplane.linux.links import Links, create_veth, delete, mac, rename, wait_forwarding
 from cloudnet.dataplane.linux.passes import PARKED_IFNAME, Pass, Plugged, broken_reason, plugged_report
-from cloudnet.dataplane.linux.pool import unpark
+from cloudnet.dataplane.linux.pool import retire
 from cloudnet.dataplane.steps import StepFailed, Steps
 
 log = logging.getLogger(__name__)
@@ -149,18 +149,12 @@ class InstancePorts:
             else:
                 if current:  # a stale ethN from an earlier plug: its veth pair goes with it
                     delete(inside, current[0])
-                unparked = None
                 if parked is not None and parked.ns != inst["netns"]:
-                    unparked = unpark(links, port, parked.ns, ns_fd, ifname)
+                    retire(host, links, port["id"], parked.ns)  # a fresh pair is cheaper than moving one in
                     self.plugged.gone_ns.add(parked.ns)
-                if unparked is None:
-                    peer = {"ifname": ifname, "address": address, "mtu": mtu}
-                    idx = create_veth(host, links, tap, peer, ns_fd, master=bridge)
-                    inside.link("set", index=idx, state=state_up)
-                else:
-                    idx = unparked
-                    host.link("set", index=links[tap]["index"], master=bridge, mtu=mtu, state="up")
-                    inside.link("set", index=idx, address=address, mtu=mtu, state=state_up)
+                peer = {"ifname": ifname, "address": address, "mtu": mtu}
+                idx = create_veth(host, links, tap, peer, ns_fd, master=bridge)
+                inside.link("set", index=idx, state=state_up)
             inside.link("set", index=1, state="up")  # lo, ifindex 1 in every namespace
             if not plugged and port["admin_state_up"]:
                 wait_forwarding(host, links[tap]["index"])

@@ -1,7 +1,8 @@
 """Pool devices on the Linux driver (--park-pool-devices): one veth per ready pool port of this host, its peer parked
 as eth0 in a namespace of its own (cloudnet-ns-<hash>-<random>), configured as an instance's and reported as the
 port's `prepared_netns`. An instance created without a namespace takes that namespace over whole (nothing left to
-plug); one with its own gets eth0 moved in (`unpark`). A released device goes back into a new namespace of its own.
+plug); one with its own gets a fresh pair made in place (`retire`: cheaper than moving eth0 in). A released device
+goes back into a new namespace of its own.
 
 Parking never holds up an instance: a pass that plugged an instance parks nothing (the instance's report goes out
 first), and any other pass parks for at most PARK_BUDGET; what is left waits for the next pass, which the agent runs
@@ -22,7 +23,7 @@ from cloudnet.dataplane.base import DesiredState, PortReport
 from cloudnet.dataplane.kernel import addressing, netns, ns_guard
 from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.bridges import Bridges
-from cloudnet.dataplane.linux.links import Links, create_veth, delete, index, mac, wait_forwarding
+from cloudnet.dataplane.linux.links import Links, create_veth, delete, index, mac, rename, wait_forwarding
 from cloudnet.dataplane.linux.passes import PARKED_IFNAME, Parked, Pass, Plugged, broken_reason, plugged_report
 from cloudnet.dataplane.steps import StepFailed, Steps
 
@@ -30,23 +31,16 @@ from cloudnet.dataplane.steps import StepFailed, Steps
 PARK_BUDGET = 0.05
 
 
-def unpark(links: Links, port: dict[str, Any], parked_ns: str, ns: int, ifname: str) -> int | None:
-    """Attach a parked device to an instance with a namespace of its own: one move (renamed ethN on the
-    way; its addresses stay behind). Its ifindex in the instance, or None when it is not there any more.
-    The parked namespace, empty now, goes."""
-    tap = names.tap(port["id"])
-    try:
-        with netns.iproute(parked_ns) as park:
-            found = park.link_lookup(ifname=PARKED_IFNAME)
-            if not found or tap not in links:
-                return None
-            park.link("set", index=found[0], net_ns_fd=ns, ifname=ifname)
-    except netns.NamespaceMissing:
-        return None
-    finally:
-        netns.remove(parked_ns)
-    links.refresh(tap)
-    return int(links[tap].get_attr("IFLA_LINK"))
+def retire(host: IPRoute, links: Links, port_id: str, parked_ns: str) -> None:
+    """Make way for a fresh pair in an instance's own namespace: the parked pair's host end goes down and out of the
+    way (renamed), its namespace is removed, and the kernel destroys the pair with that namespace, off the
+    instance's path. Moving the parked end in instead costs a namespace move, an RCU barrier (~16-25 ms measured
+    here) where a pair made in place costs ~2-4 ms; the port's filter and bridge are in place either way."""
+    tap = names.tap(port_id)
+    if tap in links:
+        rename(host, tap, names.retired())
+        links.discard(tap)
+    netns.remove(parked_ns)
 
 
 class PoolDevices:
