@@ -8,6 +8,8 @@ Needs root, podman, runc and busybox-static (`make deps`). Usage: .venv/bin/pyth
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -24,30 +26,35 @@ KURYR = "Kuryr-Kubernetes (published): 50 pods in 226 s without pools, 103 s wit
 
 def start_all(
     podman: Podman, network: str, n: int, label: str, rig: CniCloud | None = None, park: bool = False
-) -> float:
-    """Seconds per container for `podman run -d` (it returns once the network's ADD has answered), after a first
-    one (which makes the pool, when pools are on) and the pool's refill (and, parked, its devices)."""
+) -> list[float]:
+    """Seconds for each `podman run -d` (it returns once the network's ADD has answered), after a first one (which
+    makes the pool, when pools are on) and the pool's refill (parked: every ready port's device parked, so that the
+    run measures taking pre-plumbed devices, not parking them meanwhile)."""
     podman.run("run", "-d", "--name", f"{label}-warm", "--ulimit", "nofile=4096:4096", "--ulimit",
                "nproc=4096:4096", "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
     if rig is not None:
         rig.cloud.wait_for(lambda: pool_ready(rig, park) >= n, timeout=120, what="the pool's refill")
-    t0 = time.perf_counter()
+    times = []
     for i in range(n):
+        t0 = time.perf_counter()
         podman.run("run", "-d", "--name", f"{label}-{i}", "--ulimit", "nofile=4096:4096", "--ulimit",
                    "nproc=4096:4096", "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
-    per = (time.perf_counter() - t0) / n
+        times.append(time.perf_counter() - t0)
     podman.run("rm", "-af", "-t", "0", timeout=600)
-    return per
+    return times
 
 
 def pool_ready(rig: CniCloud, park: bool) -> int:
-    """Ready ports of the network's pool (parked: those whose device waits in a namespace of its own)."""
+    """Ready ports of the network's pool (parked: 0 until every ready port's device is parked)."""
     pools = rig.api.get("/port-pools", params={"network_id": rig.network["id"]}).json()["port_pools"]
     if not pools:
         return 0
+    ready = int(pools[0]["ready"])
+    if not park:
+        return ready
     ports = rig.api.get("/ports", params={"network_id": rig.network["id"], "status": "ACTIVE"}).json()["ports"]
     parked = [p for p in ports if (p.get("binding:vif_details") or {}).get("prepared_netns") and not p["device_id"]]
-    return len(parked) if park else int(pools[0]["ready"])
+    return ready if len(parked) >= ready else 0
 
 
 def main() -> None:
@@ -59,7 +66,7 @@ def main() -> None:
     store = Store(f"sqlite:///{template}")
     upgrade(store)
     store.dispose()
-    figures: dict[str, float] = {}
+    figures: dict[str, list[float]] = {}
     podman = Podman.make("bench")
     try:
         figures["podman run --network none"] = start_all(podman, "none", n, "raw")
@@ -72,11 +79,14 @@ def main() -> None:
                 figures[f"cloudnet-cni, {mode}"] = start_all(podman, network, n, f"m{i}", rig_or_none, park)
     finally:
         podman.close()
-    print(f"\n{n} containers started one after another through podman (busybox, runc, CNI backend):")
-    raw = figures["podman run --network none"]
-    for label, per in figures.items():
+    print(f"\n{n} containers started one after another through podman (busybox, runc, CNI backend); load average "
+          f"{os.getloadavg()[0]:.1f} at the end:")  # fmt: skip
+    raw = statistics.mean(figures["podman run --network none"])
+    for label, times in figures.items():
+        per = statistics.mean(times)
         extra = "" if label.startswith("podman") else f"   (+{per - raw:.3f} s over podman alone)"
-        print(f"  {label:<36} {per:7.3f} s a container, {per * n:7.1f} s for {n}{extra}")
+        print(f"  {label:<36} {per:7.3f} s a container (median {statistics.median(times):.3f}), {per * n:7.1f} s for "
+              f"{n}{extra}")  # fmt: skip
     print(f"  {KURYR}")
 
 
