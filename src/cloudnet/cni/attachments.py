@@ -169,7 +169,6 @@ class Attachments:
         """Until the host's agent reports the port plugged; a failure or the deadline takes the instance away
         again (a DEL after a failed ADD then finds nothing to do)."""
         deadline = time.monotonic() + self.conf.timeout
-        pause = 0.01
         while inst["status"] != "ACTIVE":
             failed = inst["status"] == "ERROR" or inst.get("status_reason")
             if failed or time.monotonic() > deadline:
@@ -180,14 +179,9 @@ class Attachments:
                                    f"{inst.get('status_reason') or 'no reason given'}")  # fmt: skip
                 raise CniError(TRY_AGAIN_LATER, f"the instance was not ACTIVE within {self.conf.timeout:g} s (is "
                                f"the agent of host {self.conf.host} running?)")  # fmt: skip
-            # The server answers once the agent has reported (a long poll), or after `wait`.
-            wait = max(0.0, min(deadline - time.monotonic(), WAIT_STEP))
-            asked = time.monotonic()
-            with api("waiting for the instance"):
-                inst = self.client.show(INSTANCE, inst["id"], [("wait", f"{wait:.2f}")])
-            if inst["status"] == "BUILD" and time.monotonic() - asked < wait / 2:  # (a server that does not wait)
-                time.sleep(pause)
-                pause = min(pause * 1.5, 0.2)
+            with api("waiting for the instance"):  # answered once the agent has reported
+                inst = self.client.show_settled(INSTANCE, inst["id"], min(deadline - time.monotonic(), WAIT_STEP),
+                                                0.02)  # fmt: skip
         return inst
 
     # -- DEL and GC --
