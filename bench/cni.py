@@ -1,6 +1,7 @@
 """Containers started through podman on one cloudnet network with cloudnet-cni: seconds per container with port
 pools off, on, and on with pre-plumbed (parked) devices, beside podman's own `--network none` start on this machine
-(what cloudnet adds on top) and Kuryr-Kubernetes' published figures for 50 pods.
+(what cloudnet adds on top) and Kuryr-Kubernetes' published figures for 50 pods. The four run side by side (three
+clouds of their own), one container of each in turn, so that others' load on a shared machine falls on all alike.
 
 Needs root, podman, runc and busybox-static (`make deps`). Usage: .venv/bin/python bench/cni.py [-n 50]
 """
@@ -8,10 +9,12 @@ Needs root, podman, runc and busybox-static (`make deps`). Usage: .venv/bin/pyth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import ROOT  # noqa: F401  (puts the project on sys.path)
@@ -24,24 +27,27 @@ from cloudnet.store.migrate import upgrade
 KURYR = "Kuryr-Kubernetes (published): 50 pods in 226 s without pools, 103 s with them (4.5 s -> 2.1 s a pod)"
 
 
-def start_all(
-    podman: Podman, network: str, n: int, label: str, rig: CniCloud | None = None, park: bool = False
-) -> list[float]:
-    """Seconds for each `podman run -d` (it returns once the network's ADD has answered), after a first one (which
-    makes the pool, when pools are on) and the pool's refill (parked: every ready port's device parked, so that the
-    run measures taking pre-plumbed devices, not parking them meanwhile)."""
-    podman.run("run", "-d", "--name", f"{label}-warm", "--ulimit", "nofile=4096:4096", "--ulimit",
-               "nproc=4096:4096", "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
-    if rig is not None:
+@dataclass
+class Mode:
+    label: str
+    network: str  # podman's network name ("none": no CNI at all)
+    times: list[float] = field(default_factory=list)
+
+
+def start(podman: Podman, name: str, network: str) -> float:
+    """Seconds for one `podman run -d` (it returns once the network's ADD has answered)."""
+    t0 = time.perf_counter()
+    podman.run("run", "-d", "--name", name, "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096",
+               "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def warm(podman: Podman, mode: Mode, rig: CniCloud, pools: bool, park: bool, n: int) -> None:
+    """A first container (which makes the pool, when pools are on), then the pool's refill (parked: every ready
+    port's device parked, so that the run measures taking pre-plumbed devices, not parking them meanwhile)."""
+    start(podman, f"{rig.cloud.suffix}-warm", mode.network)
+    if pools:
         rig.cloud.wait_for(lambda: pool_ready(rig, park) >= n, timeout=120, what="the pool's refill")
-    times = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        podman.run("run", "-d", "--name", f"{label}-{i}", "--ulimit", "nofile=4096:4096", "--ulimit",
-                   "nproc=4096:4096", "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
-        times.append(time.perf_counter() - t0)
-    podman.run("rm", "-af", "-t", "0", timeout=600)
-    return times
 
 
 def pool_ready(rig: CniCloud, park: bool) -> int:
@@ -66,27 +72,34 @@ def main() -> None:
     store = Store(f"sqlite:///{template}")
     upgrade(store)
     store.dispose()
-    figures: dict[str, list[float]] = {}
     podman = Podman.make("bench")
+    modes = [Mode("podman run --network none", "none")]
+    start(podman, "raw-warm", "none")
+    kinds = {"pools off": (False, False), "pools on": (True, False), "pools on, pre-plumbed": (True, True)}
     try:
-        figures["podman run --network none"] = start_all(podman, "none", n, "raw")
-        modes = {"pools off": (False, False), "pools on": (True, False), "pools on, pre-plumbed": (True, True)}
-        for i, (mode, (pools, park)) in enumerate(modes.items()):
-            with cni_cloud(work / f"cloud{i}", template, instance_pools=pools, park=park, pool_min=n + 1,
-                           pool_batch=n + 1) as rig:  # fmt: skip
-                network = podman.network(rig.conf(name=f"bench{i}-{rig.cloud.suffix}", timeout=60))
-                rig_or_none = rig if pools else None
-                figures[f"cloudnet-cni, {mode}"] = start_all(podman, network, n, f"m{i}", rig_or_none, park)
+        with contextlib.ExitStack() as stack:
+            for i, (label, (pools, park)) in enumerate(kinds.items()):
+                rig = stack.enter_context(cni_cloud(work / f"cloud{i}", template, instance_pools=pools, park=park,
+                                                    pool_min=n + 1, pool_batch=n + 1))  # fmt: skip
+                mode = Mode(f"cloudnet-cni, {label}", podman.network(rig.conf(name=f"bench{i}-{rig.cloud.suffix}",
+                                                                              timeout=60)))  # fmt: skip
+                warm(podman, mode, rig, pools, park, n)
+                modes.append(mode)
+            # One container of each mode in turn: every mode meets the same machine (others' load comes and goes).
+            for i in range(n):
+                for j, mode in enumerate(modes):
+                    mode.times.append(start(podman, f"m{j}-{i}", mode.network))
+            podman.run("rm", "-af", "-t", "0", timeout=600)
     finally:
         podman.close()
-    print(f"\n{n} containers started one after another through podman (busybox, runc, CNI backend); load average "
-          f"{os.getloadavg()[0]:.1f} at the end:")  # fmt: skip
-    raw = statistics.mean(figures["podman run --network none"])
-    for label, times in figures.items():
-        per = statistics.mean(times)
-        extra = "" if label.startswith("podman") else f"   (+{per - raw:.3f} s over podman alone)"
-        print(f"  {label:<36} {per:7.3f} s a container (median {statistics.median(times):.3f}), {per * n:7.1f} s for "
-              f"{n}{extra}")  # fmt: skip
+    print(f"\n{n} containers a mode started through podman (busybox, runc, CNI backend), the modes in turn; load "
+          f"average {os.getloadavg()[0]:.1f} at the end:")  # fmt: skip
+    raw = statistics.mean(modes[0].times)
+    for mode in modes:
+        per = statistics.mean(mode.times)
+        extra = "" if mode is modes[0] else f"   (+{per - raw:.3f} s over podman alone)"
+        print(f"  {mode.label:<36} {per:7.3f} s a container (median {statistics.median(mode.times):.3f}), "
+              f"{per * n:7.1f} s for {n}{extra}")  # fmt: skip
     print(f"  {KURYR}")
 
 
