@@ -31,6 +31,7 @@ class Notifier:
         self.loop = loop
         self.revision = 0
         self.closing = False  # the server is stopping: long polls answer now instead of holding it up
+        self.waiters = 0  # long polls waiting on this notifier now (instance waits are capped by it)
         self._changed = asyncio.Event()
         # Whether a marker was taken since the last wake-up: if not, nobody can be waiting and a commit needs no
         # trip to the loop (most commits, on a server no agent follows; a marker taken after the check is taken
@@ -78,16 +79,25 @@ async def list_events(request: Request) -> Response:
     return neutron.JSON({"events": items, "revision": latest})
 
 
-async def long_poll(request: Request, timeout: float, read: Callable[[], Awaitable[T]], done: Callable[[T], bool]) -> T:
+async def long_poll(
+    request: Request, timeout: float, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
+    notifier: Notifier | None = None,
+) -> T:  # fmt: skip
     """What `read` answers once `done` holds for it, or after `timeout` seconds (or when the server stops or the
-    caller goes): read again after every commit of this process, and every POLL_INTERVAL for other processes'."""
-    notifier: Notifier = request.app.state.notifier
+    caller goes): read again after every commit `notifier` hears of in this process (default: every commit), and
+    every POLL_INTERVAL for other processes'."""
+    notifier = notifier or request.app.state.notifier
+    assert notifier is not None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while True:
-        marker = notifier.marker()  # a commit landing while the query runs still wakes the wait below
-        found = await read()
-        remaining = deadline - loop.time()
-        if done(found) or remaining <= 0 or notifier.closing or await request.is_disconnected():
-            return found
-        await notifier.wait(marker, min(POLL_INTERVAL, remaining))
+    notifier.waiters += 1
+    try:
+        while True:
+            marker = notifier.marker()  # a commit landing while the query runs still wakes the wait below
+            found = await read()
+            remaining = deadline - loop.time()
+            if done(found) or remaining <= 0 or notifier.closing or await request.is_disconnected():
+                return found
+            await notifier.wait(marker, min(POLL_INTERVAL, remaining))
+    finally:
+        notifier.waiters -= 1

@@ -26,6 +26,7 @@ from cloudnet.services import (
 )
 
 MAX_MEMBER_WAIT = 30.0  # seconds a GET ?wait=S may hold its connection (any project's member may ask)
+MAX_MEMBER_WAITERS = 256  # such waits at once in one server process; beyond, the answer comes at once
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,10 @@ def _add_routes(router: APIRouter, res: Resource) -> None:
         st, ctx, wait = state(request), context(request), request.query_params.get("wait")
         if res.settled is not None and wait is not None:  # (visibility first: the first read fails at once)
             seconds = events.seconds("wait", wait, min(st.config.max_event_wait, MAX_MEMBER_WAIT))
-            item = await long_poll(request, seconds, lambda: call(res.get, st, ctx, item_id), res.settled)
+            reports = request.app.state.reports  # woken by agents' reports only, not by every commit
+            if reports.waiters >= MAX_MEMBER_WAITERS:
+                seconds = 0.0  # answered as it is (the caller asks again): bounded reads however many wait
+            item = await long_poll(request, seconds, lambda: call(res.get, st, ctx, item_id), res.settled, reports)
         else:
             item = await call(res.get, st, ctx, item_id)
         return neutron.JSON({res.member: neutron.trim(item, neutron.fields_of(request))})
