@@ -1,6 +1,9 @@
 """Containers started through podman on one cloudnet network with cloudnet-cni: seconds per container with port
 pools off, on, and on with pre-plumbed (parked) devices, beside podman's own `--network none` start on this machine
-(what cloudnet adds on top) and Kuryr-Kubernetes' published figures for 50 pods.
+(what cloudnet adds on top) and Kuryr-Kubernetes' published figures for 50 pods; also pre-plumbed with a small pool,
+refilled (and parked) while containers keep coming. The modes run side by side (a cloud each, in a process of its
+own), one container of each in turn, so that others' load on a shared machine falls on all alike; the containers of
+all modes stay until the end (podman's own start slows a little as they add up, for every mode).
 
 Needs root, podman, runc and busybox-static (`make deps`). Usage: .venv/bin/python bench/cni.py [-n 50]
 """
@@ -8,8 +11,14 @@ Needs root, podman, runc and busybox-static (`make deps`). Usage: .venv/bin/pyth
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import ROOT  # noqa: F401  (puts the project on sys.path)
@@ -19,64 +28,113 @@ from tests.support.podman import Podman
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 
+REFILL = 10
 KURYR = "Kuryr-Kubernetes (published): 50 pods in 226 s without pools, 103 s with them (4.5 s -> 2.1 s a pod)"
 
 
-def start_all(
-    podman: Podman, network: str, n: int, label: str, rig: CniCloud | None = None, park: bool = False
-) -> float:
-    """Seconds per container for `podman run -d` (it returns once the network's ADD has answered), after a first
-    one (which makes the pool, when pools are on) and the pool's refill (and, parked, its devices)."""
-    podman.run("run", "-d", "--name", f"{label}-warm", "--ulimit", "nofile=4096:4096", "--ulimit",
-               "nproc=4096:4096", "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
-    if rig is not None:
-        rig.cloud.wait_for(lambda: pool_ready(rig, park) >= n, timeout=120, what="the pool's refill")
+@dataclass
+class Mode:
+    label: str
+    network: str  # podman's network name ("none": no CNI at all)
+    times: list[float] = field(default_factory=list)
+
+
+def start(podman: Podman, name: str, network: str) -> float:
+    """Seconds for one `podman run -d` (it returns once the network's ADD has answered)."""
     t0 = time.perf_counter()
-    for i in range(n):
-        podman.run("run", "-d", "--name", f"{label}-{i}", "--ulimit", "nofile=4096:4096", "--ulimit",
-                   "nproc=4096:4096", "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
-    per = (time.perf_counter() - t0) / n
-    podman.run("rm", "-af", "-t", "0", timeout=600)
-    return per
+    podman.run("run", "-d", "--name", name, "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096",
+               "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def serve_cloud(work: Path, template: Path, pools: bool, park: bool, size: int) -> None:
+    """One cloud (server, agent) in this process, for the bench's main process: prints the plugin's configuration;
+    on "warm" (a first container has been started) waits for the pool's refill (parked: every ready port's device
+    parked, so that the run measures taking pre-plumbed devices, not parking them meanwhile) and says "ready"; ends
+    when its input does."""
+    with cni_cloud(work, template, instance_pools=pools, park=park, pool_min=size or 2, pool_batch=size or 4) as rig:
+        print(json.dumps(rig.conf(name=f"bench-{rig.cloud.suffix}", timeout=60)), flush=True)
+        for line in sys.stdin:
+            if line.strip() == "warm" and pools:
+                rig.cloud.wait_for(lambda: pool_ready(rig, park) >= size, timeout=120, what="the pool's refill")
+            print("ready", flush=True)
 
 
 def pool_ready(rig: CniCloud, park: bool) -> int:
-    """Ready ports of the network's pool (parked: those whose device waits in a namespace of its own)."""
+    """Ready ports of the network's pool (parked: 0 until every ready port's device is parked)."""
     pools = rig.api.get("/port-pools", params={"network_id": rig.network["id"]}).json()["port_pools"]
     if not pools:
         return 0
+    ready = int(pools[0]["ready"])
+    if not park:
+        return ready
     ports = rig.api.get("/ports", params={"network_id": rig.network["id"], "status": "ACTIVE"}).json()["ports"]
     parked = [p for p in ports if (p.get("binding:vif_details") or {}).get("prepared_netns") and not p["device_id"]]
-    return len(parked) if park else int(pools[0]["ready"])
+    return ready if len(parked) >= ready else 0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=50, help="containers per mode")
-    n = parser.parse_args().n
+    # (one cloud of a run, in a process of its own: work dir, database template, pools, park, pool size)
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        work, template, pools, park, size = args.serve.split(",")
+        serve_cloud(Path(work), Path(template), pools == "1", park == "1", int(size))
+        return
+    n = args.n
     work = Path(tempfile.mkdtemp(prefix="cloudnet-bench-cni-"))
     template = work / "template.db"
     store = Store(f"sqlite:///{template}")
     upgrade(store)
     store.dispose()
-    figures: dict[str, float] = {}
     podman = Podman.make("bench")
+    modes = [Mode("podman run --network none", "none")]
+    start(podman, "raw-warm", "none")
+    # label -> (pools, park, pool min = batch): a pool of n + 1 is never refilled during the run; one of REFILL
+    # is, every REFILL containers, and with parking the agent parks the refill while containers keep coming.
+    kinds = {
+        "pools off": (False, False, 0),
+        "pools on": (True, False, n + 1),
+        "pools on, pre-plumbed": (True, True, n + 1),
+        f"pre-plumbed, refills of {REFILL}": (True, True, REFILL),
+    }
+    clouds: list[subprocess.Popen[str]] = []
     try:
-        figures["podman run --network none"] = start_all(podman, "none", n, "raw")
-        modes = {"pools off": (False, False), "pools on": (True, False), "pools on, pre-plumbed": (True, True)}
-        for i, (mode, (pools, park)) in enumerate(modes.items()):
-            with cni_cloud(work / f"cloud{i}", template, instance_pools=pools, park=park, pool_min=n + 1,
-                           pool_batch=n + 1) as rig:  # fmt: skip
-                network = podman.network(rig.conf(name=f"bench{i}-{rig.cloud.suffix}", timeout=60))
-                rig_or_none = rig if pools else None
-                figures[f"cloudnet-cni, {mode}"] = start_all(podman, network, n, f"m{i}", rig_or_none, park)
+        # A process a cloud: one cloud's threads never wait for another's on the interpreter lock.
+        for i, (label, (pools, park, size)) in enumerate(kinds.items()):
+            spec = f"{work / f'cloud{i}'},{template},{int(pools)},{int(park)},{size if pools else 0}"
+            cloud = subprocess.Popen([sys.executable, __file__, "--serve", spec], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+            clouds.append(cloud)
+            assert cloud.stdin is not None and cloud.stdout is not None
+            mode = Mode(f"cloudnet-cni, {label}", podman.network(json.loads(cloud.stdout.readline())))
+            start(podman, f"m{i}-warm", mode.network)  # (makes the pool, when pools are on)
+            cloud.stdin.write("warm\n")
+            cloud.stdin.flush()
+            if cloud.stdout.readline().strip() != "ready":
+                raise SystemExit(f"the cloud of {label} failed")
+            modes.append(mode)
+        # One container of each mode in turn: every mode meets the same machine (others' load comes and goes).
+        for i in range(n):
+            for j, mode in enumerate(modes):
+                mode.times.append(start(podman, f"m{j}-{i}", mode.network))
+        podman.run("rm", "-af", "-t", "0", timeout=600)
     finally:
+        for cloud in clouds:
+            if cloud.stdin is not None:
+                cloud.stdin.close()
+            cloud.wait(timeout=120)
         podman.close()
-    print(f"\n{n} containers started one after another through podman (busybox, runc, CNI backend):")
-    raw = figures["podman run --network none"]
-    for label, per in figures.items():
-        extra = "" if label.startswith("podman") else f"   (+{per - raw:.3f} s over podman alone)"
-        print(f"  {label:<36} {per:7.3f} s a container, {per * n:7.1f} s for {n}{extra}")
+    print(f"\n{n} containers a mode started through podman (busybox, runc, CNI backend), the modes in turn; load "
+          f"average {os.getloadavg()[0]:.1f} at the end:")  # fmt: skip
+    raw = statistics.mean(modes[0].times)
+    for mode in modes:
+        per = statistics.mean(mode.times)
+        extra = "" if mode is modes[0] else f"   (+{per - raw:.3f} s over podman alone)"
+        print(f"  {mode.label:<42} {per:7.3f} s a container (median {statistics.median(mode.times):.3f}), "
+              f"{per * n:7.1f} s for {n}{extra}")  # fmt: skip
     print(f"  {KURYR}")
 
 

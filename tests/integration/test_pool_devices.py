@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from cloudnet import __version__
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux import names
+from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import Cloud, ns_run, ping
 
 FREE_OWNER = "compute:cloudnet-pool"
@@ -107,14 +109,16 @@ def test_parked_devices_attach_release_prune_and_survive_an_agent_restart(cloud:
     host_ns = names.host_ns(cloud.host)
     taps = {pid: _links(host_ns)[names.tap(pid)][0] for pid in ready}
 
-    # Attach into the caller's namespace: the parked device is moved in (its host end is not recreated) and
-    # its parked namespace goes.
+    # Attach into the caller's namespace: a fresh pair made in place (cheaper than moving the parked end in); the
+    # parked one is retired, gone with its namespace.
     a = cloud.instance("qa", [{"network": net["id"]}])
     pa = a["nets"][0]["port_id"]
     assert pa in ready
-    assert _links(host_ns)[names.tap(pa)][0] == taps[pa]
+    assert _links(host_ns)[names.tap(pa)][0] != taps[pa]
+    taps[pa] = _links(host_ns)[names.tap(pa)][0]
     assert _links(a["netns"])["eth0"][1] == ready[pa]["mac_address"]
-    cloud.wait_for(lambda: not netns.exists(parked[pa]), what="the emptied parked namespace removed")
+    assert not netns.exists(parked[pa])
+    cloud.wait_for(lambda: not [n for n in _links(host_ns) if n.startswith(names.RETIRED)], what="retired pair gone")
 
     # Taken over: an instance without a namespace of its own gets a parked one, configured, at once.
     r = cloud.api.post("/instances", json={"instance": {"name": "qb", "host": cloud.host,
@@ -155,8 +159,8 @@ def test_parked_devices_attach_release_prune_and_survive_an_agent_restart(cloud:
     assert {pid: p["binding:vif_details"]["prepared_netns"] for pid, p in _ready(cloud, net["id"]).items()} == offered
     assert _parked_namespaces(cloud) == set(offered.values())
     c = cloud.instance("qc", [{"network": net["id"]}])
-    pc = c["nets"][0]["port_id"]
-    assert _links(host_ns)[names.tap(pc)][0] == before[names.tap(pc)]
+    assert c["nets"][0]["port_id"] in offered  # a parked one's port, its pair made afresh in place
+    assert _links(c["netns"])["eth0"][1] == c["nets"][0]["mac_address"]
     d = cloud.create("instances", "instance", {"name": "qd", "host": cloud.host,
                                                "nets": [{"network": net["id"], "ifname": "pod0"}]})  # fmt: skip
     assert d["netns"] == offered[d["nets"][0]["port_id"]]
@@ -203,3 +207,38 @@ def test_an_instance_without_a_namespace_gets_one_made_and_removed(cloud: Cloud)
     assert cloud.api.delete(f"/instances/{inst['id']}").status_code == 204
     cloud.wait_for(lambda: not netns.exists(inst["netns"]), what="the made namespace removed")
     assert netns.exists(other["netns"])  # a namespace the caller made is never cloudnet's to remove
+
+
+def test_a_refill_being_parked_never_holds_up_an_instance(cloud: Cloud) -> None:
+    """A pass that plugs an instance parks nothing (its report goes out first); the devices of a large refill are
+    parked over the passes after it, each bounded, none lost (the driver alone, passes driven by the test)."""
+    body = {"host": {"agent_version": __version__, "report": {}}}  # registered, as its agent would
+    assert cloud.api.put(f"/hosts/{cloud.host}", json=body).is_success
+    net, _sub = cloud.network("refill", "10.85.0.0/24")
+    pool = _warm_pool(cloud, net["id"])
+    assert cloud.api.put(f"/port-pools/{pool['id']}", json={"port_pool": {"min": 30, "batch": 30}}).is_success
+    cloud.wait_for(lambda: len(_ready(cloud, net["id"])) >= 30, what="the refill")
+    inst = cloud.create("instances", "instance", {"name": "first", "host": cloud.host, "netns": cloud.namespace("f"),
+                                                  "nets": [{"network": net["id"]}]})  # fmt: skip
+    state = cloud.api.get(f"/hosts/{cloud.host}/state").json()
+    pool_ports = set(state["pool_ports"])
+    assert len(pool_ports) >= 30
+    dataplane = LinuxDataplane(cloud.host, park=True)
+    try:
+        reports = {r.port_id: r for r in dataplane.apply(state)}
+        assert reports[inst["nets"][0]["port_id"]].status == "ACTIVE"
+        assert not pool_ports & set(reports)  # nothing parked yet, nothing reported for the pool
+        assert dataplane.unfinished()
+        parked: dict[str, str] = {}
+        for _pass in range(len(pool_ports)):  # at least one device a pass
+            for r in dataplane.apply(state, full=False):
+                if r.port_id in pool_ports:
+                    parked[r.port_id] = r.vif_details["prepared_netns"]
+            if not dataplane.unfinished():
+                break
+        assert not dataplane.unfinished()
+        assert set(parked) == pool_ports and len(set(parked.values())) == len(pool_ports)
+        assert set(parked.values()) <= _parked_namespaces(cloud)
+        assert _links(inst["netns"])["eth0"][1] == inst["nets"][0]["mac_address"]
+    finally:
+        dataplane.teardown()

@@ -116,6 +116,11 @@ class Agent:
             if retry is not None:
                 timeout = min(timeout, retry)
             timeout = max(0.0, min(timeout, last_full + self.resync_interval - time.monotonic()))
+            # The last pass reported what it did and left the rest (devices to park) for this one: at once, after
+            # whatever came meanwhile (new instances are plugged before more parking).
+            more = self.dataplane.unfinished()
+            if more:
+                timeout = 0.0
             waited_from = time.monotonic()
             events, latest = self._wait(timeout)
             due = retry is not None and time.monotonic() >= waited_from + retry
@@ -131,7 +136,7 @@ class Agent:
                 # device deleted by hand, an instance namespace recreated), which incremental passes trust.
                 self.reconcile(full=True)
                 last_full = time.monotonic()
-            elif events or self.held_back or due:
+            elif events or self.held_back or due or more:
                 self.reconcile(full=False)  # only what changed: the dataplane keeps what it applied
             else:
                 self.revision = max(self.revision, latest)

@@ -118,6 +118,9 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         notifier = events.Notifier(asyncio.get_running_loop())
         app.state.notifier = notifier
+        # Agents' port reports only: what wakes those waiting for an instance to be plugged (GET ?wait=S), who
+        # would otherwise read again on every commit of the cloud.
+        app.state.reports = events.Notifier(asyncio.get_running_loop())
         store.on_commit(notifier.committed)
         await port_pools.recover_pools(app.state.cloudnet)
         sweeper = asyncio.create_task(hosts.sweep_dead_hosts(app.state.cloudnet))

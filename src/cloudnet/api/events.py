@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -19,6 +21,7 @@ from cloudnet.services import events
 
 router = APIRouter()
 POLL_INTERVAL = 0.5
+T = TypeVar("T")
 
 
 class Notifier:
@@ -28,6 +31,7 @@ class Notifier:
         self.loop = loop
         self.revision = 0
         self.closing = False  # the server is stopping: long polls answer now instead of holding it up
+        self.waiters = 0  # long polls waiting on this notifier now (instance waits are capped by it)
         self._changed = asyncio.Event()
         # Whether a marker was taken since the last wake-up: if not, nobody can be waiting and a commit needs no
         # trip to the loop (most commits, on a server no agent follows; a marker taken after the check is taken
@@ -70,13 +74,30 @@ async def list_events(request: Request) -> Response:
     params = request.query_params
     q = events.follow(ctx, params.get("since"), params.get("limit"), params.get("timeout"), st.config.max_event_wait)
     since, limit, timeout = q.since, q.limit, q.timeout
-    notifier: Notifier = request.app.state.notifier
+    items, latest = await long_poll(request, timeout, lambda: call(events.events_since, st.store, ctx, since, limit),
+                                    lambda found: bool(found[0]))  # fmt: skip
+    return neutron.JSON({"events": items, "revision": latest})
+
+
+async def long_poll(
+    request: Request, timeout: float, read: Callable[[], Awaitable[T]], done: Callable[[T], bool],
+    notifier: Notifier | None = None,
+) -> T:  # fmt: skip
+    """What `read` answers once `done` holds for it, or after `timeout` seconds (or when the server stops or the
+    caller goes): read again after every commit `notifier` hears of in this process (default: every commit), and
+    every POLL_INTERVAL for other processes'."""
+    notifier = notifier or request.app.state.notifier
+    assert notifier is not None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while True:
-        marker = notifier.marker()  # a commit landing while the query runs still wakes the wait below
-        items, latest = await call(events.events_since, st.store, ctx, since, limit)
-        remaining = deadline - loop.time()
-        if items or remaining <= 0 or notifier.closing or await request.is_disconnected():
-            return neutron.JSON({"events": items, "revision": latest})
-        await notifier.wait(marker, min(POLL_INTERVAL, remaining))
+    notifier.waiters += 1
+    try:
+        while True:
+            marker = notifier.marker()  # a commit landing while the query runs still wakes the wait below
+            found = await read()
+            remaining = deadline - loop.time()
+            if done(found) or remaining <= 0 or notifier.closing or await request.is_disconnected():
+                return found
+            await notifier.wait(marker, min(POLL_INTERVAL, remaining))
+    finally:
+        notifier.waiters -= 1

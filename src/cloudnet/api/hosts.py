@@ -64,7 +64,9 @@ async def desired_state(request: Request, name: str) -> Response:
 @router.put("/v2.0/hosts/{name}/ports")
 async def report_ports(request: Request, name: str) -> Response:
     body = await neutron.body_of(request)
-    return neutron.JSON(await call(hosts.report_ports, state(request).store, context(request), name, body))
+    answer = await call(hosts.report_ports, state(request).store, context(request), name, body)
+    request.app.state.reports.committed(int(answer["revision"]))  # wakes those waiting for an instance
+    return neutron.JSON(answer)
 
 
 async def sweep_dead_hosts(st: AppState) -> None:

@@ -12,7 +12,9 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, quick, state
+from cloudnet.api.events import long_poll
 from cloudnet.services import (
+    events,
     floating_ips,
     instances,
     networks,
@@ -22,6 +24,9 @@ from cloudnet.services import (
     security_groups,
     subnets,
 )
+
+MAX_MEMBER_WAIT = 30.0  # seconds a GET ?wait=S may hold its connection (any project's member may ask)
+MAX_MEMBER_WAITERS = 256  # such waits at once in one server process; beyond, the answer comes at once
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class Resource:
     delete: Callable[..., Any]
     # A single create is one short transaction that waits for no other lock: run it with `quick`.
     quick_create: bool = False
+    # One that may be waited for: GET .../{id}?wait=S answers once this holds for it (or after S seconds).
+    settled: Callable[[dict[str, Any]], bool] | None = None
 
 
 def _on_store(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,8 +82,8 @@ RESOURCES = [
               "create_floating_ips", "update_floating_ip", "delete_floating_ip"),
     _resource("security-groups", "security_group", "security_groups", security_groups, "list_groups",
               "get_group", "create_groups", "update_group", "delete_group"),
-    _resource("instances", "instance", "instances", instances, "list_instances", "get_instance",
-              "create_instances", "update_instance", "delete_instance"),
+    replace(_resource("instances", "instance", "instances", instances, "list_instances", "get_instance",
+                      "create_instances", "update_instance", "delete_instance"), settled=instances.settled),
     _resource("security-group-rules", "security_group_rule", "security_group_rules", security_group_rules,
               "list_rules", "get_rule", "create_rules", None, "delete_rule"),
 ]  # fmt: skip
@@ -92,7 +99,15 @@ def _add_routes(router: APIRouter, res: Resource) -> None:
 
     async def show(request: Request, item_id: str) -> Response:
         neutron.check_id(res.member, item_id)
-        item = await call(res.get, state(request), context(request), item_id)
+        st, ctx, wait = state(request), context(request), request.query_params.get("wait")
+        if res.settled is not None and wait is not None:  # (visibility first: the first read fails at once)
+            seconds = events.seconds("wait", wait, min(st.config.max_event_wait, MAX_MEMBER_WAIT))
+            reports = request.app.state.reports  # woken by agents' reports only, not by every commit
+            if reports.waiters >= MAX_MEMBER_WAITERS:
+                seconds = 0.0  # answered as it is (the caller asks again): bounded reads however many wait
+            item = await long_poll(request, seconds, lambda: call(res.get, st, ctx, item_id), res.settled, reports)
+        else:
+            item = await call(res.get, st, ctx, item_id)
         return neutron.JSON({res.member: neutron.trim(item, neutron.fields_of(request))})
 
     async def create(request: Request) -> Response:

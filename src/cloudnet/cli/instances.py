@@ -99,6 +99,7 @@ def create(
 
 
 WAIT_LIMIT = 120.0  # seconds: a host that takes longer is broken, and the user should hear of it
+WAIT_STEP = 10.0  # seconds one request waits for the agent (GET ?wait=S), within the client's time limit
 
 
 def _wait_active(client: Client, instance: dict[str, Any]) -> dict[str, Any]:
@@ -112,8 +113,7 @@ def _wait_active(client: Client, instance: dict[str, Any]) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise CliError(f"instance {instance['name']} is still {instance['status']} after {WAIT_LIMIT:.0f} s "
                            f"(is the agent of host {instance['host']} running?)")  # fmt: skip
-        time.sleep(0.1)
-        instance = client.show(INSTANCE, instance["id"])
+        instance = client.show_settled(INSTANCE, instance["id"], min(deadline - time.monotonic(), WAIT_STEP), 0.1)
     return instance
 
 

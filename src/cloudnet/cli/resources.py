@@ -5,6 +5,7 @@ process per call, and its start-up is on every container's path)."""
 from __future__ import annotations
 
 import re
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,9 +84,19 @@ class Resources(ABC):
     def list_all(self, kind: Kind, params: Params | None = None) -> list[Resource]:
         return self._unwrap(self.get(kind.collection, params), kind.plural_key, list, "GET", kind.collection)
 
-    def show(self, kind: Kind, ident: str) -> Resource:
+    def show(self, kind: Kind, ident: str, params: Params | None = None) -> Resource:
         path = member_path(kind, ident)
-        return self._unwrap(self.get(path), kind.key, dict, "GET", path)
+        return self._unwrap(self.get(path, params), kind.key, dict, "GET", path)
+
+    def show_settled(self, kind: Kind, ident: str, wait: float, pause: float) -> Resource:
+        """The object as the server answers a long poll (GET ?wait=S: once it has settled, e.g. an instance plugged,
+        or after `wait` seconds); one still building from a server that answered at once (that does not wait) is
+        shown after a `pause`, so that a caller's loop does not spin."""
+        asked = time.monotonic()
+        found = self.show(kind, ident, [("wait", f"{max(wait, 0.0):.2f}")])
+        if found.get("status") == "BUILD" and time.monotonic() - asked < wait / 2:
+            time.sleep(pause)
+        return found
 
     def create(self, kind: Kind, body: Resource) -> Resource:
         return self._unwrap(self.post(kind.collection, {kind.key: body}), kind.key, dict, "POST", kind.collection)

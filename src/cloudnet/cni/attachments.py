@@ -28,6 +28,7 @@ MARK = "cloudnet-cni"  # every instance (and security-group port) the plugin mak
 RETRYABLE = (429, 502, 503, 504)
 UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
 METADATA_OWNER = "network:distributed"  # the network's metadata port (services/metadata_ports.py)
+WAIT_STEP = 5.0  # seconds one request waits for ACTIVE (within the HTTP client's time limit, commands.py)
 
 
 def prefix(conf: NetConf) -> str:
@@ -168,7 +169,6 @@ class Attachments:
         """Until the host's agent reports the port plugged; a failure or the deadline takes the instance away
         again (a DEL after a failed ADD then finds nothing to do)."""
         deadline = time.monotonic() + self.conf.timeout
-        pause = 0.01
         while inst["status"] != "ACTIVE":
             failed = inst["status"] == "ERROR" or inst.get("status_reason")
             if failed or time.monotonic() > deadline:
@@ -179,10 +179,9 @@ class Attachments:
                                    f"{inst.get('status_reason') or 'no reason given'}")  # fmt: skip
                 raise CniError(TRY_AGAIN_LATER, f"the instance was not ACTIVE within {self.conf.timeout:g} s (is "
                                f"the agent of host {self.conf.host} running?)")  # fmt: skip
-            time.sleep(pause)
-            pause = min(pause * 1.5, 0.2)
-            with api("waiting for the instance"):
-                inst = self.client.show(INSTANCE, inst["id"])
+            with api("waiting for the instance"):  # answered once the agent has reported
+                inst = self.client.show_settled(INSTANCE, inst["id"], min(deadline - time.monotonic(), WAIT_STEP),
+                                                0.02)  # fmt: skip
         return inst
 
     # -- DEL and GC --

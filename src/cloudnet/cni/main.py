@@ -48,7 +48,11 @@ def main() -> None:
     status, answer = run(os.environ, sys.stdin.buffer.read(netconf.MAX_STDIN + 1))
     if answer is not None:
         sys.stdout.write(json.dumps(answer) + "\n")
-    sys.exit(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Nothing is left to clean up (the HTTP connection is closed): skipping the interpreter's teardown saves
+    # 10-20 ms of every container's start here (measured: 138 -> 121 ms median for a process that runs ADD's imports).
+    os._exit(status)
 
 
 if __name__ == "__main__":

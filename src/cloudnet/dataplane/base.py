@@ -85,6 +85,11 @@ class Dataplane(Protocol):
         unbound a port): the agent, while it waits for such a change, passes again at once."""
         ...
 
+    def unfinished(self) -> bool:
+        """The last pass left work for the next (devices to prepare beyond its budget): the agent reports what it
+        did and passes again at once."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -122,8 +127,11 @@ class Ports(Job, Protocol[P]):
 
 @runtime_checkable
 class PoolPorts(Job, Protocol[P]):
+    unfinished: bool  # the last pass left devices to prepare for the next one
+
     def apply(self, run: P) -> list[PortReport]:
-        """The ready pool ports' prepared devices, reported (`binding:vif_details.prepared_netns`)."""
+        """The ready pool ports' prepared devices, reported (`binding:vif_details.prepared_netns`); never ahead of
+        an instance's ports, and for a bounded time per pass (the rest: `unfinished`)."""
         ...
 
 

@@ -44,16 +44,21 @@ def _integer(name: str, raw: str | None, default: int, high: int) -> int:
 def follow(ctx: Context, since: str | None, limit: str | None, timeout: str | None, max_wait: float) -> Follow:
     """The caller may follow the log (admins: agents), and its parameters are finite and in range."""
     _admin(ctx)
-    wait = 0.0
-    if timeout is not None:
-        try:
-            wait = float(timeout)
-        except ValueError:
-            wait = math.nan
-        if not math.isfinite(wait) or wait < 0 or len(timeout) > 40:
-            raise BadRequest(f"Invalid input for timeout. Reason: '{timeout[:40]}' is not a number of seconds >= 0.")
     count = _integer("limit", limit, MAX_BATCH, MAX_BATCH) or MAX_BATCH
-    return Follow(_integer("since", since, 0, MAX_REVISION), count, min(wait, max_wait))
+    return Follow(_integer("since", since, 0, MAX_REVISION), count, seconds("timeout", timeout, max_wait))
+
+
+def seconds(name: str, raw: str | None, high: float) -> float:
+    """A wait in seconds asked for in a query (finite, >= 0), cut to `high`; 0 when not asked for."""
+    if raw is None:
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = math.nan
+    if not math.isfinite(wait) or wait < 0 or len(raw) > 40:
+        raise BadRequest(f"Invalid input for {name}. Reason: '{raw[:40]}' is not a number of seconds >= 0.")
+    return min(wait, high)
 
 
 def events_since(store: Store, ctx: Context, since: int, limit: int = MAX_BATCH) -> tuple[list[dict[str, Any]], int]:

@@ -135,6 +135,12 @@ def _status(nets: list[dict[str, Any]]) -> tuple[str, str | None]:
     return status, "; ".join(reasons) or None
 
 
+def settled(inst: dict[str, Any]) -> bool:
+    """Done with: ACTIVE or ERROR, or still building but with a reason from its host's agent (a waiter's answer,
+    GET ?wait=S)."""
+    return inst["status"] != "BUILD" or bool(inst["status_reason"])
+
+
 def _shape(r: Mapping[str, Any], tags: list[str] | None, nets: list[dict[str, Any]]) -> dict[str, Any]:
     """The API shape of an instance, from its column values, tags and NICs."""
     d = common.standard_fields(r, tags)

@@ -23,7 +23,7 @@ from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.bridges import Bridges
 from cloudnet.dataplane.linux.links import Links, create_veth, delete, mac, rename, wait_forwarding
 from cloudnet.dataplane.linux.passes import PARKED_IFNAME, Pass, Plugged, broken_reason, plugged_report
-from cloudnet.dataplane.linux.pool import unpark
+from cloudnet.dataplane.linux.pool import retire
 from cloudnet.dataplane.steps import StepFailed, Steps
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,7 @@ class InstancePorts:
         for inst in run.state["instances"]:
             if names.is_managed_ns(self.host, inst["netns"]):  # one cloudnet provides: made here
                 run.wanted_ns.add(inst["netns"])
-            reports += self._instance(run.host, run.links, inst, run.state, run.wanted, run.full, run.guard,
-                                      run.broken)  # fmt: skip
+            reports += self._instance(run, inst)
         return reports
 
     def step_keys(self, state: DesiredState) -> list[str]:
@@ -63,30 +62,29 @@ class InstancePorts:
     def is_plugged(self, port_id: str) -> bool:
         return port_id in self.plugged.applied
 
-    def _instance(
-        self, host: IPRoute, links: Links, inst: dict[str, Any], state: DesiredState, wanted: set[str], full: bool,
-        guard: ns_guard.InstanceNamespaces, broken: dict[str, str],
-    ) -> list[PortReport]:  # fmt: skip
+    def _instance(self, run: Pass, inst: dict[str, Any]) -> list[PortReport]:
         """The instance's veth ports (a VF is the SR-IOV driver's; ethN positions stay as ordered), plugged as one
         step: a namespace it may not use, or any failure, puts all of them in ERROR with the reason."""
+        state, links = run.state, run.links
         ports = state["ports"]
         mine = [(position, ports[pid]) for position, pid in enumerate(inst["ports"])
                 if pid in ports and ports[pid].get("binding:vnic_type") not in self.not_veth]  # fmt: skip
-        wanted.update(names.tap(port["id"]) for _pos, port in mine)
+        run.wanted.update(names.tap(port["id"]) for _pos, port in mine)
         prints = [addressing.fingerprint(inst, pos, port, state["networks"][port["network_id"]], state)
                   for pos, port in mine]  # fmt: skip
-        down = next(filter(None, (broken_reason(port, broken) for _pos, port in mine)), None)
+        down = next(filter(None, (broken_reason(port, run.broken) for _pos, port in mine)), None)
         if down is not None:
             return [failed(port["id"], down) for _pos, port in mine]
         applied = self.plugged.applied
-        current = all(applied.get(port["id"]) == fp and (not full or names.tap(port["id"]) in links)
+        current = all(applied.get(port["id"]) == fp and (not run.full or names.tap(port["id"]) in links)
                       for (_pos, port), fp in zip(mine, prints, strict=True))  # fmt: skip
         if current and (mine or not names.is_managed_ns(self.host, inst["netns"]) or netns.exists(inst["netns"])):
             return [plugged_report(port, addressing.device_name(inst, pos), self.firewall.enforced(port["id"]))
                     for pos, port in mine]  # as it is  # fmt: skip
+        run.plugged += 1  # (the pool's parking waits for the next pass: this instance is reported first)
         try:
-            return self.steps.run(f"instance:{inst['id']}", lambda: self._apply_instance(host, links, inst, state,
-                                                                                       guard, mine, prints),
+            return self.steps.run(f"instance:{inst['id']}", lambda: self._apply_instance(run.host, links, inst, state,
+                                                                                       run.guard, mine, prints),
                                   tuple(prints))  # fmt: skip
         except StepFailed as exc:
             return [failed(port["id"], exc.reason) for _pos, port in mine]
@@ -151,17 +149,12 @@ class InstancePorts:
             else:
                 if current:  # a stale ethN from an earlier plug: its veth pair goes with it
                     delete(inside, current[0])
-                unparked = None
                 if parked is not None and parked.ns != inst["netns"]:
-                    unparked = unpark(links, port, parked.ns, ns_fd, ifname)
-                if unparked is None:
-                    peer = {"ifname": ifname, "address": address, "mtu": mtu}
-                    idx = create_veth(host, links, tap, peer, ns_fd, master=bridge)
-                    inside.link("set", index=idx, state=state_up)
-                else:
-                    idx = unparked
-                    host.link("set", index=links[tap]["index"], master=bridge, mtu=mtu, state="up")
-                    inside.link("set", index=idx, address=address, mtu=mtu, state=state_up)
+                    retire(host, links, port["id"], parked.ns)  # a fresh pair is cheaper than moving one in
+                    self.plugged.gone_ns.add(parked.ns)
+                peer = {"ifname": ifname, "address": address, "mtu": mtu}
+                idx = create_veth(host, links, tap, peer, ns_fd, master=bridge)
+                inside.link("set", index=idx, state=state_up)
             inside.link("set", index=1, state="up")  # lo, ifindex 1 in every namespace
             if not plugged and port["admin_state_up"]:
                 wait_forwarding(host, links[tap]["index"])

@@ -7,6 +7,7 @@ never touches anybody else's devices. Namespaces carry the `cloudnet-` prefix.
 from __future__ import annotations
 
 import hashlib
+import secrets
 
 # Where the metadata proxy listens is the driver interface's (every driver makes the same namespace reachable).
 from cloudnet.dataplane.base import METADATA_NS_PREFIX, metadata_ns, metadata_ns_prefix  # noqa: F401
@@ -24,13 +25,14 @@ IFNAMSIZ = 15
 BRIDGE = "cnb-"  # a network's bridge, in the host namespace
 TAP = "cnt-"  # host end of an instance port's veth
 TAP_PEER = "cni-"  # instance end parked by earlier versions (still collected when found)
+RETIRED = "cnr-"  # host end of a parked pair made way for a fresh one (pool.py: retire), gone with its namespace
 ROUTER_LEG = "cnq-"  # host end of a router interface's veth
 GATEWAY_LEG = "cng-"  # host end of a router gateway's veth
 METADATA_LEG = "cnm-"  # host end of a metadata namespace's veth
 METADATA_IFACE = "md-"  # metadata namespace end
 ROUTER_IFACE = "qr-"  # router end of an interface leg (inside the router namespace)
 ROUTER_GW = "qg-"  # router end of the gateway leg
-PREFIXES = (BRIDGE, TAP, TAP_PEER, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE)
+PREFIXES = (BRIDGE, TAP, TAP_PEER, RETIRED, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE)
 HOST_NS_PREFIX = "cloudnet-host-"
 ROUTER_NS_PREFIX = "cloudnet-router-"
 PARK_NS_PREFIX = "cloudnet-park-"  # (the shared holding namespace of earlier versions: removed when found)
@@ -46,6 +48,11 @@ def bridge(network_id: str) -> str:
 
 def tap(port_id: str) -> str:
     return _short(port_id, TAP)
+
+
+def retired() -> str:
+    """A name of its own for a retired host end (random: one of the same port may not be gone yet)."""
+    return RETIRED + secrets.token_hex(8)[: IFNAMSIZ - len(RETIRED)]
 
 
 def router_leg(port_id: str) -> str:

@@ -37,6 +37,7 @@ class Pass:
     broken: dict[str, str] = field(default_factory=dict)  # network id -> why its bridge is not there; port id ->
     # why it is not filtered: their ports are not plugged
     differences: list[dict[str, str]] = field(default_factory=list)  # found different from the desired state
+    plugged: int = 0  # instances whose ports this pass (re)plugged: their reports go out before any parking
 
     def found(self, key: str, differences: list[str]) -> None:
         for difference in differences:
@@ -102,6 +103,9 @@ class Plugged:
     applied: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     # Pre-plumbed devices for ready pool ports (Kuryr's CNI half), each parked in a namespace of its own.
     parked: dict[str, Parked] = field(default_factory=dict)
+    # Namespaces removed by a job during the pass (a parked device's, moved into its instance): gone already, so
+    # the pass need not collect garbage for them.
+    gone_ns: set[str] = field(default_factory=set)
 
     def keep(self, ports: set[str]) -> None:
         """Forget the ports not reported by the last pass (after every job: a released port may go to the pool)."""

@@ -66,6 +66,9 @@ class OvnDataplane:
     def news(self) -> bool:
         return self.sb.changed.is_set()  # (a binding of ours changed since the pass began)
 
+    def unfinished(self) -> bool:
+        return False  # (no pool devices prepared ahead on OVN)
+
     def apply(self, state: DesiredState, full: bool = True, check: bool = False) -> list[PortReport]:
         full = full or check or not self._full_done
         self.sb.changed.clear()  # (bindings that change from here on are seen by the next pass)
