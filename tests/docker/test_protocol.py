@@ -101,3 +101,20 @@ def test_hostile_bodies(driver_for: Any) -> None:
     r = d.call("IpamDriver.RequestAddress", {"PoolID": "nope", "Address": ""})
     assert r.status_code == 500 and "unknown pool" in r.json()["Err"]
     assert d.call("Plugin.Activate").status_code == 200  # still serving
+
+
+def test_a_pool_without_subnet_is_a_free_block_of_the_default_range(driver_for: Any) -> None:
+    """`docker network create -d cloudnet --ipam-driver cloudnet NAME` with no --subnet: as Docker's own IPAM and
+    Kuryr's default subnet pool, a block no other pool of the address space overlaps."""
+    d = driver_for("admin")
+
+    def pool(**body: Any) -> str:
+        r = d.call("IpamDriver.RequestPool", {"AddressSpace": "cloudnet-local", **body})
+        assert r.status_code == 200, r.text
+        return str(r.json()["Pool"])
+
+    assert pool(Pool="10.213.1.0/24") == "10.213.1.0/24"  # a user's pool inside the range is skipped
+    assert [pool(), pool(), pool()] == ["10.213.0.0/24", "10.213.2.0/24", "10.213.3.0/24"]
+    assert pool(V6=True) == "fd00:cd::/64"
+    r = d.call("IpamDriver.RequestPool", {"AddressSpace": "cloudnet-local", "Pool": "10.213.0.0/16"})
+    assert r.status_code == 500 and "overlaps" in r.json()["Err"]  # the given ones are still checked

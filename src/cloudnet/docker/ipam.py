@@ -1,4 +1,5 @@
-"""IpamDriver: pools are CIDRs (or an existing cloudnet subnet), addresses are cloudnet ports.
+"""IpamDriver: pools are CIDRs (given, or a free block of DEFAULT_POOLS, or an existing cloudnet subnet), addresses
+are cloudnet ports.
 
 A pool is only remembered until its network exists (CreateNetwork makes the subnet); an endpoint's address is a
 port of that subnet, made here so that cloudnet's allocation is the one dockerd uses (Kuryr does the same). An
@@ -8,6 +9,8 @@ its address. ReleaseAddress deletes only the ports made here.
 
 from __future__ import annotations
 
+import ipaddress
+
 from cloudnet.docker import plugin as p
 from cloudnet.docker.cloudnet_api import Json, PluginError
 from cloudnet.docker.protocol import GATEWAY_REQUEST, MAC_OPTION, OPT_SUBNET, AddressRequest, PoolRef, PoolRequest
@@ -15,6 +18,9 @@ from cloudnet.docker.state import Pool
 
 LOCAL_SPACE = "cloudnet-local"
 GLOBAL_SPACE = "cloudnet-global"
+# Where a network created without --subnet gets its block (as Kuryr's default subnet pool: a /24 each; IPv6: a /64
+# of a unique local range); blocks another pool of the address space overlaps are skipped.
+DEFAULT_POOLS = {False: (ipaddress.ip_network("10.213.0.0/16"), 24), True: (ipaddress.ip_network("fd00:cd::/48"), 64)}
 IPAM_PORT = "docker-ipam"  # the name of the ports made for an address (ReleaseAddress deletes only these)
 
 
@@ -40,10 +46,11 @@ async def request_pool(plugin: p.Plugin, req: PoolRequest) -> Json:
     elif req.Pool:
         net = p.cidr(req.Pool)
         pool_id = f"{space}/{net}"
-    else:
-        raise PluginError(f"cloudnet's IPAM needs a pool: give --subnet, or --ipam-opt {OPT_SUBNET}=<subnet id>")
     async with plugin.lock:
         pools = plugin.state.pools
+        if not subnet_id and not req.Pool:  # (no --subnet: a free block, as Docker's own IPAM and Kuryr's pool)
+            net = _free_block([p.cidr(x.cidr) for x in pools.values() if x.space == space], req.V6)
+            pool_id = f"{space}/{net}"
         for other_id, other in pools.items():
             # Pools of new subnets are told apart by their CIDR (CreateNetwork gets no pool id): no overlaps.
             fresh = not subnet_id and not other.subnet_id
@@ -54,6 +61,15 @@ async def request_pool(plugin: p.Plugin, req: PoolRequest) -> Json:
             pools[pool_id] = Pool(space, str(net), subnet_id)
             plugin.state.save()
     return {"PoolID": pool_id, "Pool": str(net), "Data": {}}
+
+
+def _free_block(taken: list[p.IpNetwork], v6: bool) -> p.IpNetwork:
+    """The first block of the default range (DEFAULT_POOLS) that overlaps no pool of the address space."""
+    whole, prefixlen = DEFAULT_POOLS[v6]
+    for block in whole.subnets(new_prefix=prefixlen):
+        if not any(block.overlaps(other) for other in taken):
+            return block
+    raise PluginError(f"no free /{prefixlen} left in {whole}: give --subnet, or --ipam-opt {OPT_SUBNET}=<subnet id>")
 
 
 async def release_pool(plugin: p.Plugin, req: PoolRef) -> Json:
