@@ -401,3 +401,29 @@ def test_zun_refuses_ports_that_are_active_or_failed(api: httpx.Client, store: S
                                                       "nets": [{"port": port["id"]}]}})  # fmt: skip
         assert error(r, 409, kind)
     assert api.get("/instances").json()["instances"] == []
+
+
+def test_metadata_hops_are_shown_to_the_instances_owner_on_anothers_shared_network(
+    users: dict[str, httpx.Client],
+) -> None:
+    """The next hop towards 169.254.169.254 is what the guest is given: its owner sees it on the instance even where
+    the network's metadata port is another project's and hidden (cloudnet-cni reports it in its result)."""
+    admin, bob = users["admin"], users["bob"]
+    assert admin.put("/hosts/node-m", json={"host": {"agent_version": "test"}}).status_code == 200
+    net = admin.post("/networks", json={"network": {"name": "shared", "shared": True}}).json()["network"]
+    for cidr in ("10.44.0.0/24", "fd44::/64"):
+        assert admin.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": cidr}}).status_code == 201
+    r = bob.post("/instances", json={"instance": {"name": "b", "host": "node-m", "nets": [{"network": net["id"]}]}})
+    assert r.status_code == 201, r.text
+    created = r.json()["instance"]
+    (meta,) = admin.get("/ports", params={"network_id": net["id"], "device_owner": "network:distributed"}).json()[
+        "ports"]  # fmt: skip
+    v4 = [f for f in meta["fixed_ips"] if ":" not in f["ip_address"]]
+    expected = {f["subnet_id"]: f["ip_address"] for f in v4}
+    assert len(expected) == 1
+    assert bob.get("/ports", params={"device_owner": "network:distributed"}).json()["ports"] == []  # hidden
+    assert created["nets"][0]["metadata_hops"] == expected
+    shown = bob.get(f"/instances/{created['id']}").json()["instance"]
+    assert shown["nets"][0]["metadata_hops"] == expected
+    listed = bob.get("/instances").json()["instances"]
+    assert [i["nets"][0]["metadata_hops"] for i in listed] == [expected]

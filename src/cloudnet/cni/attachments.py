@@ -27,7 +27,6 @@ from cloudnet.cni.netconf import Env, NetConf
 MARK = "cloudnet-cni"  # every instance (and security-group port) the plugin makes: its description starts so
 RETRYABLE = (429, 502, 503, 504)
 UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
-METADATA_OWNER = "network:distributed"  # the network's metadata port (services/metadata_ports.py)
 WAIT_STEP = 5.0  # seconds one request waits for ACTIVE (within the HTTP client's time limit, commands.py)
 
 
@@ -99,22 +98,16 @@ class Attachments:
                     self._delete_own_ports([name])
                     raise
         with api("reading the subnets"):  # while the agent plugs the instance
-            subnets, hops = self._addressing(inst["nets"][0]["network_id"])
+            subnets = self._subnets(inst["nets"][0]["network_id"])
         inst = self._wait_active(inst, name)
         nic = inst["nets"][0]
-        return result.build(self.conf.cni_version, nic["ifname"], env.netns, nic, subnets, hops,
+        return result.build(self.conf.cni_version, nic["ifname"], env.netns, nic, subnets, nic["metadata_hops"],
                             network.get("mtu"), self.conf.prev_result)  # fmt: skip
 
-    def _addressing(self, network_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-        """The network's subnets by id, and its metadata port's IPv4 address by subnet (the next hop the agent
-        routes 169.254.169.254 through; none when the token does not see that port)."""
-        subnets = {s["id"]: s for s in self.client.list_all(SUBNET, [("network_id", network_id)])}
-        hops: dict[str, str] = {}
-        for port in self.client.list_all(PORT, [("network_id", network_id), ("device_owner", METADATA_OWNER)]):
-            for f in port.get("fixed_ips") or []:
-                if ":" not in f["ip_address"]:
-                    hops.setdefault(f["subnet_id"], f["ip_address"])
-        return subnets, hops
+    def _subnets(self, network_id: str) -> dict[str, dict[str, Any]]:
+        """The network's subnets by id (the metadata hops come with the instance: its port's `metadata_hops`, also
+        where the token cannot see the network's metadata port)."""
+        return {s["id"]: s for s in self.client.list_all(SUBNET, [("network_id", network_id)])}
 
     def _body(self, env: Env, name: str, network: dict[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {

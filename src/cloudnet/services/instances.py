@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -118,12 +118,23 @@ class InstanceUpdate(Body):
     metadata_tokens: MetadataTokens | None = None
 
 
-def _net(p: dict[str, Any], ifname: str) -> dict[str, Any]:
+def _net(p: dict[str, Any], ifname: str, hops: Mapping[str, str]) -> dict[str, Any]:
     """An instance's NIC, from its port's API shape and its name inside (with why its binding failed, when it
-    did)."""
+    did), and the next hop towards 169.254.169.254 on each of its IPv4 subnets (`metadata_hops`: what its guest is
+    given, even where the caller cannot see the network's metadata port, as on another project's shared network)."""
     keys = ("network_id", "mac_address", "fixed_ips", "status", "binding:vnic_type", "binding:vif_type")
     reason = (p["binding:vif_details"] or {}).get("reason") if p["binding:vif_type"] == "binding_failed" else None
-    return {"port_id": p["id"], "ifname": ifname, **{k: p[k] for k in keys}, "binding_failure": reason}
+    mine = {f["subnet_id"]: hops[f["subnet_id"]] for f in p["fixed_ips"] if f["subnet_id"] in hops}
+    return {"port_id": p["id"], "ifname": ifname, **{k: p[k] for k in keys}, "binding_failure": reason,
+            "metadata_hops": mine}  # fmt: skip
+
+
+def _metadata_hops(conn: Connection, network_ids: Iterable[str]) -> dict[str, str]:
+    """The metadata ports' IPv4 addresses on these networks, by subnet."""
+    A = t.ip_allocations
+    rows = conn.execute(select(A.c.subnet_id, A.c.ip_address).join(P, P.c.id == A.c.port_id).where(
+        P.c.network_id.in_(list(set(network_ids))), P.c.device_owner == metadata_ports.DEVICE_OWNER))  # fmt: skip
+    return {subnet_id: address for subnet_id, address in rows if ":" not in address}
 
 
 def _status(nets: list[dict[str, Any]]) -> tuple[str, str | None]:
@@ -173,10 +184,11 @@ def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     port_rows = conn.execute(select(P).where(P.c.id.in_([link.port_id for link in links]))).all()
     port_info = {p["id"]: p for p in port_views.to_dicts(conn, list(port_rows))}
     nets: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    hops = _metadata_hops(conn, (p["network_id"] for p in port_info.values()))
     for iid, pid, position, ifname in links:
         p = port_info.get(pid)
         if p is not None:
-            nets[iid].append(_net(p, ifname_at(ifname, position)))
+            nets[iid].append(_net(p, ifname_at(ifname, position), hops))
     tags = common.load_tags(conn, ids)
     return [_shape(r._mapping, tags.get(r.id), nets.get(r.id, [])) for r in rows]
 
@@ -295,7 +307,8 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
     if others:
         rows = tx.conn.execute(select(P).where(P.c.id.in_(others))).all()
         claimed_ports.update((p["id"], p) for p in port_views.to_dicts(tx.conn, list(rows)))
-    return _shape(row, [], [_net(claimed_ports[link["port_id"]], ifname_at(link["ifname"], link["position"]))
+    hops = _metadata_hops(tx.conn, (p["network_id"] for p in claimed_ports.values()))
+    return _shape(row, [], [_net(claimed_ports[link["port_id"]], ifname_at(link["ifname"], link["position"]), hops)
                             for link in links])  # fmt: skip
 
 
