@@ -131,6 +131,8 @@ class Rig:
 
     def converge(self, full: bool = False, check: bool = False) -> dict[str, PortReport]:
         reports = self.apply(full, check)
+        while self.dp.unfinished():  # as the agent does: the passes that park pool devices after the instances'
+            reports.update(self.apply())
         bad = {k: r for k, r in reports.items() if r.status != "ACTIVE"}
         assert not bad, bad
         return reports
