@@ -23,6 +23,7 @@ from cloudnet.services import (
     ports,
     quotas,
     security_groups,
+    single_host,
 )
 from cloudnet.services.context import Context
 from cloudnet.services.pool_model import (
@@ -126,6 +127,7 @@ def claim_in_tx(
         return None
     sgs = _resolve_sgs(tx, ctx, project_id, network, requested)
     if pool is None:
+        single_host.check_placement(tx, network_id, host)  # (a pool plumbs its network on its host)
         pool = pool_info(ensure_pool(tx, host, project_id, network_id, sgs), mgr.defaults)
     values = {"name": name, "device_id": device_id, "device_owner": device_owner, "updated_at": tx.now}
     row = pool_take.take(tx, mgr, pool.id, sgs, values, project_id, alone)

@@ -9,7 +9,7 @@ from pydantic import Field
 from sqlalchemy import Connection, select, update
 
 from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable
-from cloudnet.services import cache, common, pool_claims, pool_refill, quotas, single_host
+from cloudnet.services import cache, common, pool_claims, pool_refill, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.pool_model import FREE_OWNER, PP, PSG, SIZING, Defaults, M, P, Sizing, manager, pool_key
 from cloudnet.services.security_groups import GroupIds
@@ -50,7 +50,6 @@ def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool = True) -
             if not wait:
                 pool_claims.defer_sync(tx)
             _check_host(tx, spec.host)
-            single_host.check_placement(tx, spec.network_id, spec.host)
             port = pool_claims.claim_in_tx(tx, *args, fill=False, create=True, alone=True)
             if port is not None or not wait:
                 return port
