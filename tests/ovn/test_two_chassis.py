@@ -122,11 +122,14 @@ def test_the_chassis_tunnel_to_each_other_with_geneve(rig: Rig) -> None:
 def test_instances_on_two_chassis_talk_and_read_metadata_through_their_own_localports(rig: Rig) -> None:
     one, two = rig.clouds
     net, _sub = one.network("geneve-net", "10.71.0.0/24")
+    one.create("subnets", "subnet", {"network_id": net["id"], "cidr": "fd71::/64", "ip_version": 6})
     a = one.instance("a", [{"network": net["id"]}])
     b = two.instance("b", [{"network": net["id"]}])
     a_port, b_port = a["nets"][0]["port_id"], b["nets"][0]["port_id"]
     assert (_bound_to(rig.ovn, a_port), _bound_to(rig.ovn, b_port)) == (one.host, two.host)
     assert ping(a["netns"], _ip(b), count=2, wait=2) and ping(b["netns"], _ip(a))
+    b_v6 = next(f["ip_address"] for f in b["nets"][0]["fixed_ips"] if ":" in f["ip_address"])
+    assert ping(a["netns"], b_v6, count=2, wait=2)  # IPv6 over Geneve too
     # A full-sized frame with DF set fits the tunnel: the network's default MTU leaves room for Geneve.
     assert net["mtu"] == GENEVE_MTU
     assert ns_run(a["netns"], "ping", "-n", "-c", "1", "-W", "2", "-M", "do", "-s", str(GENEVE_MTU - 28), _ip(b)
