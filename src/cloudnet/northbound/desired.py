@@ -64,7 +64,7 @@ def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
     routers = {r.id: r for r in conn.execute(select(R).order_by(R.c.id))}
     chassis = [c for c in gateway_chassis if SAFE_NAME.fullmatch(c)]
     out.refused += [f"gateway chassis {c!r}: not a plain name" for c in gateway_chassis if c not in chassis]
-    by_physnet = desired_routers.uplink_hosts(conn, out)
+    by_physnet, reporting = desired_routers.uplink_hosts(conn, out)
     physnets = {n.id: n.physical_network for n in networks}
 
     switches: set[str] = set()
@@ -146,7 +146,7 @@ def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
         if gateway is not None and gateway.network_id not in switches:
             gateway = None
         physnet = physnets.get(gateway.network_id) if gateway is not None else None
-        gateways = chassis + [h for h in by_physnet.get(physnet or "", []) if h not in chassis]
+        gateways = desired_routers.gateways(chassis, physnet, by_physnet, reporting)
         desired_routers.router(conn, out, r, router_ports[r.id], gateway, fixed, subnets, gateways)
     desired_acls.add(conn, out, filtered, identities)
     lrs = {row.key.removeprefix("lr/") for row in out.rows if row.table == "Logical_Router"}

@@ -2,11 +2,11 @@
 Gateway_Chassis, default and extra routes, and an SNAT row per attached IPv4 subnet (from the network's chosen SNAT
 address, else the gateway's address) while SNAT is enabled.
 
-A gateway port's chassis are the configured gateway chassis (`cloudnet up`: its own), then every host whose agent
-reports an uplink (--uplink PHYSNET:IFACE) on the external network's physical network, by name: a chassis is
-named after its host, and only there does the external network reach the outside (Neutron schedules gateways on
-chassis with bridge mappings of the network's physnet likewise). The first has the highest priority; OVN moves
-the port to the next when it goes."""
+A gateway port's chassis are the configured gateway chassis (`cloudnet up`: its own; on a physical network only if
+it has an uplink there, when its agent says), then every host whose agent reports an uplink (--uplink
+PHYSNET:IFACE) on the external network's physical network, by name: a chassis is named after its host, and only
+there does the external network reach the outside (Neutron schedules gateways on chassis with bridge mappings of
+the network's physnet likewise). The first has the highest priority; OVN moves the port to the next when it goes."""
 
 from __future__ import annotations
 
@@ -19,19 +19,35 @@ from cloudnet.services import uplinks
 from cloudnet.store import tables as t
 
 
-def uplink_hosts(conn: Connection, out: Desired) -> dict[str, list[str]]:
-    """{physical network: the hosts whose agents report an uplink on it}, from their heartbeats."""
+def uplink_hosts(conn: Connection, out: Desired) -> tuple[dict[str, list[str]], set[str]]:
+    """({physical network: the hosts whose agents report an uplink on it}, every host whose agent reports its
+    uplinks, none included), from their heartbeats."""
     found: dict[str, list[str]] = {}
+    reporting: set[str] = set()
     for name, report in conn.execute(select(t.hosts.c.name, t.hosts.c.report).order_by(t.hosts.c.name)):
         mapped = (report or {}).get("uplinks") if isinstance(report, dict) else None
-        if not isinstance(mapped, dict) or not mapped:
+        if not isinstance(mapped, dict):
+            continue
+        reporting.add(name)
+        if not mapped:
             continue
         if not SAFE_NAME.fullmatch(name):
             out.refused.append(f"host {name!r}: not a plain name, no gateway chassis")
             continue
         for physnet in mapped:
             found.setdefault(str(physnet), []).append(name)
-    return found
+    return found, reporting
+
+
+def gateways(configured: list[str], physnet: str | None, by_physnet: dict[str, list[str]],
+             reporting: set[str]) -> list[str]:  # fmt: skip
+    """A gateway port's chassis, highest priority first: the configured ones, then the hosts with an uplink on the
+    external network's physical network. On a physical network, a configured chassis whose agent reports uplinks
+    but none on it is left out: it has no way out there, and as the first it would hold the port (`cloudnet up`
+    names its own chassis even when only another host has an uplink)."""
+    uplinked = by_physnet.get(physnet or "", [])
+    first = [c for c in configured if physnet is None or c in uplinked or c not in reporting]
+    return first + [h for h in uplinked if h not in first]
 
 
 def _lrp(out: Desired, router_key: str, port: Any, fixed: list[tuple[str, str]], subnets: dict[str, Any]) -> str:
