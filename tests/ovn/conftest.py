@@ -8,7 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from cloudnet.northbound.sync import NorthboundSync
+from tests.ovn.nb import by_name
 from tests.support.ovn import OvnSandbox, ovn_sandbox
+from tests.support.server import RunningServer
 
 
 @pytest.fixture(autouse=True)
@@ -30,3 +33,19 @@ def ovn() -> Iterator[OvnSandbox]:
     """NB, SB and northd of the module's own (a module that needs a chassis, or a fresh one per test, has its own)."""
     with ovn_sandbox() as sandbox:
         yield sandbox
+
+
+@pytest.fixture
+def nb_sync(server: RunningServer, ovn: OvnSandbox, request: pytest.FixtureRequest) -> Iterator[NorthboundSync]:
+    """The server's northbound writer on the module's NB (gateway chassis: the module's GATEWAY, else "gw-1"); what
+    it wrote goes after the test, so that the next test's writer starts from an empty NB."""
+    sync = NorthboundSync(server.store, ovn.nb_url, [getattr(request.module, "GATEWAY", "gw-1")], interval=0.1)
+    sync.start()
+    try:
+        yield sync
+    finally:
+        sync.stop()
+        for name in by_name(ovn, "Logical_Switch"):
+            ovn.nbctl("ls-del", name)
+        for name in by_name(ovn, "Logical_Router"):
+            ovn.nbctl("lr-del", name)

@@ -3,33 +3,16 @@ updates and deletes made through the API, and ovn-northd accepts it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from cloudnet.northbound.sync import NorthboundSync
 from tests.ovn.nb import as_list, by_name, keyed, rows
 from tests.support.api import create, create_network, create_subnet
 from tests.support.ovn import OvnSandbox
-from tests.support.server import RunningServer
 
 GATEWAY = "gw-chassis-1"
-
-
-@pytest.fixture
-def nb_sync(server: RunningServer, ovn: OvnSandbox) -> Iterator[NorthboundSync]:
-    sync = NorthboundSync(server.store, ovn.nb_url, [GATEWAY], interval=0.1)
-    sync.start()
-    try:
-        yield sync
-    finally:
-        sync.stop()
-        for name in by_name(ovn, "Logical_Switch"):  # (the next test starts from an empty NB)
-            ovn.nbctl("ls-del", name)
-        for name in by_name(ovn, "Logical_Router"):
-            ovn.nbctl("lr-del", name)
 
 
 def topology(api: httpx.Client) -> dict[str, Any]:

@@ -5,7 +5,7 @@ reads them back and finds nothing to repair), and a big column changed behind it
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -14,21 +14,6 @@ from cloudnet.northbound.sync import NorthboundSync
 from tests.ovn.nb import as_list, by_name, keyed
 from tests.support.api import create, create_network, create_subnet
 from tests.support.ovn import OvnSandbox
-from tests.support.server import RunningServer
-
-
-@pytest.fixture
-def nb_sync(server: RunningServer, ovn: OvnSandbox) -> Iterator[NorthboundSync]:
-    sync = NorthboundSync(server.store, ovn.nb_url, ["gw-big"], interval=0.1)
-    sync.start()
-    try:
-        yield sync
-    finally:
-        sync.stop()
-        for name in by_name(ovn, "Logical_Switch"):
-            ovn.nbctl("ls-del", name)
-        for name in by_name(ovn, "Logical_Router"):
-            ovn.nbctl("lr-del", name)
 
 
 def _until(check: Callable[[], bool], what: str) -> None:

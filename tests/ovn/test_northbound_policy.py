@@ -6,31 +6,18 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from cloudnet.northbound.sync import NorthboundSync
 from tests.ovn.nb import as_list, keyed, rows
 from tests.support.api import create, create_network, create_subnet
 from tests.support.ovn import OvnSandbox
-from tests.support.server import RunningServer
 
 HOSTILE = '" || 1 == 1 && inport == "x'
 # What a match may hold: names of ours, numbers, addresses, operators; never a quote but around a port id.
 MATCH = re.compile(r'[A-Za-z0-9_.:@$"{}, <>=!&|/-]+')
-
-
-@pytest.fixture
-def nb_sync(server: RunningServer, ovn: OvnSandbox) -> Iterator[NorthboundSync]:
-    sync = NorthboundSync(server.store, ovn.nb_url, ["gw-1"], interval=0.1)
-    sync.start()
-    try:
-        yield sync
-    finally:
-        sync.stop()
 
 
 def lflows(ovn: OvnSandbox) -> list[str]:
