@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import secrets
 import signal
@@ -37,6 +38,14 @@ log = logging.getLogger("cloudnet.server")
 
 class StartupError(RuntimeError):
     pass
+
+
+def freeze_startup_heap() -> None:
+    """Leave what imports and start-up made (it lives as long as the process) out of every later full garbage
+    collection: ~150,000 such objects made each one take 0.07-0.12 s, a pause in whichever request or northbound
+    pass it fell in (a 10,000-VIP pass allocates enough to set one off)."""
+    gc.collect()
+    gc.freeze()
 
 
 class _Server(uvicorn.Server):
@@ -210,6 +219,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
             flush=True,
         )
     stops: list[Callable[[], None]] = []
+    freeze_startup_heap()
     try:
         for companion in companions:  # (the API's socket listens already: their first calls wait for it)
             try:

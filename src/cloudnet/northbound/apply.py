@@ -15,6 +15,7 @@ from typing import Any
 
 from ovsdbapp.backend.ovs_idl.command import BaseCommand
 
+from cloudnet.northbound import bigmaps
 from cloudnet.northbound.mirror import Mirror, Seen, touched
 from cloudnet.northbound.rows import Row
 
@@ -147,19 +148,19 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
         if created:
             idl_row = txn.insert(tables[spec.table])
             for column, value in spec.columns.items():
-                setattr(idl_row, column, value)
+                _set(txn, idl_row, column, value, created=True)
             report.created.append(spec.key)
         elif spec.key in known and seen is not None and not same_columns:  # (the specs are compared, not NB)
             changed = [c for c, v in spec.columns.items() if c not in seen.spec.columns or
                        not same(seen.spec.columns[c], v)]  # fmt: skip
             for column in changed:
-                _write(idl_row, column, seen.spec.columns.get(column), spec.columns[column])
+                _write(txn, idl_row, column, seen.spec.columns.get(column), spec.columns[column])
             if changed:
                 report.updated[spec.key] = changed
         elif not same_columns:
-            changed = [c for c, v in spec.columns.items() if not same(getattr(idl_row, c), v)]
+            changed = [c for c, v in spec.columns.items() if not same(bigmaps.value(idl_row, c), v)]
             for column in changed:
-                setattr(idl_row, column, spec.columns[column])
+                _set(txn, idl_row, column, spec.columns[column])
             if changed:
                 report.updated[spec.key] = changed
         resolved[spec.key] = (idl_row, created)
@@ -240,10 +241,23 @@ def _managed(spec: Row) -> tuple[str, ...]:
     return (*spec.columns, *spec.refs)
 
 
-def _write(idl_row: Any, column: str, old: Any, new: Any) -> None:
+def _set(txn: Any, idl_row: Any, column: str, value: Any, created: bool = False) -> None:
+    """Set a column whole: a big map by a raw operation (bigmaps.py), anything else through the IDL."""
+    if not bigmaps.is_big(idl_row._table.name, column):
+        setattr(idl_row, column, value)
+    elif value or not created:  # (a new row's map is empty unless written)
+        bigmaps.put(txn, idl_row, column, value)
+
+
+def _write(txn: Any, idl_row: Any, column: str, old: Any, new: Any) -> None:
     """Set a column NB is known to hold `old` in: a big set or map by its difference (a mutation carries only what
     changed; a load balancer's VIPs or an address set can hold thousands), anything else whole."""
-    if isinstance(old, list) and isinstance(new, list) and len(old) + len(new) > MUTATE_OVER:
+    if bigmaps.is_big(idl_row._table.name, column):
+        if isinstance(old, dict):
+            bigmaps.change(txn, idl_row, column, old, new)
+        else:
+            bigmaps.put(txn, idl_row, column, new)
+    elif isinstance(old, list) and isinstance(new, list) and len(old) + len(new) > MUTATE_OVER:
         for gone in set(old) - set(new):
             idl_row.delvalue(column, gone)
         for value in set(new) - set(old):

@@ -19,6 +19,7 @@ from typing import Any
 from ovs.db.idl import ROW_CREATE, ROW_UPDATE
 from ovsdbapp.backend.ovs_idl import connection
 
+from cloudnet.northbound import bigmaps
 from cloudnet.northbound.rows import KEY, Row
 
 YIELD_EVERY = 0.005  # seconds of update processing between two yields of the GIL
@@ -28,10 +29,12 @@ Changes = dict[uuid.UUID, tuple[str, "set[str] | None"]]  # NB row -> (table, co
 
 
 class NbIdl(connection.OvsdbIdl):  # type: ignore[misc]
-    """The NB IDL: records the rows it is told changed, and which columns of an update; yields the GIL by time
-    rather than once a row."""
+    """The NB IDL: records the rows it is told changed, and which columns of an update; keeps big maps out of the
+    IDL's conversion (bigmaps.py); yields the GIL by time rather than once a row."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not callable(getattr(connection.OvsdbIdl, "_Idl__parse_update", None)):  # (overridden below)
+            raise RuntimeError("this ovs library's IDL has no __parse_update: big maps could not be kept out of it")
         super().__init__(*args, **kwargs)
         self._tables: dict[uuid.UUID, str] = {}
         self._whole: set[uuid.UUID] = set()  # inserted or deleted
@@ -48,6 +51,20 @@ class NbIdl(connection.OvsdbIdl):  # type: ignore[misc]
             self._whole.add(row.uuid)
             (self._inserted if event == ROW_CREATE else self._deleted).add(row.uuid)
         super().notify(event, row, updates)
+
+    def _Idl__parse_update(self, update: Any, version: str, tables: Any = None) -> None:
+        """The IDL's parsing of an update (ovs.db.idl.Idl.__parse_update, which its run() calls by that name), with
+        the big maps taken out before and kept on the rows after."""
+        ours = tables is None or tables is self.tables
+        taken = bigmaps.take(self.tables, update, version) if ours else {}
+        super()._Idl__parse_update(update, version, tables)
+        if not ours:
+            return
+        if version not in bigmaps.VERSIONS:  # (not taken out: the IDL holds them whole)
+            bigmaps.forget(self.tables, update)
+        for row_id, (table, columns) in bigmaps.keep(self.tables, taken).items():
+            self._tables[row_id] = table
+            self._columns.setdefault(row_id, set()).update(columns)
 
     def cooperative_yield(self) -> None:
         # ovsdbapp sleeps once a row to let other threads run: with thousands of rows in an update and a busy
