@@ -159,14 +159,14 @@ def main() -> None:
 
         # One more forward, end to end, and its removal.
         adds, removes, passes, tails, busy = [], [], [], [], []
+        more = base + two
         cpu = cpu_seconds(cloud)
         for k in range(args.samples):
             listen = f"192.0.2.{200 + k % 50}"
             tails.append(wait_quiet(cloud))
             t0 = time.monotonic()
             post_forward(cloud, net, two_ports(listen, address))
-            more = base + two
-            adds.append(wait_for(lambda: cloud.flow_total() >= more, 60, "the flows", step=0.005) - t0)  # noqa: B023
+            adds.append(wait_for(lambda: cloud.flow_total() >= more, 60, "the flows", step=0.005) - t0)
             passes.append(cloud.sync.wait_synced(timeout=60).took)
             wait_quiet(cloud)
             t0 = time.monotonic()
@@ -181,7 +181,7 @@ def main() -> None:
             wait_for(lambda: cloud.flow_total() <= base, 60, "no flows", step=0.005)
         print(f"one more forward (2 ports) beside {PORTS:,} forward ports, {args.samples} samples from settled OVN "
               f"(its daemons idle for 0.25 s first; p50 of the wait {percentile(tails, 50):.2f} s):")  # fmt: skip
-        print(f"    OVN daemons, for all samples (adds and removals): {cpu_used(cpu, cpu_seconds(cloud))}")
+        print(f"    OVN daemons, for all samples (adds and removals, both series): {cpu_used(cpu, cpu_seconds(cloud))}")
         p50 = percentile(adds, 50)
         row("POST -> its flows installed, p50", ms(p50), "<= 0.5 s", p50 <= 0.5)
         row("POST -> its flows installed, max", ms(max(adds)), "(info)")
