@@ -13,10 +13,10 @@ traffic entering it from a router port, so traffic from outside needs the router
 DNATs an instance's connection to a neighbour (or itself) without SNAT, the backend answers it directly and the
 reply is never un-DNATed, so hairpin needs the switch's (lb_force_snat_ip works on gateway routers only, and would
 hide every outside client's address from the backend). Per VIP that is 2 logical and 2 OpenFlow flows on the
-router, 2 and 4 on the switch; 10,000 VIPs took about 7.7 s from NB to OpenFlow linked to both, 2.5-3.6 s to the
-router only, and ovn-northd 23.03 recomputes everything twice on each change, so the size of the whole set is what
-one more forward costs too. A Load_Balancer_Group for the two, northd threads, ovn-monitor-all or no lflow cache
-changed none of it measurably.
+router (one of each per distinct backend), 2 and 4 on the switch; 10,000 VIPs took about 7.7 s from NB to OpenFlow
+linked to both, 2.5-3.6 s to the router only, and ovn-northd 23.03 recomputes everything twice on each change, so
+the size of the whole set is what one more forward costs too. A Load_Balancer_Group for the two, northd threads,
+ovn-monitor-all or no lflow cache changed none of it measurably.
 """
 
 from __future__ import annotations
