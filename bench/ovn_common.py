@@ -143,6 +143,26 @@ def cpu_seconds(cloud: OvnCloud) -> dict[str, float]:
     return out
 
 
+def wait_quiet(cloud: OvnCloud, quiet: float = 0.25, timeout: float = 60) -> float:
+    """Poll until OVN's central daemons and ovn-controllers have used no CPU for `quiet` seconds: ovn-northd 23.03
+    recomputes everything a second time when its own southbound writes come back to it (`inc-engine` debug log: its
+    SB Logical_Flow, Port_Binding and Load_Balancer inputs have no change handlers), after the flows are in. A sample
+    that starts during that tail measures the previous change too. Returns how long it waited."""
+    busy = ("ovn-northd", "ovnsb_db", "ovnnb_db", "ovn-controller")
+    start = time.monotonic()
+    last, still = None, start
+    while True:
+        now = time.monotonic()
+        used = sum(v for k, v in cpu_seconds(cloud).items() if k.split("[")[0] in busy)
+        if used != last:
+            last, still = used, now
+        elif now - still >= quiet:
+            return now - start
+        if now - start > timeout:
+            raise SystemExit(f"OVN daemons still busy after {timeout:g} s")
+        time.sleep(0.02)
+
+
 def cpu_used(before: dict[str, float], after: dict[str, float]) -> str:
     spent = {k: after[k] - before.get(k, 0.0) for k in after}
     busy = ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v >= 0.01)

@@ -104,6 +104,10 @@ def _env(rundir: Path) -> dict[str, str]:
     for prefix in ("OVS", "OVN"):
         for kind in ("RUNDIR", "LOGDIR", "DBDIR"):
             env[f"{prefix}_{kind}"] = str(rundir)
+    # No glibc fastbins: a malloc of 1 KiB or more first merges them all (malloc_consolidate was ~13% of ovn-northd's
+    # and the SB server's CPU writing 40,000 logical flows); without them (tcache still keeps small chunks) those
+    # used 12-20% less CPU (bench/ovn_lb_placement.py's site, interleaved A/B).
+    env["GLIBC_TUNABLES"] = ":".join(t for t in (env.get("GLIBC_TUNABLES"), "glibc.malloc.mxfast=0") if t)
     return env
 
 
