@@ -53,6 +53,8 @@ class _Failing:
         return [{"object": f"instance:{i:05d}", "reason": "x" * 500, "since": "2026-01-01T00:00:00Z", "attempts": 1,
                  "retry_in": 1.0} for i in range(5000)]  # fmt: skip
 
+    def on_news(self, wake: object) -> None: ...
+
 
 def test_a_host_with_thousands_of_failures_still_fits_its_heartbeat(api: httpx.Client, server: RunningServer) -> None:
     """Uncapped, these failures make a 2.6 MB heartbeat: refused (413) every time, and the host declared dead."""

@@ -28,10 +28,16 @@ def _run_until(agent: Agent, caplog: pytest.LogCaptureFixture, text: str) -> Non
         thread.join(timeout=10)
 
 
+class _NoDataplane:
+    """Never reached: the agent fails before its first pass."""
+
+    def on_news(self, wake: Any) -> None: ...
+
+
 def test_an_api_not_up_yet_is_waited_for_not_lost(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="cloudnet.agent")
     client = ApiClient(f"http://127.0.0.1:{free_port()}", "h", timeout=1)
-    _run_until(Agent(client, None, heartbeat_interval=60), caplog, "waiting for the API")  # type: ignore[arg-type]
+    _run_until(Agent(client, _NoDataplane(), heartbeat_interval=60), caplog, "waiting for the API")  # type: ignore[arg-type]
     assert "lost the API" not in caplog.text
 
 
@@ -47,5 +53,5 @@ class _Reached:
 
 def test_losing_a_reached_api_is_a_loss(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="cloudnet.agent")
-    _run_until(Agent(_Reached(), None, heartbeat_interval=60), caplog, "lost the API")  # type: ignore[arg-type]
+    _run_until(Agent(_Reached(), _NoDataplane(), heartbeat_interval=60), caplog, "lost the API")  # type: ignore[arg-type]
     assert "waiting for the API" not in caplog.text

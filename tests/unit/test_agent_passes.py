@@ -49,6 +49,11 @@ class _Leftovers:
     def unfinished(self) -> bool:
         return len(self.passes) < 4
 
+    def news(self) -> bool:
+        return False
+
+    def on_news(self, wake: Any) -> None: ...
+
     def differences(self) -> list[dict[str, str]]:
         return []
 

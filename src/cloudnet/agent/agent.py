@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -21,7 +22,6 @@ from cloudnet.dataplane.steps import StepTimedOut
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
 HELD_BACK_MAX = 5.0
-WAKE_SLICE = 0.25  # seconds: how often a held-back agent asks its dataplane whether something changed underneath
 # Failures and check differences in the host's report, at most (their counts say how many; the agent's log has them
 # all): a host with thousands of broken objects must still fit its heartbeat in a request body.
 MAX_REPORTED = 100
@@ -59,6 +59,11 @@ class Agent:
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set after each successful reconcile (tests and `up` wait on it)
         self.revision = -1
+        # While held back, the API's long poll runs on a side thread (`_poll`); its end or the dataplane's news wakes
+        # the wait (`_woken`).
+        self._poll: Future[tuple[list[dict[str, Any]], int]] | None = None
+        self._woken = threading.Event()
+        dataplane.on_news(self._woken.set)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -142,15 +147,35 @@ class Agent:
                 self.revision = max(self.revision, latest)
 
     def _wait(self, timeout: float) -> tuple[list[dict[str, Any]], int]:
-        """The API's events after our revision, waited for up to `timeout`; while ports wait on the dataplane (OVN:
-        to be bound), in short slices, so that the pass that reports them follows the change underneath at once
-        rather than at the next backoff step."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = max(0.0, deadline - time.monotonic())
-            events, latest = self.client.events(self.revision, min(left, WAKE_SLICE) if self.held_back else left)
-            if events or left <= WAKE_SLICE or not self.held_back or self.dataplane.news():
-                return events, latest
+        """The API's events after our revision, waited for up to `timeout`. While ports wait on the dataplane (OVN: to
+        be bound), the long poll runs on a side thread and the dataplane's news ends the wait at once, so that the
+        pass that reports them follows the change underneath; a poll still running is taken up by the next wait (it
+        asked from an older revision: what it brings is never less than what came since)."""
+        if self._poll is None and not self.held_back:
+            return self.client.events(self.revision, timeout)
+        self._woken.clear()
+        if self._poll is None:
+            self._poll = self._poll_aside(timeout)
+        if not self._poll.done() and not self.dataplane.news():
+            self._woken.wait(timeout)
+        if not self._poll.done():
+            return [], self.revision
+        poll, self._poll = self._poll, None
+        return poll.result()
+
+    def _poll_aside(self, timeout: float) -> Future[tuple[list[dict[str, Any]], int]]:
+        future: Future[tuple[list[dict[str, Any]], int]] = Future()
+        since = self.revision
+
+        def poll() -> None:
+            try:
+                future.set_result(self.client.events(since, timeout))
+            except BaseException as exc:  # (re-raised on the agent's thread by the wait that takes it up)
+                future.set_exception(exc)
+            self._woken.set()
+
+        threading.Thread(target=poll, name="cloudnet-events", daemon=True).start()
+        return future
 
     def _next_retry(self) -> float | None:
         """Seconds until the next failed object's backoff ends; None when none is waiting. (One already due and

@@ -29,6 +29,7 @@ driver types its own and its `apply` composes its jobs in this order. Nothing di
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -83,6 +84,11 @@ class Dataplane(Protocol):
     def news(self) -> bool:
         """Something changed underneath since the last pass that a pass would report (OVN: ovn-controller bound or
         unbound a port): the agent, while it waits for such a change, passes again at once."""
+        ...
+
+    def on_news(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (from any thread; it only signals) whenever `news()` may have turned true, so that an agent
+        waiting for it passes again at once rather than at its next look."""
         ...
 
     def unfinished(self) -> bool:

@@ -34,7 +34,7 @@ Parking is an option, off by default.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cloudnet.dataplane import base, security
@@ -131,6 +131,9 @@ class LinuxDataplane:
 
     def news(self) -> bool:
         return False  # (what it realises changes only by its own passes)
+
+    def on_news(self, wake: Callable[[], None]) -> None:
+        pass  # (it never has news)
 
     def unfinished(self) -> bool:
         return self.pool.unfinished

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from cloudnet.dataplane.base import DesiredState, PortReport, metadata_ns_prefix
@@ -65,6 +66,9 @@ class OvnDataplane:
 
     def news(self) -> bool:
         return self.sb.changed.is_set()  # (a binding of ours changed since the pass began)
+
+    def on_news(self, wake: Callable[[], None]) -> None:
+        self.sb.listen(wake)
 
     def unfinished(self) -> bool:
         return False  # (no pool devices prepared ahead on OVN)

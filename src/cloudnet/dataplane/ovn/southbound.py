@@ -3,7 +3,7 @@
 Which logical ports ovn-controller has bound to this chassis (Port_Binding.chassis is this chassis and `up`, where
 the column exists, is true) is read from the IDL's mirror at every pass, so after a reconnect (the IDL fetches
 everything again) or a new SB database, the next pass sees what SB holds now: nothing is cached here. A change of
-our bindings sets `changed`, which the driver's owner may wait on.
+our bindings sets `changed` and calls whoever `listen`s (the agent, waiting to report a port it plugged).
 
 What it writes: the networks whose metadata this chassis serves, in its Chassis_Private row's external_ids (Chassis
 on an SB without that table), compared and rewritten at every pass, so a reconnect repairs it too.
@@ -12,6 +12,7 @@ on an SB without that table), compared and rewritten at every pass, so a reconne
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ovsdbapp.backend.ovs_idl import event as row_event
@@ -25,16 +26,16 @@ TABLES = ("Chassis", "Chassis_Private", "Encap", "Port_Binding", "Datapath_Bindi
 class _OurBindings(row_event.RowEvent):  # type: ignore[misc]
     """Any Port_Binding whose chassis or `up` changed: a port may have been bound or unbound."""
 
-    def __init__(self, changed: threading.Event) -> None:
+    def __init__(self, notify: Callable[[], None]) -> None:
         super().__init__((self.ROW_CREATE, self.ROW_UPDATE, self.ROW_DELETE), "Port_Binding", None)
-        self.changed = changed
+        self.notify = notify
         self.event_name = "cloudnet-port-binding"
 
     def match_fn(self, event: str, row: Any, old: Any = None) -> bool:
         return event != self.ROW_UPDATE or hasattr(old, "chassis") or hasattr(old, "up")
 
     def run(self, event: str, row: Any, old: Any) -> None:
-        self.changed.set()
+        self.notify()
 
 
 class Southbound:
@@ -43,13 +44,25 @@ class Southbound:
         self.chassis = chassis
         self.timeout = timeout
         self.changed = threading.Event()
+        self._listeners: list[Callable[[], None]] = []
         self._api: idl.SouthboundApi | None = None
         self._lock = threading.Lock()
+
+    def listen(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (on the IDL's event thread: it must only signal) whenever a binding changes."""
+        self._listeners.append(wake)
+
+    def _binding_changed(self) -> None:
+        self.changed.set()
+        for wake in self._listeners:
+            wake()
 
     def api(self) -> idl.SouthboundApi:
         with self._lock:
             if self._api is None:
-                self._api = idl.connect_southbound(self.url, TABLES, [_OurBindings(self.changed)], self.timeout)
+                self._api = idl.connect_southbound(
+                    self.url, TABLES, [_OurBindings(self._binding_changed)], self.timeout
+                )
             return self._api
 
     def close(self) -> None:
