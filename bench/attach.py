@@ -23,6 +23,7 @@ import argparse
 import itertools
 import os
 import select
+import shutil
 import socket
 import struct
 import subprocess
@@ -142,6 +143,7 @@ def run(mode: str, instances: int, cleanups: list[Callable[[], None]]) -> dict[s
         for ns in namespaces:
             netns.remove(ns)
         LinuxDataplane(host).teardown()
+        shutil.rmtree(state, ignore_errors=True)
 
     cleanups.append(cleanup)
     url = f"http://127.0.0.1:{port}/v2.0"

@@ -1,7 +1,7 @@
 """A host's desired state with security groups (issue 16, control plane). Prints figures beside their targets;
 asserts nothing.
 
-  GET /v2.0/hosts/{host}/state as the service builds it (services/hosts.py: desired_state, in process, no HTTP):
+  GET /v2.0/hosts/{host}/state as the service builds it (services/host_state.py: desired_state, in process, no HTTP):
   one host with 1,000 instance ports in 10 security groups of 10 rules each (two of them naming remote groups),
   and 1,000 more member ports of those groups on another host. Every agent reads it on every event, so the
   target is well under 50 ms on SQLite.
@@ -19,7 +19,7 @@ from pathlib import Path
 from common import analyze, machine_load, median, ms, percentile, postgres_url, row
 from sqlalchemy import event
 
-from cloudnet.services import hosts, instances, networks, ports, quotas, subnets
+from cloudnet.services import host_state, hosts, instances, networks, ports, quotas, subnets
 from cloudnet.services import security_group_rules as rules
 from cloudnet.services import security_groups as groups
 from cloudnet.services.context import Context
@@ -69,7 +69,7 @@ def run(store: Store, n_ports: int, runs: int, pg_url: str | None = None) -> Non
     statements: list[str] = []
     listen = (store.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
     event.listen(*listen)
-    state = hosts.desired_state(store, ctx, "bench-a")
+    state = host_state.desired_state(store, ctx, "bench-a")
     event.remove(*listen)
     remote = sum(len(v) for v in state["remote_groups"].values())
     print(f"  ports {len(state['ports'])}, groups {len(state['security_groups'])}, "
@@ -78,7 +78,7 @@ def run(store: Store, n_ports: int, runs: int, pg_url: str | None = None) -> Non
     times, cpu = [], []
     for _ in range(runs):
         t0, c0 = time.perf_counter(), time.process_time()
-        hosts.desired_state(store, ctx, "bench-a")
+        host_state.desired_state(store, ctx, "bench-a")
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     p50, p99 = median(times), percentile(times, 99)
