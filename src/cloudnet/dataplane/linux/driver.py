@@ -161,7 +161,7 @@ class LinuxDataplane:
             self.routers.apply(run)
             reports += shared_ports.reports(state, self.steps, [n for n in run.networks if n not in run.broken])
             self._settle(run)
-        self._plugged.keep({r.port_id for r in reports})
+        self._plugged.keep({r.port_id for r in reports} | self.pool.waiting)
         return reports
 
     def _settle(self, run: Pass) -> None:

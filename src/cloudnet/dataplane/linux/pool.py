@@ -56,6 +56,7 @@ class PoolDevices:
         self.plugged = plugged
         self.steps = steps
         self.unfinished = False  # the last pass left devices to park (over its budget, or instances went first)
+        self.waiting: set[str] = set()  # released devices left in their instance's namespace until then
 
     def step_keys(self, state: DesiredState) -> list[str]:
         return [f"pool-port:{p}" for p in state.get("pool_ports", {})]
@@ -71,6 +72,7 @@ class PoolDevices:
         pool = state.get("pool_ports", {})
         reports = []
         self.unfinished = False
+        self.waiting = set()
         until = None if run.plugged else time.monotonic() + PARK_BUDGET  # None: this pass parks nothing
         if not self.park:
             parked.clear()
@@ -99,6 +101,10 @@ class PoolDevices:
                     self.unfinished = True  # the next pass: its device (and where it may be parked) is kept
                     if candidate is not None:
                         run.wanted_ns.add(candidate)
+                    released = self.plugged.applied.get(port_id)
+                    if released is not None:  # its device waits in its released instance's namespace (_repark)
+                        self.waiting.add(port_id)
+                        run.wanted_ns.add(released[0])
                     if known is not None and current:  # (a full pass's check of a parked device, put off)
                         reports.append(plugged_report(port, PARKED_IFNAME, self.firewall.enforced(port_id),
                                                       prepared_netns=known.ns))  # fmt: skip
