@@ -86,7 +86,8 @@ class _Links:
     def holds(self, parent: Any, column: str, child: Any) -> bool:
         key = (parent.uuid, column)
         if key not in self._children:
-            self._children[key] = {r.uuid for r in getattr(parent, column)}
+            found = held(parent, column)
+            self._children[key] = set(found) if found is not None else {r.uuid for r in getattr(parent, column)}
         return child.uuid in self._children[key]
 
     def parent_of(self, child: Any) -> tuple[Any, str] | None:
@@ -142,7 +143,7 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             and (idl_row.uuid not in dirty or not touched(dirty, idl_row.uuid, _managed(spec)))
         ):
             known[spec.key] = seen
-        same_columns = spec.key in known and seen is not None and seen.spec == spec
+        same_columns = spec.key in known and seen is not None and (seen.spec is spec or seen.spec == spec)
         if same_columns:
             unchanged.add(spec.key)
         if created:
@@ -158,9 +159,16 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             if changed:
                 report.updated[spec.key] = changed
         elif not same_columns:
-            changed = [c for c, v in spec.columns.items() if not same(bigmaps.value(idl_row, c), v)]
-            for column in changed:
-                _set(txn, idl_row, column, spec.columns[column])
+            changed = []
+            for column, value in spec.columns.items():
+                found = held(idl_row, column) if isinstance(value, list) and len(value) > MUTATE_OVER else None
+                if found is None:
+                    if not same(bigmaps.value(idl_row, column), value):
+                        _set(txn, idl_row, column, value)
+                        changed.append(column)
+                elif found != frozenset(value):  # (a big set: compared and written by its values as they are)
+                    _write(txn, idl_row, column, list(found), value)
+                    changed.append(column)
             if changed:
                 report.updated[spec.key] = changed
         resolved[spec.key] = (idl_row, created)
@@ -216,25 +224,39 @@ def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], rep
         was = dict(known[spec.key].refs) if spec.key in known else {}
         for column, rows in _targets(spec, resolved).items():
             ids = frozenset(r.uuid for r in rows)
-            if column in was:  # (what NB holds is known: no reading it back)
-                if was[column] == ids:
+            # What NB holds: known (no reading it back), else read as it is (the IDL's conversion of a column into
+            # rows costs more than all the rest of a pass when it holds thousands)
+            now = was[column] if column in was else None if created else held(idl_row, column)
+            if now is not None:
+                if now == ids:
                     continue
-                if len(was[column]) + len(ids) > MUTATE_OVER:
+                if len(now) + len(ids) > MUTATE_OVER:
                     by_id = {r.uuid: r for r in rows}
-                    for gone in was[column] - ids:
+                    for gone in now - ids:
                         idl_row.delvalue(column, gone)
-                    for new in ids - was[column]:
+                    for new in ids - now:
                         idl_row.addvalue(column, by_id[new])
                 else:
                     setattr(idl_row, column, rows)
-            elif not created and sorted(str(r.uuid) for r in getattr(idl_row, column)) == sorted(
-                str(r.uuid) for r in rows
-            ):
-                continue
             else:
                 setattr(idl_row, column, rows)
             if not created:
                 report.updated.setdefault(spec.key, []).append(column)
+
+
+def held(idl_row: Any, column: str) -> frozenset[Any] | None:
+    """The values of a set column as NB holds them (a reference as its uuid), straight from the IDL's copy; None when
+    this transaction already changed the column (or the row is new): reading it is then the IDL's business."""
+    if idl_row._data is None or column in idl_row._changes:
+        return None
+    if any(column in idl_row._mutations.get(kind, ()) for kind in ("_inserts", "_removes")):
+        return None
+    if column not in idl_row._table.columns:
+        return None
+    datum = idl_row._data[column]  # (not .get(): a column at its default is made on demand)
+    if datum.type.is_map():
+        return None
+    return frozenset(atom.value for atom in datum.values)
 
 
 def _managed(spec: Row) -> tuple[str, ...]:
