@@ -10,13 +10,14 @@ inserted and linked into their parent. Rows without the key are someone else's a
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ovsdbapp.backend.ovs_idl.command import BaseCommand
 
 from cloudnet.northbound import bigmaps
-from cloudnet.northbound.mirror import Mirror, Seen, touched
+from cloudnet.northbound.mirror import Changes, Mirror, Seen, touched
 from cloudnet.northbound.rows import Row
 
 TABLES = ("Logical_Switch", "Logical_Switch_Port", "Logical_Router", "Logical_Router_Port", "Gateway_Chassis",
@@ -27,6 +28,9 @@ MUTATE_OVER = 64  # values: a bigger set or map column whose NB value is known i
 LINKS = (("Logical_Switch", "ports"), ("Logical_Router", "ports"), ("Logical_Router", "static_routes"),
          ("Logical_Router", "nat"), ("Logical_Router_Port", "gateway_chassis"), ("Logical_Switch", "acls"),
          ("Port_Group", "acls"))  # fmt: skip
+PARENTS: dict[str, set[str]] = {}  # parent table -> its columns of children
+for _table, _column in LINKS:
+    PARENTS.setdefault(_table, set()).add(_column)
 
 
 @dataclass
@@ -64,12 +68,13 @@ class ApplyRows(BaseCommand):  # type: ignore[misc]
     """The ovsdbapp command of a pass: its result is the Report. `mirror` carries what earlier passes found (a pass
     without one, or with `full`, reads and compares every row)."""
 
-    def __init__(self, api: Any, rows: list[Row], mirror: Mirror | None = None, full: bool = True) -> None:
+    def __init__(self, api: Any, rows: list[Row], mirror: Mirror | None = None, full: bool = True,
+                 hint: set[str] | None = None) -> None:  # fmt: skip
         super().__init__(api)
-        self.rows, self.mirror, self.full = rows, mirror if mirror is not None else Mirror(), full
+        self.rows, self.mirror, self.full, self.hint = rows, mirror if mirror is not None else Mirror(), full, hint
 
     def run_idl(self, txn: Any) -> None:
-        self.result = apply(txn, self.api.tables, self.rows, self.mirror, self.full, self.api.idl)
+        self.result = apply(txn, self.api.tables, self.rows, self.mirror, self.full, self.api.idl, self.hint)
 
     def post_commit(self, txn: Any) -> None:
         self.mirror.committed(self.api.idl, lambda row_id: txn.get_insert_uuid(row_id) or row_id)
@@ -102,34 +107,45 @@ class _Links:
 
 
 def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | None = None, full: bool = True,
-          idl: Any = None) -> Report:  # fmt: skip
+          idl: Any = None, hint: set[str] | None = None) -> Report:  # fmt: skip
+    """`hint`: the keys whose spec may differ from the last pass's (None: any); with it, a pass that is not full
+    visits only those rows, the rows changed in NB since and the rows it wrote to last time (scope())."""
     report = Report()
     mirror = mirror if mirror is not None else Mirror()
     dirty = mirror.refresh(idl, tables, TABLES, full)
     wanted: dict[str, Row] = {}
     for row in rows:
         wanted.setdefault(row.key, row)
-    owned: dict[str, Any] = {}
-    stale: list[tuple[str, Any]] = []
-    for row_id, (name, key) in list(mirror.index.items()):
-        idl_row = tables[name].rows.get(row_id)
-        if idl_row is None:
-            del mirror.index[row_id]
-            continue
-        spec = wanted.get(key)
-        if spec is None or spec.table != name or key in owned:
-            stale.append((key, idl_row))
-        else:
-            owned[key] = idl_row
+    scope = None if full or hint is None or not mirror.settled else _scope(mirror, wanted, hint, dirty)
+    visit = None if scope is None else scope | {wanted[k].parent for k in scope if k in wanted} - {None}
+    owned, stale = _owned(tables, mirror, wanted, visit)
+    if (
+        scope is not None
+        and visit is not None
+        and any(k not in owned and k in wanted and (k not in scope or wanted[k].table in PARENTS) for k in visit)
+    ):  # (a parent to insert: children outside the scope would be linked to it; one not there: no scope then)
+        scope = None
+        owned, stale = _owned(tables, mirror, wanted, None)
     links = _Links(tables)
     stale_ids = {idl_row.uuid for _key, idl_row in stale}
 
     resolved: dict[str, tuple[Any, bool]] = {}
+    if scope is not None:  # the parents of the rows visited, as NB holds them
+        resolved = {k: (owned[k], False) for k in (visit or set()) - scope if k in owned}
+    specs = list(wanted.values()) if scope is None else [spec for spec in wanted.values() if spec.key in scope]
+
+    def target(key: str) -> Any:
+        """The NB row of a key a row references: as resolved, or (outside the scope) as last seen."""
+        if key in resolved:
+            return resolved[key][0]
+        seen = None if scope is None or key in scope or key not in wanted else mirror.seen.get(key)
+        return None if seen is None else tables[seen.spec.table].rows.get(seen.row)
+
     known: dict[str, Seen] = {}  # rows whose NB state is what an earlier pass saw
     unchanged: set[str] = set()  # of those, the rows whose spec is the one seen (nothing to write but links, refs)
     new_children: dict[tuple[Any, str], list[Any]] = defaultdict(list)
     new_parents: dict[Any, Any] = {}
-    for spec in wanted.values():
+    for spec in specs:
         if spec.parent is not None and spec.parent not in resolved:
             continue  # (its parent was left out)
         idl_row = owned.get(spec.key)
@@ -196,33 +212,66 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             report.updated.setdefault(spec.key, []).append("parent")
     for (parent_uuid, column), children in new_children.items():
         setattr(new_parents[parent_uuid], column, children)
-    _set_refs(wanted, resolved, report, known, unchanged)
+    _set_refs(specs, resolved, target, report, known, unchanged)
     for key, idl_row in stale:
         link = links.parent_of(idl_row)
         if link is not None and link[0].uuid not in stale_ids:
             link[0].delvalue(link[1], idl_row)
         idl_row.delete()
         report.deleted.append(key)
-    _remember(mirror, wanted, resolved, report, unchanged)
+    _remember(mirror, wanted, resolved, target, report, unchanged, scope)
     return report
 
 
-def _targets(spec: Row, resolved: dict[str, tuple[Any, bool]]) -> dict[str, list[Any]]:
-    return {column: [resolved[k][0] for k in keys if k in resolved] for column, keys in spec.refs.items()}
+def _owned(tables: dict[str, Any], mirror: Mirror, wanted: dict[str, Row],
+           visit: set[str] | None) -> tuple[dict[str, Any], list[tuple[str, Any]]]:  # fmt: skip
+    """The NB row of each key (of those visited), and the rows cloudnet owns that no spec wants (or a second of a
+    key)."""
+    owned: dict[str, Any] = {}
+    stale: list[tuple[str, Any]] = []
+    for row_id, (name, key) in list(mirror.index.items()):
+        if visit is not None and key not in visit:
+            continue
+        idl_row = tables[name].rows.get(row_id)
+        if idl_row is None:
+            del mirror.index[row_id]
+            continue
+        spec = wanted.get(key)
+        if spec is None or spec.table != name or key in owned:
+            stale.append((key, idl_row))
+        else:
+            owned[key] = idl_row
+    return owned, stale
 
 
-def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
-              known: dict[str, Seen], unchanged: set[str]) -> None:  # fmt: skip
+def _scope(mirror: Mirror, wanted: dict[str, Row], hint: set[str], dirty: Changes) -> set[str]:
+    """What a pass must visit when only the specs of `hint` changed since the last pass: those, the rows changed in
+    NB since (each other row is as its spec, which an earlier pass saw there), the rows the last pass wrote to, and
+    the children of a row whose column of children changed in NB."""
+    keys = hint | mirror.recheck | mirror.dirty_keys
+    parents = {mirror.index[row_id][1] for row_id, (table, columns) in dirty.items() if row_id in mirror.index and
+               table in PARENTS and (columns is None or not columns.isdisjoint(PARENTS[table]))}  # fmt: skip
+    if parents:
+        keys |= {spec.key for spec in wanted.values() if spec.parent in parents}
+    return keys
+
+
+def _targets(spec: Row, target: Callable[[str], Any]) -> dict[str, list[Any]]:
+    return {column: [r for r in map(target, keys) if r is not None] for column, keys in spec.refs.items()}
+
+
+def _set_refs(specs: list[Row], resolved: dict[str, tuple[Any, bool]], target: Callable[[str], Any],
+              report: Report, known: dict[str, Seen], unchanged: set[str]) -> None:  # fmt: skip
     """Point each row's reference columns at the rows of the keys it names (those left out are skipped)."""
     inserted = set(report.created)
-    for spec in wanted.values():
+    for spec in specs:
         if not spec.refs or spec.key not in resolved:
             continue
         if spec.key in unchanged and not any(k in inserted for keys in spec.refs.values() for k in keys):
             continue  # (the same keys, resolved to the same rows as when it was seen)
         idl_row, created = resolved[spec.key]
         was = dict(known[spec.key].refs) if spec.key in known else {}
-        for column, rows in _targets(spec, resolved).items():
+        for column, rows in _targets(spec, target).items():
             ids = frozenset(r.uuid for r in rows)
             # What NB holds: known (no reading it back), else read as it is (the IDL's conversion of a column into
             # rows costs more than all the rest of a pass when it holds thousands)
@@ -298,13 +347,18 @@ def _ref_ids(targets: dict[str, list[Any]]) -> tuple[tuple[str, frozenset[Any]],
     return tuple((column, frozenset(r.uuid for r in rows)) for column, rows in sorted(targets.items()))
 
 
-def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
-              unchanged: set[str]) -> None:  # fmt: skip
+def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]],
+              target: Callable[[str], Any], report: Report, unchanged: set[str],
+              scope: set[str] | None) -> None:  # fmt: skip
     """Rows this pass found equal to their spec (nothing written to them) need no reading next time unless they or
     their spec change; rows it updated are read again once (after the echo of this commit); rows it inserted are
     known once the commit succeeds (Mirror.committed)."""
     mirror.inserted = []
+    mirror.recheck = set(report.updated)
+    mirror.settled = not report  # (until the commit succeeds: Mirror.committed)
     for key, (idl_row, created) in resolved.items():
+        if scope is not None and key not in scope:
+            continue  # (a parent of a row visited, itself not)
         if key in unchanged and key not in report.updated:
             continue  # (what was seen stands)
         if key in report.updated:
@@ -312,7 +366,7 @@ def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[
             continue
         spec = wanted[key]
         parent = resolved[spec.parent][0].uuid if spec.parent is not None else None
-        seen = Seen(spec, idl_row.uuid, parent, _ref_ids(_targets(spec, resolved)))
+        seen = Seen(spec, idl_row.uuid, parent, _ref_ids(_targets(spec, target)))
         if created:
             mirror.seen.pop(key, None)
             mirror.inserted.append(seen)

@@ -72,9 +72,9 @@ class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
 class Status:
     """Where the writer is: `ok` None before the first pass; `revision`: the database revision NB last matched.
     The last pass's timing (time.monotonic() seconds, for benchmarks and logs): `took` from its start to its NB
-    commit, `read_took` of that reading cloudnet's database, `committed_at` when its commit returned; `read` how it
-    read: "full", "log" (only what the revision log's events since the last read touch: scoped.py), "" (nothing
-    new)."""
+    commit, `read_took` of that reading cloudnet's database, `committed_at` when its commit returned; `read` how the
+    last pass that read cloudnet's database read it: "full", or "log" (only what the revision log's events since the
+    last read touch: scoped.py)."""
 
     ok: bool | None = None
     reason: str = ""
@@ -189,15 +189,16 @@ class NorthboundSync:
                 drift = cached is not None and revision == cached.revision
                 reconnected = seen_seqno is None
                 full = reconnected or failed or time.monotonic() - last_full >= FULL_EVERY
-                read = ""
+                read, hint = "", set()  # (the keys whose rows the read changed; None: any)
                 # A full pass reads in full too, unless nothing changed since the last full read.
                 if cached is None or revision != cached.revision or (full and cached.scoped):
-                    cached, read = self._read(cached, full)
+                    cached, hint = self._read(cached, full)
+                    read = "full" if hint is None else "log"
                 read_done = time.monotonic()
                 # Taken before the diff: an edit made behind our back while this pass runs moves the counter past
                 # it, so the next pass looks again (our own commit's echo costs one pass that finds nothing).
                 before = idl.change_seqno
-                report = self._commit(list(cached.rows.values()), full)
+                report = self._commit(list(cached.rows.values()), full, hint)
                 if full:
                     last_full, failed = started, False
                 committed = time.monotonic()
@@ -205,25 +206,28 @@ class NorthboundSync:
                 self._report(report, full=reconnected or drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
                                  tuple(cached.refused), took=committed - started, read_took=read_done - started,
-                                 committed_at=committed, read=read))  # fmt: skip
+                                 committed_at=committed, read=read or self.status.read))  # fmt: skip
                 backoff = 0.0
             except Exception as exc:  # every failure is reported and retried: the server must keep serving
                 self._fail(f"{type(exc).__name__}: {exc}"[:500])
                 failed = True  # (what the failed pass took as changed may not have been compared)
                 backoff = min(MAX_BACKOFF, max(0.2, backoff * 2))
 
-    def _read(self, cache: scoped.Cache | None, full: bool) -> tuple[scoped.Cache, str]:
-        """The desired rows now, from what changed since `cache` if that is all it takes (not on a full pass)."""
+    def _read(self, cache: scoped.Cache | None, full: bool) -> tuple[scoped.Cache, set[str] | None]:
+        """The desired rows now, from what changed since `cache` if that is all it takes (not on a full pass), and
+        the keys whose rows that changed (None: a full read)."""
         with self.store.read(snapshot=True) as conn:
-            if cache is not None and not full and cache.advance(conn, desired_rows.current_revision(conn)) is not None:
-                return cache, "log"
-            return scoped.Cache.of(*desired_rows.build_with_basis(conn, self.gateway_chassis)), "full"
+            if cache is not None and not full:
+                changed = cache.advance(conn, desired_rows.current_revision(conn))
+                if changed is not None:
+                    return cache, changed
+            return scoped.Cache.of(*desired_rows.build_with_basis(conn, self.gateway_chassis)), None
 
-    def _commit(self, rows: list[desired_rows.Row], full: bool) -> Report:
+    def _commit(self, rows: list[desired_rows.Row], full: bool, hint: set[str] | None) -> Report:
         assert self._api is not None
         timeout = self.timeout + ROW_BUDGET * len(rows)
         with self._api.transaction(check_error=True, timeout=timeout) as txn:
-            command = txn.add(ApplyRows(self._api, rows, self._mirror, full))
+            command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
         return command.result if isinstance(command.result, Report) else Report()
 
     def _report(self, report: Report, *, full: bool, first: bool) -> None:
