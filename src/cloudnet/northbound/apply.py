@@ -101,8 +101,9 @@ class _Links:
             for table, column in LINKS:
                 for parent in self.tables[table].rows.values():
                     # (a parent inserted in this transaction has nothing to read yet: the IDL raises for it)
-                    for row in getattr(parent, column, []):
-                        self._all[row.uuid] = (parent, column)
+                    found = held(parent, column)
+                    for row_id in found if found is not None else (r.uuid for r in getattr(parent, column, [])):
+                        self._all[row_id] = (parent, column)
         return self._all.get(child.uuid)
 
 
