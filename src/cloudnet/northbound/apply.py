@@ -5,6 +5,10 @@ its own thread; on TRY_AGAIN it runs the command again on the fresher replica), 
 transaction whatever it holds. A row is cloudnet's when it has `external_ids:cloudnet:key`: such rows that the
 database no longer implies (or duplicates of one key) are deleted, changed columns are set back, missing rows are
 inserted and linked into their parent. Rows without the key are someone else's and are left alone.
+
+Big set columns (a Port_Group's thousands of ports, an Address_Set's addresses) are compared as the IDL holds them
+(held()) and written by their difference: the IDL's conversion of such a column into Python costs more than the rest
+of a pass. A pass told which specs changed (a hint) visits only the rows that may differ (_scope()).
 """
 
 from __future__ import annotations

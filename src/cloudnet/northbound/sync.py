@@ -3,9 +3,11 @@
 It wakes on every change this process commits (the store's change feed), and at least every `interval` seconds to
 notice other server processes' changes (the revision counter) and changes made to NB behind its back (the IDL's
 change counter): each pass reads the desired rows (desired.py) when the revision moved and applies them in one NB
-transaction (apply.py), so changes that arrive during a pass form the next batch. A pass reads back and compares
-only the NB rows that may differ (mirror.py: rows changed in NB since, or whose desired spec changed); every row on
-the first pass, after a reconnect or a failed pass, and every FULL_EVERY seconds. The first pass after start and
+transaction (apply.py), so changes that arrive during a pass form the next batch. When the revision log since the
+last read holds only port changes, a pass reads only the rows those touch (scoped.py) and visits only those, the NB
+rows changed since and the ones it wrote last time; otherwise it reads all and compares only the NB rows that may
+differ (mirror.py: rows changed in NB since, or whose desired spec changed). It reads and compares every row on the
+first pass, after a reconnect or a failed pass, and every FULL_EVERY seconds. The first pass after start and
 after every reconnect is a full resync like any other: the diff covers every row cloudnet owns, repairs it and
 reports what differed. While NB is unreachable or a pass fails, `status` says so with the reason, and passes are
 retried with backoff.
