@@ -13,7 +13,8 @@ ovn-controller writes, through ovsdbapp, one transaction per chassis as ovn-cont
   resync   the writer restarted, as after a server restart or an NB reconnect: connecting (the IDL's first copy of
            NB) and its first pass, a full diff of every row cloudnet owns, which finds nothing to change; then the
            same after 1% of the ports were deleted from NB behind its back (the pass repairs them)
-  one more `--samples` times, one port created through the API: its pass (start -> NB commit)
+  one more `--samples` times, one port created through the API: its pass (start -> NB commit), and how it read
+           the database (Status.read: "log" when only what the change touched)
 
 Usage (root): .venv/bin/python bench/ovn_scale.py [--chassis 100] [--ports 10000] [--networks 10]
 """
@@ -182,7 +183,7 @@ def main() -> None:
             resync(cloud, f"resync after {len(gone)} ports were deleted from NB behind the server's back")
 
             net = cloud.api.get("/networks", params={"name": "scale-0"}).json()["networks"][0]["id"]
-            took, reads, ends = [], [], []
+            took, reads, ends, how = [], [], [], []
             for k in range(args.samples):
                 t0 = time.monotonic()
                 cloud.create("ports", "port", network_id=net, name=f"one-more-{k}")
@@ -190,7 +191,9 @@ def main() -> None:
                 took.append(status.took)
                 reads.append(status.read_took)
                 ends.append(status.committed_at - t0)
-            print(f"one more port beside the {len(ports):,}, {args.samples} samples:")
+                how.append(status.read)
+            print(f"one more port beside the {len(ports):,}, {args.samples} samples (read: "
+                  f"{', '.join(sorted(set(how)))}; log = only what the change touched):")  # fmt: skip
             row("  its pass (start -> NB commit), p50", ms(percentile(took, 50)), "(report)")
             row("    of which reading cloudnet's database, p50", ms(percentile(reads, 50)), "(info)")
             row("  POST -> in NB, p50", ms(percentile(ends, 50)), "(info)")

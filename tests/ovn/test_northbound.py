@@ -1,16 +1,21 @@
 """The northbound writer against a real OVN sandbox: NB holds, row by row, what the database implies after creates,
-updates and deletes made through the API, and ovn-northd accepts it."""
+updates and deletes made through the API, and ovn-northd accepts it; also when the passes that follow port changes
+read only what those touch (northbound/scoped.py) and visit only those rows."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from cloudnet.northbound.sync import NorthboundSync
+from tests.ovn.converged import nb_differences
 from tests.ovn.nb import as_list, by_name, keyed, rows
 from tests.support.api import create, create_network, create_subnet
 from tests.support.ovn import OvnSandbox
+from tests.support.server import RunningServer
 
 GATEWAY = "gw-chassis-1"
 
@@ -123,3 +128,54 @@ def test_nb_holds_what_the_database_implies(api: httpx.Client, ovn: OvnSandbox, 
     assert set(by_name(ovn, "Logical_Switch_Port")) == {f"provnet-{ext['id']}"}
     for table in ("Logical_Router", "Logical_Router_Port", "Gateway_Chassis", "NAT", "Logical_Router_Static_Route"):
         assert rows(ovn, table) == [], table
+
+
+def _exact(ovn: OvnSandbox, server: RunningServer, deadline: float = 10.0) -> None:
+    """NB equals, row by row, what a full read of the database implies (polled: a repair may take a pass)."""
+    end = time.monotonic() + deadline
+    while found := nb_differences(ovn, server.store, [GATEWAY]):
+        assert time.monotonic() < end, found
+        time.sleep(0.05)
+
+
+def test_port_changes_follow_from_the_log_and_nb_stays_exact(
+    api: httpx.Client, ovn: OvnSandbox, server: RunningServer, nb_sync: NorthboundSync
+) -> None:
+    net = create_network(api, name="scoped")
+    subnet = create_subnet(api, net["id"], "10.5.0.0/24")
+    web = create(api, "security-groups", "security_group", name="web")
+    create(
+        api,
+        "security-group-rules",
+        "security_group_rule",
+        security_group_id=web["id"],
+        direction="ingress",
+        ethertype="IPv4",
+        protocol="tcp",
+        port_range_min=22,
+        port_range_max=22,
+        remote_group_id=web["id"],
+    )
+    first = create(api, "ports", "port", network_id=net["id"], security_groups=[web["id"]])
+    nb_sync.wait_synced()
+    _exact(ovn, server)
+
+    def port_change(change: Callable[[], Any]) -> None:
+        change()
+        assert nb_sync.wait_synced().read == "log"
+        _exact(ovn, server)
+
+    made: list[dict[str, Any]] = []
+    port_change(lambda: made.append(create(api, "ports", "port", network_id=net["id"], security_groups=[web["id"]],
+                                           allowed_address_pairs=[{"ip_address": "10.5.0.200"}])))  # fmt: skip
+    port = made[0]["id"]
+    ip = [{"subnet_id": subnet["id"], "ip_address": "10.5.0.77"}]
+    port_change(lambda: api.put(f"/ports/{port}", json={"port": {"fixed_ips": ip}}).raise_for_status())
+    port_change(lambda: api.put(f"/ports/{port}", json={"port": {"binding:host_id": "node-9"}}).raise_for_status())
+    off = {"port_security_enabled": False, "security_groups": [], "allowed_address_pairs": []}
+    port_change(lambda: api.put(f"/ports/{port}", json={"port": off}).raise_for_status())
+    # behind the writer's back, between two port changes: the next scoped passes repair it too
+    ovn.nbctl("lsp-del", first["id"])
+    ovn.nbctl("set", "Address_Set", f"cn_as_{web['id'].replace('-', '_')}_ip4", "addresses=[]")
+    port_change(lambda: api.delete(f"/ports/{port}").raise_for_status())
+    assert first["id"] in by_name(ovn, "Logical_Switch_Port")

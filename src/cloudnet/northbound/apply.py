@@ -5,18 +5,23 @@ its own thread; on TRY_AGAIN it runs the command again on the fresher replica), 
 transaction whatever it holds. A row is cloudnet's when it has `external_ids:cloudnet:key`: such rows that the
 database no longer implies (or duplicates of one key) are deleted, changed columns are set back, missing rows are
 inserted and linked into their parent. Rows without the key are someone else's and are left alone.
+
+Big set columns (a Port_Group's thousands of ports, an Address_Set's addresses) are compared as the IDL holds them
+(held()) and written by their difference: the IDL's conversion of such a column into Python costs more than the rest
+of a pass. A pass told which specs changed (a hint) visits only the rows that may differ (_scope()).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ovsdbapp.backend.ovs_idl.command import BaseCommand
 
 from cloudnet.northbound import bigmaps
-from cloudnet.northbound.mirror import Mirror, Seen, touched
+from cloudnet.northbound.mirror import Changes, Mirror, Seen, touched
 from cloudnet.northbound.rows import Row
 
 TABLES = ("Logical_Switch", "Logical_Switch_Port", "Logical_Router", "Logical_Router_Port", "Gateway_Chassis",
@@ -27,6 +32,9 @@ MUTATE_OVER = 64  # values: a bigger set or map column whose NB value is known i
 LINKS = (("Logical_Switch", "ports"), ("Logical_Router", "ports"), ("Logical_Router", "static_routes"),
          ("Logical_Router", "nat"), ("Logical_Router_Port", "gateway_chassis"), ("Logical_Switch", "acls"),
          ("Port_Group", "acls"))  # fmt: skip
+PARENTS: dict[str, set[str]] = {}  # parent table -> its columns of children
+for _table, _column in LINKS:
+    PARENTS.setdefault(_table, set()).add(_column)
 
 
 @dataclass
@@ -64,12 +72,13 @@ class ApplyRows(BaseCommand):  # type: ignore[misc]
     """The ovsdbapp command of a pass: its result is the Report. `mirror` carries what earlier passes found (a pass
     without one, or with `full`, reads and compares every row)."""
 
-    def __init__(self, api: Any, rows: list[Row], mirror: Mirror | None = None, full: bool = True) -> None:
+    def __init__(self, api: Any, rows: list[Row], mirror: Mirror | None = None, full: bool = True,
+                 hint: set[str] | None = None) -> None:  # fmt: skip
         super().__init__(api)
-        self.rows, self.mirror, self.full = rows, mirror if mirror is not None else Mirror(), full
+        self.rows, self.mirror, self.full, self.hint = rows, mirror if mirror is not None else Mirror(), full, hint
 
     def run_idl(self, txn: Any) -> None:
-        self.result = apply(txn, self.api.tables, self.rows, self.mirror, self.full, self.api.idl)
+        self.result = apply(txn, self.api.tables, self.rows, self.mirror, self.full, self.api.idl, self.hint)
 
     def post_commit(self, txn: Any) -> None:
         self.mirror.committed(self.api.idl, lambda row_id: txn.get_insert_uuid(row_id) or row_id)
@@ -86,7 +95,8 @@ class _Links:
     def holds(self, parent: Any, column: str, child: Any) -> bool:
         key = (parent.uuid, column)
         if key not in self._children:
-            self._children[key] = {r.uuid for r in getattr(parent, column)}
+            found = held(parent, column)
+            self._children[key] = set(found) if found is not None else {r.uuid for r in getattr(parent, column)}
         return child.uuid in self._children[key]
 
     def parent_of(self, child: Any) -> tuple[Any, str] | None:
@@ -95,40 +105,52 @@ class _Links:
             for table, column in LINKS:
                 for parent in self.tables[table].rows.values():
                     # (a parent inserted in this transaction has nothing to read yet: the IDL raises for it)
-                    for row in getattr(parent, column, []):
-                        self._all[row.uuid] = (parent, column)
+                    found = held(parent, column)
+                    for row_id in found if found is not None else (r.uuid for r in getattr(parent, column, [])):
+                        self._all[row_id] = (parent, column)
         return self._all.get(child.uuid)
 
 
 def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | None = None, full: bool = True,
-          idl: Any = None) -> Report:  # fmt: skip
+          idl: Any = None, hint: set[str] | None = None) -> Report:  # fmt: skip
+    """`hint`: the keys whose spec may differ from the last pass's (None: any); with it, a pass that is not full
+    visits only those rows, the rows changed in NB since and the rows it wrote to last time (scope())."""
     report = Report()
     mirror = mirror if mirror is not None else Mirror()
     dirty = mirror.refresh(idl, tables, TABLES, full)
     wanted: dict[str, Row] = {}
     for row in rows:
         wanted.setdefault(row.key, row)
-    owned: dict[str, Any] = {}
-    stale: list[tuple[str, Any]] = []
-    for row_id, (name, key) in list(mirror.index.items()):
-        idl_row = tables[name].rows.get(row_id)
-        if idl_row is None:
-            del mirror.index[row_id]
-            continue
-        spec = wanted.get(key)
-        if spec is None or spec.table != name or key in owned:
-            stale.append((key, idl_row))
-        else:
-            owned[key] = idl_row
+    scope = None if full or hint is None or not mirror.settled else _scope(mirror, wanted, hint, dirty)
+    visit = None if scope is None else scope | {wanted[k].parent for k in scope if k in wanted} - {None}
+    owned, stale = _owned(tables, mirror, wanted, visit)
+    if (
+        scope is not None
+        and visit is not None
+        and any(k not in owned and k in wanted and (k not in scope or wanted[k].table in PARENTS) for k in visit)
+    ):  # (a parent to insert: children outside the scope would be linked to it; one not there: no scope then)
+        scope = None
+        owned, stale = _owned(tables, mirror, wanted, None)
     links = _Links(tables)
     stale_ids = {idl_row.uuid for _key, idl_row in stale}
 
     resolved: dict[str, tuple[Any, bool]] = {}
+    if scope is not None:  # the parents of the rows visited, as NB holds them
+        resolved = {k: (owned[k], False) for k in (visit or set()) - scope if k in owned}
+    specs = list(wanted.values()) if scope is None else [spec for spec in wanted.values() if spec.key in scope]
+
+    def target(key: str) -> Any:
+        """The NB row of a key a row references: as resolved, or (outside the scope) as last seen."""
+        if key in resolved:
+            return resolved[key][0]
+        seen = None if scope is None or key in scope or key not in wanted else mirror.seen.get(key)
+        return None if seen is None else tables[seen.spec.table].rows.get(seen.row)
+
     known: dict[str, Seen] = {}  # rows whose NB state is what an earlier pass saw
     unchanged: set[str] = set()  # of those, the rows whose spec is the one seen (nothing to write but links, refs)
     new_children: dict[tuple[Any, str], list[Any]] = defaultdict(list)
     new_parents: dict[Any, Any] = {}
-    for spec in wanted.values():
+    for spec in specs:
         if spec.parent is not None and spec.parent not in resolved:
             continue  # (its parent was left out)
         idl_row = owned.get(spec.key)
@@ -142,7 +164,7 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             and (idl_row.uuid not in dirty or not touched(dirty, idl_row.uuid, _managed(spec)))
         ):
             known[spec.key] = seen
-        same_columns = spec.key in known and seen is not None and seen.spec == spec
+        same_columns = spec.key in known and seen is not None and (seen.spec is spec or seen.spec == spec)
         if same_columns:
             unchanged.add(spec.key)
         if created:
@@ -158,9 +180,16 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             if changed:
                 report.updated[spec.key] = changed
         elif not same_columns:
-            changed = [c for c, v in spec.columns.items() if not same(bigmaps.value(idl_row, c), v)]
-            for column in changed:
-                _set(txn, idl_row, column, spec.columns[column])
+            changed = []
+            for column, value in spec.columns.items():
+                found = held(idl_row, column) if isinstance(value, list) and len(value) > MUTATE_OVER else None
+                if found is None:
+                    if not same(bigmaps.value(idl_row, column), value):
+                        _set(txn, idl_row, column, value)
+                        changed.append(column)
+                elif found != frozenset(value):  # (a big set: compared and written by its values as they are)
+                    _write(txn, idl_row, column, list(found), value)
+                    changed.append(column)
             if changed:
                 report.updated[spec.key] = changed
         resolved[spec.key] = (idl_row, created)
@@ -188,53 +217,100 @@ def apply(txn: Any, tables: dict[str, Any], rows: list[Row], mirror: Mirror | No
             report.updated.setdefault(spec.key, []).append("parent")
     for (parent_uuid, column), children in new_children.items():
         setattr(new_parents[parent_uuid], column, children)
-    _set_refs(wanted, resolved, report, known, unchanged)
+    _set_refs(specs, resolved, target, report, known, unchanged)
     for key, idl_row in stale:
         link = links.parent_of(idl_row)
         if link is not None and link[0].uuid not in stale_ids:
             link[0].delvalue(link[1], idl_row)
         idl_row.delete()
         report.deleted.append(key)
-    _remember(mirror, wanted, resolved, report, unchanged)
+    _remember(mirror, wanted, resolved, target, report, unchanged, scope)
     return report
 
 
-def _targets(spec: Row, resolved: dict[str, tuple[Any, bool]]) -> dict[str, list[Any]]:
-    return {column: [resolved[k][0] for k in keys if k in resolved] for column, keys in spec.refs.items()}
+def _owned(tables: dict[str, Any], mirror: Mirror, wanted: dict[str, Row],
+           visit: set[str] | None) -> tuple[dict[str, Any], list[tuple[str, Any]]]:  # fmt: skip
+    """The NB row of each key (of those visited), and the rows cloudnet owns that no spec wants (or a second of a
+    key)."""
+    owned: dict[str, Any] = {}
+    stale: list[tuple[str, Any]] = []
+    for row_id, (name, key) in list(mirror.index.items()):
+        if visit is not None and key not in visit:
+            continue
+        idl_row = tables[name].rows.get(row_id)
+        if idl_row is None:
+            del mirror.index[row_id]
+            continue
+        spec = wanted.get(key)
+        if spec is None or spec.table != name or key in owned:
+            stale.append((key, idl_row))
+        else:
+            owned[key] = idl_row
+    return owned, stale
 
 
-def _set_refs(wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
-              known: dict[str, Seen], unchanged: set[str]) -> None:  # fmt: skip
+def _scope(mirror: Mirror, wanted: dict[str, Row], hint: set[str], dirty: Changes) -> set[str]:
+    """What a pass must visit when only the specs of `hint` changed since the last pass: those, the rows changed in
+    NB since (each other row is as its spec, which an earlier pass saw there), the rows the last pass wrote to, and
+    the children of a row whose column of children changed in NB."""
+    keys = hint | mirror.recheck | mirror.dirty_keys
+    parents = {mirror.index[row_id][1] for row_id, (table, columns) in dirty.items() if row_id in mirror.index and
+               table in PARENTS and (columns is None or not columns.isdisjoint(PARENTS[table]))}  # fmt: skip
+    if parents:
+        keys |= {spec.key for spec in wanted.values() if spec.parent in parents}
+    return keys
+
+
+def _targets(spec: Row, target: Callable[[str], Any]) -> dict[str, list[Any]]:
+    return {column: [r for r in map(target, keys) if r is not None] for column, keys in spec.refs.items()}
+
+
+def _set_refs(specs: list[Row], resolved: dict[str, tuple[Any, bool]], target: Callable[[str], Any],
+              report: Report, known: dict[str, Seen], unchanged: set[str]) -> None:  # fmt: skip
     """Point each row's reference columns at the rows of the keys it names (those left out are skipped)."""
     inserted = set(report.created)
-    for spec in wanted.values():
+    for spec in specs:
         if not spec.refs or spec.key not in resolved:
             continue
         if spec.key in unchanged and not any(k in inserted for keys in spec.refs.values() for k in keys):
             continue  # (the same keys, resolved to the same rows as when it was seen)
         idl_row, created = resolved[spec.key]
         was = dict(known[spec.key].refs) if spec.key in known else {}
-        for column, rows in _targets(spec, resolved).items():
+        for column, rows in _targets(spec, target).items():
             ids = frozenset(r.uuid for r in rows)
-            if column in was:  # (what NB holds is known: no reading it back)
-                if was[column] == ids:
+            # What NB holds: known (no reading it back), else read as it is (the IDL's conversion of a column into
+            # rows costs more than all the rest of a pass when it holds thousands)
+            now = was[column] if column in was else None if created else held(idl_row, column)
+            if now is not None:
+                if now == ids:
                     continue
-                if len(was[column]) + len(ids) > MUTATE_OVER:
+                if len(now) + len(ids) > MUTATE_OVER:
                     by_id = {r.uuid: r for r in rows}
-                    for gone in was[column] - ids:
+                    for gone in now - ids:
                         idl_row.delvalue(column, gone)
-                    for new in ids - was[column]:
+                    for new in ids - now:
                         idl_row.addvalue(column, by_id[new])
                 else:
                     setattr(idl_row, column, rows)
-            elif not created and sorted(str(r.uuid) for r in getattr(idl_row, column)) == sorted(
-                str(r.uuid) for r in rows
-            ):
-                continue
             else:
                 setattr(idl_row, column, rows)
             if not created:
                 report.updated.setdefault(spec.key, []).append(column)
+
+
+def held(idl_row: Any, column: str) -> frozenset[Any] | None:
+    """The values of a set column as NB holds them (a reference as its uuid), straight from the IDL's copy; None when
+    this transaction already changed the column (or the row is new): reading it is then the IDL's business."""
+    if idl_row._data is None or column in idl_row._changes:
+        return None
+    if any(column in idl_row._mutations.get(kind, ()) for kind in ("_inserts", "_removes")):
+        return None
+    if column not in idl_row._table.columns:
+        return None
+    datum = idl_row._data[column]  # (not .get(): a column at its default is made on demand)
+    if datum.type.is_map():
+        return None
+    return frozenset(atom.value for atom in datum.values)
 
 
 def _managed(spec: Row) -> tuple[str, ...]:
@@ -276,13 +352,18 @@ def _ref_ids(targets: dict[str, list[Any]]) -> tuple[tuple[str, frozenset[Any]],
     return tuple((column, frozenset(r.uuid for r in rows)) for column, rows in sorted(targets.items()))
 
 
-def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]], report: Report,
-              unchanged: set[str]) -> None:  # fmt: skip
+def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[Any, bool]],
+              target: Callable[[str], Any], report: Report, unchanged: set[str],
+              scope: set[str] | None) -> None:  # fmt: skip
     """Rows this pass found equal to their spec (nothing written to them) need no reading next time unless they or
     their spec change; rows it updated are read again once (after the echo of this commit); rows it inserted are
     known once the commit succeeds (Mirror.committed)."""
     mirror.inserted = []
+    mirror.recheck = set(report.updated)
+    mirror.settled = not report  # (until the commit succeeds: Mirror.committed)
     for key, (idl_row, created) in resolved.items():
+        if scope is not None and key not in scope:
+            continue  # (a parent of a row visited, itself not)
         if key in unchanged and key not in report.updated:
             continue  # (what was seen stands)
         if key in report.updated:
@@ -290,7 +371,7 @@ def _remember(mirror: Mirror, wanted: dict[str, Row], resolved: dict[str, tuple[
             continue
         spec = wanted[key]
         parent = resolved[spec.parent][0].uuid if spec.parent is not None else None
-        seen = Seen(spec, idl_row.uuid, parent, _ref_ids(_targets(spec, resolved)))
+        seen = Seen(spec, idl_row.uuid, parent, _ref_ids(_targets(spec, target)))
         if created:
             mirror.seen.pop(key, None)
             mirror.inserted.append(seen)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -30,6 +31,25 @@ from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 
 ROUTER_LSP_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
+AP = t.allowed_address_pairs
+# (in one order whatever reads them, all or some: a port's port_security lists its pairs' MACs in this order)
+PAIR_COLUMNS = (AP.c.port_id, AP.c.mac_address, AP.c.ip_address)
+PAIRS = select(*PAIR_COLUMNS).order_by(*PAIR_COLUMNS)
+
+
+@dataclass
+class Basis:
+    """What a build derived from the whole database that one port's rows depend on beyond the port's own rows
+    (ports, ip_allocations, allowed_address_pairs, port_security_groups): scoped.py rebuilds a port's rows from it.
+    `special`: ports whose rows, or whose change, reach beyond the port's own rows and its groups' (router and
+    metadata ports, routers' gateway ports, ports refused or left out); a change to one is read in full."""
+
+    switches: set[str] = field(default_factory=set)
+    subnets: dict[str, Any] = field(default_factory=dict)
+    dhcp: dict[str, str] = field(default_factory=dict)  # subnet -> its DHCP_Options key
+    groups: dict[str, list[str]] = field(default_factory=dict)  # port -> every group it is in
+    special: set[str] = field(default_factory=set)
+    acls: desired_acls.Groups = field(default_factory=desired_acls.Groups)
 
 
 def _port_security(mac: str, ips: list[str], pairs: list[tuple[str, str]]) -> list[str]:
@@ -40,15 +60,56 @@ def _port_security(mac: str, ips: list[str], pairs: list[tuple[str, str]]) -> li
     return [" ".join([m, *sorted(set(v), key=ip_key)]) for m, v in by_mac.items()]
 
 
+def port_row(p: Any, fixed: list[tuple[str, str]], pairs: list[tuple[str, str]], subnets: dict[str, Any],
+             dhcp: dict[str, str], router_port: bool) -> Row:  # fmt: skip
+    """A port's Logical_Switch_Port (`router_port`: it is an interface or gateway of a router that exists)."""
+    ips = [address for _subnet, address in fixed]
+    key = f"lsp/{p.id}"
+    columns: dict[str, Any] = {
+        "name": p.id, "enabled": [bool(p.admin_state_up)], "options": {}, "port_security": [], "tag": [],
+        "external_ids": ids(key, port_id=p.id, network_id=p.network_id, project_id=p.project_id, name=p.name,
+                             device_owner=p.device_owner, device_id=p.device_id),
+    }  # fmt: skip
+    own = " ".join([p.mac_address, *ips])
+    if router_port:
+        options = {"router-port": f"lrp-{p.id}"}
+        if p.device_owner == ROUTER_GATEWAY:
+            options["nat-addresses"] = "router"
+        columns.update(type="router", addresses=["router"], options=options)
+    elif p.device_owner == metadata_ports.DEVICE_OWNER:
+        columns.update(type="localport", addresses=[own])
+    elif p.port_security_enabled:
+        columns.update(type="", addresses=[own], port_security=_port_security(p.mac_address, ips, pairs))
+    else:
+        columns.update(type="", addresses=[own, "unknown"])
+    refs: dict[str, list[str]] = {"dhcpv4_options": [], "dhcpv6_options": []}
+    if columns["type"] == "":
+        if p.host_id and SAFE_NAME.fullmatch(p.host_id):
+            # Only the chassis the port is bound to claims it: its iface-id plugged on another stays unbound.
+            columns["options"] = {"requested-chassis": p.host_id}
+        for version in (4, 6):
+            linked = [dhcp[s] for s, _a in fixed if s in dhcp and subnets[s].ip_version == version]
+            refs[f"dhcpv{version}_options"] = linked[:1]
+    return Row("Logical_Switch_Port", key, columns, parent=f"ls/{p.network_id}", parent_column="ports", refs=refs)
+
+
+def current_revision(conn: Connection) -> int:
+    return int(conn.execute(select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)).scalar() or 0)
+
+
 def read(store: Store, gateway_chassis: Sequence[str] = ()) -> Desired:
     with store.read(snapshot=True) as conn:
         return build(conn, gateway_chassis)
 
 
 def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
+    return build_with_basis(conn, gateway_chassis)[0]
+
+
+def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> tuple[Desired, Basis]:
     N, S, P, A, R = t.networks, t.subnets, t.ports, t.ip_allocations, t.routers
-    revision = conn.execute(select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)).scalar() or 0
-    out = Desired(int(revision))
+    out = Desired(current_revision(conn))
+    basis = Basis()
     networks = conn.execute(select(N).order_by(N.c.id)).all()
     subnets = {s.id: s for s in conn.execute(select(S))}
     ports = conn.execute(select(P).order_by(P.c.network_id, P.c.id)).all()
@@ -58,8 +119,7 @@ def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
     for items in fixed.values():
         items.sort(key=lambda item: ip_key(item[1]))
     pairs: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    AP = t.allowed_address_pairs
-    for port_id, mac, address in conn.execute(select(AP.c.port_id, AP.c.mac_address, AP.c.ip_address)):
+    for port_id, mac, address in conn.execute(PAIRS):
         pairs[port_id].append((mac, address))
     routers = {r.id: r for r in conn.execute(select(R).order_by(R.c.id))}
     chassis = [c for c in gateway_chassis if SAFE_NAME.fullmatch(c)]
@@ -94,50 +154,32 @@ def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
     PSG = t.port_security_groups
     for port_id, group_id in conn.execute(select(PSG.c.port_id, PSG.c.security_group_id)):
         groups[port_id].append(group_id)
+    basis.switches, basis.subnets, basis.dhcp, basis.groups = switches, subnets, dhcp, groups
     filtered: dict[str, list[str]] = {}  # port -> its groups, for every port with port security on
     identities: dict[str, tuple[str, str, list[str]]] = {}  # port -> (network, MAC, fixed IPs)
     router_ports: dict[str, list[Any]] = defaultdict(list)  # router -> its interface ports
     for p in ports:
         if p.network_id not in switches:
+            basis.special.add(p.id)
             continue
         if not SAFE_NAME.fullmatch(p.id):
             out.refused.append(f"port {p.id!r}: its id is not a plain name")
+            basis.special.add(p.id)
             continue
-        ips = [address for _subnet, address in fixed.get(p.id, [])]
-        key = f"lsp/{p.id}"
-        columns: dict[str, Any] = {
-            "name": p.id, "enabled": [bool(p.admin_state_up)], "options": {}, "port_security": [], "tag": [],
-            "external_ids": ids(key, port_id=p.id, network_id=p.network_id, project_id=p.project_id, name=p.name,
-                                 device_owner=p.device_owner, device_id=p.device_id),
-        }  # fmt: skip
-        own = " ".join([p.mac_address, *ips])
-        if p.device_owner in ROUTER_LSP_OWNERS and p.device_id in routers:
-            options = {"router-port": f"lrp-{p.id}"}
-            if p.device_owner == ROUTER_GATEWAY:
-                options["nat-addresses"] = "router"
-            else:
-                router_ports[p.device_id].append(p)
-            columns.update(type="router", addresses=["router"], options=options)
-        elif p.device_owner == metadata_ports.DEVICE_OWNER:
-            columns.update(type="localport", addresses=[own])
-        elif p.port_security_enabled:
-            columns.update(type="", addresses=[own], port_security=_port_security(p.mac_address, ips, pairs[p.id]))
-            filtered[p.id] = sorted(groups.get(p.id, []))
-        else:
-            columns.update(type="", addresses=[own, "unknown"])
-        refs: dict[str, list[str]] = {"dhcpv4_options": [], "dhcpv6_options": []}
-        if columns["type"] == "":
-            identities[p.id] = (p.network_id, p.mac_address, ips)
-            if p.host_id and SAFE_NAME.fullmatch(p.host_id):
-                # Only the chassis the port is bound to claims it: its iface-id plugged on another stays unbound.
-                columns["options"] = {"requested-chassis": p.host_id}
-            for version in (4, 6):
-                linked = [dhcp[s] for s, _a in fixed.get(p.id, []) if s in dhcp and subnets[s].ip_version == version]
-                refs[f"dhcpv{version}_options"] = linked[:1]
-        out.rows.append(Row("Logical_Switch_Port", key, columns, parent=f"ls/{p.network_id}", parent_column="ports",
-                            refs=refs))  # fmt: skip
+        router_port = p.device_owner in ROUTER_LSP_OWNERS and p.device_id in routers
+        lsp = port_row(p, fixed.get(p.id, []), pairs.get(p.id, []), subnets, dhcp, router_port)
+        out.rows.append(lsp)
+        if router_port and p.device_owner != ROUTER_GATEWAY:
+            router_ports[p.device_id].append(p)
+        if lsp.columns["type"] == "":
+            identities[p.id] = (p.network_id, p.mac_address, [address for _subnet, address in fixed.get(p.id, [])])
+            if p.port_security_enabled:
+                filtered[p.id] = sorted(groups.get(p.id, []))
+        if p.device_owner in ROUTER_LSP_OWNERS or p.device_owner == metadata_ports.DEVICE_OWNER:
+            basis.special.add(p.id)  # (routers' rows, DHCP's metadata route and forwards depend on these)
 
     by_id = {p.id: p for p in ports}
+    basis.special.update(r.gw_port_id for r in routers.values() if r.gw_port_id)
     for r in routers.values():
         if not SAFE_NAME.fullmatch(r.id):
             out.refused.append(f"router {r.id!r}: its id is not a plain name")
@@ -148,10 +190,11 @@ def build(conn: Connection, gateway_chassis: Sequence[str] = ()) -> Desired:
         physnet = physnets.get(gateway.network_id) if gateway is not None else None
         gateways = desired_routers.gateways(chassis, physnet, by_physnet, reporting)
         desired_routers.router(conn, out, r, router_ports[r.id], gateway, fixed, subnets, gateways)
-    desired_acls.add(conn, out, filtered, identities)
+    basis.acls = desired_acls.add(conn, out, filtered, identities)
+    basis.special |= basis.acls.unidentified
     lrs = {row.key.removeprefix("lr/") for row in out.rows if row.table == "Logical_Router"}
     links = desired_forwards.add(conn, out, lrs, switches)
     for row in out.rows:
         if row.table in ("Logical_Router", "Logical_Switch"):
             row.refs["load_balancer"] = links.get(row.key, [])
-    return out
+    return out, basis

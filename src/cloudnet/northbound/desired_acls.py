@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection
@@ -31,6 +32,16 @@ DROP_GROUP = "cloudnet_pg_drop"
 ALLOW, DROP, IDENTITY = 1002, 1001, 1003
 METADATA = {4: "169.254.169.254", 6: "fe80::a9fe:a9fe"}
 L4 = {6: "tcp", 17: "udp", 132: "sctp"}  # protocols whose destination ports OVN can match
+
+
+@dataclass
+class Groups:
+    """What `add` built the group rows from beyond each port's own rows (scoped.py follows them port by port)."""
+
+    filtered: set[str] = field(default_factory=set)  # the ports in cloudnet_pg_drop
+    members: dict[str, set[str]] = field(default_factory=dict)  # group -> its filtered ports (each such port's groups)
+    address_sets: set[str] = field(default_factory=set)  # groups with Address_Set rows (remote groups in use)
+    unidentified: set[str] = field(default_factory=set)  # ports left without a metadata identity rule
 
 
 def pg_name(group_id: str) -> str:
@@ -48,6 +59,11 @@ def link_local(mac: str) -> str:
     return str(ipaddress.IPv6Address(eui))
 
 
+def member_refs(ports: Iterable[str]) -> dict[str, list[str]]:
+    """A Port_Group's `ports`: its member ports' switch ports."""
+    return {"ports": [f"lsp/{p}" for p in sorted(ports)]}
+
+
 def _acl(key: str, direction: str, priority: int, match: str, action: str, parent: str, **extra: str) -> Row:
     return Row("ACL", key, {
         "direction": direction, "priority": priority, "match": match, "action": action,
@@ -55,13 +71,13 @@ def _acl(key: str, direction: str, priority: int, match: str, action: str, paren
     }, parent=parent, parent_column="acls")  # fmt: skip
 
 
-def add(conn: Connection, out: Desired, filtered: dict[str, list[str]], identities: dict[str, Any]) -> None:
+def add(conn: Connection, out: Desired, filtered: dict[str, list[str]], identities: dict[str, Any]) -> Groups:
     """`filtered`: {port id: its security group ids} of every switch port with port security on (ids already plain);
     `identities`: {port id: (network id, MAC, [fixed IPs])} of every instance-side port."""
-    _identity_rules(out, identities)
+    basis = Groups(filtered=set(filtered), unidentified=identity_rules(out, identities))
     drop_key = "pg/drop"
     out.rows.append(Row("Port_Group", drop_key, {"name": DROP_GROUP, "external_ids": ids(drop_key)},
-                        refs={"ports": [f"lsp/{p}" for p in sorted(filtered)]}))  # fmt: skip
+                        refs=member_refs(filtered)))  # fmt: skip
     out.rows += [
         _acl("acl/drop/egress", "from-lport", DROP, f"inport == @{DROP_GROUP} && ip", "drop", drop_key),
         _acl("acl/drop/ingress", "to-lport", DROP, f"outport == @{DROP_GROUP} && ip", "drop", drop_key),
@@ -72,19 +88,21 @@ def add(conn: Connection, out: Desired, filtered: dict[str, list[str]], identiti
              drop_key),
     ]  # fmt: skip
     groups, remotes = groups_of(conn, [{"security_groups": g} for g in filtered.values()])
-    members: dict[str, list[str]] = {}
+    members: dict[str, set[str]] = {}
     for port_id, group_ids in filtered.items():
         for g in group_ids:
-            members.setdefault(g, []).append(port_id)
+            members.setdefault(g, set()).add(port_id)
+    basis.members = members
     usable = {g for g in groups if SAFE_NAME.fullmatch(g)}
     out.refused += [f"security group {g!r}: its id is not a plain name" for g in sorted(set(groups) - usable)]
-    for remote_id in sorted(set(remotes) & usable):
-        _address_sets(out, remote_id, remotes[remote_id])
+    basis.address_sets = set(remotes) & usable
+    for remote_id in sorted(basis.address_sets):
+        address_sets(out, remote_id, remotes[remote_id])
     for group_id in sorted(usable & set(members)):
         group = groups[group_id]
         key = f"pg/{group_id}"
         out.rows.append(Row("Port_Group", key, {"name": pg_name(group_id), "external_ids": ids(key, sg_id=group_id)},
-                            refs={"ports": [f"lsp/{p}" for p in sorted(members[group_id])]}))  # fmt: skip
+                            refs=member_refs(members[group_id])))  # fmt: skip
         action = "allow-related" if group["stateful"] else "allow-stateless"
         for rule in group["rules"]:
             try:
@@ -98,9 +116,10 @@ def add(conn: Connection, out: Desired, filtered: dict[str, list[str]], identiti
             rule_key = f"acl/{group_id}/{rule['id']}"
             out.rows.append(_acl(rule_key, direction, ALLOW, match, action, key, sg_id=group_id,
                                  rule_id=str(rule["id"])))  # fmt: skip
+    return basis
 
 
-def _address_sets(out: Desired, group_id: str, cidrs: Iterable[str]) -> None:
+def address_sets(out: Desired, group_id: str, cidrs: Iterable[str]) -> None:
     nets = [ipaddress.ip_network(c, strict=False) for c in cidrs]
     for version in (4, 6):
         key = f"as/{group_id}/{version}"
@@ -166,13 +185,16 @@ def rule_match(pg: str, rule: dict[str, Any], groups: set[str]) -> str | None:
     return " && ".join(parts)
 
 
-def _identity_rules(out: Desired, identities: dict[str, Any]) -> None:
+def identity_rules(out: Desired, identities: dict[str, Any]) -> set[str]:
+    """The metadata identity rules of these ports; returns the ports left without (refused)."""
+    refused: set[str] = set()
     for port_id, (network_id, mac, fixed) in sorted(identities.items()):
         try:
             own = {4: [address(a) for a in fixed if ":" not in a], 6: [address(a) for a in fixed if ":" in a]}
             own[6].append(link_local(mac))
         except ValueError as exc:
             out.refused.append(f"port {port_id!r}: no metadata identity rule ({exc}); left out")
+            refused.add(port_id)
             continue
         for version, dst in METADATA.items():
             ip = f"ip{version}"
@@ -181,3 +203,4 @@ def _identity_rules(out: Desired, identities: dict[str, Any]) -> None:
             match = f'inport == "{port_id}" && {ip} && {ip}.dst == {dst}{source}'
             key = f"acl/identity/{port_id}/{version}"
             out.rows.append(_acl(key, "from-lport", IDENTITY, match, "drop", f"ls/{network_id}", port_id=port_id))
+    return refused

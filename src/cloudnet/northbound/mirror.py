@@ -116,6 +116,11 @@ class Mirror:
     seen: dict[str, Seen] = field(default_factory=dict)
     session: int = -1
     inserted: list[Seen] = field(default_factory=list)  # rows the pass inserts, by their temporary uuids
+    recheck: set[str] = field(default_factory=set)  # keys of the rows the last pass wrote to (no longer seen)
+    dirty_keys: set[str] = field(default_factory=set)  # keys of the rows changed in NB, as of the last refresh
+    # Whether the last pass's writes are known to be in NB (committed, or none): else the next one visits every row
+    # (what it took as news may not have been written: a retried or failed transaction)
+    settled: bool = False
 
     def committed(self, idl: Any, real: Any) -> None:
         """After the pass's transaction succeeded: the rows it inserted are as their spec (nobody could change them
@@ -128,13 +133,14 @@ class Mirror:
             parent = real(seen.parent) if seen.parent is not None else None
             self.seen[seen.spec.key] = Seen(seen.spec, row_id, parent, refs)
         self.inserted = []
+        self.settled = True
 
     def refresh(self, idl: Any, tables: dict[str, Any], names: tuple[str, ...], full: bool) -> Changes:
         """Bring the index up to date; the rows that changed since the last pass (all of them, if full)."""
         changed: Changes = idl.take_changed() if isinstance(idl, NbIdl) else {}
         session = idl._session.get_seqno() if hasattr(idl, "_session") else -1
         if full or session != self.session or not isinstance(idl, NbIdl):
-            self.session = session
+            self.session, self.settled = session, False  # (every row is news: this pass visits them all)
             self.index.clear()
             self.seen.clear()
             for name in names:
@@ -143,7 +149,10 @@ class Mirror:
                     if key is not None:
                         self.index[idl_row.uuid] = (name, key)
             return {row_id: (name, None) for row_id, (name, _key) in self.index.items()}
+        self.dirty_keys = set()
         for row_id, (name, columns) in changed.items():
+            if row_id in self.index:
+                self.dirty_keys.add(self.index[row_id][1])
             if name not in names or (columns is not None and "external_ids" not in columns):
                 continue  # (its key did not change)
             idl_row = tables[name].rows.get(row_id)
@@ -152,4 +161,5 @@ class Mirror:
                 self.index.pop(row_id, None)
             else:
                 self.index[row_id] = (name, key)
+                self.dirty_keys.add(key)
         return changed

@@ -3,9 +3,11 @@
 It wakes on every change this process commits (the store's change feed), and at least every `interval` seconds to
 notice other server processes' changes (the revision counter) and changes made to NB behind its back (the IDL's
 change counter): each pass reads the desired rows (desired.py) when the revision moved and applies them in one NB
-transaction (apply.py), so changes that arrive during a pass form the next batch. A pass reads back and compares
-only the NB rows that may differ (mirror.py: rows changed in NB since, or whose desired spec changed); every row on
-the first pass, after a reconnect or a failed pass, and every FULL_EVERY seconds. The first pass after start and
+transaction (apply.py), so changes that arrive during a pass form the next batch. When the revision log since the
+last read holds only port changes, a pass reads only the rows those touch (scoped.py) and visits only those, the NB
+rows changed since and the ones it wrote last time; otherwise it reads all and compares only the NB rows that may
+differ (mirror.py: rows changed in NB since, or whose desired spec changed). It reads and compares every row on the
+first pass, after a reconnect or a failed pass, and every FULL_EVERY seconds. The first pass after start and
 after every reconnect is a full resync like any other: the diff covers every row cloudnet owns, repairs it and
 reports what differed. While NB is unreachable or a pass fails, `status` says so with the reason, and passes are
 retried with backoff.
@@ -31,6 +33,7 @@ from ovsdbapp.backend.ovs_idl import connection, transaction
 from sqlalchemy import select
 
 from cloudnet.northbound import desired as desired_rows
+from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
 from cloudnet.northbound.mirror import Mirror, NbIdl
 from cloudnet.ovn.jsonparser import use_c_parser
@@ -71,7 +74,9 @@ class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
 class Status:
     """Where the writer is: `ok` None before the first pass; `revision`: the database revision NB last matched.
     The last pass's timing (time.monotonic() seconds, for benchmarks and logs): `took` from its start to its NB
-    commit, `read_took` of that reading cloudnet's database, `committed_at` when its commit returned."""
+    commit, `read_took` of that reading cloudnet's database, `committed_at` when its commit returned; `read` how the
+    last pass that read cloudnet's database read it: "full", or "log" (only what the revision log's events since the
+    last read touch: scoped.py)."""
 
     ok: bool | None = None
     reason: str = ""
@@ -82,6 +87,7 @@ class Status:
     took: float = 0.0
     read_took: float = 0.0
     committed_at: float = 0.0
+    read: str = ""
 
 
 class NorthboundSync:
@@ -147,7 +153,7 @@ class NorthboundSync:
     def _run(self) -> None:
         backoff = 0.0
         seen_seqno: int | None = None
-        cached: desired_rows.Desired | None = None
+        cached: scoped.Cache | None = None
         last_full = 0.0
         failed = False
         while not self._stop.is_set():
@@ -183,15 +189,18 @@ class NorthboundSync:
                     backoff = 0.0
                     continue
                 drift = cached is not None and revision == cached.revision
-                if cached is None or revision != cached.revision:
-                    cached = desired_rows.read(self.store, self.gateway_chassis)
-                read_done = time.monotonic()
                 reconnected = seen_seqno is None
+                full = reconnected or failed or time.monotonic() - last_full >= FULL_EVERY
+                read, hint = "", set()  # (the keys whose rows the read changed; None: any)
+                # A full pass reads in full too, unless nothing changed since the last full read.
+                if cached is None or revision != cached.revision or (full and cached.scoped):
+                    cached, hint = self._read(cached, full)
+                    read = "full" if hint is None else "log"
+                read_done = time.monotonic()
                 # Taken before the diff: an edit made behind our back while this pass runs moves the counter past
                 # it, so the next pass looks again (our own commit's echo costs one pass that finds nothing).
                 before = idl.change_seqno
-                full = reconnected or failed or time.monotonic() - last_full >= FULL_EVERY
-                report = self._commit(cached.rows, full)
+                report = self._commit(list(cached.rows.values()), full, hint)
                 if full:
                     last_full, failed = started, False
                 committed = time.monotonic()
@@ -199,18 +208,28 @@ class NorthboundSync:
                 self._report(report, full=reconnected or drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
                                  tuple(cached.refused), took=committed - started, read_took=read_done - started,
-                                 committed_at=committed))  # fmt: skip
+                                 committed_at=committed, read=read or self.status.read))  # fmt: skip
                 backoff = 0.0
             except Exception as exc:  # every failure is reported and retried: the server must keep serving
                 self._fail(f"{type(exc).__name__}: {exc}"[:500])
                 failed = True  # (what the failed pass took as changed may not have been compared)
                 backoff = min(MAX_BACKOFF, max(0.2, backoff * 2))
 
-    def _commit(self, rows: list[desired_rows.Row], full: bool) -> Report:
+    def _read(self, cache: scoped.Cache | None, full: bool) -> tuple[scoped.Cache, set[str] | None]:
+        """The desired rows now, from what changed since `cache` if that is all it takes (not on a full pass), and
+        the keys whose rows that changed (None: a full read)."""
+        with self.store.read(snapshot=True) as conn:
+            if cache is not None and not full:
+                changed = cache.advance(conn, desired_rows.current_revision(conn))
+                if changed is not None:
+                    return cache, changed
+            return scoped.Cache.of(*desired_rows.build_with_basis(conn, self.gateway_chassis)), None
+
+    def _commit(self, rows: list[desired_rows.Row], full: bool, hint: set[str] | None) -> Report:
         assert self._api is not None
         timeout = self.timeout + ROW_BUDGET * len(rows)
         with self._api.transaction(check_error=True, timeout=timeout) as txn:
-            command = txn.add(ApplyRows(self._api, rows, self._mirror, full))
+            command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
         return command.result if isinstance(command.result, Report) else Report()
 
     def _report(self, report: Report, *, full: bool, first: bool) -> None:
