@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +141,22 @@ def cpu_seconds(cloud: OvnCloud) -> dict[str, float]:
             label = name if index == 0 else f"{name}[{index}]"
             out[label] = (int(fields[11]) + int(fields[12])) / ticks
     return out
+
+
+def settled_flows(cloud: OvnCloud, done: Callable[[int], bool], quiet: float, timeout: float = 180
+                  ) -> tuple[float, int]:  # fmt: skip
+    """Poll br-int's flow count until `done(count)` holds and the count has not changed for `quiet` seconds; the
+    monotonic time of its last change and the count."""
+    deadline = time.monotonic() + timeout
+    last, changed = cloud.flow_total(), time.monotonic()
+    while not done(last) or time.monotonic() - changed < quiet:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"br-int flows did not settle in {timeout:g} s (last {last})")
+        time.sleep(0.02)  # (polled: the flow count has no event to wait on)
+        now = cloud.flow_total()
+        if now != last:
+            last, changed = now, time.monotonic()
+    return changed, last
 
 
 def wait_quiet(cloud: OvnCloud, quiet: float = 0.25, timeout: float = 60) -> float:

@@ -35,7 +35,17 @@ import time
 from typing import Any
 
 from common import machine_load, ms, percentile, row
-from ovn_common import OvnCloud, cpu_seconds, cpu_used, ovn_cloud, plug, router_site, wait_for, wait_quiet
+from ovn_common import (
+    OvnCloud,
+    cpu_seconds,
+    cpu_used,
+    ovn_cloud,
+    plug,
+    router_site,
+    settled_flows,
+    wait_for,
+    wait_quiet,
+)
 
 PORTS = 10_000
 SPREAD = 40  # forwards of the second shape, PORTS / SPREAD ports each
@@ -67,26 +77,11 @@ def settle(cloud: OvnCloud) -> int:
     return cloud.flow_total()
 
 
-def settled_flows(cloud: OvnCloud, at_least: int, quiet: float = 2.0, timeout: float = 180) -> tuple[float, int]:
-    """Poll br-int's flow count until it is at least `at_least` and has not changed for `quiet` seconds; the
-    monotonic time of its last change and the count."""
-    deadline = time.monotonic() + timeout
-    last, changed = cloud.flow_total(), time.monotonic()
-    while last < at_least or time.monotonic() - changed < quiet:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"br-int flows did not settle at >= {at_least} in {timeout:g} s (last {last})")
-        time.sleep(0.02)
-        now = cloud.flow_total()
-        if now != last:
-            last, changed = now, time.monotonic()
-    return changed, last
-
-
 def measure_pass(cloud: OvnCloud, addresses: list[str], at_least: int, label: str, t_start: float,
                  cpu: dict[str, float]) -> None:  # fmt: skip
     """The pass that wrote them (the writer's own timing), then until their flows are all in OpenFlow."""
     status = cloud.sync.wait_synced(timeout=120)
-    done, count = settled_flows(cloud, at_least)
+    done, count = settled_flows(cloud, lambda n: n >= at_least, quiet=2.0)
     realised = done - status.committed_at
     used = cpu_used(cpu, cpu_seconds(cloud))
     cloud.wait_hv()

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 
 from common import machine_load
-from ovn_common import OvnCloud, cpu_seconds, cpu_used, ovn_cloud, plug, router_site, wait_quiet
+from ovn_common import OvnCloud, cpu_seconds, cpu_used, ovn_cloud, plug, router_site, settled_flows, wait_quiet
 
 STAGE = re.compile(r"table=\s*\d+\s*\((\w+)\s*\)")
 TABLE = re.compile(r"\btable=(\d+)")
@@ -43,20 +43,6 @@ def per_vip(before: Counter[str], after: Counter[str], vips: int) -> str:
     """The keys that grew by at least one a VIP, with how much a VIP."""
     grown = {k: (after[k] - before[k]) / vips for k in after if after[k] - before[k] >= vips}
     return ", ".join(f"{k} {v:g}" for k, v in sorted(grown.items())) or "none"
-
-
-def settled(cloud: OvnCloud, before: int, quiet: float = 1.5, timeout: float = 180) -> float:
-    """The monotonic time br-int's flow count last changed, once it has changed and then stayed for `quiet` s."""
-    deadline = time.monotonic() + timeout
-    last, changed = before, time.monotonic()
-    while last == before or time.monotonic() - changed < quiet:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"br-int flows did not settle in {timeout:g} s")
-        time.sleep(0.02)
-        now = cloud.flow_total()
-        if now != last:
-            last, changed = now, time.monotonic()
-    return changed
 
 
 def link(cloud: OvnCloud, verb: str, lb: str, targets: list[tuple[str, str]]) -> None:
@@ -105,7 +91,7 @@ def main() -> None:
             cpu, flows = cpu_seconds(cloud), cloud.flow_total()
             t0 = time.monotonic()
             link(cloud, "add", big, targets)
-            took = settled(cloud, flows) - t0
+            took = settled_flows(cloud, lambda n, b=flows: n != b, quiet=1.5)[0] - t0
             used = cpu_used(cpu, cpu_seconds(cloud))
             cloud.wait_hv()
             lf, of = lflows(cloud), openflows(cloud)
@@ -119,7 +105,7 @@ def main() -> None:
                 cpu, flows = cpu_seconds(cloud), cloud.flow_total()
                 t0 = time.monotonic()
                 link(cloud, "add", small, targets)
-                more.append(settled(cloud, flows, quiet=1.0) - t0)
+                more.append(settled_flows(cloud, lambda n, b=flows: n != b, quiet=1.0)[0] - t0)
                 northd = cpu_seconds(cloud)["ovn-northd"] - cpu["ovn-northd"]
                 link(cloud, "del", small, targets)
                 wait_quiet(cloud)
