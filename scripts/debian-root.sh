@@ -28,6 +28,11 @@ make)
     [ $# -ge 2 ] || { echo "usage: $0 make DIR [SUITE]" >&2; exit 2; }
     command -v mmdebstrap >/dev/null || apt-get install -y -qq mmdebstrap >/dev/null
     mmdebstrap --include=git,make,ca-certificates "${3:-stable}" "$2"
+    # The root trusts what this machine trusts (a proxy's CA for the registries, where there is one).
+    if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+        cp /usr/local/share/ca-certificates/*.crt "$2/usr/local/share/ca-certificates/"
+        chroot "$2" update-ca-certificates >/dev/null
+    fi
     # Packages' services are not started inside (they would run beside this host's; the suite starts its own).
     printf '#!/bin/sh\nexit 101\n' > "$2/usr/sbin/policy-rc.d" && chmod +x "$2/usr/sbin/policy-rc.d"
     ;;
