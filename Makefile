@@ -8,10 +8,12 @@ STATE_DIR   ?= /var/lib/cloudnet
 HOOKS_DIR   ?= /usr/share/containers/oci/hooks.d
 # python3-nftables (libnftables bindings) is not on PyPI: the venv sees Debian's packages for it.
 # cloud-init: the tests drive its real metadata readers (never its command) with Debian's python3.
+# python3-openvswitch: the OVSDB JSON parser in C that cloudnet's OVN speed depends on (only recommended on 13).
+# These names hold on every release the installer knows; scripts/install-debian-packages.sh adds each one's own.
 DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
                 postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
-                curl wrk ovn-central ovn-host openvswitch-switch \
-                podman runc containernetworking-plugins busybox-static docker.io
+                curl wrk ovn-central ovn-host openvswitch-switch python3-openvswitch \
+                podman runc containernetworking-plugins busybox-static docker.io containerd
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean
@@ -27,6 +29,7 @@ $(STAMP): requirements.lock pyproject.toml scripts/install-debian-packages.sh sc
 	touch $@
 
 run: deps
+	@./scripts/platform.sh
 	@# Put the commands on PATH for the walk-through, unless other ones of these names are already there.
 	@for cmd in cloudnet cloudnet-mdata; do \
 		if [ -w /usr/local/bin ] && { [ ! -e /usr/local/bin/$$cmd ] || [ -L /usr/local/bin/$$cmd ]; }; then \
@@ -47,6 +50,7 @@ run: deps
 # module on one worker, so that its fixtures are shared as written); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
 test: lint
+	@./scripts/platform.sh
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 		[ $$rc -eq 5 ] && echo "no tests collected" && rc=0; exit $$rc
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,12 @@ from tests.support.postgres import PostgresServer
 from tests.support.server import RunningServer
 
 TEST_DB = "cloudnet_test"
+PLATFORM = Path(__file__).resolve().parent.parent / "scripts" / "platform.sh"
+
+
+def pytest_report_header() -> str:
+    """Which Debian release and which podman/OVN/PostgreSQL the run found (the paths the tests take follow them)."""
+    return subprocess.run([str(PLATFORM)], capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cni import CniCloud, cni_cloud, invoke
-from tests.support.guest_metadata import DEBIAN_PYTHON, READER, cloud_init_available
+from tests.support.guest_metadata import READER
+from tests.support.installed import DEBIAN_PYTHON, require_cloud_init
 from tests.support.podman import Podman, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs podman, runc and busybox-static (make deps)")
@@ -92,10 +93,10 @@ def in_netns(sandbox: str, *cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["nsenter", f"--net={sandbox}", *cmd], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.skipif(not cloud_init_available(), reason="needs Debian's cloud-init (make deps)")
 def test_cloud_init_reads_its_own_metadata_and_no_one_elses(site: Site) -> None:
     """cloud-init's OpenStack reader in a container's namespace gets that container's instance; the container,
     claiming its neighbour's address as its source, gets nothing (port security drops it before the proxy)."""
+    require_cloud_init()
     suffix = site.rig.cloud.suffix
     me, other = site.podman.start(f"me-{suffix}", site.network), site.podman.start(f"other-{suffix}", site.network)
     mine, theirs = instance_of(site, me), instance_of(site, other)

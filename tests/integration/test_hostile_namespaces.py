@@ -27,7 +27,7 @@ from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.api import check_error
 from tests.support.cloud import Cloud, ns_run
-from tests.support.guest_metadata import agent_with_proxy, cloud_init_available, read_as_cloud_init
+from tests.support.guest_metadata import agent_with_proxy, read_as_cloud_init
 from tests.support.process_netns import process_in_throwaway_netns
 from tests.support.server import RunningServer
 
@@ -127,8 +127,7 @@ def test_poisoned_namespaces_fail_alone(
             # Created after all of them: ACTIVE, and it reads its own metadata.
             after = cloud.wait_active(post_instance(svc, cloud, "after", net["id"], None)["id"])
             cloud.wait_for(lambda: proxy.serving(net["id"]), what="the metadata proxy")
-            if cloud_init_available():
-                read_as_cloud_init(after)
+            read_as_cloud_init(after)
         finally:
             subprocess.run(["umount", str(bound)], check=False)
         # Nothing the poisoned ones named was touched: the first instance kept its own NIC, the process's

@@ -34,14 +34,8 @@ from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.wire import signing
 from tests.support.cloud import Cloud
-from tests.support.guest_metadata import (
-    DEBIAN_PYTHON,
-    READER,
-    SECRET,
-    agent_with_proxy,
-    cloud_init_available,
-    read_as_cloud_init,
-)
+from tests.support.guest_metadata import READER, SECRET, agent_with_proxy, read_as_cloud_init
+from tests.support.installed import DEBIAN_PYTHON, require_cloud_init
 from tests.support.metadata import RunningMetadata
 from tests.support.server import RunningServer
 
@@ -196,8 +190,8 @@ def env(server: RunningServer, api: httpx.Client) -> Iterator[Env]:
 # -- cloud-init ------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not cloud_init_available(), reason="Debian package cloud-init is not installed")
 def test_cloud_init_reads_its_own_metadata_through_the_proxy(env: Env) -> None:
+    require_cloud_init()
     net, _sub = env.network("10.81.0.0/24")
     inst = env.instance(net, "10.81.0.10", "web-1", metadata={"role": "web"})
     env.proxy(burst=200)  # the reader below does three whole boots' worth of reads
@@ -443,7 +437,6 @@ def test_serving_follows_the_state_and_the_namespaces(env: Env) -> None:
 # -- with the real agent and dataplane --------------------------------------------------------------
 
 
-@pytest.mark.skipif(not cloud_init_available(), reason="Debian package cloud-init is not installed")
 def test_behind_the_agent_and_the_linux_dataplane(cloud: Cloud, server: RunningServer) -> None:
     """The proxy as the agent will run it: an observer of the desired state, in the namespaces the driver builds."""
     with agent_with_proxy(cloud, server) as proxy:
@@ -453,7 +446,6 @@ def test_behind_the_agent_and_the_linux_dataplane(cloud: Cloud, server: RunningS
         read_as_cloud_init(inst)
 
 
-@pytest.mark.skipif(not cloud_init_available(), reason="Debian package cloud-init is not installed")
 def test_a_taken_over_parked_namespace_reads_its_metadata_at_once(cloud: Cloud, server: RunningServer) -> None:
     """--park-pool-devices: an instance created without a namespace takes over a parked one and boots at once;
     cloud-init's reader, started as the API answers, gets the instance's own metadata."""

@@ -29,7 +29,7 @@ from cloudnet.ovn import daemons
 from cloudnet.store.db import Store
 from tests.conftest import new_db_url
 from tests.support.cloud import Cloud, ns_run, ping, running_agent
-from tests.support.guest_metadata import SECRET, cloud_init_available, read_as_cloud_init
+from tests.support.guest_metadata import SECRET, read_as_cloud_init
 from tests.support.metadata import RunningMetadata
 from tests.support.netserve import Responder, tcp_ask
 from tests.support.ovn import UNDERLAY, OvnSandbox, ovn_sandbox
@@ -144,14 +144,9 @@ def test_instances_on_two_chassis_talk_and_read_metadata_through_their_own_local
     for cloud in (one, two):
         assert netns.exists(metadata_ns(cloud.host, net["id"]))
         assert net["id"] in _metadata_networks(rig.ovn, cloud.host)
-    if cloud_init_available():
-        for inst in (a, b):
-            got = read_as_cloud_init(inst)  # (checks its uuid and address are its own)
-            assert got["openstack"]["networkdata"]["links"][0]["ethernet_mac_address"] == inst["nets"][0]["mac_address"]
-    else:  # (the reader's package is missing: plain HTTP through the same path)
-        for inst in (a, b):
-            got = ns_run(inst["netns"], "curl", "-sS", "-m", "5", METADATA_URL)
-            assert json.loads(got.stdout)["uuid"] == inst["id"], got.stderr
+    for inst in (a, b):
+        got = read_as_cloud_init(inst)  # (checks its uuid and address are its own)
+        assert got["openstack"]["networkdata"]["links"][0]["ethernet_mac_address"] == inst["nets"][0]["mac_address"]
 
     # The network's last VIF leaves chassis two: its localport there goes; chassis one keeps serving a.
     assert rig.api.delete(f"/instances/{b['id']}").status_code == 204

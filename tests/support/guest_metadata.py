@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,18 +16,12 @@ from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
 from tests.support.cloud import Cloud, running_agent
+from tests.support.installed import DEBIAN_PYTHON, require_cloud_init
 from tests.support.metadata import RunningMetadata
 from tests.support.server import RunningServer
 
 SECRET = "proxy-test-secret"
-DEBIAN_PYTHON = "/usr/bin/python3"
 READER = str(Path(__file__).resolve().parent / "cloudinit_reader.py")
-
-
-def cloud_init_available() -> bool:
-    return shutil.which(DEBIAN_PYTHON) is not None and (
-        subprocess.run([DEBIAN_PYTHON, "-c", "import cloudinit"], capture_output=True).returncode == 0
-    )
 
 
 @contextlib.contextmanager
@@ -65,6 +58,7 @@ def agent_with_proxy(
 
 def read_as_cloud_init(inst: dict[str, Any]) -> dict[str, Any]:
     """cloud-init's OpenStack and EC2 readers, run inside the instance, get its own metadata (returned)."""
+    require_cloud_init()
     run = subprocess.run(["ip", "netns", "exec", inst["netns"], DEBIAN_PYTHON, READER, "http://169.254.169.254"],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import ovs.json
-import pytest
 
 from cloudnet.ovn import jsonparser
+from tests.support.installed import require
 
 
 def test_the_parser_in_use_reads_ovsdb_json_as_json_does() -> None:
@@ -36,8 +36,8 @@ def test_the_parser_in_use_reads_ovsdb_json_as_json_does() -> None:
 
 
 def test_the_c_parser_is_used_where_debian_ships_it() -> None:
-    if not any(path.is_file() for path in jsonparser._candidates()):
-        pytest.skip("no OVSDB JSON parser in C on this system (python3-openvswitch)")
+    present = any(path.is_file() for path in jsonparser._candidates())
+    require(present, "the OVSDB JSON parser in C", "python3-openvswitch")
     assert jsonparser.use_c_parser() and ovs.json.PARSER == ovs.json.PARSER_C
 
 
