@@ -3,7 +3,7 @@
 # (names common to every release this knows) and this release's own. A release it does not know stops it, in one
 # line, before anything is installed: its package names and component versions are unchecked.
 set -euo pipefail
-. /etc/os-release 2>/dev/null || true
+. "${OS_RELEASE:-/etc/os-release}" 2>/dev/null || true
 case "${ID:-}:${VERSION_CODENAME:-}" in
 debian:bookworm)
     release=() # docker.io carries the docker command; podman 4 speaks CNI (cloudnet-cni)
@@ -14,7 +14,7 @@ debian:trixie)
     release=(docker-cli)
     ;;
 *)
-    echo "cloudnet installs on Debian 12 (bookworm) and 13 (trixie); this is ${PRETTY_NAME:-an unknown system} (/etc/os-release)" >&2
+    echo "cloudnet installs on Debian 12 (bookworm) and 13 (trixie); this is ${PRETTY_NAME:-an unknown system} (${OS_RELEASE:-/etc/os-release})" >&2
     exit 1
     ;;
 esac
