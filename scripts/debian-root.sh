@@ -14,6 +14,10 @@ mounted() { grep -qs " $(realpath "$1") " /proc/self/mountinfo; }
 
 mounts() {
     local root=$1
+    # /run/netns a mount point first, as `ip netns add` makes it: made later on the host, it would cover the netns
+    # files the root's own runs made under /run/netns.
+    mkdir -p /run/netns
+    mountpoint -q /run/netns || { mount --bind /run/netns /run/netns && mount --make-shared /run/netns; }
     mounted "$root/proc" || mount -t proc proc "$root/proc"
     for dir in sys dev run; do
         mounted "$root/$dir" || { mount --rbind "/$dir" "$root/$dir" && mount --make-rslave "$root/$dir"; }
