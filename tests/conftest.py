@@ -16,6 +16,7 @@ from cloudnet.config import ServerConfig
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 from cloudnet.store.tables import metadata
+from tests.support.podman import describe
 from tests.support.postgres import PostgresServer
 from tests.support.server import RunningServer
 
@@ -137,3 +138,8 @@ def users(server: RunningServer, tokens: dict[str, dict[str, object]]) -> Iterat
     yield clients
     for client in clients.values():
         client.close()
+
+
+def pytest_report_header() -> str:
+    """Which podman the podman tests drive, and through which of cloudnet's plugins."""
+    return describe()

@@ -1,4 +1,5 @@
-"""Podman containers on a cloudnet network through cloudnet-cni (pools on): they reach each other and their
+"""Podman containers on a cloudnet network through cloudnet's plugin for podman's backend (tests/support/podman.py:
+cloudnet-cni on podman 4, cloudnet-netavark on podman 5; pools on): they reach each other and their
 router, read their metadata, and their instances go when they go (podman rm; a killed container: GC)."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cni import CniCloud, cni_cloud, invoke
+from tests.support.cni import CniCloud, cni_cloud
 from tests.support.guest_metadata import DEBIAN_PYTHON, READER, cloud_init_available
-from tests.support.podman import Podman, available
+from tests.support.podman import DRIVER, Podman, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs podman, runc and busybox-static (make deps)")
 
@@ -54,7 +55,7 @@ def test_containers_reach_each_other_their_router_and_metadata(site: Site) -> No
     one, two = site.podman.start(f"one-{suffix}", site.network), site.podman.start(f"two-{suffix}", site.network)
     first = instance_of(site, one)
     assert first is not None and first["status"] == "ACTIVE"
-    assert str(first["description"]).startswith("cloudnet-cni")
+    assert str(first["description"]).startswith(DRIVER)
     ip_two = address(site, f"two-{suffix}")
     assert ip_two.startswith("10.77.0.")
     assert site.podman.exec(f"one-{suffix}", "ping", "-c1", "-W5", ip_two).returncode == 0
@@ -67,7 +68,7 @@ def test_containers_reach_each_other_their_router_and_metadata(site: Site) -> No
     assert [p["host"] for p in pools] == [site.rig.cloud.host]
 
     site.podman.run("rm", "-f", "-t", "0", f"one-{suffix}")
-    assert instance_of(site, one) is None  # podman's CNI DEL took it away
+    assert instance_of(site, one) is None  # podman's CNI DEL (netavark's teardown) took it away
     site.podman.run("rm", "-f", "-t", "0", f"two-{suffix}")
     assert instance_of(site, two) is None
 
@@ -115,8 +116,8 @@ def test_cloud_init_reads_its_own_metadata_and_no_one_elses(site: Site) -> None:
 
 
 def test_a_killed_container_is_collected(site: Site) -> None:
-    """A second podman dies with its container (no cleanup, no DEL): GC with what the host's runtime still runs
-    removes that container's instance, and only it."""
+    """A second podman dies with its container (no cleanup, no DEL or teardown): GC with what the host's runtime
+    still runs removes that container's instance, and only it."""
     suffix = site.rig.cloud.suffix
     doomed = Podman.make(f"{suffix}-2")
     try:
@@ -127,9 +128,8 @@ def test_a_killed_container_is_collected(site: Site) -> None:
     finally:
         doomed.close()
     assert instance_of(site, cid) is not None  # nobody told cloudnet
-    valid = [{"containerID": c, "ifname": "eth0"} for c in site.podman.running()]
     assert alive in site.podman.running()
-    assert invoke("GC", {**site.rig.conf(), "cni.dev/valid-attachments": valid}) == (0, None)
+    assert site.podman.collect(site.network, site.rig.conf()) == (0, None)
     assert instance_of(site, cid) is None
     assert instance_of(site, alive) is not None
     site.podman.run("rm", "-f", "-t", "0", f"alive-{suffix}")
