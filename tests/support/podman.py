@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cni import PLUGIN, invoke
+from tests.support.netavark import NETAVARK_PLUGIN, run_plugin
 
-NETAVARK_PLUGIN = PLUGIN.with_name("cloudnet-netavark")
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ("sh", "ip", "ping", "wget", "cat", "sleep", "ifconfig", "route")
 ULIMITS = ("--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096")
@@ -146,9 +146,7 @@ class Podman:
             valid = [{"containerID": c, "ifname": "eth0"} for c in self.running()]
             return invoke("GC", {**conf, "cni.dev/valid-attachments": valid})
         spec = self.run("network", "inspect", "--format", "{{json .}}", network).stdout
-        proc = subprocess.run([str(NETAVARK_PLUGIN), "gc", *self.running()], input=spec, capture_output=True,
-                              text=True, timeout=90)  # fmt: skip
-        return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None
+        return run_plugin(spec, "gc", *self.running())
 
     def crash(self, name: str) -> None:
         """The runtime dies with its container: conmon and the container killed outright, and the runtime's state
