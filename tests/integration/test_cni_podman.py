@@ -73,6 +73,21 @@ def test_containers_reach_each_other_their_router_and_metadata(site: Site) -> No
     assert instance_of(site, two) is None
 
 
+def test_a_static_ip_and_a_taken_one(site: Site) -> None:
+    """`podman run --ip` gets that address from cloudnet (CNI: runtimeConfig.ips; netavark: static_ips); a second
+    container asking for it fails with cloudnet's reason and leaves no instance."""
+    suffix = site.rig.cloud.suffix
+    cid = site.podman.start(f"fixed-{suffix}", site.network, "--ip", "10.77.0.99")
+    assert address(site, f"fixed-{suffix}") == "10.77.0.99"
+    inst = instance_of(site, cid)
+    assert inst is not None and inst["nets"][0]["fixed_ips"][0]["ip_address"] == "10.77.0.99"  # type: ignore[index]
+    taken = site.podman.run("run", "-d", "--name", f"taken-{suffix}", "--network", site.network, "--ip",
+                            "10.77.0.99", site.podman.image, "/bin/sleep", "600", check=False)  # fmt: skip
+    assert taken.returncode != 0 and "10.77.0.99" in taken.stderr, taken.stderr
+    site.podman.run("rm", "-f", "-t", "0", f"taken-{suffix}", f"fixed-{suffix}")
+    assert [i for i in site.rig.instances() if "10.77.0.99" in json.dumps(i["nets"])] == []
+
+
 # An HTTP GET of the metadata service from a given source address, run with the host's Python in a container's
 # namespace: the body, or why nothing came back.
 FETCH = """

@@ -111,6 +111,7 @@ class Podman:
             self.run("network", "create", "-d", DRIVER, *options, name)
             return name
         plugin = {k: v for k, v in conf.items() if k not in ("name", "cniVersion")}
+        plugin.setdefault("capabilities", {"ips": True})  # podman run --ip
         conflist = {"cniVersion": "1.0.0", "name": name, "plugins": [plugin]}
         (self.work / "net.d" / f"50-{name}.conflist").write_text(json.dumps(conflist))
         return name

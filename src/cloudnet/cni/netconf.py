@@ -3,6 +3,7 @@ and bounded before anything is done with them (a bad variable is code 4, a bad c
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -204,6 +205,15 @@ def read_netconf(conf: dict[str, Any], command: str) -> NetConf:
     )  # fmt: skip
 
 
+def with_args_ips(spec: NetConf, args: tuple[tuple[str, str], ...]) -> NetConf:
+    """CNI_ARGS' IP (comma-separated: the convention host-local reads, and how podman 4 passes `podman run --ip`)
+    when runtimeConfig.ips gives none."""
+    given = [v for k, v in args if k == "IP"]
+    if spec.fixed_ips or not given:
+        return spec
+    return dataclasses.replace(spec, fixed_ips=_fixed_ips([ip for v in given for ip in v.split(",")]))
+
+
 def _physnet(value: str | None) -> str | None:
     if value is not None and not PHYSNET.match(value):
         raise CniError(INVALID_CONFIG, "physnet must be a physical network name (letters, digits, '_', '.', '-')")
@@ -211,7 +221,7 @@ def _physnet(value: str | None) -> str | None:
 
 
 def _fixed_ips(value: Any) -> tuple[str, ...]:
-    """runtimeConfig.ips (the `ips` capability: `podman run --ip`), as bare addresses."""
+    """runtimeConfig.ips (the `ips` capability), as bare addresses."""
     found = []
     for text in _strings(value, "runtimeConfig.ips", 2):
         try:
