@@ -5,6 +5,8 @@ router, read their metadata, and their instances go when they go (podman rm; a k
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -128,6 +130,18 @@ def test_cloud_init_reads_its_own_metadata_and_no_one_elses(site: Site) -> None:
     spoofed = in_netns(sandbox, DEBIAN_PYTHON, "-c", FETCH, neighbour).stdout
     assert spoofed.startswith("NOTHING") and theirs["id"] not in spoofed, spoofed
     site.podman.run("rm", "-f", "-t", "0", f"me-{suffix}", f"other-{suffix}")
+
+
+def test_a_container_whose_process_dies_is_torn_down(site: Site) -> None:
+    """Its process killed while podman's conmon lives: conmon's cleanup runs the plugin's DEL (teardown), no GC
+    needed."""
+    suffix = site.rig.cloud.suffix
+    cid = site.podman.start(f"dies-{suffix}", site.network)
+    assert instance_of(site, cid) is not None
+    pid = json.loads(site.podman.run("inspect", f"dies-{suffix}").stdout)[0]["State"]["Pid"]
+    os.kill(pid, signal.SIGKILL)
+    site.rig.cloud.wait_for(lambda: instance_of(site, cid) is None, timeout=30, what="the dead container's teardown")
+    site.podman.run("rm", "-f", "-t", "0", f"dies-{suffix}")
 
 
 def test_a_killed_container_is_collected(site: Site) -> None:
