@@ -116,6 +116,9 @@ def test_errors(rig: CniCloud, tmp_path: Path) -> None:
         (request(network(rig, timeout="soon"), cid), ("setup", path), "timeout"),
         (request(net, cid, options={"TOKEN": "admin"}), ("setup", path), "token"),  # never from the container
         (request(net, cid, static_mac="02:00:00:00:00:01"), ("setup", path), "static_mac"),
+        (request(net, cid, static_ips="10.77.0.9"), ("setup", path), "static_ips"),
+        (request(net, cid, static_ips=["10.77.0.9", 7]), ("setup", path), "runtimeConfig.ips"),
+        (request(net, cid, static_ips=["10.77.0.300"]), ("setup", path), "not an IP address"),
         ({**request(net, cid), "port_mappings": [{"container_port": 80, "host_port": 8080}]}, ("setup", path),
          "port mappings"),
         (request(net, "../x"), ("setup", path), "container_id"),

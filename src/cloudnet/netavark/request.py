@@ -57,9 +57,9 @@ def netconf_of(network: dict[str, Any], static_ips: Any = None, valid: frozenset
             raise CniError(INVALID_CONFIG, f"timeout must be a number of seconds in (0, {netconf.MAX_TIMEOUT:g}]") \
                 from None  # fmt: skip
     conf["args"] = {"cloudnet": {k: conf.pop(k) for k in ("port",) if k in conf}}
-    conf["runtimeConfig"] = {"ips": [str(ip) for ip in static_ips or []]}
     if static_ips is not None and not isinstance(static_ips, list):
         raise CniError(INVALID_CONFIG, "network_options.static_ips must be a list")
+    conf["runtimeConfig"] = {"ips": static_ips or []}  # (read_netconf checks each: a string, an address)
     spec = netconf.read_netconf(conf, "ADD")
     return dataclasses.replace(spec, mark=MARK, valid_containers=valid)
 
