@@ -6,6 +6,7 @@ VENV        := .venv
 BIN         := $(VENV)/bin
 STATE_DIR   ?= /var/lib/cloudnet
 HOOKS_DIR   ?= /usr/share/containers/oci/hooks.d
+NETAVARK_DIR ?= /usr/local/libexec/netavark
 # python3-nftables (libnftables bindings) is not on PyPI: the venv sees Debian's packages for it.
 # cloud-init: the tests drive its real metadata readers (never its command) with Debian's python3.
 # python3-openvswitch: the OVSDB JSON parser in C that cloudnet's OVN speed depends on (only recommended on 13).
@@ -37,6 +38,10 @@ run: deps
 	@# cloudnet-cni where CNI runtimes look for plugins (podman, containerd: /opt/cni/bin), unless another one is there.
 	@mkdir -p /opt/cni/bin 2>/dev/null; if [ -w /opt/cni/bin ] && { [ ! -e /opt/cni/bin/cloudnet-cni ] || \
 		[ -L /opt/cni/bin/cloudnet-cni ]; }; then ln -sfn $(CURDIR)/$(BIN)/cloudnet-cni /opt/cni/bin/cloudnet-cni; fi
+	@# cloudnet-netavark where podman 5 looks for netavark plugins first (containers.conf's netavark_plugin_dirs).
+	@mkdir -p $(NETAVARK_DIR) 2>/dev/null; if [ -w $(NETAVARK_DIR) ] && { [ ! -e $(NETAVARK_DIR)/cloudnet-netavark ] || \
+		[ -L $(NETAVARK_DIR)/cloudnet-netavark ]; }; then \
+		ln -sfn $(CURDIR)/$(BIN)/cloudnet-netavark $(NETAVARK_DIR)/cloudnet-netavark; fi
 	@# cloudnet-oci-hook where podman (and CRI-O) read OCI hooks: run only for containers annotated io.cloudnet.mdata
 	@# (its hooks.d file runs /usr/bin/env, so the file never breaks other containers), unless another file is there.
 	@mkdir -p $(HOOKS_DIR) 2>/dev/null; if [ -w $(HOOKS_DIR) ] && { [ ! -e $(HOOKS_DIR)/cloudnet-mdata.json ] || \

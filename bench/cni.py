@@ -1,4 +1,5 @@
-"""Containers started through podman on one cloudnet network with cloudnet-cni: seconds per container with port
+"""Containers started through podman on one cloudnet network with cloudnet's plugin for the installed podman
+(tests/support/podman.py: cloudnet-cni on podman 4, cloudnet-netavark on podman 5): seconds per container with port
 pools off, on, and on with pre-plumbed (parked) devices, beside podman's own `--network none` start on this machine
 (what cloudnet adds on top) and Kuryr-Kubernetes' published figures for 50 pods; also pre-plumbed with a small pool,
 refilled (and parked) while containers keep coming. The modes run side by side (a cloud each, in a process of its
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from common import ROOT  # noqa: F401  (puts the project on sys.path)
 from tests.support.cni import CniCloud, cni_cloud
-from tests.support.podman import Podman
+from tests.support.podman import DRIVER, Podman, describe
 
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
@@ -35,12 +36,12 @@ KURYR = "Kuryr-Kubernetes (published): 50 pods in 226 s without pools, 103 s wit
 @dataclass
 class Mode:
     label: str
-    network: str  # podman's network name ("none": no CNI at all)
+    network: str  # podman's network name ("none": no plugin at all)
     times: list[float] = field(default_factory=list)
 
 
 def start(podman: Podman, name: str, network: str) -> float:
-    """Seconds for one `podman run -d` (it returns once the network's ADD has answered)."""
+    """Seconds for one `podman run -d` (it returns once the plugin's ADD or setup has answered)."""
     t0 = time.perf_counter()
     podman.run("run", "-d", "--name", name, "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096",
                "--network", network, podman.image, "/bin/sleep", "600")  # fmt: skip
@@ -109,7 +110,7 @@ def main() -> None:
                                      stdout=subprocess.PIPE, text=True)  # fmt: skip
             clouds.append(cloud)
             assert cloud.stdin is not None and cloud.stdout is not None
-            mode = Mode(f"cloudnet-cni, {label}", podman.network(json.loads(cloud.stdout.readline())))
+            mode = Mode(f"{DRIVER}, {label}", podman.network(json.loads(cloud.stdout.readline())))
             start(podman, f"m{i}-warm", mode.network)  # (makes the pool, when pools are on)
             cloud.stdin.write("warm\n")
             cloud.stdin.flush()
@@ -127,13 +128,13 @@ def main() -> None:
                 cloud.stdin.close()
             cloud.wait(timeout=120)
         podman.close()
-    print(f"\n{n} containers a mode started through podman (busybox, runc, CNI backend), the modes in turn; load "
+    print(f"\n{n} containers a mode started through {describe()} (busybox, runc), the modes in turn; load "
           f"average {os.getloadavg()[0]:.1f} at the end:")  # fmt: skip
     raw = statistics.mean(modes[0].times)
     for mode in modes:
         per = statistics.mean(mode.times)
         extra = "" if mode is modes[0] else f"   (+{per - raw:.3f} s over podman alone)"
-        print(f"  {mode.label:<42} {per:7.3f} s a container (median {statistics.median(mode.times):.3f}), "
+        print(f"  {mode.label:<47} {per:7.3f} s a container (median {statistics.median(mode.times):.3f}), "
               f"{per * n:7.1f} s for {n}{extra}")  # fmt: skip
     print(f"  {KURYR}")
 

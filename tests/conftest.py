@@ -17,6 +17,7 @@ from cloudnet.config import ServerConfig
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 from cloudnet.store.tables import metadata
+from tests.support.podman import describe
 from tests.support.postgres import PostgresServer
 from tests.support.server import RunningServer
 
@@ -24,9 +25,10 @@ TEST_DB = "cloudnet_test"
 PLATFORM = Path(__file__).resolve().parent.parent / "scripts" / "platform.sh"
 
 
-def pytest_report_header() -> str:
+def pytest_report_header() -> list[str]:
     """Which Debian release and which podman/OVN/PostgreSQL the run found (the paths the tests take follow them)."""
-    return subprocess.run([str(PLATFORM)], capture_output=True, text=True).stdout.strip()
+    platform = subprocess.run([str(PLATFORM)], capture_output=True, text=True).stdout.strip()
+    return [platform, describe()]  # the second: which podman the podman tests drive, through which plugin
 
 
 @pytest.fixture(scope="session")

@@ -68,6 +68,19 @@ def test_missing_or_unknown_token_is_401(server: RunningServer, tokens: dict[str
     assert httpx.get(server.url + "/v2.0").json()["version"]["id"] == "v2.0"
 
 
+def test_a_token_added_to_the_file_works_at_once(
+    server: RunningServer, server_config: ServerConfig, tokens: dict[str, Any]
+) -> None:
+    """`cloudnet token create` and then its first use (a runtime's plugin, the README's podman blocks) meet no
+    401 while the periodic reload is still a second away."""
+    with client(server, "admin-token") as admin:  # the file is loaded, and was just checked
+        assert admin.get("/networks").status_code == 200
+    data = {**tokens, "carol-token": {"project_id": "carol", "admin": False}}
+    server_config.tokens_file.write_text(json.dumps({"tokens": data}))
+    with client(server, "carol-token") as carol:
+        assert carol.get("/networks").status_code == 200
+
+
 def test_projects_see_only_their_own(users: dict[str, httpx.Client]) -> None:
     alice, bob, admin = users["alice"], users["bob"], users["admin"]
     a_net = create(alice, "networks", "network", name="a-net")

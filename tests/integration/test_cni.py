@@ -119,6 +119,8 @@ def test_version_status_and_errors(rig: CniCloud) -> None:
         ({"CNI_COMMAND": "ADD", "container_id": "../x"}, rig.conf(), 4),
         ({"CNI_COMMAND": "ADD", "ifname": "eth0/x"}, rig.conf(), 4),
         ({"CNI_COMMAND": "ADD", "args": "TOKEN=admin"}, rig.conf(), 4),  # never a token in CNI_ARGS
+        ({"CNI_COMMAND": "ADD", "args": "IgnoreUnknown=1;IP=10.77.0.300"}, rig.conf(), 7),  # podman 4's --ip
+        ({"CNI_COMMAND": "ADD", "args": "IP=10.77.0.5,10.77.0.6,10.77.0.7"}, rig.conf(), 7),  # at most 2
         ({"CNI_COMMAND": "BOGUS"}, rig.conf(), 4),
         ({"CNI_COMMAND": "STATUS"}, rig.conf(url="http://127.0.0.1:9"), 50),  # nothing listens there
     ]

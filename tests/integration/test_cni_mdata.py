@@ -1,6 +1,7 @@
-"""A podman container on a cloudnet-cni network gets its own instance's SmartOS metadata socket through
-cloudnet-oci-hook (a createRuntime hook in podman's hooks.d, run only for containers with the annotation
-io.cloudnet.mdata), and nothing of another's: not through the annotation, not through a symlink in its image, not
+"""A podman container on a cloudnet network (cloudnet-cni on podman 4, cloudnet-netavark on podman 5) gets its own
+instance's SmartOS metadata socket through cloudnet-oci-hook (a createRuntime hook in podman's hooks.d, run only for
+containers with the annotation io.cloudnet.mdata; it finds the instance by the container's network namespace, the
+same for both plugins), and nothing of another's: not through the annotation, not through a symlink in its image, not
 without a cloudnet instance.
 
 Inside the container a small static client (C, built by the test) asks the socket with the protocol's v1 GET;
@@ -20,10 +21,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.cni import CniCloud, cni_cloud
-from tests.support.podman import Podman, available
+from tests.support.installed import require_commands
+from tests.support.podman import Podman, require
 
-pytestmark = pytest.mark.skipif(not available() or shutil.which("gcc") is None,
-                                reason="needs podman, runc, busybox-static and gcc (make deps)")  # fmt: skip
+
+@pytest.fixture(scope="module", autouse=True)
+def _installed() -> None:
+    require()
+    require_commands("gcc", "gcc")
+
 
 HOOK = Path(sys.executable).with_name("cloudnet-oci-hook")
 MDATA = Path(sys.executable).with_name("cloudnet-mdata")
@@ -180,10 +186,10 @@ def test_the_hook_fails_closed_on_what_a_container_claims(site: Site) -> None:
     assert not mounted_at(their_dir)
     err = refused(site, f"none-{s}", "--annotation", "io.cloudnet.mdata=zone", network="none")
     assert "no cloudnet instance" in err, err
-    loopback = site.podman.network({"cniVersion": "1.0.0", "name": f"lo-{s}", "type": "loopback"})
-    err = refused(site, f"lo-{s}", "--annotation", "io.cloudnet.mdata=zone", network=loopback)
+    err = refused(site, f"lo-{s}", "--annotation", "io.cloudnet.mdata=zone", network=site.podman.other_network(s))
     assert f"no cloudnet instance of host {site.rig.cloud.host}" in err, err
-    # The refused containers' instances went with them (podman's CNI DEL); the neighbour still reads its own.
+    # The refused containers' instances went with them (podman's CNI DEL, netavark's teardown); the neighbour still
+    # reads its own.
     assert [i["metadata"].get("cni_container_id") for i in site.rig.instances()] == [other]
     got = site.podman.exec(f"other-{s}", "/bin/mdget", "/.zonecontrol/metadata.sock", "sdc:uuid")
     assert v1_value(got.stdout) == theirs["id"], got

@@ -1,9 +1,12 @@
-"""Podman containers on a cloudnet network through cloudnet-cni (pools on): they reach each other and their
+"""Podman containers on a cloudnet network through cloudnet's plugin for podman's backend (tests/support/podman.py:
+cloudnet-cni on podman 4, cloudnet-netavark on podman 5; pools on): they reach each other and their
 router, read their metadata, and their instances go when they go (podman rm; a killed container: GC)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,12 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cni import CniCloud, cni_cloud, invoke
+from tests.support.cni import CniCloud, cni_cloud
 from tests.support.guest_metadata import READER
 from tests.support.installed import DEBIAN_PYTHON, require_cloud_init
-from tests.support.podman import Podman, available
+from tests.support.podman import DRIVER, Podman, require
 
-pytestmark = pytest.mark.skipif(not available(), reason="needs podman, runc and busybox-static (make deps)")
+
+@pytest.fixture(scope="module", autouse=True)
+def _installed() -> None:
+    require()
 
 
 @dataclass
@@ -55,7 +61,7 @@ def test_containers_reach_each_other_their_router_and_metadata(site: Site) -> No
     one, two = site.podman.start(f"one-{suffix}", site.network), site.podman.start(f"two-{suffix}", site.network)
     first = instance_of(site, one)
     assert first is not None and first["status"] == "ACTIVE"
-    assert str(first["description"]).startswith("cloudnet-cni")
+    assert str(first["description"]).startswith(DRIVER)
     ip_two = address(site, f"two-{suffix}")
     assert ip_two.startswith("10.77.0.")
     assert site.podman.exec(f"one-{suffix}", "ping", "-c1", "-W5", ip_two).returncode == 0
@@ -68,9 +74,24 @@ def test_containers_reach_each_other_their_router_and_metadata(site: Site) -> No
     assert [p["host"] for p in pools] == [site.rig.cloud.host]
 
     site.podman.run("rm", "-f", "-t", "0", f"one-{suffix}")
-    assert instance_of(site, one) is None  # podman's CNI DEL took it away
+    assert instance_of(site, one) is None  # podman's CNI DEL (netavark's teardown) took it away
     site.podman.run("rm", "-f", "-t", "0", f"two-{suffix}")
     assert instance_of(site, two) is None
+
+
+def test_a_static_ip_and_a_taken_one(site: Site) -> None:
+    """`podman run --ip` gets that address from cloudnet (CNI: runtimeConfig.ips; netavark: static_ips); a second
+    container asking for it fails with cloudnet's reason and leaves no instance."""
+    suffix = site.rig.cloud.suffix
+    cid = site.podman.start(f"fixed-{suffix}", site.network, "--ip", "10.77.0.99")
+    assert address(site, f"fixed-{suffix}") == "10.77.0.99"
+    inst = instance_of(site, cid)
+    assert inst is not None and inst["nets"][0]["fixed_ips"][0]["ip_address"] == "10.77.0.99"  # type: ignore[index]
+    taken = site.podman.run("run", "-d", "--name", f"taken-{suffix}", "--network", site.network, "--ip",
+                            "10.77.0.99", site.podman.image, "/bin/sleep", "600", check=False)  # fmt: skip
+    assert taken.returncode != 0 and "10.77.0.99" in taken.stderr, taken.stderr
+    site.podman.run("rm", "-f", "-t", "0", f"taken-{suffix}", f"fixed-{suffix}")
+    assert [i for i in site.rig.instances() if "10.77.0.99" in json.dumps(i["nets"])] == []
 
 
 # An HTTP GET of the metadata service from a given source address, run with the host's Python in a container's
@@ -115,9 +136,21 @@ def test_cloud_init_reads_its_own_metadata_and_no_one_elses(site: Site) -> None:
     site.podman.run("rm", "-f", "-t", "0", f"me-{suffix}", f"other-{suffix}")
 
 
+def test_a_container_whose_process_dies_is_torn_down(site: Site) -> None:
+    """Its process killed while podman's conmon lives: conmon's cleanup runs the plugin's DEL (teardown), no GC
+    needed."""
+    suffix = site.rig.cloud.suffix
+    cid = site.podman.start(f"dies-{suffix}", site.network)
+    assert instance_of(site, cid) is not None
+    pid = json.loads(site.podman.run("inspect", f"dies-{suffix}").stdout)[0]["State"]["Pid"]
+    os.kill(pid, signal.SIGKILL)
+    site.rig.cloud.wait_for(lambda: instance_of(site, cid) is None, timeout=30, what="the dead container's teardown")
+    site.podman.run("rm", "-f", "-t", "0", f"dies-{suffix}")
+
+
 def test_a_killed_container_is_collected(site: Site) -> None:
-    """A second podman dies with its container (no cleanup, no DEL): GC with what the host's runtime still runs
-    removes that container's instance, and only it."""
+    """A second podman dies with its container (no cleanup, no DEL or teardown): GC with what the host's runtime
+    still runs removes that container's instance, and only it."""
     suffix = site.rig.cloud.suffix
     doomed = Podman.make(f"{suffix}-2")
     try:
@@ -128,9 +161,8 @@ def test_a_killed_container_is_collected(site: Site) -> None:
     finally:
         doomed.close()
     assert instance_of(site, cid) is not None  # nobody told cloudnet
-    valid = [{"containerID": c, "ifname": "eth0"} for c in site.podman.running()]
     assert alive in site.podman.running()
-    assert invoke("GC", {**site.rig.conf(), "cni.dev/valid-attachments": valid}) == (0, None)
+    assert site.podman.collect(site.network, site.rig.conf()) == (0, None)
     assert instance_of(site, cid) is None
     assert instance_of(site, alive) is not None
     site.podman.run("rm", "-f", "-t", "0", f"alive-{suffix}")

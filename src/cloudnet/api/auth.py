@@ -106,6 +106,11 @@ class Authenticator:
             raise NotAuthenticated("Authentication required: send an X-Auth-Token header")
         ctx = self._tokens.get(token)
         if ctx is None:
+            # A token just written to the file (`cloudnet token create`, then its first use) is known at once, not
+            # after the periodic check: an unknown token costs one stat, the file is read only when it changed.
+            self._refresh(force=True)
+            ctx = (self._tokens or {}).get(token)
+        if ctx is None:
             issued = self.issued(token)
             role = None if issued is None else keystone.role_of(self._users, issued)
             if issued is None or role is None:

@@ -24,7 +24,6 @@ from cloudnet.cni.errors import (
 )
 from cloudnet.cni.netconf import Env, NetConf
 
-MARK = "cloudnet-cni"  # every instance (and security-group port) the plugin makes: its description starts so
 RETRYABLE = (429, 502, 503, 504)
 UUID = re.compile(r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
 WAIT_STEP = 5.0  # seconds one request waits for ACTIVE (within the HTTP client's time limit, commands.py)
@@ -33,7 +32,7 @@ WAIT_STEP = 5.0  # seconds one request waits for ACTIVE (within the HTTP client'
 def prefix(conf: NetConf) -> str:
     """What the names of one network configuration's instances start with (a digest: names of other
     configurations never share it, whatever they are called)."""
-    return f"cni-{hashlib.sha256(conf.name.encode()).hexdigest()[:10]}-"
+    return f"{conf.mark.removeprefix('cloudnet-')}-{hashlib.sha256(conf.name.encode()).hexdigest()[:10]}-"
 
 
 def instance_name(conf: NetConf, container_id: str, ifname: str) -> str:
@@ -77,7 +76,7 @@ class Attachments:
 
     def _mine(self, name: str) -> list[dict[str, Any]]:
         found = self.client.list_all(INSTANCE, [("name", name), ("host", self.conf.host)])
-        return [i for i in found if str(i.get("description", "")).startswith(MARK)]
+        return [i for i in found if str(i.get("description", "")).startswith(self.conf.mark)]
 
     # -- ADD --
 
@@ -112,7 +111,7 @@ class Attachments:
     def _body(self, env: Env, name: str, network: dict[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "name": name, "hostname": env.container_id[:12], "host": self.conf.host, "netns": env.netns,
-            "description": f"{MARK} {self.conf.name}"[:255],
+            "description": f"{self.conf.mark} {self.conf.name}"[:255],
             "metadata": {"cni_container_id": env.container_id, "cni_ifname": env.ifname, "cni_network": self.conf.name},
         }  # fmt: skip
         if self.conf.project:
@@ -127,7 +126,7 @@ class Attachments:
         elif self.conf.security_groups:
             # Instances take no groups: a port of the plugin's own carries them (from the first packet on).
             port_body: dict[str, Any] = {
-                "network_id": network["id"], "name": name, "description": f"{MARK} {self.conf.name}"[:255],
+                "network_id": network["id"], "name": name, "description": f"{self.conf.mark} {self.conf.name}"[:255],
                 "security_groups": [self._one(SECURITY_GROUP, g)["id"] for g in self.conf.security_groups],
                 "fixed_ips": [{"ip_address": ip} for ip in self.conf.fixed_ips] or None,
             }  # fmt: skip
@@ -149,7 +148,7 @@ class Attachments:
             raise CniError(INVALID_CONFIG, f"network {self.conf.network} is not on physical network "
                            f"{self.conf.physnet}")  # fmt: skip
         body: dict[str, Any] = {
-            "network_id": network["id"], "name": name, "description": f"{MARK} {self.conf.name}"[:255],
+            "network_id": network["id"], "name": name, "description": f"{self.conf.mark} {self.conf.name}"[:255],
             "binding:vnic_type": "direct", "port_security_enabled": False,
         }  # fmt: skip
         for ip in self.conf.fixed_ips:
@@ -190,7 +189,7 @@ class Attachments:
             return
         for name in names:
             for port in self.client.list_all(PORT, [("name", name)]):
-                if str(port.get("description", "")).startswith(MARK) and not port.get("device_id"):
+                if str(port.get("description", "")).startswith(self.conf.mark) and not port.get("device_id"):
                     self._remove_quietly(PORT, port["id"])
 
     def _remove_quietly(self, kind: Kind, ident: str) -> None:
@@ -209,16 +208,18 @@ class Attachments:
             self._delete_own_ports([name])
 
     def gc(self) -> list[str]:
-        """Remove the configuration's instances (and ports) on this host that no valid attachment names."""
-        valid = {instance_name(self.conf, cid, ifname) for cid, ifname in self.conf.valid_attachments}
+        """Remove the configuration's instances (and ports) on this host that no valid attachment names (or, with
+        `valid_containers`, whose container is not among them)."""
         mine = prefix(self.conf)
         gone = []
         with api("collecting stale instances"):
-            for inst in self.client.list_all(INSTANCE, [("host", self.conf.host)]):
-                name = str(inst.get("name", ""))
-                if name.startswith(mine) and name not in valid and str(inst.get("description", "")).startswith(MARK):
-                    self._remove_quietly(INSTANCE, inst["id"])
-                    gone.append(name)
+            found = [i for i in self.client.list_all(INSTANCE, [("host", self.conf.host)])
+                     if str(i.get("name", "")).startswith(mine)
+                     and str(i.get("description", "")).startswith(self.conf.mark)]  # fmt: skip
+            valid = self._valid_names(found)
+            for inst in (i for i in found if i["name"] not in valid):
+                self._remove_quietly(INSTANCE, inst["id"])
+                gone.append(str(inst["name"]))
             if self.conf.security_groups or self.conf.physnet:
                 network = self._one(NETWORK, self.conf.network)
                 for port in self.client.list_all(PORT, [("network_id", network["id"])]):
@@ -226,6 +227,12 @@ class Attachments:
                     if name.startswith(mine) and name not in valid and not port.get("device_id"):
                         self._remove_quietly(PORT, port["id"])
         return gone
+
+    def _valid_names(self, found: list[dict[str, Any]]) -> set[str]:
+        if self.conf.valid_containers is None:
+            return {instance_name(self.conf, cid, ifname) for cid, ifname in self.conf.valid_attachments}
+        live = self.conf.valid_containers
+        return {str(i["name"]) for i in found if (i.get("metadata") or {}).get("cni_container_id") in live}
 
     # -- CHECK and STATUS --
 

@@ -30,7 +30,7 @@ def run(environ: Mapping[str, str], stdin: bytes) -> tuple[int, dict[str, Any] |
             conf = netconf.parse_stdin(stdin) if with_conf else None
             return 0, {"cniVersion": _reply_version(conf), "supportedVersions": list(netconf.SUPPORTED_VERSIONS)}
         conf = netconf.parse_stdin(stdin)
-        spec = netconf.read_netconf(conf, env.command)
+        spec = netconf.with_args_ips(netconf.read_netconf(conf, env.command), env.args)
         # Loaded only for a command that needs it: runtimes ask VERSION before every ADD (podman does), and the
         # HTTP client and namespace code would double that start-up, which is on every container's path.
         commands = importlib.import_module("cloudnet.cni.commands")

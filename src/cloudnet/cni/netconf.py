@@ -3,6 +3,7 @@ and bounded before anything is done with them (a bad variable is code 4, a bad c
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -60,6 +61,10 @@ class NetConf:
     timeout: float
     prev_result: dict[str, Any] | None
     valid_attachments: frozenset[tuple[str, str]]
+    # Which plugin made an instance (its description starts so; its name with the part after "cloudnet-"): the
+    # netavark plugin's instances are never a CNI configuration's, whatever the names.
+    mark: str = "cloudnet-cni"
+    valid_containers: frozenset[str] | None = None  # GC by container alone (netavark: the runtime's container list)
 
 
 def read_env(environ: Mapping[str, str]) -> Env:
@@ -69,22 +74,28 @@ def read_env(environ: Mapping[str, str]) -> Env:
     if command in ("VERSION", "STATUS", "GC"):
         return Env(command)
     container_id, ifname, netns = (environ.get(k, "") for k in ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS"))
+    env = attachment(command, container_id, ifname, netns, ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS"))
+    return Env(command, env.container_id, env.netns, env.ifname, _cni_args(environ.get("CNI_ARGS", "")))
+
+
+def attachment(command: str, container_id: str, ifname: str, netns: str, labels: tuple[str, str, str]) -> Env:
+    """An attachment's container id, interface name and namespace path, checked; `labels` name where each came
+    from in the messages (the CNI variables, or the netavark plugin's fields)."""
     if not CONTAINER_ID.match(container_id):
-        raise CniError(INVALID_ENV, "CNI_CONTAINERID must be 1-255 letters, digits, '_', '.' or '-'",
-                       container_id[:64])  # fmt: skip
+        raise CniError(INVALID_ENV, f"{labels[0]} must be 1-255 letters, digits, '_', '.' or '-'", container_id[:64])
     if not IFNAME.match(ifname) or ifname in (".", ".."):
-        raise CniError(INVALID_ENV, "CNI_IFNAME must be an interface name (1-15 letters, digits, '_', '.', '-')",
+        raise CniError(INVALID_ENV, f"{labels[1]} must be an interface name (1-15 letters, digits, '_', '.', '-')",
                        ifname[:64])  # fmt: skip
     if ifname == "lo":
-        raise CniError(INVALID_ENV, "CNI_IFNAME lo is the namespace's loopback")
+        raise CniError(INVALID_ENV, f"{labels[1]} lo is the namespace's loopback")
     if command != "DEL" or netns:
-        netns = _netns_path(netns)
-    return Env(command, container_id, netns, ifname, _cni_args(environ.get("CNI_ARGS", "")))
+        netns = _netns_path(netns, labels[2])
+    return Env(command, container_id, netns, ifname)
 
 
-def _netns_path(value: str) -> str:
+def _netns_path(value: str, label: str) -> str:
     if not value.startswith("/") or len(value) > 4096 or "\x00" in value or any(c.isspace() for c in value):
-        raise CniError(INVALID_ENV, "CNI_NETNS must be the absolute path of a network namespace", value[:256])
+        raise CniError(INVALID_ENV, f"{label} must be the absolute path of a network namespace", value[:256])
     return value
 
 
@@ -194,6 +205,15 @@ def read_netconf(conf: dict[str, Any], command: str) -> NetConf:
     )  # fmt: skip
 
 
+def with_args_ips(spec: NetConf, args: tuple[tuple[str, str], ...]) -> NetConf:
+    """CNI_ARGS' IP (comma-separated: the convention host-local reads, and how podman 4 passes `podman run --ip`)
+    when runtimeConfig.ips gives none."""
+    given = [v for k, v in args if k == "IP"]
+    if spec.fixed_ips or not given:
+        return spec
+    return dataclasses.replace(spec, fixed_ips=_fixed_ips([ip for v in given for ip in v.split(",")]))
+
+
 def _physnet(value: str | None) -> str | None:
     if value is not None and not PHYSNET.match(value):
         raise CniError(INVALID_CONFIG, "physnet must be a physical network name (letters, digits, '_', '.', '-')")
@@ -201,7 +221,7 @@ def _physnet(value: str | None) -> str | None:
 
 
 def _fixed_ips(value: Any) -> tuple[str, ...]:
-    """runtimeConfig.ips (the `ips` capability: `podman run --ip`), as bare addresses."""
+    """runtimeConfig.ips (the `ips` capability), as bare addresses."""
     found = []
     for text in _strings(value, "runtimeConfig.ips", 2):
         try:

@@ -197,7 +197,10 @@ def give_socket(container: Container, options: Options) -> str:
             os.close(directory)
         try:
             mounts.enter_mount_namespace(ns)  # from here on, paths are the container's (its root not pivoted yet)
-            target = mounts.directory_beneath(container.root, container.place)
+            # Its root path is the runtime's, seen from the container's process root: setns put this process at
+            # the namespace's own root, which is not the runtime's when the runtime runs in a chroot.
+            seen = f"/proc/{container.pid}/root/{container.root.lstrip('/')}"
+            target = mounts.directory_beneath(seen, container.place)
             try:
                 mounts.attach(tree, target)
             finally:

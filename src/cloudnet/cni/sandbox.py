@@ -18,15 +18,15 @@ SIOCGIFHWADDR = 0x8927
 LIBC = ctypes.CDLL(None, use_errno=True)  # setns(2): os.setns is Python 3.12's
 
 
-def check_is_netns(path: str) -> None:
+def check_is_netns(path: str, label: str = "CNI_NETNS") -> None:
     """The path holds a network namespace (the agent checks again, and more, before it enters it; this turns a
     wrong path into the runtime's error at once, instead of an instance that never comes up)."""
     try:  # a namespace file is a regular file (also through /proc/PID/ns/net): nothing else is opened
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise CniError(INVALID_ENV, f"CNI_NETNS {path} is not a network namespace")
+            raise CniError(INVALID_ENV, f"{label} {path} is not a network namespace")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise CniError(INVALID_ENV, f"CNI_NETNS {path} cannot be opened: {exc.strerror}") from None
+        raise CniError(INVALID_ENV, f"{label} {path} cannot be opened: {exc.strerror}") from None
     try:
         kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
     except OSError:
@@ -34,7 +34,7 @@ def check_is_netns(path: str) -> None:
     finally:
         os.close(fd)
     if kind != CLONE_NEWNET:
-        raise CniError(INVALID_ENV, f"CNI_NETNS {path} is not a network namespace")
+        raise CniError(INVALID_ENV, f"{label} {path} is not a network namespace")
 
 
 def enter_and_check(path: str, ifname: str, mac: str) -> None:
