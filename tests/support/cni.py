@@ -22,12 +22,28 @@ from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.store.db import Store
 from tests.support.cloud import Cloud
-from tests.support.guest_metadata import agent_with_proxy
+from tests.support.guest_metadata import READER, agent_with_proxy
+from tests.support.installed import DEBIAN_PYTHON, require_cloud_init
 from tests.support.server import RunningServer
 
 PLUGIN = Path(sys.executable).with_name("cloudnet-cni")  # the console script `make deps` installs
 SERVICE_TOKEN = "runtime-token"
 Answer = tuple[int, dict[str, Any] | None]
+Run = Callable[..., subprocess.CompletedProcess[str]]  # a command in a container, through its runtime
+# An HTTP GET of the metadata service from a given source address, run with the host's Python in a container's
+# namespace: the body, or why nothing came back.
+FETCH = """
+import socket, sys
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.bind((sys.argv[1], 0))
+    s.connect(("169.254.169.254", 80))
+    s.sendall(b"GET /openstack/latest/meta_data.json HTTP/1.0\\r\\nHost: 169.254.169.254\\r\\n\\r\\n")
+    print(s.recv(65536).decode(errors="replace"))
+except OSError as exc:
+    print("NOTHING", type(exc).__name__)
+"""
 
 
 @dataclass
@@ -48,6 +64,64 @@ class CniCloud:
 
     def instances(self) -> list[dict[str, Any]]:
         return list(self.api.get("/instances", params={"host": self.cloud.host}).json()["instances"])
+
+    def instance_of(self, container_id: str) -> dict[str, Any] | None:
+        """The instance cloudnet-cni made for a runtime's container (by the CNI_CONTAINERID it was given)."""
+        found = [i for i in self.instances() if i["metadata"].get("cni_container_id") == container_id]
+        return found[0] if found else None
+
+    def add_router(self) -> dict[str, Any]:
+        """A router of alice's on the subnet (10.77.0.1)."""
+        router = self.cloud.create("routers", "router", {"name": f"r-{self.cloud.suffix}", "project_id": "alice"})
+        r = self.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": self.subnet["id"]})
+        assert r.status_code == 200, r.text
+        return router
+
+
+def assert_on_network(rig: CniCloud, container_id: str, run: Run, neighbour: str) -> dict[str, Any]:
+    """A container as cloudnet-cni attached it, seen from inside through its runtime (`run`): its instance is
+    ACTIVE and alice's, eth0 has the instance's address, the routes are the subnet's (default, the metadata hop,
+    the host route), and it reaches its neighbour's address, its router and its own metadata. Its instance."""
+    inst = rig.instance_of(container_id)
+    assert inst is not None and inst["status"] == "ACTIVE", inst
+    assert str(inst["description"]).startswith("cloudnet-cni") and inst["project_id"] == "alice"
+    (nic,) = inst["nets"]
+    own = nic["fixed_ips"][0]["ip_address"]
+    addr = run("ip", "-o", "-4", "addr", "show", "eth0")
+    assert f" {own}/24 " in addr.stdout, addr.stdout + addr.stderr
+    routes = {line.split(" proto")[0].strip() for line in run("ip", "route").stdout.splitlines()}
+    hop = nic["metadata_hops"][rig.subnet["id"]]
+    assert {"default via 10.77.0.1 dev eth0", f"169.254.169.254 via {hop} dev eth0",
+            "192.0.2.0/24 via 10.77.0.254 dev eth0"} <= routes, routes  # fmt: skip
+    for peer in (neighbour, "10.77.0.1"):  # the neighbour, the router
+        ping = run("ping", "-c1", "-W5", peer)
+        assert ping.returncode == 0, (peer, ping.stdout, ping.stderr)
+    meta = run("wget", "-qO-", "http://169.254.169.254/openstack/latest/meta_data.json")
+    assert meta.returncode == 0, meta.stderr
+    assert json.loads(meta.stdout)["uuid"] == inst["id"]
+    return inst
+
+
+def in_netns(sandbox: str, *cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nsenter", f"--net={sandbox}", *cmd], capture_output=True, text=True, timeout=60)
+
+
+def assert_reads_only_its_own_metadata(
+    sandbox: str, mine: dict[str, Any], theirs: dict[str, Any], own: str, neighbour: str
+) -> None:
+    """cloud-init's OpenStack reader in a container's namespace (`sandbox`) gets that container's instance
+    (`mine`, address `own`); the container, claiming its neighbour's address as its source, gets nothing (port
+    security drops it before the proxy)."""
+    require_cloud_init()
+    read = in_netns(sandbox, DEBIAN_PYTHON, READER, "http://169.254.169.254")
+    assert read.returncode == 0, read.stderr
+    got = json.loads(read.stdout)
+    assert got["read_metadata_service_uuid"] == got["openstack"]["metadata"]["uuid"] == mine["id"]
+    assert got["ec2_metadata"]["local-ipv4"] == own
+    assert mine["id"] in in_netns(sandbox, DEBIAN_PYTHON, "-c", FETCH, own).stdout  # the probe works
+    assert in_netns(sandbox, "ip", "addr", "add", f"{neighbour}/32", "dev", "eth0").returncode == 0
+    spoofed = in_netns(sandbox, DEBIAN_PYTHON, "-c", FETCH, neighbour).stdout
+    assert spoofed.startswith("NOTHING") and theirs["id"] not in spoofed, spoofed
 
 
 def invoke(
