@@ -22,7 +22,7 @@ from tests.support.cni import (
     cni_cloud,
     invoke,
 )
-from tests.support.containerd import Container, Containerd, require_containerd, runtime_path
+from tests.support.containerd import Container, Containerd, del_in_kill, require_containerd, runtime_path
 
 
 @dataclass
@@ -64,8 +64,11 @@ def test_containers_reach_each_other_their_router_and_metadata(site: Site) -> No
     pools = site.rig.api.get("/port-pools", params={"network_id": site.rig.network["id"]}).json()["port_pools"]
     assert [p["host"] for p in pools] == [site.rig.cloud.host]
 
+    site.ctr.kill(one.name)
+    if del_in_kill():  # 1.7: `ctr task kill` has run DEL before it signalled the task
+        assert site.rig.instance_of(one.cni_id) is None
     site.ctr.stop(one.name)
-    assert site.rig.instance_of(one.cni_id) is None  # ctr's DEL took it away
+    assert site.rig.instance_of(one.cni_id) is None  # ctr's DEL took it away (1.6: the foreground `ctr run`'s)
     assert site.rig.instance_of(two.cni_id) is not None
     site.ctr.stop(two.name)
     assert site.rig.instance_of(two.cni_id) is None

@@ -70,13 +70,18 @@ def version() -> tuple[int, ...]:
     return tuple(int(n) for n in found.groups()) if found else ()
 
 
+def del_in_kill() -> bool:
+    """Whether `ctr task kill` runs DEL (before it signals the task): containerd 1.7 on; 1.6's ctr runs DEL only in
+    a foreground `ctr run`, once its task has ended (a detached container's DEL is nobody's: GC collects it)."""
+    return version() >= (1, 7)
+
+
 def runtime_path() -> str:
-    """Which path the CNI calls take here (the tests' ids say it)."""
+    """Which containerd, and which ctr command runs DEL first (the tests' ids say it)."""
     found = version()
     if not found:
         return "containerd-missing"
-    dele = "kill" if found >= (1, 7) else "run-exit"  # who runs DEL first (see the module's docs)
-    return f"containerd-{'.'.join(map(str, found))}-ctr-cni-del-by-{dele}"
+    return f"containerd-{'.'.join(map(str, found))}-ctr-cni-del-by-{'kill' if del_in_kill() else 'run-exit'}"
 
 
 @dataclass
@@ -85,6 +90,7 @@ class Container:
     netd: Path  # its conflist directory (ctr reads it again for DEL)
     run: subprocess.Popen[bytes]  # the foreground `ctr run`
     pid: int = 0  # the container's first process
+    killed: bool = False
 
     @property
     def cni_id(self) -> str:
@@ -192,10 +198,18 @@ class Containerd:
         return self.ctr("task", "exec", "--exec-id", uuid.uuid4().hex[:12], name, *cmd, check=False,
                         timeout=timeout)  # fmt: skip
 
-    def stop(self, name: str) -> None:
-        """As a user stops it: `ctr task kill`, the foreground `ctr run` returns, the container record goes."""
+    def kill(self, name: str) -> None:
+        """`ctr task kill -s KILL` (from 1.7 on, its DEL first)."""
         container = self.containers[name]
         self.ctr("task", "kill", "-s", "KILL", name, netd=container.netd)
+        container.killed = True
+
+    def stop(self, name: str) -> None:
+        """As a user stops it: `ctr task kill` (unless done), the foreground `ctr run` returns (its DEL once the
+        task has ended), the container record goes."""
+        container = self.containers[name]
+        if not container.killed:
+            self.kill(name)
         container.run.wait(TIMEOUT)
         self.remove(name)
 
