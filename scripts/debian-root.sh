@@ -44,7 +44,11 @@ run)
     [ $# -ge 3 ] || { echo "usage: $0 run DIR CMD..." >&2; exit 2; }
     root=$2; shift 2
     mounts "$root"
-    exec chroot "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+    # Entered from a mount namespace of its own where DIR is a mount point (bound on itself): runc (podman's,
+    # containerd's) and `unshare --mount` change the propagation of "/", which a plain directory as root refuses.
+    # Slave propagation: the host's later mounts show inside, the session's own (netns, containers) stay inside.
+    exec unshare --mount --propagation slave -- /bin/sh -c 'mount --rbind "$1" "$1" && root=$1 && shift && exec chroot "$root" "$@"' \
+        sh "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
     ;;
 umount)
     [ $# -eq 2 ] || { echo "usage: $0 umount DIR" >&2; exit 2; }
