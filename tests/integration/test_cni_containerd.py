@@ -6,7 +6,6 @@ ids say which containerd and which of ctr's DEL paths ran (tests/support/contain
 from __future__ import annotations
 
 import functools
-import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cni import (
+    SERVICE_TOKEN,
     CniCloud,
     Run,
     assert_on_network,
@@ -22,7 +22,7 @@ from tests.support.cni import (
     cni_cloud,
     invoke,
 )
-from tests.support.containerd import Container, Containerd, del_in_kill, require_containerd, runtime_path
+from tests.support.containerd import NAMESPACE, Container, Containerd, del_in_kill, require_containerd, runtime_path
 
 
 @dataclass
@@ -118,24 +118,45 @@ def test_another_projects_network_or_port_in_the_conflist(site: Site) -> None:
         name = site.name("hostile")
         failed = site.ctr.try_start(name, site.ctr.network(conf))
         assert isinstance(failed, str) and "cloudnet-cni" in failed and reason in failed, (case, failed)
-        assert f"cloudnet-{name}" not in site.ctr.running()
+        assert f"{NAMESPACE}-{name}" not in site.ctr.running()
     assert {i["id"] for i in site.rig.instances()} == before
     port = site.rig.api.get(f"/ports/{bobs_port['id']}").json()["port"]
     assert port["device_id"] == "" and port["binding:host_id"] == "", port
 
 
 def test_a_token_in_the_args_or_the_environment_is_not_used(site: Site) -> None:
-    """The admin token offered in the conflist's args and in ctr's CNI_ARGS: the plugin uses only its token file
-    (the service token of alice's), so the container comes up as alice's; a token file others can read stops it."""
-    conf = site.rig.conf(args={"cloudnet": {"token": "admin", "project": "alice"}})
-    netd = site.ctr.network(conf)
+    """The admin token offered in the conflist's args and as CNI_ARGS in ctr's environment (libcni gives the plugin
+    the runtime's own, empty here): the plugin uses only its token file, so the container is alice's (the admin
+    token's would be project ops'); a token file others can read stops it."""
+    netd = site.ctr.network(site.rig.conf(args={"cloudnet": {"token": "admin"}}))
     box = site.ctr.start(site.name("args"), netd, env={"CNI_ARGS": "TOKEN=admin"})
     inst = site.rig.instance_of(box.cni_id)
     assert inst is not None and inst["project_id"] == "alice" and inst["status"] == "ACTIVE"
     site.ctr.stop(box.name)
     assert site.rig.instance_of(box.cni_id) is None
     leaky = site.ctr.work / "leaky.token"
-    leaky.write_text(json.dumps("runtime-token")[1:-1] + "\n")
+    leaky.write_text(SERVICE_TOKEN + "\n")
     leaky.chmod(0o644)
     failed = site.ctr.try_start(site.name("leaky"), site.ctr.network(site.rig.conf(token_file=str(leaky))))
     assert isinstance(failed, str) and "owner only" in failed, failed
+
+
+def test_a_container_in_the_hosts_or_anothers_namespace_is_refused(site: Site) -> None:
+    """`ctr run --net-host --cni` hands the plugin the host's namespace, `--with-ns network:...` a running
+    container's: the agent plugs neither (ADD fails with its reason, the instance goes), and the container living
+    there keeps its instance and address."""
+    incumbent = site.ctr.start(site.name("incumbent"), site.network)
+    before = site.rig.instance_of(incumbent.cni_id)
+    assert before is not None
+    host = ("--net-host",), ("the host's network namespace", "the agent's own network namespace")
+    other = ("--with-ns", f"network:{incumbent.netns}"), (f"the network namespace of instance {before['id']}",)
+    for options, reasons in (host, other):
+        name = site.name("intruder")
+        failed = site.ctr.try_start(name, site.network, options=options)
+        assert isinstance(failed, str) and "cloudnet could not plug the container" in failed, (options, failed)
+        assert any(reason in failed for reason in reasons), failed
+        assert site.rig.instance_of(f"{NAMESPACE}-{name}") is None, options
+    assert site.rig.instance_of(incumbent.cni_id) == before
+    own = before["nets"][0]["fixed_ips"][0]["ip_address"]
+    assert f" {own}/24 " in site.ctr.exec(incumbent.name, "ip", "-o", "-4", "addr", "show", "eth0").stdout
+    site.ctr.stop(incumbent.name)

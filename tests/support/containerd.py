@@ -167,10 +167,13 @@ class Containerd:
             raise AssertionError(f"ctr run {name} failed: {found}")
         return found
 
-    def try_start(self, name: str, netd: Path, env: dict[str, str] | None = None) -> Container | str:
-        """The running container, or ctr's error when it never ran (the container record removed)."""
+    def try_start(
+        self, name: str, netd: Path, env: dict[str, str] | None = None, options: tuple[str, ...] = ()
+    ) -> Container | str:
+        """The running container, or ctr's error when it never ran (the container record removed). `options`:
+        more of `ctr run`'s."""
         args = ("run", "--rootfs", "--cni", "--null-io", "--cgroup", f"/cnictr-{name}", "--env", "PATH=/bin",
-                str(self.work / "rootfs"), name, "/bin/sleep", "600")  # fmt: skip
+                *options, str(self.work / "rootfs"), name, "/bin/sleep", "600")  # fmt: skip
         with open(self.work / f"{name}.err", "wb") as err:
             run = subprocess.Popen(self._command(args, netd), stdout=subprocess.DEVNULL, stderr=err,
                                    env={**os.environ, **(env or {})})  # fmt: skip
