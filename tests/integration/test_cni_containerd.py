@@ -1,7 +1,9 @@
 """cloudnet-cni through containerd's own CNI path (`ctr run --cni`), the CNI runtime Debian ships on both 12 and 13
 (podman 5 on 13 speaks only netavark): containers on a cloudnet network reach each other and their router, read
-their own metadata, and their instances go when they go (the runtime's DEL; a killed container: GC). The tests'
-ids say which containerd and which of ctr's DEL paths ran (tests/support/containerd.py)."""
+their own metadata, and their instances go when they go (the runtime's DEL; a killed container: GC). Hostile
+conflists (another project's network, port or project; a token offered beside the token file) and hostile
+namespaces (the host's, a running container's) are refused through the runtime. The tests' ids say which
+containerd and which of ctr's DEL paths ran (tests/support/containerd.py)."""
 
 from __future__ import annotations
 

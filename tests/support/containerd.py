@@ -10,6 +10,7 @@ namespace of its own where those two are the test's directories: the machine's a
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -61,6 +62,7 @@ def require_containerd() -> None:
     require(Path("/etc/cni/net.d").is_dir(), "/etc/cni/net.d", "podman")
 
 
+@functools.cache
 def version() -> tuple[int, ...]:
     """ctr's version (1.6.20 on Debian 12, 1.7.24 on 13); () without ctr."""
     if shutil.which("ctr") is None:
@@ -228,13 +230,14 @@ class Containerd:
             time.sleep(0.05)
 
     def remove(self, name: str) -> None:
-        """Its task and record gone (the wrapper: from 1.7 on, ctr may run a DEL here too)."""
+        """Its task and record gone (neither `ctr task delete` nor `ctr container delete` runs a DEL, on 1.6 as on
+        1.7: a container still running here keeps its instance)."""
         container = self.containers.pop(name)
         if container.run.poll() is None:
             container.run.kill()
             container.run.wait(TIMEOUT)
-        self.ctr("task", "delete", "--force", name, netd=container.netd, check=False)
-        self.ctr("container", "delete", name, netd=container.netd, check=False)
+        self.ctr("task", "delete", "--force", name, check=False)
+        self.ctr("container", "delete", name, check=False)
 
     def close(self) -> None:
         """Containers, the daemon (by its PID), shims left (by PID: those whose command line names this daemon's
