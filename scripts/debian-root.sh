@@ -18,6 +18,10 @@ mounts() {
     # files the root's own runs made under /run/netns.
     mkdir -p /run/netns
     mountpoint -q /run/netns || { mount --bind /run/netns /run/netns && mount --make-shared /run/netns; }
+    # The root a mount point (bound on itself, with what is mounted below it already): runc (podman's,
+    # containerd's) and `unshare --mount --propagation ...` change the propagation of "/", which a plain directory
+    # as root refuses (EINVAL), so no container could start inside.
+    mounted "$root" || mount --rbind "$root" "$root"
     mounted "$root/proc" || mount -t proc proc "$root/proc"
     for dir in sys dev run; do
         mounted "$root/$dir" || { mount --rbind "/$dir" "$root/$dir" && mount --make-rslave "$root/$dir"; }
@@ -44,14 +48,11 @@ run)
     [ $# -ge 3 ] || { echo "usage: $0 run DIR CMD..." >&2; exit 2; }
     root=$2; shift 2
     mounts "$root"
-    # Entered from a mount namespace of its own where DIR is a mount point (bound on itself): runc (podman's,
-    # containerd's) and `unshare --mount` change the propagation of "/", which a plain directory as root refuses.
-    # Slave propagation: the host's later mounts show inside, the session's own (netns, containers) stay inside.
-    exec unshare --mount --propagation slave -- /bin/sh -c 'mount --rbind "$1" "$1" && root=$1 && shift && exec chroot "$root" "$@"' \
-        sh "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+    exec chroot "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
     ;;
 umount)
     [ $# -eq 2 ] || { echo "usage: $0 umount DIR" >&2; exit 2; }
+    mounted "$2" && umount -R -l "$2"
     for dir in "$WORK" /run /dev /sys /proc; do
         mounted "$2$dir" && umount -R -l "$2$dir"
     done
