@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A throwaway Debian root file system for trying the two commands on another release than this machine's, as the
 # README's quick start has them (a bare system plus git and make). The suite needs this host's kernel features, so
-# the root is entered with chroot over bind mounts of /proc, /sys (with the cgroups), /dev and /run; WORK (default
-# /work) is bound in too, so a checkout there is the same path inside.
+# the root is entered, as the root of a mount namespace of its own, over bind mounts of /proc, /sys (with the
+# cgroups), /dev and /run; WORK (default /work) is bound in too, so a checkout there is the same path inside.
 #
 #   scripts/debian-root.sh make DIR [SUITE]     mmdebstrap SUITE (default: stable) into DIR, with git and make
 #   scripts/debian-root.sh run DIR CMD...       CMD as root inside DIR (mounts made on first use, kept)
@@ -18,10 +18,6 @@ mounts() {
     # files the root's own runs made under /run/netns.
     mkdir -p /run/netns
     mountpoint -q /run/netns || { mount --bind /run/netns /run/netns && mount --make-shared /run/netns; }
-    # The root a mount point (bound on itself, with what is mounted below it already): runc (podman's,
-    # containerd's) and `unshare --mount --propagation ...` change the propagation of "/", which a plain directory
-    # as root refuses (EINVAL), so no container could start inside.
-    mounted "$root" || mount --rbind "$root" "$root"
     mounted "$root/proc" || mount -t proc proc "$root/proc"
     for dir in sys dev run; do
         mounted "$root/$dir" || { mount --rbind "/$dir" "$root/$dir" && mount --make-rslave "$root/$dir"; }
@@ -48,11 +44,16 @@ run)
     [ $# -ge 3 ] || { echo "usage: $0 run DIR CMD..." >&2; exit 2; }
     root=$2; shift 2
     mounts "$root"
-    exec chroot "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+    # The root becomes the root of a mount namespace of its own (pivot_root), not a chroot's directory: runc
+    # (containerd's, podman's) gives a container its own root only from there; from a chroot, containers ran on
+    # this root or the host's instead of their image, and `unshare --mount` refused to change "/". Slave
+    # propagation: the host's later mounts show inside; the session's (netns, containers) stay inside.
+    exec unshare --mount --propagation slave -- /bin/sh -c \
+        'mount --rbind "$1" "$1" && cd "$1" && pivot_root . . && umount -l . && shift && exec /usr/sbin/chroot . "$@"' \
+        sh "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
     ;;
 umount)
     [ $# -eq 2 ] || { echo "usage: $0 umount DIR" >&2; exit 2; }
-    mounted "$2" && umount -R -l "$2"
     for dir in "$WORK" /run /dev /sys /proc; do
         mounted "$2$dir" && umount -R -l "$2$dir"
     done
