@@ -88,7 +88,7 @@ def assert_on_network(rig: CniCloud, container_id: str, run: Run, neighbour: str
     (nic,) = inst["nets"]
     own = nic["fixed_ips"][0]["ip_address"]
     addr = run("ip", "-o", "-4", "addr", "show", "eth0")
-    assert f" {own}/24 " in addr.stdout, addr.stdout + addr.stderr
+    assert f" {own}/24 " in addr.stdout, addr
     routes = {line.split(" proto")[0].strip() for line in run("ip", "route").stdout.splitlines()}
     hop = nic["metadata_hops"][rig.subnet["id"]]
     assert {"default via 10.77.0.1 dev eth0", f"169.254.169.254 via {hop} dev eth0",

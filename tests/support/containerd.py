@@ -200,8 +200,19 @@ class Containerd:
         return [f"{NAMESPACE}-{name}" for name, (_, status) in self.tasks().items() if status == "RUNNING"]
 
     def exec(self, name: str, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return self.ctr("task", "exec", "--exec-id", uuid.uuid4().hex[:12], name, *cmd, check=False,
-                        timeout=timeout)  # fmt: skip
+        """`ctr task exec`, the command's output written to files of the container's root and read from there: so
+        it ran in the container's own root (runc started from a chroot ran commands in the host's instead, with the
+        host's binaries: no file, nothing read)."""
+        out = f"tmp/exec-{uuid.uuid4().hex[:12]}"
+        proc = self.ctr("task", "exec", "--exec-id", out[-12:], name, "/bin/sh", "-c", '"$@" >"/$0.out" 2>"/$0.err"',
+                        out, *cmd, check=False, timeout=timeout)  # fmt: skip
+        stdout, stderr = (self.work / "rootfs" / f"{out}.out", self.work / "rootfs" / f"{out}.err")
+        result = subprocess.CompletedProcess(cmd, proc.returncode, "", proc.stderr)
+        if stdout.exists():
+            result.stdout, result.stderr = stdout.read_text(), stderr.read_text() + proc.stderr
+        stdout.unlink(missing_ok=True)
+        stderr.unlink(missing_ok=True)
+        return result
 
     def kill(self, name: str) -> None:
         """`ctr task kill -s KILL` (from 1.7 on, its DEL first)."""
