@@ -35,7 +35,10 @@ run)
     [ $# -ge 3 ] || { echo "usage: $0 run DIR CMD..." >&2; exit 2; }
     root=$2; shift 2
     mounts "$root"
-    exec chroot "$root" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+    # In a mount namespace of its own with the root bound onto itself: `ip -n`/`ip netns exec` remount / as a slave,
+    # which fails ("mount --make-rslave /": Invalid argument) where / is no mount point, as a chroot's directory is not.
+    exec unshare --mount -- /bin/sh -c 'mount --rbind "$0" "$0" && exec chroot "$0" "$@"' "$root" \
+        /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
     ;;
 umount)
     [ $# -eq 2 ] || { echo "usage: $0 umount DIR" >&2; exit 2; }
