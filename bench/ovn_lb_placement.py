@@ -23,18 +23,9 @@ import re
 import time
 from collections import Counter
 
+import ovn_common
 from common import machine_load
-from ovn_common import (
-    OvnCloud,
-    cpu_seconds,
-    cpu_used,
-    ovn_cloud,
-    plug,
-    router_site,
-    settled_flows,
-    versions,
-    wait_quiet,
-)
+from ovn_common import OvnCloud, cpu_seconds, cpu_used, ovn_cloud, plug, router_site, settled_flows, wait_quiet
 
 STAGE = re.compile(r"table=\s*\d+\s*\((\w+)\s*\)")
 TABLE = re.compile(r"\btable=(\d+)")
@@ -93,7 +84,7 @@ def main() -> None:
         cloud.wait_hv()
         wait_quiet(cloud)
         base_lf, base_of = lflows(cloud), openflows(cloud)
-        print(f"{versions()}: load balancer placement, {args.ports:,} VIPs of one forward "
+        print(f"{ovn_common.versions()}: load balancer placement, {args.ports:,} VIPs of one forward "
               f"({sum(base_lf.values()):,} logical / {sum(base_of.values()):,} OpenFlow flows without it)")  # fmt: skip
         placements = {"router + switch": [("lr", router), ("ls", switch)], "router only": [("lr", router)],
                       "switch only": [("ls", switch)]}  # fmt: skip
