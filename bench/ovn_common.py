@@ -30,6 +30,15 @@ from cloudnet.store.migrate import upgrade
 RESOURCES = ("network", "subnet", "port", "router", "security_group", "security_group_rule", "floatingip", "forward")
 
 
+def versions() -> str:
+    """The OVN and OVS releases the daemons are (figures differ by release: Debian 12 has 23.03, Debian 13 25.03)."""
+    out = []
+    for name, command in (("OVN", "ovn-northd"), ("OVS", "ovs-vswitchd")):
+        first = daemons.run(Path(tempfile.gettempdir()), [command, "--version"]).splitlines()[0]
+        out.append(f"{name} {first.split()[-1]}")
+    return ", ".join(out)
+
+
 @dataclass
 class OvnCloud:
     ovn: OvnSandbox

@@ -43,6 +43,7 @@ from ovn_common import (
     plug,
     router_site,
     settled_flows,
+    versions,
     wait_for,
     wait_quiet,
 )
@@ -124,8 +125,8 @@ def main() -> None:
         base = settle(cloud)
         if per_vip < 1:
             raise SystemExit(f"no OpenFlow flows for VIPs ({base}, {one}, {two}): is the target port bound?")
-        print(f"OVN forwards: {PORTS:,} listen ports (real NB/SB/ovn-northd, 1 chassis, userspace datapath; "
-              f"{base:,} flows before; a 2-port forward adds {two})")  # fmt: skip
+        print(f"OVN forwards ({versions()}): {PORTS:,} listen ports (real NB/SB/ovn-northd, 1 chassis, userspace "
+              f"datapath; {base:,} flows before; a 2-port forward adds {two})")  # fmt: skip
 
         # Shape 1: one POST, one forward, one range.
         body = {"listen_address": "192.0.2.50", "ports": [

@@ -1,4 +1,4 @@
-"""What a forward's VIPs cost OVN 23.03 by where their Load_Balancer is linked (issue 20): on the router and the
+"""What a forward's VIPs cost OVN by where their Load_Balancer is linked (issue 20): on the router and the
 network's switch (what the northbound writer does), on the router only, on the switch only. Prints figures; asserts
 nothing.
 
@@ -23,6 +23,7 @@ import re
 import time
 from collections import Counter
 
+import ovn_common
 from common import machine_load
 from ovn_common import OvnCloud, cpu_seconds, cpu_used, ovn_cloud, plug, router_site, settled_flows, wait_quiet
 
@@ -83,7 +84,7 @@ def main() -> None:
         cloud.wait_hv()
         wait_quiet(cloud)
         base_lf, base_of = lflows(cloud), openflows(cloud)
-        print(f"OVN 23.03 load balancer placement: {args.ports:,} VIPs of one forward "
+        print(f"{ovn_common.versions()}: load balancer placement, {args.ports:,} VIPs of one forward "
               f"({sum(base_lf.values()):,} logical / {sum(base_of.values()):,} OpenFlow flows without it)")  # fmt: skip
         placements = {"router + switch": [("lr", router), ("ls", switch)], "router only": [("lr", router)],
                       "switch only": [("ls", switch)]}  # fmt: skip

@@ -120,26 +120,30 @@ def test_policy_rows_and_repair(api: httpx.Client, ovn: OvnSandbox, nb_sync: Nor
     assert identity["action"] == "drop" and f"acl/identity/{p1['id']}/4" in acls
     assert not any(k.startswith(f"acl/{p2['id']}") for k in acls)
 
-    # forwards: one load balancer per protocol, a VIP per listen port, on the router and the switch; the floating IP
+    # forwards: one load balancer per protocol, a VIP per listen port, on the router and the switch; the floating IP:
+    # a NAT row on the router, and its bare address as a VIP on the switch only (hairpin from its own target)
+    fip_address = s["fip"]["floating_ip_address"]
     lbs = {lb["name"]: lb for lb in rows(ovn, "Load_Balancer")}
-    assert {lb["protocol"]: lb["vips"] for lb in lbs.values()} == {
+    ports = {n: lb for n, lb in lbs.items() if not n.endswith("-address")}
+    assert {lb["protocol"]: lb["vips"] for lb in ports.values()} == {
         "tcp": {"192.0.2.50:80": "10.0.0.10:8080", "192.0.2.50:81": "10.0.0.10:8081"},
         "udp": {"192.0.2.50:53": "10.0.0.11:53", "192.0.2.50:5353": "10.0.0.11:53"},
     }
-    lb_ids = sorted(lb["_uuid"] for lb in lbs.values())
+    [address] = [lb for n, lb in lbs.items() if n.endswith("-address")]
+    assert address["vips"] == {fip_address: "10.0.0.12"} and as_list(address["protocol"]) == []
+    lb_ids = sorted(lb["_uuid"] for lb in ports.values())
     router = keyed(ovn, "Logical_Router")[f"lr/{s['router']['id']}"]
     assert sorted(as_list(router["load_balancer"])) == lb_ids
-    assert sorted(as_list(keyed(ovn, "Logical_Switch")[f"ls/{s['net']['id']}"]["load_balancer"])) == lb_ids
+    switch = keyed(ovn, "Logical_Switch")[f"ls/{s['net']['id']}"]
+    assert sorted(as_list(switch["load_balancer"])) == sorted([*lb_ids, address["_uuid"]])
     nat = {(n["type"], n["external_ip"], n["logical_ip"]) for n in rows(ovn, "NAT")}
-    assert ("dnat_and_snat", s["fip"]["floating_ip_address"], "10.0.0.12") in nat
+    assert ("dnat_and_snat", fip_address, "10.0.0.12") in nat
 
     # northd takes every row: the logical flows grow and carry our matches
     flows = lflows(ovn)
     assert len(flows) > before
     assert any("tcp.dst >= 80 && tcp.dst <= 81" in f for f in flows)
-    assert any(s["fip"]["floating_ip_address"] in f for f in flows) and any(
-        "dnat" in f and "(10.0.0.12)" in f for f in flows
-    )
+    assert any(fip_address in f for f in flows) and any("dnat" in f and "(10.0.0.12)" in f for f in flows)
 
     # hostile: the names and descriptions chosen by the client are nowhere in a match
     for acl in rows(ovn, "ACL"):
@@ -148,11 +152,11 @@ def test_policy_rows_and_repair(api: httpx.Client, ovn: OvnSandbox, nb_sync: Nor
     # resync: rows removed or changed behind cloudnet's back come back
     ovn.nbctl("acl-del", pg)
     ovn.nbctl("set", "DHCP_Options", row["_uuid"], "options:router=10.0.0.99")
-    ovn.nbctl("lb-del", lbs[f"cn-fwd-{_forward_id(lbs)}-tcp"]["name"])
+    ovn.nbctl("lb-del", lbs[f"cn-fwd-{_forward_id(ports)}-tcp"]["name"])
     ovn.nbctl("clear", "Logical_Switch_Port", p1["id"], "dhcpv4_options")
     status = nb_sync.wait_synced()  # (a change counter moved: the next pass repairs)
     _until(lambda: _repaired(ovn, web["id"], subnet["id"], p1["id"]))
-    assert len(keyed(ovn, "Load_Balancer")) == 2
+    assert len(keyed(ovn, "Load_Balancer")) == 3
 
     # updates: a rule removed, the port leaves the group, the forward deleted
     assert api.delete(f"/security-group-rules/{s['r80']['id']}").status_code == 204

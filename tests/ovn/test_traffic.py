@@ -418,6 +418,18 @@ def test_hairpin_to_a_whole_address_forward(rig: Rig) -> None:
         rig.until(lambda: tcp_ask(rig.outside, "198.51.100.9", 443, 1).startswith("A "), "the whole address")
         rig.until(lambda: tcp_ask(rig.b["netns"], "198.51.100.9", 443, 1).startswith("A "), "hairpin from b")
         rig.until(lambda: tcp_ask(rig.a["netns"], "198.51.100.9", 443, 1).startswith("A "), "hairpin from a")
+        assert tcp_ask(rig.a["netns"], "198.51.100.9", 443) == "A 198.51.100.9 443"  # (from its own address)
+    finally:
+        rig.api.delete(fwd)
+
+
+def test_a_whole_address_forward_from_a_neighbour_meets_the_targets_groups(rig: Rig) -> None:
+    """The switch load balances the address at the sender's port (hairpin): the target's groups still decide."""
+    fwd = rig.forward({"listen_address": "198.51.100.11", "config": {"target_address": ip(rig.c)}})
+    try:
+        rig.until(lambda: tcp_ask(rig.b["netns"], "198.51.100.11", 7000, 1).startswith("C "), "the open port")
+        assert tcp_ask(rig.b["netns"], "198.51.100.11", 7001, BLOCKED) == ""  # c's groups open 7000 only
+        assert tcp_ask(rig.outside, "198.51.100.11", 7001, BLOCKED) == ""
     finally:
         rig.api.delete(fwd)
 
