@@ -123,8 +123,10 @@ class Cache:
             filtered.discard(port_id)
             if p is None:
                 continue
-            if not self._plain(p, fixed[port_id]):
-                return None
+            if not self._plain(p, fixed[port_id]) or any(
+                (p.network_id, a) in basis.targets for _s, a in fixed[port_id]
+            ):
+                return None  # (taking a forward's target address: the forward's rows change too)
             fixed[port_id].sort(key=lambda item: ip_key(item[1]))
             lsp = port_row(p, fixed[port_id], pairs[port_id], basis.subnets, basis.dhcp, False)
             out.rows.append(lsp)
