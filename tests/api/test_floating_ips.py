@@ -118,14 +118,20 @@ def test_floating_ip_lifecycle_is_a_forward(api: httpx.Client) -> None:
     assert api.get("/floatingips").json()["floatingips"] == []
 
 
-def test_forward_shows_as_floating_ip_and_each_refuses_the_others_address(api: httpx.Client) -> None:
+def whole_forward(api: httpx.Client) -> tuple[Json, Tenant, Json, Json]:
+    """The external network, a tenant, its port, and a forward (made through the forwards API) to the port."""
     ext = public(api)
     a = tenant(api, ext["id"], 1)
     port = a.port()
-    fixed = port["fixed_ips"][0]["ip_address"]
-    r = api.post(f"/networks/{a.network['id']}/forwards",
-                 json={"listen_address": "192.0.2.50", "config": {"target_address": fixed}})  # fmt: skip
+    r = api.post(f"/networks/{a.network['id']}/forwards", json={
+        "listen_address": "192.0.2.50", "config": {"target_address": port["fixed_ips"][0]["ip_address"]}})  # fmt: skip
     assert r.status_code == 201, r.text
+    return ext, a, port, dict(r.json()["forward"])
+
+
+def test_forward_shows_as_floating_ip_and_each_refuses_the_others_address(api: httpx.Client) -> None:
+    ext, a, port, _forward = whole_forward(api)
+    fixed = port["fixed_ips"][0]["ip_address"]
     (shown,) = api.get("/floatingips").json()["floatingips"]
     assert (shown["floating_ip_address"], shown["port_id"], shown["fixed_ip_address"]) == ("192.0.2.50", port["id"],
                                                                                           fixed)  # fmt: skip
@@ -327,14 +333,8 @@ def test_a_floating_ip_lets_go_of_what_goes_and_stays_in_both_faces(api: httpx.C
 
 
 def test_a_forward_stays_a_forward_when_neutron_disassociates_it(api: httpx.Client) -> None:
-    ext = public(api)
-    a = tenant(api, ext["id"], 1)
-    port = a.port()
+    ext, a, port, made = whole_forward(api)
     fixed = port["fixed_ips"][0]["ip_address"]
-    r = api.post(f"/networks/{a.network['id']}/forwards",
-                 json={"listen_address": "192.0.2.50", "config": {"target_address": fixed}})  # fmt: skip
-    assert r.status_code == 201, r.text
-    made = r.json()["forward"]
     got = put(api, made["id"], port_id=None).json()["floatingip"]
     assert (got["port_id"], got["fixed_ip_address"]) == (None, None)
     (kept,) = forwards(api, a.network["id"])  # still its network's forward, with no target
