@@ -13,6 +13,7 @@ that takes the address is its target again, and until then the host's desired st
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -462,3 +463,23 @@ def test_an_instance_going_with_its_port_leaves_the_forward_and_nothing_to_reali
     assert realised() == {"config": {}, "ports": [], "idle": ["10.0.0.85"]}
     new_instance(api, "web2", host="node-1", nets=[{"network": net, "v4-fixed-ip": "10.0.0.85"}])
     assert len(realised()["ports"]) == 1 and realised()["idle"] == []
+
+
+def test_ipam_never_hands_a_forwards_target_to_a_port(api: httpx.Client, site: Site) -> None:
+    """The next port on a target address is one that asks for it: an automatic address never is one (hostile: on a
+    shared network, another project's port would get the forward's traffic)."""
+    net = site.networks["private"]["id"]
+    first = create(api, "ports", "port", network_id=net)
+    v4 = next(f["ip_address"] for f in first["fixed_ips"] if "." in f["ip_address"])
+    v6 = next(f["ip_address"] for f in first["fixed_ips"] if ":" in f["ip_address"])
+    after = [str(ipaddress.ip_address(v4) + i) for i in range(1, 4)]
+    after6 = str(ipaddress.ip_address(v6) + 1)
+    post(api, "private", {"listen_address": "192.0.2.64", "config": {"target_address": after[0]},
+                          "ports": [{"protocol": "tcp", "listen_port": "22", "target_address": after[1]}]})  # fmt: skip
+    post(api, "private", {"listen_address": "2001:db8::64", "config": {"target_address": after6}})
+    r = api.post("/ports", json={"ports": [{"network_id": net} for _ in range(3)]})
+    assert r.status_code == 201, r.text
+    given = {f["ip_address"] for p in r.json()["ports"] for f in p["fixed_ips"]}
+    assert not given & {*after[:2], after6}, given
+    assert after[2] in given  # (the one after the targets: next-fit went on past them)
+    assert holder(site, "private", after[0])["fixed_ips"][0]["ip_address"] == after[0]  # asked for: given

@@ -10,7 +10,9 @@ The same holds for an address taken off a port (`fixed_ips` update) and for a ne
 (services/forwards.py: the forwards API's are deleted with it, Neutron's floating IPs disassociated).
 
 The dataplane realises only the targets a port holds (`live`): while no port holds one, neither nft nor NB has a
-rule for it, and it comes back with the port that takes the address (a port event, which the agents follow).
+rule for it, and it comes back with the port that takes the address (a port event, which the agents follow). IPAM
+never hands a target address out by itself (`on_network`): the next port on it is one that asks for it, so that no
+port (of another project, on a shared network) is given a forward's traffic it did not ask for.
 """
 
 from __future__ import annotations
@@ -80,6 +82,12 @@ def targets(conn: Connection) -> set[tuple[str, str]]:
     """(network, address) of every forward target: a port taking or leaving one changes what the dataplane holds."""
     rows = conn.execute(select(F.c.network_id, F.c.config, F.c.ports).where(F.c.network_id.is_not(None))).all()
     return {(r.network_id, ip) for r in rows for ip in targets_of(r)}
+
+
+def on_network(conn: Connection, network_id: str) -> set[str]:
+    """The addresses the network's forwards send traffic to."""
+    rows = conn.execute(select(F.c.config, F.c.ports).where(F.c.network_id == network_id)).all()
+    return {ip for r in rows for ip in targets_of(r)}
 
 
 def held(conn: Connection, pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
