@@ -7,8 +7,9 @@ There is one model (the `forwards` table, LXD's shape); Neutron's floating IPs a
   the forward's network holding that address; `router_id` is the network's uplink router;
 - each of its port specifications is a port forwarding: `internal_ip_address` its target, `internal_port_id` the
   port holding it, `external_port[_range]` / `internal_port[_range]` its listen and target ports (`a:b`);
-- a floating IP associated to nothing is a forward without a network (it only holds its address, and shows in no
-  network's forwards), status DOWN; once it targets a port it is a forward of that port's network, ACTIVE.
+- a floating IP associated to nothing is a forward without a network (it only holds its address; the forwards face
+  lists it among its external network's forwards), status DOWN; once it targets a port it is a forward of that
+  port's network, ACTIVE (a forward made through the forwards API stays its network's, ACTIVE, whatever it targets).
 What a port going does depends on the face that made the forward (services/forward_targets.py): a floating IP is
 disassociated from it, as Neutron does; a forward made through the forwards API keeps its targets, as LXD does (it
 shows as a floating IP whose `fixed_ip_address` no port holds, `port_id` null, until a port takes the address).

@@ -58,9 +58,9 @@ def _without_ids(ports: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def to_dict(row: Any, network_name: str = "") -> dict[str, Any]:
     d = _stored(row)
+    # (a floating IP associated to nothing shows under the external network that lists it)
     d.update({"id": row.id, "network_id": row.network_id or row.floating_network_id, "network": network_name,
-              "location": "",
-              "project_id": row.project_id, "created_at": common.fmt_time(row.created_at),
+              "location": "", "project_id": row.project_id, "created_at": common.fmt_time(row.created_at),
               "updated_at": common.fmt_time(row.updated_at), "revision_number": row.revision_number})  # fmt: skip
     return d
 
