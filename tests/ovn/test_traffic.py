@@ -401,27 +401,41 @@ def test_a_forward_outlives_its_targets_port_and_serves_the_next(rig: Rig) -> No
 
 
 def test_a_floating_ip_is_disassociated_when_its_port_goes(rig: Rig) -> None:
-    e = _instance_on(rig, "ovte", "10.91.0.190")
-    e_answers = Responder.start(e["netns"], "E", tcp=(80,))
+    """Neutron's rule for what Neutron's face made: the port going disassociates the floating IP and deletes the port
+    forwardings to it (no NB row left); the next port on the address is not its target until associated."""
+    e, f = _instance_on(rig, "ovte", "10.91.0.190"), _instance_on(rig, "ovtf", "10.91.0.191")
+    answers = [Responder.start(e["netns"], "E", tcp=(80,)), Responder.start(f["netns"], "F", tcp=(80,))]
     r = rig.api.post("/floatingips", json={"floatingip": {"floating_network_id": rig.pub["id"], "port_id": port_of(e)}})
     assert r.status_code == 201, r.text
     fip = r.json()["floatingip"]
+    r = rig.api.post("/floatingips", json={"floatingip": {"floating_network_id": rig.pub["id"]}})
+    assert r.status_code == 201, r.text
+    pf_fip = r.json()["floatingip"]
+    pf = {"protocol": "tcp", "internal_port_id": port_of(f), "internal_port": 80, "external_port": 8081}
+    r = rig.api.post(f"/floatingips/{pf_fip['id']}/port_forwardings", json={"port_forwarding": pf})
+    assert r.status_code == 201, r.text
     address, out = fip["floating_ip_address"], rig.outside
     try:
         rig.until(lambda: tcp_ask(out, address, 80, 1) == f"E {OUT} 80", "the floating IP")
-        assert _nb_rows(rig, fip["id"])
+        rig.until(lambda: tcp_ask(out, pf_fip["floating_ip_address"], 8081, 1) == f"F {OUT} 80", "port forwarding")
+        assert _nb_rows(rig, fip["id"]) and _nb_rows(rig, pf_fip["id"])
         _gone(rig, e)
+        _gone(rig, f)
         got = rig.api.get(f"/floatingips/{fip['id']}").json()["floatingip"]
         assert (got["port_id"], got["fixed_ip_address"], got["status"]) == (None, None, "DOWN")
+        got = rig.api.get(f"/floatingips/{pf_fip['id']}").json()["floatingip"]
+        assert (got["port_forwardings"], got["status"]) == ([], "DOWN")
         rig.settled()
-        assert _nb_rows(rig, fip["id"]) == []
+        assert _nb_rows(rig, fip["id"]) == [] and _nb_rows(rig, pf_fip["id"]) == []
         e2 = _instance_on(rig, "ovte2", "10.91.0.190")  # Neutron: not its target until associated
         rig.settled()
         assert _nb_rows(rig, fip["id"]) == [] and tcp_ask(out, address, 80, BLOCKED) == ""
         _gone(rig, e2)
     finally:
-        e_answers.stop()
+        for responder in answers:
+            responder.stop()
         rig.api.delete(f"/floatingips/{fip['id']}")
+        rig.api.delete(f"/floatingips/{pf_fip['id']}")
 
 
 # -- security groups and port security -------------------------------------------------------------------------------
