@@ -8,6 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cloudnet.store.db import Store
+from tests.support import migrations
 from tests.support.process import serve
 
 
@@ -20,3 +22,9 @@ def other(tmp_path: Path, db_url: str) -> Iterator[httpx.Client]:
         httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=60) as client,
     ):
         yield client
+
+
+@pytest.fixture
+def old_store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """An empty database for a migration test (test_migration_*.py) to bring to an earlier schema."""
+    return migrations.old_store(backend, request, tmp_path, "m" + request.module.__name__.rpartition("_")[2])

@@ -12,7 +12,9 @@ from typing import Any
 
 import httpx
 
+from cloudnet.store import tables as t
 from tests.support.api import check_error, create
+from tests.support.server import RunningServer
 
 Json = dict[str, Any]
 PUBLIC = "192.0.2.0/24"
@@ -116,14 +118,20 @@ def test_floating_ip_lifecycle_is_a_forward(api: httpx.Client) -> None:
     assert api.get("/floatingips").json()["floatingips"] == []
 
 
-def test_forward_shows_as_floating_ip_and_each_refuses_the_others_address(api: httpx.Client) -> None:
+def whole_forward(api: httpx.Client) -> tuple[Json, Tenant, Json, Json]:
+    """The external network, a tenant, its port, and a forward (made through the forwards API) to the port."""
     ext = public(api)
     a = tenant(api, ext["id"], 1)
     port = a.port()
-    fixed = port["fixed_ips"][0]["ip_address"]
-    r = api.post(f"/networks/{a.network['id']}/forwards",
-                 json={"listen_address": "192.0.2.50", "config": {"target_address": fixed}})  # fmt: skip
+    r = api.post(f"/networks/{a.network['id']}/forwards", json={
+        "listen_address": "192.0.2.50", "config": {"target_address": port["fixed_ips"][0]["ip_address"]}})  # fmt: skip
     assert r.status_code == 201, r.text
+    return ext, a, port, dict(r.json()["forward"])
+
+
+def test_forward_shows_as_floating_ip_and_each_refuses_the_others_address(api: httpx.Client) -> None:
+    ext, a, port, _forward = whole_forward(api)
+    fixed = port["fixed_ips"][0]["ip_address"]
     (shown,) = api.get("/floatingips").json()["floatingips"]
     assert (shown["floating_ip_address"], shown["port_id"], shown["fixed_ip_address"]) == ("192.0.2.50", port["id"],
                                                                                           fixed)  # fmt: skip
@@ -267,3 +275,119 @@ def test_external_network_keeps_its_floating_ips_addresses(api: httpx.Client) ->
     assert api.delete(f"/networks/{ext['id']}").status_code == 204
     check_error(api.get(f"/floatingips/{made['id']}"), 404, "FloatingIPNotFound")
     assert api.get("/floatingips").json()["floatingips"] == []
+
+
+def events_of(api: httpx.Client, since: int, fid: str) -> list[str]:
+    r = api.get("/events", params={"since": since})
+    assert r.status_code == 200, r.text
+    return [e["operation"] for e in r.json()["events"] if e["resource_id"] == fid]
+
+
+def revision(api: httpx.Client) -> int:
+    return int(api.get("/events", params={"since": 0, "limit": 1}).json()["revision"])
+
+
+def test_a_floating_ip_lets_go_of_what_goes_and_stays_in_both_faces(api: httpx.Client) -> None:
+    ext = public(api)
+    a = tenant(api, ext["id"], 1)
+    port, other = a.port(), a.port()
+    whole = fip(api, ext["id"], port_id=port["id"])
+    ranged = fip(api, ext["id"])
+    r = api.post(f"/floatingips/{ranged['id']}/port_forwardings", json={"port_forwarding": {
+        "protocol": "tcp", "internal_port_id": other["id"], "internal_port": 22, "external_port": 2222}})  # fmt: skip
+    assert r.status_code == 201, r.text
+
+    # The address taken off the port: disassociated, as Neutron does (one event).
+    mark = revision(api)
+    r = api.put(
+        f"/ports/{port['id']}",
+        json={"port": {"fixed_ips": [{"subnet_id": a.subnet["id"], "ip_address": "10.1.0.200"}]}},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["port"]["fixed_ips"] != port["fixed_ips"]
+    got = api.get(f"/floatingips/{whole['id']}").json()["floatingip"]
+    assert (got["port_id"], got["fixed_ip_address"], got["status"]) == (None, None, "DOWN")
+    assert events_of(api, mark, whole["id"]) == ["update"]
+    # The port of its port forwarding deleted: they go (Neutron), and it is associated to nothing.
+    assert api.delete(f"/ports/{other['id']}").status_code == 204
+    got = api.get(f"/floatingips/{ranged['id']}").json()["floatingip"]
+    assert (got["port_forwardings"], got["status"]) == ([], "DOWN")
+    assert forwards(api, a.network["id"]) == []
+
+    # The forwards face lists both among the external network's forwards, and names them when refusing.
+    listed = {f["listen_address"]: f for f in forwards(api, ext["id"])}
+    assert set(listed) == {whole["floating_ip_address"], ranged["floating_ip_address"]}
+    assert listed[whole["floating_ip_address"]]["network_id"] == ext["id"]
+    address = whole["floating_ip_address"]
+    r = api.post(f"/networks/{a.network['id']}/forwards", json={"listen_address": address})
+    check_error(r, 409, "IpAddressAlreadyAllocated", whole["id"], f"listed among the forwards of network {ext['id']}")
+    r = api.get(f"/networks/{ext['id']}/forwards/{address}")
+    assert r.status_code == 200 and r.json()["forward"]["id"] == whole["id"], r.text
+    # Changed through Neutron's face only (an association has a port); deleted through either.
+    before = forwards(api, ext["id"])
+    r = api.patch(f"/networks/{ext['id']}/forwards/{address}", json={"config": {"target_address": "10.1.0.9"}})
+    check_error(r, 409, "FloatingIPNotAssociated", whole["id"])
+    assert forwards(api, ext["id"]) == before
+    assert api.delete(f"/networks/{ext['id']}/forwards/{address}").status_code == 204
+    check_error(api.get(f"/floatingips/{whole['id']}"), 404, "FloatingIPNotFound")
+
+
+def test_a_forward_stays_a_forward_when_neutron_disassociates_it(api: httpx.Client) -> None:
+    ext, a, port, made = whole_forward(api)
+    fixed = port["fixed_ips"][0]["ip_address"]
+    got = put(api, made["id"], port_id=None).json()["floatingip"]
+    assert (got["port_id"], got["fixed_ip_address"]) == (None, None)
+    (kept,) = forwards(api, a.network["id"])  # still its network's forward, with no target
+    assert (kept["id"], kept["config"]) == (made["id"], {})
+    assert forwards(api, ext["id"]) == []
+    # Its port going leaves a forward as it is (LXD), shown with the address no port holds.
+    assert api.patch(f"/networks/{a.network['id']}/forwards/192.0.2.50",
+                     json={"config": {"target_address": fixed}}).status_code == 200  # fmt: skip
+    assert api.delete(f"/ports/{port['id']}").status_code == 204
+    got = api.get(f"/floatingips/{made['id']}").json()["floatingip"]
+    assert (got["port_id"], got["fixed_ip_address"]) == (None, fixed)
+    assert [f["config"] for f in forwards(api, a.network["id"])] == [{"target_address": fixed}]
+
+
+def test_a_network_going_disassociates_floating_ips_and_deletes_forwards(api: httpx.Client,
+                                                                         server: RunningServer) -> None:  # fmt: skip
+    """LXD deletes a network's forwards with it; Neutron's floating IPs outlive it, disassociated. (A network with
+    either keeps its router link, so this is what earlier versions left on a detached network.)"""
+    ext = public(api)
+    a = tenant(api, ext["id"], 1, uplink=False)
+    rows = {"0a": ("192.0.2.30", "floatingip"), "0b": ("192.0.2.31", "forward")}
+    with server.store.write() as tx:
+        for key, (address, origin) in rows.items():
+            tx.conn.execute(t.forwards.insert().values(
+                id=f"00000000-0000-4000-8000-0000000000{key}", network_id=a.network["id"],
+                floating_network_id=ext["id"], listen_address=address, description="", origin=origin,
+                config={"target_address": "10.1.0.9"}, ports=[], project_id=a.network["project_id"],
+                created_at=tx.now, updated_at=tx.now, revision_number=0))  # fmt: skip
+    assert api.delete(f"/networks/{a.network['id']}").status_code == 204
+    (left,) = api.get("/floatingips").json()["floatingips"]
+    assert (left["floating_ip_address"], left["port_id"], left["fixed_ip_address"]) == ("192.0.2.30", None, None)
+    assert [f["listen_address"] for f in forwards(api, ext["id"])] == ["192.0.2.30"]
+
+
+def test_other_projects_floating_ips_are_not_listed_under_the_external_network(
+    users: dict[str, httpx.Client],
+) -> None:
+    admin, alice, bob = users["admin"], users["alice"], users["bob"]
+    ext = public(admin)
+    mine = fip(alice, ext["id"])
+    bobs = fip(bob, ext["id"])
+    base = f"/networks/{ext['id']}/forwards"
+    assert [f["id"] for f in forwards(alice, ext["id"])] == [mine["id"]]
+    assert [f["id"] for f in forwards(bob, ext["id"])] == [bobs["id"]]
+    assert {f["id"] for f in forwards(admin, ext["id"])} == {mine["id"], bobs["id"]}
+    address = mine["floating_ip_address"]
+    check_error(bob.get(f"{base}/{address}"), 404, "NetworkForwardNotFound")
+    check_error(bob.patch(f"{base}/{address}", json={"description": "x"}), 404, "NetworkForwardNotFound")
+    check_error(bob.delete(f"{base}/{address}"), 404, "NetworkForwardNotFound")
+    check_error(bob.post(base, json={"listen_address": "192.0.2.99"}), 404, "NetworkNotFound")
+    # Bob is told the address is held, not by what (as Neutron's face tells him).
+    b = tenant(bob, ext["id"], 2)
+    r = bob.post(f"/networks/{b.network['id']}/forwards", json={"listen_address": address})
+    message = check_error(r, 409, "IpAddressAlreadyAllocated", "a floating IP of another project")["message"]
+    assert mine["id"] not in message and ext["id"] not in message
+    assert alice.get(f"/floatingips/{mine['id']}").status_code == 200

@@ -5,10 +5,15 @@ refused, 409 with the reason, and changes nothing: the router link (interface, g
 floating IPs), the uplink's `cloudnet:routes` and subnets their address is in (LXD's validateRoutes), the
 subnets their targets are in (LXD's OVN network validation). Network, broadcast and gateway addresses of an
 uplink subnet are never listen or SNAT addresses (400). Every case for IPv4 and IPv6.
+
+A forward's target is an address, not a port (services/forward_targets.py): the port holding it going (deleted,
+its instance deleted, the address taken off it) leaves the forward as it is, listed in both faces; the next port
+that takes the address is its target again, and until then the host's desired state realises nothing for it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,7 +22,8 @@ import httpx
 import pytest
 
 from cloudnet.store import tables as t
-from tests.api.test_forwards import Site, attach, build_site, detach, error, post, revision, url
+from tests.api.test_forwards import Site, attach, build_site, detach, error, events_since, post, revision, url
+from tests.api.test_instances import new_instance, register
 from tests.support.api import create
 from tests.support.server import RunningServer
 
@@ -349,3 +355,131 @@ def test_racing_target_moves_and_subnet_removals_never_leave_a_target_unreachabl
     if forward["config"]["target_address"].startswith("10.6."):
         ports = api.get("/ports", params={"device_id": site.router["id"]}).json()["ports"]
         assert any(f["subnet_id"] == second["id"] for p in ports for f in p["fixed_ips"]), (forward, texts)
+
+
+# -- the targets' ports go and come -------------------------------------------------------------------------------
+
+
+def holder(site: Site, name: str, ip: str) -> Json:
+    """A port of the network holding `ip`."""
+    subnet = subnet_of(site, name, 6 if ":" in ip else 4)
+    fixed = [{"subnet_id": subnet["id"], "ip_address": ip}]
+    return create(site.api, "ports", "port", network_id=site.networks[name]["id"], fixed_ips=fixed)
+
+
+def as_fip(api: httpx.Client, forward_id: str) -> Json:
+    r = api.get(f"/floatingips/{forward_id}")
+    assert r.status_code == 200, r.text
+    return dict(r.json()["floatingip"])
+
+
+def untouched(api: httpx.Client, since: int, forward: Json) -> None:
+    """The forward is as it was: the same in its network's list, and no event of it."""
+    assert not [e for e in events_since(api, since) if e[0] == "forward"]
+    listed = api.get(url(forward["network_id"])).json()["forwards"]
+    assert [f for f in listed if f["id"] == forward["id"]] == [forward]
+
+
+def test_a_forward_outlives_its_targets_port_and_serves_the_next(api: httpx.Client, site: Site) -> None:
+    """The issue's walk: the port behind a whole-address forward goes; the forward stays (LXD), one object in both
+    faces, and the next port on the address is its target."""
+    web = holder(site, "private", "10.0.0.80")
+    fwd = post(api, "private", {"listen_address": "192.0.2.60", "config": {"target_address": "10.0.0.80"}})
+    assert as_fip(api, fwd["id"])["port_id"] == web["id"]
+    mark = revision(api)
+    assert api.delete(f"/ports/{web['id']}").status_code == 204
+    untouched(api, mark, fwd)
+    shown = as_fip(api, fwd["id"])
+    assert (shown["port_id"], shown["fixed_ip_address"], shown["port_details"]) == (None, "10.0.0.80", None)
+    assert [f["id"] for f in api.get("/floatingips").json()["floatingips"]] == [fwd["id"]]  # nothing else made
+    # Its address is its own: a second forward on it is refused naming it; it is changed instead.
+    r = api.post(url("private"), json={"listen_address": "192.0.2.60", "config": {"target_address": "10.0.0.81"}})
+    error(r, 409, "already exists")
+    r = api.patch(url("private", "192.0.2.60"), json={"config": {"target_address": "10.0.0.81"}})
+    assert r.status_code == 200, r.text
+    r = api.patch(url("private", "192.0.2.60"), json={"config": {"target_address": "10.0.0.80"}})
+    assert r.status_code == 200, r.text
+    again = holder(site, "private", "10.0.0.80")
+    assert as_fip(api, fwd["id"])["port_id"] == again["id"]
+
+
+def test_per_port_targets_stay_when_their_ports_go(api: httpx.Client, site: Site) -> None:
+    ports = [holder(site, "private", ip) for ip in ("10.0.0.81", "10.0.0.82", "fd00::81")]
+    specs = [
+        {"protocol": "tcp", "listen_port": "80", "target_address": "10.0.0.81"},
+        {"protocol": "udp", "listen_port": "53-54", "target_port": "5353", "target_address": "10.0.0.82"},
+    ]
+    v4 = post(api, "private", {"listen_address": "192.0.2.61", "ports": specs})
+    v6 = post(api, "private", {"listen_address": "2001:db8::61", "config": {"target_address": "fd00::81"}})
+    pfs = as_fip(api, v4["id"])["port_forwardings"]
+    assert sorted(p["internal_port_id"] for p in pfs) == sorted(p["id"] for p in ports[:2])
+    mark = revision(api)
+    for p in ports:
+        assert api.delete(f"/ports/{p['id']}").status_code == 204
+    untouched(api, mark, v4)
+    untouched(api, mark, v6)
+    pfs = as_fip(api, v4["id"])["port_forwardings"]
+    assert [(p["internal_ip_address"], p["internal_port_id"]) for p in pfs] == [("10.0.0.81", None),
+                                                                               ("10.0.0.82", None)]  # fmt: skip
+    back = holder(site, "private", "10.0.0.82")
+    pfs = as_fip(api, v4["id"])["port_forwardings"]
+    assert [p["internal_port_id"] for p in pfs] == [None, back["id"]]
+
+
+def test_a_forward_keeps_the_address_its_port_lets_go_of(api: httpx.Client, site: Site) -> None:
+    p = holder(site, "private", "10.0.0.83")
+    fwd = post(api, "private", {"listen_address": "192.0.2.62", "config": {"target_address": "10.0.0.83"}})
+    v4 = subnet_of(site, "private", 4)
+    mark = revision(api)
+    r = api.put(f"/ports/{p['id']}", json={"port": {"fixed_ips": [{"subnet_id": v4["id"], "ip_address": "10.0.0.84"}]}})
+    assert r.status_code == 200, r.text
+    untouched(api, mark, fwd)
+    assert as_fip(api, fwd["id"])["port_id"] is None
+    r = api.put(f"/ports/{p['id']}", json={"port": {"fixed_ips": [{"subnet_id": v4["id"], "ip_address": "10.0.0.83"}]}})
+    assert r.status_code == 200, r.text
+    assert as_fip(api, fwd["id"])["port_id"] == p["id"]
+
+
+def test_an_instance_going_with_its_port_leaves_the_forward_and_nothing_to_realise(
+    api: httpx.Client, site: Site
+) -> None:
+    """The host's desired state (what its agent realises) has the forward's target only while a port holds it."""
+    register(api, "node-1")
+    net = site.networks["private"]["id"]
+    new_instance(api, "stay", host="node-1", nets=[{"network": net}])  # (keeps the router on the host)
+    web = new_instance(api, "web", host="node-1", nets=[{"network": net, "v4-fixed-ip": "10.0.0.85"}])
+    fwd = post(api, "private", {"listen_address": "192.0.2.63", "ports": [
+        {"protocol": "tcp", "listen_port": "22", "target_address": "10.0.0.85"}]})  # fmt: skip
+
+    def realised() -> Json:
+        (router,) = api.get("/hosts/node-1/state").json()["routers"]
+        (f,) = [f for f in router["forwards"] if f["id"] == fwd["id"]]
+        return {k: f[k] for k in ("config", "ports", "idle")}
+
+    assert len(realised()["ports"]) == 1 and realised()["idle"] == []
+    mark = revision(api)
+    assert api.delete(f"/instances/{web['id']}").status_code == 204
+    untouched(api, mark, fwd)
+    assert realised() == {"config": {}, "ports": [], "idle": ["10.0.0.85"]}
+    new_instance(api, "web2", host="node-1", nets=[{"network": net, "v4-fixed-ip": "10.0.0.85"}])
+    assert len(realised()["ports"]) == 1 and realised()["idle"] == []
+
+
+def test_ipam_never_hands_a_forwards_target_to_a_port(api: httpx.Client, site: Site) -> None:
+    """The next port on a target address is one that asks for it: an automatic address never is one (hostile: on a
+    shared network, another project's port would get the forward's traffic)."""
+    net = site.networks["private"]["id"]
+    first = create(api, "ports", "port", network_id=net)
+    v4 = next(f["ip_address"] for f in first["fixed_ips"] if "." in f["ip_address"])
+    v6 = next(f["ip_address"] for f in first["fixed_ips"] if ":" in f["ip_address"])
+    after = [str(ipaddress.ip_address(v4) + i) for i in range(1, 4)]
+    after6 = str(ipaddress.ip_address(v6) + 1)
+    post(api, "private", {"listen_address": "192.0.2.64", "config": {"target_address": after[0]},
+                          "ports": [{"protocol": "tcp", "listen_port": "22", "target_address": after[1]}]})  # fmt: skip
+    post(api, "private", {"listen_address": "2001:db8::64", "config": {"target_address": after6}})
+    r = api.post("/ports", json={"ports": [{"network_id": net} for _ in range(3)]})
+    assert r.status_code == 201, r.text
+    given = {f["ip_address"] for p in r.json()["ports"] for f in p["fixed_ips"]}
+    assert not given & {*after[:2], after6}, given
+    assert after[2] in given  # (the one after the targets: next-fit went on past them)
+    assert holder(site, "private", after[0])["fixed_ips"][0]["ip_address"] == after[0]  # asked for: given

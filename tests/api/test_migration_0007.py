@@ -4,52 +4,24 @@ back. Both backends."""
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
-
-import pytest
-from alembic import command
 from sqlalchemy import inspect, text
 
 from cloudnet.store.db import Store
-from cloudnet.store.migrate import alembic_config, upgrade
-from tests.support.postgres import PostgresServer
-
-NOW = "2026-01-01 00:00:00"
-
-
-@pytest.fixture
-def old_store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if backend == "sqlite":
-        return Store(f"sqlite:///{tmp_path / 'old.db'}")
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    name = f"m0007_{uuid.uuid4().hex[:12]}"
-    pg.psql(f"CREATE DATABASE {name}")
-    return Store(pg.url(name))
+from cloudnet.store.migrate import upgrade
+from tests.support import migrations
 
 
 def test_existing_networks_get_port_security(old_store: Store) -> None:
     upgrade(old_store, "0006")
     with old_store.engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO networks (id, project_id, name, description, created_at, updated_at, revision_number, "
-                "admin_state_up, shared, mtu, status, router_external, network_type, config, routes) VALUES "
-                "('n1', 'p', 'old', '', :now, :now, 0, true, false, 1500, 'ACTIVE', false, 'local', '{}', '[]')"
-            ),
-            {"now": NOW},
-        )
+        migrations.network(conn, "n1")
     upgrade(old_store)
     with old_store.engine.connect() as conn:
         assert conn.execute(text("SELECT port_security_enabled FROM networks WHERE id = 'n1'")).scalar() in (True, 1)
         assert conn.execute(text("SELECT count(*) FROM allowed_address_pairs")).scalar() == 0
         indexes = {i["name"]: i["column_names"] for i in inspect(conn).get_indexes("port_security_groups")}
         assert indexes["ix_port_security_groups_security_group_id_port_id"] == ["security_group_id", "port_id"]
-    cfg = alembic_config(old_store)
-    with old_store.engine.connect() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0006")
-        conn.commit()
+    migrations.downgrade(old_store, "0006")
     with old_store.engine.connect() as conn:
         assert "allowed_address_pairs" not in inspect(conn).get_table_names()
         assert "port_security_enabled" not in {c["name"] for c in inspect(conn).get_columns("networks")}

@@ -150,3 +150,24 @@ def test_scoped_reads_build_what_full_reads_do(api: httpx.Client, server: Any) -
     assert r.status_code == 200, r.text
     put_port(api, bulk[1], name="with a network change")
     follow.check("full")
+
+    # a forward's target address: a port taking it, changing, leaving it changes the forward's rows (read in full)
+    v4_ip = [{"subnet_id": v4["id"], "ip_address": "10.0.0.10"}]
+    target = port(api, net, fixed_ips=v4_ip)
+    follow.check("full")
+    assert any(k.startswith("lb/") for k in follow.cache.rows)
+    put_port(api, target["id"], name="the target")
+    follow.check("full")
+    put_port(api, target["id"], fixed_ips=[{"subnet_id": v4["id"], "ip_address": "10.0.0.11"}])
+    follow.check("full")
+    assert not any(k.startswith("lb/") for k in follow.cache.rows)  # nothing while no port holds the target
+    put_port(api, target["id"], name="no target now")
+    follow.check("log")
+    assert api.delete(f"/ports/{target['id']}").status_code == 204
+    follow.check("log")
+    again = port(api, net, fixed_ips=v4_ip)
+    follow.check("full")
+    assert any(k.startswith("lb/") for k in follow.cache.rows)
+    assert api.delete(f"/ports/{again['id']}").status_code == 204
+    follow.check("full")
+    assert not any(k.startswith("lb/") for k in follow.cache.rows)

@@ -1,9 +1,10 @@
-"""Churn (root): 2,000 random operations on networks, subnets, routers, forwards, SNAT addresses and instances, both
-address families, with the agent (`cloudnet agent`, a process of its own) killed -9 and restarted five times on
-the way. At the end the kernel holds exactly what the desired state implies, compared entry by entry: the port
-mappings of every router's nft maps, the routes of routers and instances, and the namespaces; and the drift check
-finds nothing. Many operations are refused (a network still in use, a router link a forward needs): they are
-operations too. The seed is printed; CHURN_SEED=<n> replays a run.
+"""Churn (root): 2,000 random operations on networks, subnets, routers, forwards, SNAT addresses and instances (ports
+coming onto forwards' target addresses and leaving them among them), both address families, with the agent (`cloudnet
+agent`, a process of its own) killed -9 and restarted five times on the way. At the end the kernel holds exactly what
+the desired state implies, compared entry by entry: the port mappings of every router's nft maps, the routes of
+routers and instances, and the namespaces; and the drift check finds nothing. Many operations are refused (a network
+still in use, a router link a forward needs): they are operations too. The seed is printed; CHURN_SEED=<n> replays a
+run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.support.cloud import Cloud, ns_run
 from tests.support.process import CLOUDNET
 
 OPERATIONS = 2000
+TAKES = 40  # at the end: ports come onto forwards' targets
 KILLS = 5
 
 
@@ -178,6 +180,29 @@ def differences(state: Json, host: str) -> list[str]:
     return found
 
 
+def realised_targets(api: httpx.Client, state: Json) -> tuple[list[str], int, int]:
+    """The forwards on the host's routers against the API's: the desired state (what the kernel holds, compared
+    above) has exactly the targets a port of the forward's network holds. Also: how many targets were held, and not."""
+    held = {(p["network_id"], str(ipaddress.ip_address(f["ip_address"])))
+            for p in api.get("/ports").json()["ports"] for f in p["fixed_ips"]}  # fmt: skip
+    found, live, idle = [], 0, 0
+    for router in state["routers"]:
+        for fwd in router["forwards"]:
+            made = api.get(f"/networks/{fwd['network_id']}/forwards/{fwd['listen_address']}").json()["forward"]
+
+            def holds(address: str, nid: str = fwd["network_id"]) -> bool:
+                return (nid, str(ipaddress.ip_address(address))) in held
+
+            config = {k: v for k, v in made["config"].items() if k != "target_address" or holds(v)}
+            ports = [p for p in made["ports"] if holds(p["target_address"])]
+            targets = [p["target_address"] for p in made["ports"]] + [made["config"].get("target_address") or ""]
+            live += sum(1 for a in targets if a and holds(a))
+            idle += sum(1 for a in targets if a and not holds(a))
+            if (fwd["config"], [{k: v for k, v in p.items() if k != "id"} for p in fwd["ports"]]) != (config, ports):
+                found.append(f"forward {fwd['listen_address']}: {fwd['config']} {fwd['ports']} != {config} {ports}")
+    return found, live, idle
+
+
 def test_churn_with_the_agent_killed_converges_exactly(cloud: Cloud, api: httpx.Client, tmp_path: Path) -> None:
     seed = int(os.environ.get("CHURN_SEED") or random.SystemRandom().randrange(1 << 30))
     print(f"churn seed {seed} (CHURN_SEED={seed} replays it)")
@@ -203,6 +228,8 @@ def test_churn_with_the_agent_killed_converges_exactly(cloud: Cloud, api: httpx.
             if i - 15 in kill_at:  # a few operations while it is away
                 agent["proc"] = agent["start"]()  # type: ignore[operator]
             churn.step()
+        for _ in range(TAKES):  # (so that the end holds targets a port holds, and what the kernel has is compared)
+            churn.target_take()
         print(f"{OPERATIONS} operations in {time.monotonic() - t0:.1f} s: {sorted(churn.outcomes.items())}")
 
         def converged() -> bool:
@@ -223,6 +250,10 @@ def test_churn_with_the_agent_killed_converges_exactly(cloud: Cloud, api: httpx.
 
         cloud.wait_for(answered, 60, "the drift check")
         state = api.get(f"/hosts/{cloud.host}/state").json()
+        wrong, live, idle = realised_targets(api, state)
+        assert wrong == [], f"seed {seed}: {wrong}"
+        print(f"forward targets on routers: {live} held by a port, {idle} not (realised: none of those)")
+        assert live > 0, f"seed {seed}: no forward target held by a port at the end"
         mappings = sum(len(expected_nat(r)) for r in state["routers"])
         print(
             f"end: {len(state['routers'])} routers with {mappings} port mappings, {len(state['instances'])} "
@@ -233,4 +264,6 @@ def test_churn_with_the_agent_killed_converges_exactly(cloud: Cloud, api: httpx.
         failures = api.get(f"/hosts/{cloud.host}").json()["host"]["report"].get("failures", [])
         assert failures == [], f"seed {seed}: {failures}"
         assert churn.outcomes.get("forward create 201", 0) > 20 and churn.outcomes.get("instance create 201", 0) > 10
+        took = churn.outcomes.get("target instance create 201", 0) + churn.outcomes.get("target port move 200", 0)
+        assert took > 5 and churn.outcomes.get("target port leave 200", 0) > 5, churn.outcomes
     print(f"churn took {time.monotonic() - t0:.1f} s")

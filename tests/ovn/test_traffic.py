@@ -329,6 +329,115 @@ def test_a_floating_ip_from_outside_out_and_hairpin(rig: Rig) -> None:
         rig.api.delete(f"/floatingips/{fip['id']}")
 
 
+def _nb_rows(rig: Rig, forward_id: str) -> list[str]:
+    """The NB rows (load balancers, NAT) standing for a forward."""
+    found = []
+    for table in ("Load_Balancer", "NAT"):
+        out = rig.ovn.nbctl(
+            "--format=json", "--columns=_uuid", "find", table, f'external_ids:"cloudnet:forward_id"={forward_id}'
+        )
+        found += [f"{table} {row[0][1]}" for row in json.loads(out)["data"]]
+    return found
+
+
+def _instance_on(rig: Rig, name: str, address: str) -> dict[str, Any]:
+    """An instance of the published group whose port has `address`."""
+    (group,) = rig.api.get("/security-groups", params={"name": "published"}).json()["security_groups"]
+    subnet = next(f["subnet_id"] for f in rig.a["nets"][0]["fixed_ips"] if "." in f["ip_address"])
+    fixed = [{"subnet_id": subnet, "ip_address": address}]
+    body = {"network_id": rig.net["id"], "security_groups": [group["id"]], "fixed_ips": fixed}
+    port = rig.cloud.create("ports", "port", body)
+    return rig.cloud.instance(name, [{"port": port["id"]}])
+
+
+def _gone(rig: Rig, inst: dict[str, Any]) -> None:
+    assert rig.api.delete(f"/instances/{inst['id']}").status_code == 204
+    assert rig.api.delete(f"/ports/{port_of(inst)}").status_code == 204
+
+
+def test_a_forward_outlives_its_targets_port_and_serves_the_next(rig: Rig) -> None:
+    """Issue 27 on OVN: the target's port goes, the forward stays as made with no NB row while no port holds the
+    target, and the address answers again once a port takes it (a port whose address changes likewise)."""
+    target = "10.91.0.180"
+    d = _instance_on(rig, "ovtd", target)
+    d_answers = Responder.start(d["netns"], "D", tcp=(80, 2222))
+    whole = rig.forward({"listen_address": "192.0.2.56", "config": {"target_address": target}})
+    ports = rig.forward({"listen_address": "192.0.2.57", "ports": [
+        {"protocol": "tcp", "listen_port": "2000", "target_port": "2222", "target_address": target}]})  # fmt: skip
+    made = {p: rig.api.get(p).json()["forward"] for p in (whole, ports)}
+    out = rig.outside
+    try:
+        rig.until(lambda: tcp_ask(out, "192.0.2.56", 80, 1) == f"D {OUT} 80", "the whole-address forward")
+        rig.until(lambda: tcp_ask(out, "192.0.2.57", 2000, 1) == f"D {OUT} 2222", "the port forward")
+        assert all(_nb_rows(rig, f["id"]) for f in made.values())
+        _gone(rig, d)
+        rig.settled()
+        assert {p: rig.api.get(p).json()["forward"] for p in made} == made  # as made
+        assert [r for f in made.values() for r in _nb_rows(rig, f["id"])] == []
+        assert tcp_ask(out, "192.0.2.56", 80, BLOCKED) == "" and tcp_ask(out, "192.0.2.57", 2000, BLOCKED) == ""
+
+        d2 = _instance_on(rig, "ovtd2", target)  # (a namespace of its own: answers as D2)
+        d2_answers = Responder.start(d2["netns"], "D2", tcp=(80, 2222))
+        try:
+            rig.until(lambda: tcp_ask(out, "192.0.2.56", 80, 1) == f"D2 {OUT} 80", "the next port on the address")
+            rig.until(lambda: tcp_ask(out, "192.0.2.57", 2000, 1) == f"D2 {OUT} 2222", "its port forward")
+            # The address taken off the port, then given back.
+            subnet = next(f["subnet_id"] for f in d2["nets"][0]["fixed_ips"] if "." in f["ip_address"])
+            moved = port_of(d2)
+            away = {"port": {"fixed_ips": [{"subnet_id": subnet, "ip_address": "10.91.0.181"}]}}
+            assert rig.api.put(f"/ports/{moved}", json=away).status_code == 200
+            rig.settled()
+            assert [r for f in made.values() for r in _nb_rows(rig, f["id"])] == []
+            back = {"port": {"fixed_ips": [{"subnet_id": subnet, "ip_address": target}]}}
+            assert rig.api.put(f"/ports/{moved}", json=back).status_code == 200
+            rig.until(lambda: tcp_ask(out, "192.0.2.56", 80, 1) == f"D2 {OUT} 80", "the address given back")
+            _gone(rig, d2)
+        finally:
+            d2_answers.stop()
+    finally:
+        d_answers.stop()
+        for p in made:
+            rig.api.delete(p)
+
+
+def test_a_floating_ip_is_disassociated_when_its_port_goes(rig: Rig) -> None:
+    """Neutron's rule for what Neutron's face made: the port going disassociates the floating IP and deletes the port
+    forwardings to it (no NB row left); the next port on the address is not its target until associated."""
+    e, f = _instance_on(rig, "ovte", "10.91.0.190"), _instance_on(rig, "ovtf", "10.91.0.191")
+    answers = [Responder.start(e["netns"], "E", tcp=(80,)), Responder.start(f["netns"], "F", tcp=(80,))]
+    r = rig.api.post("/floatingips", json={"floatingip": {"floating_network_id": rig.pub["id"], "port_id": port_of(e)}})
+    assert r.status_code == 201, r.text
+    fip = r.json()["floatingip"]
+    r = rig.api.post("/floatingips", json={"floatingip": {"floating_network_id": rig.pub["id"]}})
+    assert r.status_code == 201, r.text
+    pf_fip = r.json()["floatingip"]
+    pf = {"protocol": "tcp", "internal_port_id": port_of(f), "internal_port": 80, "external_port": 8081}
+    r = rig.api.post(f"/floatingips/{pf_fip['id']}/port_forwardings", json={"port_forwarding": pf})
+    assert r.status_code == 201, r.text
+    address, out = fip["floating_ip_address"], rig.outside
+    try:
+        rig.until(lambda: tcp_ask(out, address, 80, 1) == f"E {OUT} 80", "the floating IP")
+        rig.until(lambda: tcp_ask(out, pf_fip["floating_ip_address"], 8081, 1) == f"F {OUT} 80", "port forwarding")
+        assert _nb_rows(rig, fip["id"]) and _nb_rows(rig, pf_fip["id"])
+        _gone(rig, e)
+        _gone(rig, f)
+        got = rig.api.get(f"/floatingips/{fip['id']}").json()["floatingip"]
+        assert (got["port_id"], got["fixed_ip_address"], got["status"]) == (None, None, "DOWN")
+        got = rig.api.get(f"/floatingips/{pf_fip['id']}").json()["floatingip"]
+        assert (got["port_forwardings"], got["status"]) == ([], "DOWN")
+        rig.settled()
+        assert _nb_rows(rig, fip["id"]) == [] and _nb_rows(rig, pf_fip["id"]) == []
+        e2 = _instance_on(rig, "ovte2", "10.91.0.190")  # Neutron: not its target until associated
+        rig.settled()
+        assert _nb_rows(rig, fip["id"]) == [] and tcp_ask(out, address, 80, BLOCKED) == ""
+        _gone(rig, e2)
+    finally:
+        for responder in answers:
+            responder.stop()
+        rig.api.delete(f"/floatingips/{fip['id']}")
+        rig.api.delete(f"/floatingips/{pf_fip['id']}")
+
+
 # -- security groups and port security -------------------------------------------------------------------------------
 
 

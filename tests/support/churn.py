@@ -1,7 +1,9 @@
 """A churn driver: random API operations on networks, subnets, routers, forwards, SNAT addresses and instances of
 one host, both address families, many of them refused (a network still in use, a router link a forward needs): those
-are operations too. Each operation makes one request (a few read first); a 5xx fails the test. Subclasses add
-operations to WEIGHTS. Used by tests/integration/test_churn.py (Linux) and tests/ovn/test_restarts.py (OVN)."""
+are operations too. Ports come onto forwards' target addresses and leave them (instances made on them, deleted,
+their ports' fixed IPs changed). Each operation makes one request (a few read first); a 5xx fails the test.
+Subclasses add operations to WEIGHTS. Used by tests/integration/test_churn.py (Linux) and tests/ovn/test_restarts.py
+(OVN)."""
 
 from __future__ import annotations
 
@@ -240,9 +242,50 @@ class Churn:
         if inst := self.pick(self.list("instances")):
             self.call("instance delete", "DELETE", f"/instances/{inst['id']}")
 
+    def _subnet_of(self, net: Json, address: str) -> Json | None:
+        ip = ipaddress.ip_address(address)
+        return next((s for s in self.subnets(net) if ip in ipaddress.ip_network(s["cidr"])), None)
+
+    def target_take(self) -> None:
+        """A port comes on a forward's target address (a forward outlives its targets' ports): a new instance with
+        it, or an instance's port moved onto it."""
+        if not (found := self.pick(self.forwards())):
+            return None
+        net, fwd = found
+        targets = sorted({p["target_address"] for p in fwd["ports"]} | set(fwd["config"].values()) - {""})
+        address = self.pick([a for a in targets if self._subnet_of(net, a)])
+        subnet = self._subnet_of(net, address) if address else None
+        if address is None or subnet is None:
+            return None
+        mine = [i for i in self.list("instances") if i["nets"] and i["nets"][0]["network_id"] == net["id"]]
+        if mine and (self.rng.random() < 0.5 or len(self.list("instances")) >= MAX_INSTANCES):
+            body = {"port": {"fixed_ips": [{"subnet_id": subnet["id"], "ip_address": address}]}}
+            self.call("target port move", "PUT", f"/ports/{self.pick(mine)['nets'][0]['port_id']}", body)
+            return None
+        if len(self.list("instances")) >= MAX_INSTANCES:
+            return self.instance_delete()
+        self.counter += 1
+        fixed = "v6-fixed-ip" if ":" in address else "v4-fixed-ip"
+        body = {"name": f"i{self.counter}", "host": self.host, "nets": [{"network": net["id"], fixed: address}]}
+        self.call("target instance create", "POST", "/instances", {"instance": body})
+        return None
+
+    def target_leave(self) -> None:
+        """An instance's port lets go of its address (a forward's target, maybe): it takes another one."""
+        if not (inst := self.pick([i for i in self.list("instances") if i["nets"] and i["nets"][0]["fixed_ips"]])):
+            return
+        first = inst["nets"][0]["fixed_ips"][0]
+        subnet = next((s for s in self.subnets() if s["id"] == first["subnet_id"]), None)
+        if subnet is None:
+            return
+        address = str(ipaddress.ip_network(subnet["cidr"]).network_address + self.rng.randint(201, 250))
+        body = {"port": {"fixed_ips": [{"subnet_id": subnet["id"], "ip_address": address}]}}
+        self.call("target port leave", "PUT", f"/ports/{inst['nets'][0]['port_id']}", body)
+
     WEIGHTS = {net_create: 5, net_delete: 3, subnet_create: 2, subnet_delete: 3, subnet_routes: 2, router_create: 3,
                router_delete: 2, router_attach: 9, router_detach: 5, router_gateway: 2, forward_create: 10,
-               forward_update: 5, forward_delete: 5, snat: 3, instance_create: 6, instance_delete: 4}  # fmt: skip
+               forward_update: 5, forward_delete: 5, snat: 3, instance_create: 6, instance_delete: 4,
+               target_take: 5, target_leave: 3}  # fmt: skip
 
     def step(self) -> None:
         op = self.rng.choices(list(self.WEIGHTS), weights=list(self.WEIGHTS.values()))[0]

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, select
 
 from cloudnet.northbound import desired_acls, desired_dhcp, desired_forwards, desired_routers
 from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, ids, ip_key
-from cloudnet.services import metadata_ports
+from cloudnet.services import forward_targets, metadata_ports
 from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -49,6 +49,7 @@ class Basis:
     dhcp: dict[str, str] = field(default_factory=dict)  # subnet -> its DHCP_Options key
     groups: dict[str, list[str]] = field(default_factory=dict)  # port -> every group it is in
     special: set[str] = field(default_factory=set)
+    targets: set[tuple[str, str]] = field(default_factory=set)  # (network, address) of forward targets
     acls: desired_acls.Groups = field(default_factory=desired_acls.Groups)
 
 
@@ -178,6 +179,9 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
         if p.device_owner in ROUTER_LSP_OWNERS or p.device_owner == metadata_ports.DEVICE_OWNER:
             basis.special.add(p.id)  # (routers' rows, DHCP's metadata route and forwards depend on these)
 
+    # Forwards realise the targets a port holds: a port holding one is special, one taking one is read in full.
+    basis.targets = forward_targets.targets(conn)
+    basis.special |= {p.id for p in ports for _s, a in fixed.get(p.id, []) if (p.network_id, a) in basis.targets}
     by_id = {p.id: p for p in ports}
     basis.special.update(r.gw_port_id for r in routers.values() if r.gw_port_id)
     for r in routers.values():

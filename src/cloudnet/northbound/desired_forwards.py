@@ -43,7 +43,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from cloudnet.northbound.rows import Desired, Row, address, ids
-from cloudnet.services import uplinks
+from cloudnet.services import forward_targets, uplinks
 from cloudnet.services.forward_rules import parse_ports
 from cloudnet.store import tables as t
 
@@ -79,7 +79,8 @@ def add(conn: Connection, out: Desired, routers: set[str], switches: set[str]) -
     router and switch row links, {row key: [load balancer keys]}."""
     links: dict[str, list[str]] = defaultdict(list)
     F = t.forwards
-    rows = conn.execute(select(F).where(F.c.network_id.is_not(None)).order_by(F.c.id)).all()
+    # (only the targets a port holds: services/forward_targets.py)
+    rows = forward_targets.live(conn, conn.execute(select(F).where(F.c.network_id.is_not(None)).order_by(F.c.id)))
     router_of: dict[str, str | None] = {}
     for f in rows:
         if f.network_id not in router_of:

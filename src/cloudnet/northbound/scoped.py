@@ -9,7 +9,8 @@ again, by the full build's own code, from the ports' rows read now and the Basis
 - the Address_Sets of every group in use as a remote group that the port was or is in (their addresses, read again).
 Anything that may reach further is read in full instead (`advance` says None): any other event (networks, subnets,
 routers, security groups and rules, forwards, hosts), a port that was or becomes special (Basis.special: router and
-metadata ports, routers' gateways, ports refused or without a switch), a group that gets its first filtered member or
+metadata ports, routers' gateways, ports refused or without a switch, ports holding a forward's target address), a
+port taking a forward's target address (the forward's rows follow it), a group that gets its first filtered member or
 loses its last (other groups' rules and which address sets exist depend on the groups in use), a gap in the log,
 more than MAX_EVENTS events. Full passes (start, reconnect, failure, every FULL_EVERY seconds) always read in full.
 """
@@ -123,8 +124,10 @@ class Cache:
             filtered.discard(port_id)
             if p is None:
                 continue
-            if not self._plain(p, fixed[port_id]):
-                return None
+            if not self._plain(p, fixed[port_id]) or any(
+                (p.network_id, a) in basis.targets for _s, a in fixed[port_id]
+            ):
+                return None  # (taking a forward's target address: the forward's rows change too)
             fixed[port_id].sort(key=lambda item: ip_key(item[1]))
             lsp = port_row(p, fixed[port_id], pairs[port_id], basis.subnets, basis.dhcp, False)
             out.rows.append(lsp)

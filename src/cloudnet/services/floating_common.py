@@ -7,10 +7,12 @@ There is one model (the `forwards` table, LXD's shape); Neutron's floating IPs a
   the forward's network holding that address; `router_id` is the network's uplink router;
 - each of its port specifications is a port forwarding: `internal_ip_address` its target, `internal_port_id` the
   port holding it, `external_port[_range]` / `internal_port[_range]` its listen and target ports (`a:b`);
-- a floating IP associated to nothing is a forward without a network (it only holds its address, and shows in no
-  network's forwards), status DOWN; once it targets a port it is a forward of that port's network, ACTIVE.
-A port going away takes the targets on its addresses with it (Neutron disassociates its floating IPs and deletes
-its port forwardings); a forward left with no target at all becomes an unassociated floating IP again.
+- a floating IP associated to nothing is a forward without a network (it only holds its address; the forwards face
+  lists it among its external network's forwards), status DOWN; once it targets a port it is a forward of that
+  port's network, ACTIVE (a forward made through the forwards API stays its network's, ACTIVE, whatever it targets).
+What a port going does depends on the face that made the forward (services/forward_targets.py): a floating IP is
+disassociated from it, as Neutron does; a forward made through the forwards API keeps its targets, as LXD does (it
+shows as a floating IP whose `fixed_ip_address` no port holds, `port_id` null, until a port takes the address).
 """
 
 from __future__ import annotations
@@ -19,13 +21,12 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, select
 
 from cloudnet.errors import Conflict
 from cloudnet.services import common, uplinks
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
-from cloudnet.store.db import Tx
 
 F, P, A = t.forwards, t.ports, t.ip_allocations
 _SPEC_IDS = uuid.UUID("5b0f4a52-3c55-4a57-9d0e-2f6c1b9e7a10")  # namespace of ids of specs stored without one
@@ -35,7 +36,11 @@ def address_held(ctx: Context, address: str, held: Any) -> Conflict:
     """The one refusal of an address another forward (floating IP) holds, whichever face asks for it."""
     mine = ctx.is_admin or held.project_id == ctx.project_id
     who = f"floating IP {held.id}" if mine else "a floating IP of another project"
-    where = f"network forward of network {held.network_id}" if mine and held.network_id else "not associated"
+    where = "not associated"
+    if mine and held.network_id:
+        where = f"network forward of network {held.network_id}"
+    elif mine and held.floating_network_id:  # (the forwards face lists it under the network its address is from)
+        where = f"not associated; listed among the forwards of network {held.floating_network_id}"
     return Conflict(
         f"IP address {address} is already held by {who} ({where}); one address is one floating IP and one network "
         "forward: change that one, or delete it first",
@@ -112,26 +117,3 @@ def fip_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
         })  # fmt: skip
         out.append(d)
     return out
-
-
-def release_port(tx: Tx, port: Any) -> None:
-    """A port is going: the targets on its addresses go with it (Neutron disassociates the floating IPs on it and
-    deletes its port forwardings). A forward left targeting nothing is an unassociated floating IP again."""
-    on_network = select(F.c.id).where(F.c.network_id == port.network_id).limit(1)
-    if tx.conn.execute(on_network).first() is None:
-        return  # the usual case: one indexed look, nothing more on a port delete
-    uplinks.lock_networks(tx.conn, {port.network_id})  # as every writer of the network's forwards
-    ips = {ip for _s, ip in port_ips(tx.conn, port.id)}
-    for row in tx.conn.execute(select(F).where(F.c.network_id == port.network_id)).all():
-        config = dict(row.config or {})
-        specs = [s for s in row.ports or [] if s["target_address"] not in ips]
-        if config.get("target_address") in ips:
-            config.pop("target_address")
-        if config == (row.config or {}) and len(specs) == len(row.ports or []):
-            continue
-        network = row.network_id if config.get("target_address") or specs else None
-        tx.conn.execute(
-            update(F).where(F.c.id == row.id).values(network_id=network, config=config, ports=specs,
-                                                     updated_at=tx.now, revision_number=F.c.revision_number + 1)
-        )  # fmt: skip
-        tx.record("forward", row.id, "update", row.project_id)

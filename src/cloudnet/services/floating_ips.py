@@ -19,7 +19,7 @@ from sqlalchemy import Connection, delete, exists, false, insert, or_, select, u
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, NotFound, disallowed
-from cloudnet.services import common, floating_common, forward_deps, ipam, networks, quotas, uplinks
+from cloudnet.services import common, floating_common, forward_deps, forward_targets, ipam, networks, quotas, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.owners import ROUTER_INTERFACE
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
@@ -267,7 +267,7 @@ def _create(tx: Tx, ctx: Context, spec: FloatingIpCreate) -> str:
         address = _pick(tx.conn, external.id, subnets)
     row = {"id": common.new_id(), "network_id": None, "floating_network_id": external.id, "listen_address": address,
            "description": spec.description, "config": {}, "ports": [], "project_id": project, "created_at": tx.now,
-           "updated_at": tx.now, "revision_number": 0}  # fmt: skip
+           "updated_at": tx.now, "revision_number": 0, "origin": forward_targets.FLOATINGIP}  # fmt: skip
     try:
         tx.conn.execute(insert(F).values(**row))
     except IntegrityError:  # taken by a forward of another uplink meanwhile (listen addresses are unique)
@@ -295,7 +295,7 @@ def update_floating_ip(store: Store, ctx: Context, fip_id: str, body: dict[str, 
         current = floating_common.fip_dicts(tx.conn, [fip])[0]
         if "port_id" in given and spec.port_id is None:  # {"port_id": null}: disassociate
             config = _user_config(fip)
-            _write(tx, fip, fip.network_id if fip.ports or config else None, config, external)
+            _write(tx, fip, forward_targets.kept_network(fip, bool(fip.ports or config)), config, external)
         elif spec.port_id is not None and (
             spec.port_id != current["port_id"] or spec.fixed_ip_address not in (None, current["fixed_ip_address"])
         ):

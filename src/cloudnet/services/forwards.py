@@ -3,7 +3,9 @@
 Bodies are normalised and validated as LXD does (services/forward_rules.py), with the reference's fixes: every
 failure is a 400 (not 500), ports are 1..65535, the listen address in the path is normalised, PATCH keeps the
 description, and If-Match is really checked. A forward lives as long as its network (deleted with it) and keeps
-what it uses (services/forward_deps.py refuses taking it away).
+what it uses (services/forward_deps.py refuses taking it away); it outlives the ports its targets are on
+(services/forward_targets.py). A floating IP associated to nothing (Neutron's face) is listed among the forwards of
+the external network its address comes from, so that every address either face refuses is one it shows.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, PreconditionFailed
-from cloudnet.services import common, floating_common, forward_deps, quotas, uplinks
+from cloudnet.services import common, floating_common, forward_deps, forward_targets, quotas, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.forward_rules import IP, canonical_ip, normalise, targets, validate
 from cloudnet.services.uplinks import parse_ip, quoted
@@ -56,8 +58,9 @@ def _without_ids(ports: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def to_dict(row: Any, network_name: str = "") -> dict[str, Any]:
     d = _stored(row)
-    d.update({"id": row.id, "network_id": row.network_id, "network": network_name, "location": "",
-              "project_id": row.project_id, "created_at": common.fmt_time(row.created_at),
+    # (a floating IP associated to nothing shows under the external network that lists it)
+    d.update({"id": row.id, "network_id": row.network_id or row.floating_network_id, "network": network_name,
+              "location": "", "project_id": row.project_id, "created_at": common.fmt_time(row.created_at),
               "updated_at": common.fmt_time(row.updated_at), "revision_number": row.revision_number})  # fmt: skip
     return d
 
@@ -89,16 +92,20 @@ def _clean_config(config: dict[str, str]) -> dict[str, str]:
 # -- lookups ------------------------------------------------------------------------------------
 
 
-def resolve_network(conn: Connection, ctx: Context, ident: str) -> Any:
-    """`{network}` in the path: an id, else a unique name (visible to the caller)."""
+def resolve_network(conn: Connection, ctx: Context, ident: str, *, external: bool = False) -> Any:
+    """`{network}` in the path: an id, else a unique name (visible to the caller; `external`: an external network
+    is, for the floating IPs on it the caller may see)."""
+
+    def visible(r: Any) -> bool:
+        return bool(ctx.is_admin or r.project_id == ctx.project_id or (external and r.router_external))
+
     row = conn.execute(select(N).where(N.c.id == ident)).first()
     if row is None:
-        rows = conn.execute(select(N).where(N.c.name == ident)).all()
-        rows = [r for r in rows if ctx.is_admin or r.project_id == ctx.project_id]
+        rows = [r for r in conn.execute(select(N).where(N.c.name == ident)).all() if visible(r)]
         if len(rows) > 1:
             raise Conflict(f"More than one network named {ident!r}; use its id", type="NetworkNameAmbiguous")
         row = rows[0] if rows else None
-    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id):
+    if row is None or not visible(row):
         raise NotFound("Network not found", type="NetworkNotFound")
     return row
 
@@ -111,17 +118,31 @@ def _listen(value: str) -> IP:
 
 
 def _check_not_taken(conn: Connection, ctx: Context, network_id: str, listen: IP) -> None:
-    held = conn.execute(select(F.c.id, F.c.network_id, F.c.project_id).where(F.c.listen_address == str(listen))).first()
+    held = conn.execute(
+        select(F.c.id, F.c.network_id, F.c.floating_network_id, F.c.project_id).where(F.c.listen_address == str(listen))
+    ).first()
     if held is not None and held.network_id == network_id:
         raise Conflict("A forward for that listen address already exists", type="NetworkForwardExists")
     if held is not None and held.network_id is None:  # a floating IP (Neutron's face) holding it, associated to
         raise floating_common.address_held(ctx, str(listen), held)  # nothing; another network's: LXD's words below
 
 
-def _get(conn: Connection, network_id: str, listen: str) -> Any:
-    row = conn.execute(
-        select(F).where(F.c.network_id == network_id, F.c.listen_address == canonical_ip(listen))
-    ).first()
+def _listed(net: Any) -> Any:
+    """The forwards a network lists: its own; an external network's, also the floating IPs on it associated to
+    nothing (they are no network's forwards, and would otherwise be shown by no forwards list)."""
+    if not net.router_external:
+        return F.c.network_id == net.id
+    return (F.c.network_id == net.id) | (F.c.network_id.is_(None) & (F.c.floating_network_id == net.id))
+
+
+def _visible(ctx: Context, net: Any) -> Any:
+    """What the caller sees of what a network lists (on an external network: their own floating IPs)."""
+    return _listed(net) if ctx.is_admin or net.project_id == ctx.project_id else (
+        _listed(net) & (F.c.project_id == ctx.project_id))  # fmt: skip
+
+
+def _get(conn: Connection, ctx: Context, net: Any, listen: str) -> Any:
+    row = conn.execute(select(F).where(_visible(ctx, net), F.c.listen_address == canonical_ip(listen))).first()
     if row is None:
         raise NotFound("Network forward not found", type="NetworkForwardNotFound")
     return row
@@ -132,15 +153,15 @@ def _get(conn: Connection, network_id: str, listen: str) -> Any:
 
 def list_forwards(store: Store, ctx: Context, network: str) -> list[dict[str, Any]]:
     with store.read() as conn:
-        net = resolve_network(conn, ctx, network)
-        rows = conn.execute(select(F).where(F.c.network_id == net.id).order_by(F.c.listen_address)).all()
+        net = resolve_network(conn, ctx, network, external=True)
+        rows = conn.execute(select(F).where(_visible(ctx, net)).order_by(F.c.listen_address)).all()
         return [to_dict(r, net.name) for r in rows]
 
 
 def get_forward(store: Store, ctx: Context, network: str, listen: str) -> tuple[dict[str, Any], str]:
     with store.read() as conn:
-        net = resolve_network(conn, ctx, network)
-        row = _get(conn, net.id, listen)
+        net = resolve_network(conn, ctx, network, external=True)
+        row = _get(conn, ctx, net, listen)
         return to_dict(row, net.name), etag(row)
 
 
@@ -167,7 +188,7 @@ def create_forward(store: Store, ctx: Context, network: str, body: Any) -> dict[
             "listen_address": str(listen),
             "description": body.get("description") or "", "config": _clean_config(body.get("config") or {}),
             "ports": _clean_ports(body.get("ports") or []), "project_id": net.project_id,
-            "created_at": tx.now, "updated_at": tx.now, "revision_number": 0,
+            "created_at": tx.now, "updated_at": tx.now, "revision_number": 0, "origin": forward_targets.FORWARD,
         }  # fmt: skip
         try:
             tx.conn.execute(insert(F).values(**row))
@@ -182,11 +203,17 @@ def update_forward(
 ) -> dict[str, Any]:
     body = _body(body, create=False)
     with store.write() as tx:
-        net = resolve_network(tx.conn, ctx, network)
+        net = resolve_network(tx.conn, ctx, network, external=True)
         # Its router link is not taken away meanwhile (forward_deps), and concurrent updates of it take turns (each
         # checks If-Match against what the one before it committed).
         uplinks.lock_networks(tx.conn, {net.id})
-        row = _get(tx.conn, net.id, listen)
+        row = _get(tx.conn, ctx, net, listen)
+        if row.network_id is None:
+            raise Conflict(
+                f"Forward {row.listen_address} is floating IP {row.id}, associated to nothing: associate it through "
+                "/v2.0/floatingips, or delete it",
+                type="FloatingIPNotAssociated",
+            )
         _check_etag(row, if_match)
         current = _stored(row)
         if patch:
@@ -221,19 +248,24 @@ def update_forward(
 
 def delete_forward(store: Store, ctx: Context, network: str, listen: str) -> None:
     with store.write() as tx:
-        net = resolve_network(tx.conn, ctx, network)
-        row = _get(tx.conn, net.id, listen)
+        net = resolve_network(tx.conn, ctx, network, external=True)
+        row = _get(tx.conn, ctx, net, listen)
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == row.id))
         tx.conn.execute(delete(F).where(F.c.id == row.id))
-        tx.record("forward", row.id, "delete", net.project_id)
+        tx.record("forward", row.id, "delete", row.project_id)
 
 
 def delete_for_network(tx: Tx, network_id: str) -> None:
-    """The network's forwards, and the floating IPs on it (an external network) that are associated to nothing
-    (as Neutron deletes those; an associated one needs a router gateway there, which keeps the network)."""
+    """The network's forwards (LXD), and the floating IPs on it (an external network) that are associated to nothing
+    (as Neutron deletes those; an associated one needs a router gateway there, which keeps the network). Floating
+    IPs made through Neutron's face that target the network are disassociated instead, as their ports going would."""
     unassociated = (F.c.floating_network_id == network_id) & F.c.network_id.is_(None)
-    rows = tx.conn.execute(select(F.c.id, F.c.project_id).where((F.c.network_id == network_id) | unassociated))
-    for fid, project in rows.all():
+    rows = tx.conn.execute(select(F).where((F.c.network_id == network_id) | unassociated).order_by(F.c.id)).all()
+    for row in rows:
+        if row.network_id is not None and row.origin == forward_targets.FLOATINGIP:
+            forward_targets.disassociate(tx, row)
+            continue
+        fid, project = row.id, row.project_id
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == fid))
         tx.conn.execute(delete(F).where(F.c.id == fid))
         tx.record("forward", fid, "delete", project)

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from cloudnet.services import (
+    forward_targets,
     metadata_ports,
     network_config,
     networks,
@@ -202,7 +203,10 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
     all_served = [nid for nids in served.values() for nid in nids]
     configs = {n: c or {} for n, c in conn.execute(select(t.networks.c.id, t.networks.c.config).where(
         t.networks.c.id.in_(all_served)))}  # fmt: skip
-    fwd_rows = conn.execute(select(t.forwards).where(t.forwards.c.network_id.in_(all_served))).all()
+    # (only the targets a port holds: services/forward_targets.py)
+    fwd_rows = forward_targets.live(
+        conn, conn.execute(select(t.forwards).where(t.forwards.c.network_id.in_(all_served)))
+    )
     return [
         {
             "id": r.id,
@@ -224,6 +228,7 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
                     "listen_address": f.listen_address,
                     "config": f.config,
                     "ports": f.ports,
+                    "idle": list(f.idle),
                 }
                 for f in fwd_rows
                 if f.network_id in served.get(r.id, [])

@@ -19,6 +19,7 @@ from cloudnet.services import (
     address_pairs,
     cache,
     common,
+    forward_targets,
     ipam,
     networks,
     port_security,
@@ -75,6 +76,7 @@ class Creator:
         self.allocated: dict[str, list[dict[str, str]]] = defaultdict(list)
         self._taken: dict[str, set[str]] = defaultdict(set)  # subnet id -> addresses allocated here
         self._external_in_use: set[str] | None = None
+        self._targets: dict[str, set[str]] = {}  # network id -> its forwards' target addresses
         self.pairs: dict[str, list[dict[str, str]]] = {}  # port id -> its allowed address pairs, as stored
 
     def network(self, network_id: str) -> Any:
@@ -244,6 +246,13 @@ class Creator:
             self._external_in_use = uplinks.external_addresses_in_use(self.tx.conn)
         return self._external_in_use
 
+    def targets(self, network_id: str) -> set[str]:
+        """Forward targets of the network: a forward outlives its target's port, and its next port is one that asks
+        for the address, never one IPAM picked it for (cached)."""
+        if network_id not in self._targets:
+            self._targets[network_id] = forward_targets.on_network(self.tx.conn, network_id)
+        return self._targets[network_id]
+
     def check_requested_free(self, plans: list[Plan]) -> None:
         by_subnet: dict[str, list[str]] = defaultdict(list)
         for p in plans:
@@ -300,7 +309,7 @@ class Creator:
         ]  # fmt: skip
         remaining = list(requests)
         rows: list[dict[str, str]] = []
-        exclude = self.external_in_use() if plan0.network.router_external else set()
+        exclude = self.external_in_use() if plan0.network.router_external else self.targets(plan0.network.id)
         for subnet in candidates:
             if not remaining:
                 break

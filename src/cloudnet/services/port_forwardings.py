@@ -19,7 +19,7 @@ from pydantic import Field, field_validator
 from sqlalchemy import Connection, select, update
 
 from cloudnet.errors import BadRequest, Conflict, NotFound
-from cloudnet.services import common, floating_common, floating_ips, uplinks
+from cloudnet.services import common, floating_common, floating_ips, forward_targets, uplinks
 from cloudnet.services.context import Context
 from cloudnet.services.forward_rules import parse_port_range, validate
 from cloudnet.services.validation import Body, check_ip, parse
@@ -151,7 +151,7 @@ def delete_port_forwarding(store: Store, ctx: Context, fip_id: str, pf_id: str) 
         fwd = floating_ips.get_row(tx.conn, ctx, fip_id)
         _spec(fwd, pf_id)
         specs = [s for s in fwd.ports or [] if floating_common.spec_id(fwd.id, s) != pf_id]
-        network = fwd.network_id if specs or (fwd.config or {}).get("target_address") else None
+        network = forward_targets.kept_network(fwd, bool(specs or (fwd.config or {}).get("target_address")))
         _store(tx, fwd, network, specs)
 
 

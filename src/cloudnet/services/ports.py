@@ -14,6 +14,7 @@ from cloudnet.services import (
     common,
     floating_common,
     forward_deps,
+    forward_targets,
     port_policy,
     port_security,
     single_host,
@@ -161,6 +162,7 @@ def _update_fixed_ips(tx: Tx, ctx: Context, row: Any, fixed: list[FixedIp], owne
             keep.add(held)
         else:
             new.append((subnet, ip))
+    forward_targets.release(tx, row.network_id, {ip for _sid, ip in current - keep})  # as when the port goes
     for sid, ip in current - keep:
         tx.conn.execute(delete(A).where(A.c.subnet_id == sid, A.c.ip_address == ip))
     network = creator.network(row.network_id)
@@ -187,7 +189,8 @@ def delete_port(store: Store, ctx: Context, port_id: str) -> None:
 
 
 def delete_in_tx(tx: Tx, row: Any) -> None:
-    floating_common.release_port(tx, row)  # its floating IPs and port forwardings let go of it, as in Neutron
+    # Its addresses go: floating IPs on them are disassociated (Neutron), forwards keep them (LXD).
+    forward_targets.release(tx, row.network_id, {ip for _s, ip in floating_common.port_ips(tx.conn, row.id)})
     tx.conn.execute(delete(A).where(A.c.port_id == row.id))
     tx.conn.execute(delete(PSG).where(PSG.c.port_id == row.id))
     tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == row.id))

@@ -247,6 +247,9 @@ forwards = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("revision_number", BigInteger, nullable=False, default=0),
+    # The face that made it, which decides what its targets' ports going does to it (services/forward_targets.py):
+    # "forward" (the forwards API: it keeps them, as LXD) or "floatingip" (Neutron's: it is disassociated).
+    Column("origin", String(16), nullable=False, default="forward", server_default="forward"),
 )
 
 instances = Table(

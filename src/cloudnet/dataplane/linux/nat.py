@@ -34,7 +34,7 @@ from cloudnet.dataplane.linux.nat_plan import (
 
 log = logging.getLogger(__name__)
 SHOWN = 10  # elements named per map and kind of difference (the rest are counted)
-ForwardKey = tuple[str, int]  # (id, revision_number)
+ForwardKey = tuple[str, int, tuple[str, ...]]  # (id, revision_number, its targets no port holds)
 
 
 @dataclass
@@ -73,7 +73,7 @@ class NatTables:
         """Converge both IP versions' tables. Returns how the kernel differed from what it should have held
         (repaired by now); `check` reads it back even when the generation says nothing changed."""
         known = self._forwards.get(namespace, {})
-        wanted = {(f["id"], f["revision_number"]): f for f in forwards}
+        wanted = {(f["id"], f["revision_number"], tuple(f.get("idle", ()))): f for f in forwards}
         mine = {k: known[k] if k in known else forward_elements(f) for k, f in wanted.items()}
         shadow = self._trusted(namespace, check)
         found: list[str] = []

@@ -1,10 +1,11 @@
 """Routers on the Linux driver: a namespace per router (`cloudnet-router-<hash>-<id>`), a veth leg per port on its
 network's bridge (qr-/qg- inside), its NAT (gateway SNAT, floating IPs and port forwardings: nat.py), its routes
-and, in full passes, no neighbour entry naming no port of this host. What goes in is computed by router_ns.py."""
+and, whenever it is applied, no neighbour entry naming no port of this host. router_ns.py computes what goes in."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -35,8 +36,14 @@ class Routers:
 
     def apply(self, run: Pass) -> None:
         state = run.state
-        # Full passes drop neighbour entries naming no port of the host: which ports there are, once a pass.
-        neighbours = router_ns.known_neighbours(state) if run.full and state["routers"] else {}
+        # Which ports there are (their neighbour entries are kept): once a pass, when a router is applied.
+        known: list[dict[str, str]] = []
+
+        def neighbours() -> dict[str, str]:
+            if not known:
+                known.append(router_ns.known_neighbours(state))
+            return known[0]
+
         for router in state["routers"]:
             run.wanted_ns.add(names.router_ns(self.host, router["id"]))
             run.wanted.update(router_legs(router))
@@ -50,7 +57,7 @@ class Routers:
     def forget(self) -> None:
         self.done.forget()
 
-    def _apply_router(self, run: Pass, router: dict[str, Any], neighbours: dict[str, str]) -> str:
+    def _apply_router(self, run: Pass, router: dict[str, Any], neighbours: Callable[[], dict[str, str]]) -> str:
         state = run.state
         nets = {p["network_id"]: state["networks"].get(p["network_id"]) for p in router["ports"].values()}
         subnet_ids = {f["subnet_id"] for p in router["ports"].values() for f in p["fixed_ips"]}
@@ -66,11 +73,11 @@ class Routers:
 
     def _apply_router_now(
         self, run: Pass, host: IPRoute, links: Links, router: dict[str, Any], wanted: set[str],
-        neighbours: dict[str, str],
+        neighbours: Callable[[], dict[str, str]],
     ) -> str:  # fmt: skip
         """The router's namespace from the desired state alone: its legs and their addresses, its NAT, its routes,
-        and (full passes) no neighbour entry that names no port of this host (`neighbours`: address -> MAC of each
-        port the host plumbs)."""
+        and no neighbour entry that names no port of this host or one under another MAC (`neighbours`: address -> MAC
+        of each port the host plumbs; what went is reported by full passes)."""
         state = run.state
         ns = names.router_ns(self.host, router["id"])
         key = f"router:{router['id']}"
@@ -108,7 +115,11 @@ class Routers:
             run.found(key, found)
             wanted_routes = router_ns.router_routes(router, state, indexes)
             run.found(key, routes.converge(rtr, wanted_routes, mine=routes.not_the_kernels, read=not fresh))
-            if run.full and not fresh:
+            if not fresh:
+                # Also when the router changed: a port that took an address another had (a forward's target
+                # again) must not be sent to at the old port's MAC until the kernel's entry expires.
                 internal = {i for n, i in indexes.items() if n.startswith(names.ROUTER_IFACE)}
-                run.found(key, routes.drop_stale_neighbours(rtr, internal, neighbours))
+                dropped = routes.drop_stale_neighbours(rtr, internal, neighbours())
+                if run.full:
+                    run.found(key, dropped)
         return ns
