@@ -282,3 +282,33 @@ def test_a_plug_replaces_a_device_left_by_an_interrupted_one(cloud: Cloud) -> No
     assert ping(inst["netns"], "169.254.169.254")
     assert port["mac_address"] in ns_run(inst["netns"], "ip", "-o", "link", "show", "eth0").stdout
     assert "eth0" not in _host_links(cloud)
+
+
+def test_a_device_someone_else_put_on_a_bridge_is_left_alone(cloud: Cloud) -> None:
+    """A device that is not cloudnet's (a VMM's tap on a network's bridge) survives full passes where it was, while
+    the uplink --uplink gave the agent still goes back to the agent's namespace once nothing needs it."""
+    cloud.outside("physnet1", "192.0.2.1/24")
+    uplink = cloud.uplinks["physnet1"]
+    cloud.start_agent(resync_interval=0.5)
+    pub = cloud.create("networks", "network", {"name": "pub", "router:external": True,
+                                               "provider:network_type": "flat",
+                                               "provider:physical_network": "physnet1"})  # fmt: skip
+    cloud.create("subnets", "subnet", {"network_id": pub["id"], "cidr": "192.0.2.0/24", "gateway_ip": "192.0.2.1"})
+    net, sub = cloud.network("vmm", "10.71.0.0/24")
+    router = cloud.create("routers", "router", {"name": "vmm-r", "external_gateway_info": {"network_id": pub["id"]}})
+    assert cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": sub["id"]}).is_success
+    inst = cloud.instance("vmm", [{"network": net["id"]}])
+    cloud.wait_for(lambda: uplink in _host_links(cloud), what="the uplink moved onto its bridge")
+    host_ns, foreign = names.host_ns(cloud.host), f"tapvmm{cloud.suffix}"[:15]
+    ns_run(host_ns, "ip", "tuntap", "add", foreign, "mode", "tap", check=True)
+    ns_run(host_ns, "ip", "link", "set", foreign, "master", names.bridge(net["id"]), "up", check=True)
+    # Full passes every 0.5 s: the next instance going ACTIVE means passes ran with the tap on the bridge.
+    cloud.instance("vmm2", [{"network": net["id"]}])
+    cloud.wait_for(lambda: cloud.api.get(f"/instances/{inst['id']}").json()["instance"]["status"] == "ACTIVE",
+                   what="a pass after the tap came")  # fmt: skip
+    assert f"master {names.bridge(net['id'])}" in ns_run(host_ns, "ip", "-o", "link", "show", foreign).stdout
+    # Nothing needs the external network on this host any more: the uplink goes home, the tap stays.
+    assert cloud.api.put(f"/routers/{router['id']}", json={"router": {"external_gateway_info": {}}}).is_success
+    cloud.wait_for(lambda: uplink not in _host_links(cloud), what="the uplink handed back")
+    assert foreign in _host_links(cloud)
+    ns_run(host_ns, "ip", "link", "del", foreign, check=True)

@@ -82,7 +82,7 @@ class LinuxDataplane:
         self.pool: base.PoolPorts[Pass] = PoolDevices(host, park, bridges, self.firewall, plugged, self.steps)
         self.metadata: base.MetadataReach[Pass] = MetadataNamespaces(host, bridges)
         self.routers: base.Routers[Pass] = Routers(host, bridges, self.nat)
-        self.garbage = Garbage(host, self.nat)
+        self.garbage = Garbage(host, self.nat, frozenset((uplinks or {}).values()))
         self._plugged = plugged
         # The (devices, uplinks, namespaces) the last pass kept, for incremental passes (None: the next is full).
         self._kept: Kept | None = None

@@ -15,13 +15,14 @@ from cloudnet.dataplane.linux.links import ENODEV, ifname
 
 
 class Garbage:
-    def __init__(self, host: str, nat_tables: nat.NatTables) -> None:
+    def __init__(self, host: str, nat_tables: nat.NatTables, uplinks: frozenset[str] = frozenset()) -> None:
         self.host_ns = names.host_ns(host)
         self.router_prefix = names.router_ns_prefix(host)
         self.metadata_prefix = names.metadata_ns_prefix(host)
         self.park_ns = names.park_ns(host)  # the shared holding namespace of earlier versions: removed
         self.managed_prefix = names.managed_ns_prefix(host)
         self.nat = nat_tables
+        self.uplinks = uplinks  # the interfaces --uplink maps: the only foreign devices cloudnet moves
 
     def collect(
         self, host: IPRoute, wanted: set[str], uplinks: set[str], namespaces: set[str], found: list[dict[str, str]]
@@ -37,8 +38,9 @@ class Garbage:
                 except NetlinkError as exc:  # its veth peer went first
                     if exc.code != ENODEV:
                         raise
-            elif name != "lo" and not names.is_ours(name) and name not in uplinks:
-                # An uplink nobody needs any more goes back to the agent's own namespace.
+            elif name in self.uplinks and name not in uplinks:
+                # An uplink nobody needs any more goes back to the agent's own namespace. Any other device that is
+                # not cloudnet's (a VMM's tap someone put on a bridge) is left where it is, as it is.
                 fd = netns.fd_of(netns.AGENT_NS)
                 try:
                     host.link("set", index=msg["index"], nomaster=True)
