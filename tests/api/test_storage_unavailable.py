@@ -141,7 +141,8 @@ def pg_on_tiny(postgres: PostgresServer, tiny: Path) -> Iterator[tuple[httpx.Cli
         server.stop()
         store.dispose()
         (tiny / "filler").unlink(missing_ok=True)
-        postgres.psql(f"DROP DATABASE {name}")
+        # FORCE: a pooled connection the stopped server left behind must not fail the teardown.
+        postgres.psql(f"DROP DATABASE {name} WITH (FORCE)")
         postgres.psql(f"DROP TABLESPACE {space}")
 
 

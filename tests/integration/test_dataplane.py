@@ -267,7 +267,9 @@ def test_full_passes_repair_what_changed_behind_the_agents_back_even_under_stead
     finally:
         stop.set()
         worker.join(timeout=10)
-    assert ping(a["netns"], b["nets"][0]["fixed_ips"][0]["ip_address"])
+    # The tap shows before the plug has finished (its peer moved and addressed): traffic is what says it has.
+    b_ip = b["nets"][0]["fixed_ips"][0]["ip_address"]
+    cloud.wait_for(lambda: ping(a["netns"], b_ip), timeout=15, what="a's traffic after the replug")
 
 
 def test_a_plug_replaces_a_device_left_by_an_interrupted_one(cloud: Cloud) -> None:
