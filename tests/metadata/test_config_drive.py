@@ -189,7 +189,7 @@ def test_bounded(api: httpx.Client, host: str) -> None:
         r = api.put(f"/instances/{vm['id']}/metadata/k{n}", json={"value": value})
         assert r.status_code == 200, r.text
     message = error(api.get(f"/instances/{vm['id']}/config-drive"), 409, "ConfigDriveTooLarge")
-    assert f"config drive of instance {vm['id']} would hold 19.8 MiB, more than the 16 MiB" in message, message
+    assert f"config drive of instance {vm['id']} would hold more than the 16 MiB" in message, message
 
 
 def test_cli(server: RunningServer, instance: dict[str, Any], tmp_path: Path) -> None:

@@ -28,26 +28,39 @@ LABEL = "config-2"
 EC2_VERSIONS = (trees.EC2_VERSIONS[-1], "latest")
 # What the image may hold. User data at its limit (65,535 characters, 256 KiB in UTF-8 at worst) in its 13 copies is
 # 3.25 MiB, which fits several times over; but an owner may add metadata items one by one without a count limit, and
-# meta_data.json carries them in 11 versions: the content is bounded before an image (a second copy) is made.
+# meta_data.json carries them in 11 versions: rendering stops at this bound, before an image (a second copy) is made.
 MAX_CONTENT = 16 << 20
 
 
-def files(view: InstanceView, settings: Settings) -> dict[str, bytes]:
-    """The drive's files: path (relative, POSIX) -> content."""
+def files(view: InstanceView, settings: Settings, limit: int = MAX_CONTENT) -> dict[str, bytes]:
+    """The drive's files: path (relative, POSIX) -> content; ConfigDriveTooLarge past `limit` bytes in all."""
     out: dict[str, bytes] = {}
+    size = 0
+
+    def add(path: str, data: bytes) -> None:
+        nonlocal size
+        size += len(data)
+        if size > limit:
+            raise Conflict(
+                f"The config drive of instance {view.id} would hold more than the {limit >> 20} MiB a config drive "
+                "may: remove metadata items or shorten its user data.",
+                type="ConfigDriveTooLarge",
+            )
+        out[path] = data
+
     for version in (*trees.OPENSTACK_VERSIONS, "latest"):
         listing = trees.render(view, settings, f"openstack/{version}")
         for name in listing.body.decode().splitlines():
             # No password: the guest posts its own after boot (Nova's drive has none either).
             if name != trees.PASSWORD:
                 path = f"openstack/{version}/{name}"
-                out[path] = trees.render(view, settings, path).payload()  # a fresh random_seed in each meta_data
+                add(path, trees.render(view, settings, path).payload())  # a fresh random_seed in each meta_data
     for version in EC2_VERSIONS:
         dated = trees.EC2_VERSIONS[-1] if version == "latest" else version
         meta: dict[str, Any] = trees.ec2_meta_data(view, settings, dated, remote_ip=None)
-        out[f"ec2/{version}/meta-data.json"] = orjson.dumps(meta)
+        add(f"ec2/{version}/meta-data.json", orjson.dumps(meta))
         if view.user_data is not None:
-            out[f"ec2/{version}/user-data"] = view.user_data
+            add(f"ec2/{version}/user-data", view.user_data)
     return out
 
 
@@ -58,12 +71,4 @@ def config_drive(store: Store, ctx: Context, settings: Settings, instance_id: st
         loaded = load_view(conn, instance_id)
     if loaded is None:  # (cannot happen in one snapshot, but a rule is not an assert)
         raise not_found("instance", instance_id)
-    content = files(loaded[0], settings)
-    size = sum(len(data) for data in content.values())
-    if size > MAX_CONTENT:
-        raise Conflict(
-            f"The config drive of instance {instance_id} would hold {size / (1 << 20):.1f} MiB, more than the "
-            f"{MAX_CONTENT >> 20} MiB a config drive may: remove metadata items or shorten its user data.",
-            type="ConfigDriveTooLarge",
-        )
-    return iso9660.image(LABEL, content)
+    return iso9660.image(LABEL, files(loaded[0], settings))
