@@ -23,7 +23,6 @@ from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.metadata import service as metadata_service
-from cloudnet.metadata.model import Settings
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.ovn.daemons import OvnError
 from cloudnet.services.context import Context, Role
@@ -130,14 +129,12 @@ def prepare(config: ServerConfig, internal: dict[str, Context] | None = None) ->
 def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
     """The metadata API of this process (None when `metadata_listen` is off): secret, settings, socket."""
     try:
+        # Read even with the metadata API off: the API's config drives answer the same (create_app reads it too).
+        settings = metadata_service.settings(config)
         listen = metadata_service.parse_listen(config.metadata_listen)
         if listen is None:
             return None
         secret = signing.load_or_create_secret(config.metadata_secret_file)
-        settings = Settings(
-            dhcp_domain=config.metadata_domain, availability_zone=config.availability_zone,
-            vendor_data=metadata_service.load_vendor_data(config.metadata_vendor_data),
-        )  # fmt: skip
         sock = metadata_service.bind(listen)
     except (signing.SecretError, metadata_service.MetadataConfigError) as exc:
         raise StartupError(str(exc)) from None

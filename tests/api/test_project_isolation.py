@@ -213,6 +213,7 @@ CASES: list[Case] = [
          body={"value": "bob"}),
     Case("instance metadata item delete", "DELETE", "/instances/{a_vm}/metadata/k", 404, "InstanceNotFound"),
     Case("instance password delete", "DELETE", "/instances/{a_vm}/metadata/admin_pw", 404, "InstanceNotFound"),
+    Case("instance config drive", "GET", "/instances/{a_vm}/config-drive", 404, "InstanceNotFound"),
     Case("instance with alice's port", "POST", "/instances", 404, "PortNotFound",
          body=_instance(nets=[{"port": "{a_port}"}])),
     Case("instance on alice's network", "POST", "/instances", 404, "NetworkNotFound",

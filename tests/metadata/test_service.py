@@ -128,6 +128,7 @@ def test_serve_on_a_unix_socket_and_without_metadata(tmp_path: Path) -> None:
     [
         ("empty-secret", "is empty"),
         ("bad-vendor-data", "not valid JSON"),
+        ("bad-vendor-data-metadata-off", "not valid JSON"),  # the API's config drives hold it too
         ("bad-listen", "must look like HOST:PORT"),
     ],
 )
@@ -137,8 +138,9 @@ def test_serve_refuses_to_start_with_a_bad_metadata_setup(tmp_path: Path, setup:
     args = ["--metadata-listen", f"127.0.0.1:{free_port()}"]
     if setup == "empty-secret":
         (state / "metadata_secret").write_text("")
-    elif setup == "bad-vendor-data":
+    elif setup.startswith("bad-vendor-data"):
         (tmp_path / "v.json").write_text("{")
+        args = ["--metadata-listen", "off"] if setup.endswith("-off") else args
         args += ["--vendor-data", str(tmp_path / "v.json")]
     else:
         args = ["--metadata-listen", "nowhere"]
@@ -146,3 +148,4 @@ def test_serve_refuses_to_start_with_a_bad_metadata_setup(tmp_path: Path, setup:
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert run.returncode != 0
     assert message in run.stdout + run.stderr
+    assert "Traceback" not in run.stderr  # a start-up error, said in a line

@@ -4,17 +4,20 @@ Run with Debian's interpreter inside an instance namespace (the package installs
     ip netns exec <instance-ns> /usr/bin/python3 tests/support/cloudinit_reader.py http://169.254.169.254
 It drives the readers the OpenStack and EC2 datasources use; it never runs the `cloud-init` command, which
 would reconfigure the machine it runs on. Imports nothing from cloudnet.
+    /usr/bin/python3 tests/support/cloudinit_reader.py --config-drive DIR
+reads a config drive's file tree as the ConfigDrive datasource does (read_config_drive: cloud-init 22.4 and 25.1).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import sys
 import time
 from typing import Any
 
-from cloudinit.sources import DataSourceOpenStack
+from cloudinit.sources import DataSourceConfigDrive, DataSourceOpenStack
 from cloudinit.sources.helpers import ec2, openstack
 
 
@@ -28,8 +31,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def config_drive(path: str) -> dict[str, Any]:
+    """What the ConfigDrive datasource reads from a mounted drive; user data and the random seed (bytes) in
+    base64, so that they compare byte for byte."""
+    read = DataSourceConfigDrive.read_config_drive(path)
+    seed = read["metadata"].pop("random_seed", b"")
+    userdata = read.pop("userdata", b"")  # "" when the drive has none
+    userdata = userdata if isinstance(userdata, bytes) else userdata.encode()
+    return {**_plain(read), "userdata_b64": base64.b64encode(userdata).decode(), "random_seed_bytes": len(seed)}
+
+
 def main() -> None:
     logging.basicConfig(level=logging.ERROR)
+    if sys.argv[1] == "--config-drive":
+        print(json.dumps(config_drive(sys.argv[2])))
+        return
     url = sys.argv[1]
     out: dict[str, Any] = {}
     started = time.perf_counter()

@@ -47,6 +47,7 @@ from cloudnet.api.guard import Guard
 from cloudnet.api.neutron import JSON, error_response
 from cloudnet.config import ServerConfig
 from cloudnet.errors import BadRequest, CloudnetError, ServiceUnavailable
+from cloudnet.metadata import service as metadata_service
 from cloudnet.services import quotas as quota_service
 from cloudnet.services import single_host
 from cloudnet.store import errors as store_errors
@@ -182,5 +183,5 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size)],  # type: ignore[arg-type]
         lifespan=lifespan,
     )  # fmt: skip
-    app.state.cloudnet = AppState(config=config, store=store, auth=auth)
+    app.state.cloudnet = AppState(config=config, store=store, auth=auth, metadata=metadata_service.settings(config))
     return app

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.guard import context_of
 from cloudnet.config import ServerConfig
+from cloudnet.metadata.model import Settings
 from cloudnet.services.context import Context
 from cloudnet.store.db import Store
 
@@ -27,6 +28,8 @@ class AppState:
     config: ServerConfig
     store: Store
     auth: Authenticator
+    # What the metadata API answers beside each instance's own data (vendor data, domain): config drives hold it.
+    metadata: Settings
 
 
 def state(request: Request) -> AppState:

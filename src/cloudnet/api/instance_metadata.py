@@ -1,4 +1,5 @@
-"""/v2.0/instances/{id}/metadata[/{key}]: an instance's metadata items, one key at a time.
+"""/v2.0/instances/{id}/metadata[/{key}]: an instance's metadata items, one key at a time; and
+/v2.0/instances/{id}/config-drive: all that its guest reads from the metadata API, as Nova's config drive image.
 
 What guests write over their SmartOS metadata socket lands here (through the host agent), and what is
 written here reaches the guest with the agent's next desired state. Every answer carries
@@ -14,6 +15,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import call, context, state
+from cloudnet.metadata import config_drive
 from cloudnet.services import instance_metadata
 
 router = APIRouter()
@@ -21,6 +23,8 @@ BASE = "/v2.0/instances/{instance_id}/metadata"
 REVISION_HEADER = "X-Cloudnet-Revision"
 # Keys may contain '/' (vendor prefixes are free-form): the key is the rest of the path.
 ITEM = BASE + "/{key:path}"
+CONFIG_DRIVE = "/v2.0/instances/{instance_id}/config-drive"
+ISO_TYPE = "application/x-iso9660-image"
 
 
 def _revision(value: int) -> dict[str, str]:
@@ -59,3 +63,11 @@ async def delete_item(request: Request, instance_id: str, key: str) -> Response:
         instance_metadata.delete_metadata_item, state(request).store, context(request), instance_id, key, internal
     )
     return Response(status_code=204, headers=_revision(revision))
+
+
+@router.get(CONFIG_DRIVE)
+async def show_config_drive(request: Request, instance_id: str) -> Response:
+    neutron.check_id("instance", instance_id)
+    app = state(request)
+    image = await call(config_drive.config_drive, app.store, context(request), app.metadata, instance_id)
+    return Response(image, media_type=ISO_TYPE)

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from cloudnet import __version__
 from cloudnet.api import resources, schemas
 from cloudnet.api.guard import PUBLIC_PATHS
+from cloudnet.api.instance_metadata import CONFIG_DRIVE, ISO_TYPE
 from cloudnet.api.neutron import JSON
 from cloudnet.api.schemas import BOOL, INT, OBJ, STR, STRS, Schema, array, envelope, listing, obj
 from cloudnet.services import (
@@ -51,6 +52,7 @@ class Op:
     request: Schema | type[BaseModel] | None = None
     query: tuple[tuple[str, Schema], ...] = ()
     keystone: bool = False  # errors in Keystone's body (api/keystone.py), else Neutron's
+    media: str = "application/json"  # the success body's type
 
 
 LIST_QUERY = (("fields", STR), ("limit", {"type": "integer", "minimum": 0}), ("marker", STR), ("sort_key", STR),
@@ -182,6 +184,7 @@ def _table() -> dict[tuple[str, str], Op]:
         ("GET", item): Op(200, envelope("metadata_item", OBJ)),
         ("PUT", item): Op(200, OBJ, instance_metadata.MetadataItem),
         ("DELETE", item): Op(204, None),
+        ("GET", CONFIG_DRIVE): Op(200, {"type": "string", "contentMediaType": ISO_TYPE}, media=ISO_TYPE),
         ("GET", "/v2.0/quotas"): Op(200, listing("quotas", OBJ, False)),
         ("GET", quota): Op(200, envelope("quota", schemas.QUOTA)),
         ("GET", quota + "/details"): Op(200, envelope("quota", schemas.QUOTA_DETAILS)),
@@ -225,7 +228,7 @@ def _operation(method: str, path: str, op: Op | None, name: str) -> dict[str, An
         out["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
     ok: dict[str, Any] = {"description": "success"}
     if op.response is not None:
-        ok["content"] = {"application/json": {"schema": op.response}}
+        ok["content"] = {op.media: {"schema": op.response}}
     error = {
         "description": "an error",
         "content": {"application/json": {"schema": schemas.KEYSTONE_ERROR if op.keystone else schemas.ERROR}},

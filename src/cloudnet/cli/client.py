@@ -57,6 +57,19 @@ class Client(Resources):
             self._http = None
 
     def request(self, method: str, path: str, *, params: Params | None = None, body: Any = None) -> Any:
+        response = self._send(method, path, params, body, "application/json")
+        if response.status_code == 204 or not response.content:
+            return None
+        payload = _json_or_none(response)
+        if payload is None:
+            raise CliError(f"cloudnet at {self.url} answered {method} {path} with a body that is not JSON")
+        return payload
+
+    def download(self, path: str, accept: str) -> bytes:
+        """A GET whose answer is not JSON (errors still are): e.g. a config drive image."""
+        return self._send("GET", path, None, None, accept).content
+
+    def _send(self, method: str, path: str, params: Params | None, body: Any, accept: str) -> httpx.Response:
         url = f"{api_root(self.url)}/{path.lstrip('/')}"
         try:
             response = self._session().request(
@@ -64,7 +77,7 @@ class Client(Resources):
                 url,
                 params=list(params) if params else None,
                 json=body,
-                headers={"X-Auth-Token": self.token, "Accept": "application/json"},
+                headers={"X-Auth-Token": self.token, "Accept": accept},
                 timeout=self.timeout,
             )
         except httpx.ConnectError as exc:
@@ -76,12 +89,7 @@ class Client(Resources):
         if not response.is_success:
             # 3xx too: redirects are not followed, so the request did not happen.
             raise ApiError.from_payload(response.status_code, _json_or_none(response), response.reason_phrase)
-        if response.status_code == 204 or not response.content:
-            return None
-        payload = _json_or_none(response)
-        if payload is None:
-            raise CliError(f"cloudnet at {self.url} answered {method} {path} with a body that is not JSON")
-        return payload
+        return response
 
     def _session(self) -> httpx.Client:
         if self._http is None:

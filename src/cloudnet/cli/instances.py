@@ -150,6 +150,31 @@ def delete(
     delete_each(client_of(ctx), INSTANCE, instances)
 
 
+@app.command("config-drive")
+def config_drive(
+    ctx: typer.Context,
+    instance: InstanceArg,
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="Where to write the image.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")] = False,
+) -> None:
+    """Write the instance's config drive: an ISO 9660 image labelled config-2 holding what its guest reads from the
+    metadata service (the OpenStack and EC2 trees), for cloud-init's ConfigDrive datasource (a VM's CD-ROM)."""
+    exists = CliError(f"{output} exists: give --force to overwrite it")
+    if output.exists() and not force:  # before asking: a refused overwrite costs the server nothing
+        raise exists
+    client = client_of(ctx)
+    instance_id = client.find_id(INSTANCE, instance)
+    image = client.download(f"instances/{quote(instance_id, safe='')}/config-drive", "application/x-iso9660-image")
+    try:
+        with output.open("wb" if force else "xb") as f:  # x: a file made meanwhile is not overwritten either
+            f.write(image)
+    except FileExistsError:
+        raise exists from None
+    except OSError as exc:
+        raise CliError(f"cannot write {output}: {exc.strerror}") from None
+    typer.echo(f"Wrote the config drive of instance {instance} to {output} ({len(image)} bytes)")
+
+
 # -- cloudnet instance metadata ... ---------------------------------------------------------------
 
 metadata_app = typer.Typer(

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cloudnet.config import ServerConfig
+from cloudnet.metadata.model import Settings
+
 DISABLED = ("", "off", "none")
 
 
@@ -102,3 +105,11 @@ def load_vendor_data(path: Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise MetadataConfigError(f"vendor data {path} must hold a JSON object, not {type(data).__name__}")
     return data
+
+
+def settings(config: ServerConfig) -> Settings:
+    """The service-wide answers (vendor data read now): the metadata API's, and the API's for config drives."""
+    return Settings(
+        dhcp_domain=config.metadata_domain, availability_zone=config.availability_zone,
+        vendor_data=load_vendor_data(config.metadata_vendor_data),
+    )  # fmt: skip
