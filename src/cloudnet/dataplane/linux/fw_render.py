@@ -65,6 +65,7 @@ def skeleton() -> str:
     nd_out, nd_in = (_join(*map(str, t)) for t in (security.ND_EGRESS, security.ND_INGRESS))
     (md4, port4), (md6, port6) = ((str(a), p) for a, p in security.METADATA)
     taps = quoted(f"{names.TAP}*")  # every instance port's host end
+    dhcp_ask = "ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67"  # (a client with no address)
     bridge = f"""table bridge {TABLE} {{
   map ports {{ type ifname : mark; }}
   set unfiltered {{ type ifname; }}
@@ -92,6 +93,7 @@ def skeleton() -> str:
     ether type ip6 udp sport 547 udp dport 546 drop
     ether type ip6 icmpv6 type {{ 134, 137 }} drop
     ether type ip6 icmpv6 type 136 iifname . @th,64,128 != @nd_targets iifname . @th,64,128 != @nd_target_nets drop
+    ether type ip {dhcp_ask} iifname . ether saddr @dad_macs accept
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4 accept
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4_nets accept
     ether type ip iifname . ether saddr . ip saddr @src4 accept
@@ -154,21 +156,25 @@ def skeleton() -> str:
   }}
   chain head_e {{
     icmpv6 type {{ {nd_out} }} accept
+    meta nfproto ipv4 udp sport 68 udp dport 67 accept
     ct state vmap @ctstate
     ip daddr {md4} tcp dport {port4} accept
     ip6 daddr {md6} tcp dport {port6} accept
   }}
   chain head_i {{
     icmpv6 type {{ {nd_in} }} accept
+    meta nfproto ipv4 udp sport 67 udp dport 68 accept
     ct state vmap @ctstate
   }}
   chain head_e_stateless {{
     icmpv6 type {{ {nd_out} }} accept
+    meta nfproto ipv4 udp sport 68 udp dport 67 accept
     ip daddr {md4} tcp dport {port4} accept
     ip6 daddr {md6} tcp dport {port6} accept
   }}
   chain head_i_stateless {{
     icmpv6 type {{ {nd_in} }} accept
+    meta nfproto ipv4 udp sport 67 udp dport 68 accept
     ip saddr {md4} tcp sport {port4} accept
     ip6 saddr {md6} tcp sport {port6} accept
   }}

@@ -1,0 +1,121 @@
+"""What a network's dnsmasq is told, in the formats of Neutron's DHCP agent (neutron/agent/linux/dhcp.py): the
+command line, the hosts file (static leases only: MAC -> address and hostname, no dynamic pool) and the options
+file (router, DNS servers, classless static routes with the metadata hop). Pure: dhcp.py writes and runs them."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cloudnet.dataplane.kernel.addressing import metadata_hop
+from cloudnet.wire.guest_net import METADATA_ROUTE
+
+DesiredState = dict[str, Any]
+LEASE = "86400s"  # Neutron's dhcp_lease_duration default
+DOMAIN = "openstacklocal"  # Neutron's dns_domain default
+
+
+@dataclass(frozen=True)
+class Files:
+    """A network's dnsmasq files, in a directory of its own."""
+
+    dir: Path
+
+    @property
+    def pid(self) -> Path:
+        return self.dir / "pid"
+
+    @property
+    def hosts(self) -> Path:
+        return self.dir / "host"
+
+    @property
+    def opts(self) -> Path:
+        return self.dir / "opts"
+
+    @property
+    def leases(self) -> Path:
+        return self.dir / "leases"
+
+
+def dhcp_subnets(state: DesiredState, network_id: str) -> list[dict[str, Any]]:
+    """The network's IPv4 subnets with DHCP on, on which its metadata port (the server's address) has an address."""
+    port = state["networks"][network_id].get("metadata_port") or {}
+    served = {f["subnet_id"] for f in port.get("fixed_ips", [])}
+    return sorted(
+        (s for s in state["subnets"].values()
+         if s["network_id"] == network_id and s["ip_version"] == 4 and s.get("enable_dhcp") and s["id"] in served),
+        key=lambda s: str(s["id"]),
+    )  # fmt: skip
+
+
+def hostname(address: str) -> str:
+    """Neutron's default host name of an address (without the DNS extension): host-10-0-0-5."""
+    return "host-" + address.replace(".", "-").replace(":", "-")
+
+
+def hosts_lines(state: DesiredState, network_id: str, subnet_ids: set[str]) -> list[str]:
+    """`<mac>,<name>,<ip>` for every address of this host's ports (instance and pool ports) on a served subnet."""
+    ports = list(state["ports"].values()) + list(state.get("pool_ports", {}).values())
+    lines = set()
+    for port in ports:
+        if port["network_id"] != network_id:
+            continue
+        for f in port["fixed_ips"]:
+            if f["subnet_id"] in subnet_ids and ":" not in f["ip_address"]:
+                ip = str(ipaddress.ip_address(f["ip_address"]))  # (normalised: nothing else reaches the file)
+                lines.add(f"{_mac(port['mac_address'])},{hostname(ip)},{ip}")
+    return sorted(lines)
+
+
+def _mac(mac: str) -> str:
+    parts = mac.lower().split(":")
+    if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdef" for c in p) for p in parts):
+        raise ValueError(f"not a MAC address: {mac!r}")
+    return ":".join(parts)
+
+
+def opts_lines(state: DesiredState, network_id: str, subnets: list[dict[str, Any]]) -> list[str]:
+    """Per subnet: DNS servers, router, and the classless static routes (121, and 249 for Windows) when there are
+    host routes or a metadata hop: then the list ends with the default route, as clients ignore option 3 with 121."""
+    lines = []
+    v4 = [ipaddress.ip_network(s["cidr"]) for s in subnets]
+    for s in subnets:
+        tag = f"tag:subnet-{s['id']}"
+        servers = [str(ipaddress.ip_address(a)) for a in s.get("dns_nameservers") or [] if ":" not in a]
+        if servers:
+            lines.append(f"{tag},option:dns-server,{','.join(servers)}")
+        gateway = s.get("gateway_ip")
+        routes = [(str(ipaddress.ip_network(r["destination"], strict=False)), str(ipaddress.ip_address(r["nexthop"])))
+                  for r in s.get("host_routes") or [] if ":" not in r["destination"]]  # fmt: skip
+        hop = metadata_hop(state, network_id, s["id"])
+        if hop and hop != gateway:
+            routes.append((METADATA_ROUTE, hop))
+        # Other subnets of the segment are on-link (Neutron's isolated-subnet rule).
+        routes += [(str(n), "0.0.0.0") for n in v4 if str(n) != str(ipaddress.ip_network(s["cidr"]))]
+        if routes:
+            if gateway:
+                routes.append(("0.0.0.0/0", str(ipaddress.ip_address(gateway))))
+            flat = ",".join(f"{d},{h}" for d, h in routes)
+            lines += [f"{tag},option:classless-static-route,{flat}", f"{tag},249,{flat}"]
+        lines.append(f"{tag},option:router,{ipaddress.ip_address(gateway)}" if gateway else f"{tag},option:router")
+    return lines
+
+
+def command(files: Files, iface: str, mtu: int, subnets: list[dict[str, Any]]) -> list[str]:
+    """Neutron's dnsmasq command line for a network, DHCP only (port 0: no DNS server), on the metadata port's
+    interface only; `--conf-file=/dev/null` so that no system configuration comes in."""
+    ranges, size = [], 0
+    for s in subnets:
+        net = ipaddress.ip_network(s["cidr"])
+        size += net.num_addresses
+        ranges.append(f"--dhcp-range=set:subnet-{s['id']},{net.network_address},static,{net.netmask},{LEASE}")
+    return [
+        "dnsmasq", "--no-hosts", "--no-resolv", "--port=0", f"--pid-file={files.pid}",
+        f"--dhcp-hostsfile={files.hosts}", f"--dhcp-optsfile={files.opts}", f"--dhcp-leasefile={files.leases}",
+        "--bind-dynamic", f"--interface={iface}", "--except-interface=lo", *ranges,
+        f"--dhcp-option-force=option:mtu,{int(mtu)}", f"--dhcp-lease-max={min(size, 2**24)}",
+        "--conf-file=/dev/null", f"--domain={DOMAIN}",
+    ]  # fmt: skip
