@@ -178,3 +178,41 @@ def test_a_network_whose_dnsmasq_cannot_start_fails_alone(cloud: Cloud, tmp_path
     assert f"dhcp:{good['id']}" not in failures
     assert vm_bad["status"] == "ACTIVE"  # (its guest keeps its static configuration)
     assert ask(vm_bad["netns"], script, tries=2) is None
+
+
+# A DHCP discover with a client hardware address of the caller's choosing (broadcast flag: the offer comes back to
+# everyone), sent from the namespace's own address; prints the address offered, or "none".
+DISCOVER = """
+import os, socket, struct, sys
+chaddr = bytes.fromhex(sys.argv[1].replace(":", ""))
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"eth0")
+s.bind(("0.0.0.0", 68))
+s.settimeout(3)
+xid = os.urandom(4)
+head = struct.pack("!BBBB4sHH16s16s", 1, 1, 6, 0, xid, 0, 0x8000, bytes(16), chaddr + bytes(10))
+s.sendto(head + bytes(192) + bytes([99, 130, 83, 99, 53, 1, 1, 255]), ("255.255.255.255", 67))
+while True:
+    try:
+        data = s.recv(2048)
+    except socket.timeout:
+        print("none")
+        break
+    if data[0] == 2 and data[4:8] == xid:
+        print(socket.inet_ntoa(data[16:20]))
+        break
+"""
+
+
+def test_a_guest_cannot_ask_for_another_ports_lease(cloud: Cloud) -> None:
+    """The server answers by the client hardware address inside the request: a guest naming another port's MAC
+    there (from its own MAC and address) is dropped; naming its own, it is answered (the test can fail)."""
+    cloud.start_agent()
+    net, _ = _network(cloud, "dh5", "10.77.0")
+    thief = cloud.instance("thief", [{"network": net["id"]}])
+    victim = cloud.instance("victim", [{"network": net["id"]}])
+    own = ns_run(thief["netns"], "python3", "-c", DISCOVER, thief["nets"][0]["mac_address"]).stdout.strip()
+    assert own == thief["nets"][0]["fixed_ips"][0]["ip_address"]
+    stolen = ns_run(thief["netns"], "python3", "-c", DISCOVER, victim["nets"][0]["mac_address"]).stdout.strip()
+    assert stolen == "none"

@@ -9,7 +9,10 @@ bridge at raw priority) keep overlapping tenant address spaces apart.
 
 Anti-spoofing is stateless, in the bridge table: a frame from a filtered port passes only with one of the port's
 (MAC, address) pairs, RAs, redirects and DHCP server replies never do, and neighbour advertisements only for the
-port's own addresses. Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
+port's own addresses. Its DHCP client asks pass (from 0.0.0.0 with its own MAC, as Neutron lets them; the port's
+chains accept them and DHCP replies whatever its groups say) only when the client hardware address inside is one
+of its own MACs: the network's server answers by that address, so another's would get the guest another's lease.
+Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
 reach a filtered port, and an instance device the firewall does not know (yet) passes nothing.
 
 The metadata service knows a caller by its source address: a frame from any instance port (port security or not)
@@ -76,6 +79,7 @@ def skeleton() -> str:
   set src6 {{ type ifname . ether_addr . ipv6_addr; }}
   set src6_nets {{ type ifname . ether_addr . ipv6_addr; flags interval; }}
   set dad_macs {{ type ifname . ether_addr; }}
+  set dhcp_macs {{ typeof iifname . @th,288,48; }}
   set nd_targets {{ typeof iifname . @th,64,128; }}
   set nd_target_nets {{ typeof iifname . @th,64,128; flags interval; }}
   set meta_src4 {{ type ifname . ipv4_addr; }}
@@ -93,6 +97,7 @@ def skeleton() -> str:
     ether type ip6 udp sport 547 udp dport 546 drop
     ether type ip6 icmpv6 type {{ 134, 137 }} drop
     ether type ip6 icmpv6 type 136 iifname . @th,64,128 != @nd_targets iifname . @th,64,128 != @nd_target_nets drop
+    ether type ip udp sport 68 udp dport 67 iifname . @th,288,48 != @dhcp_macs drop
     ether type ip {dhcp_ask} iifname . ether saddr @dad_macs accept
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4 accept
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4_nets accept
@@ -225,6 +230,7 @@ def port_part(port: security.PortPolicy, tap: str, ident: str, number: int, stat
     boxes: dict[str, list[Box]] = {"src4": [], "arp_src4": [], "src6": []}
     for mac in port.macs():
         els.add(("bridge", "dad_macs", f"{name} . {mac}"))
+        els.add(("bridge", "dhcp_macs", f"{name} . 0x{mac.replace(':', '')}"))  # (its DHCP asks' chaddr)
         boxes["arp_src4"].append(((name, mac, mac), None, ipaddress.ip_network("0.0.0.0/32")))  # ARP probes (RFC 5227)
     for mac, net in port.allowed:
         if net.version == 4:
