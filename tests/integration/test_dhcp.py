@@ -82,7 +82,9 @@ def test_a_guest_gets_its_port_configuration_by_dhcp(cloud: Cloud, tmp_path: Pat
                          ("0.0.0.0/0", sub["gateway_ip"])}  # fmt: skip
 
 
-def test_an_address_change_reaches_dnsmasq_without_a_restart(cloud: Cloud, tmp_path: Path) -> None:
+def test_an_address_change_reloads_dnsmasq_and_a_dead_one_restarts(
+    cloud: Cloud, tmp_path: Path
+) -> None:
     script = _script(tmp_path)
     cloud.start_agent()
     net, sub = _network(cloud, "dh2", "10.72.0")
@@ -99,6 +101,15 @@ def test_an_address_change_reaches_dnsmasq_without_a_restart(cloud: Cloud, tmp_p
     got = ask(vm["netns"], script)
     assert got is not None and got["ip"] == "10.72.0.77"
     assert _pid(cloud, net["id"]) == pid and os.path.exists(f"/proc/{pid}")
+    # Killed, it is restarted (a new pid) and answers; gone with the network's last instance here.
+    os.kill(pid, signal.SIGKILL)
+    files = _files(cloud, net["id"])
+    cloud.wait_for(lambda: files.pid.exists() and _pid(cloud, net["id"]) != pid, what="dnsmasq restarted")
+    got = ask(vm["netns"], script)
+    assert got is not None and got["ip"] == "10.72.0.77"
+    pid = _pid(cloud, net["id"])
+    assert cloud.api.delete(f"/instances/{vm['id']}").status_code == 204
+    cloud.wait_for(lambda: not os.path.exists(f"/proc/{pid}") and not files.dir.exists(), what="dnsmasq stopped")
 
 
 def test_an_unknown_mac_gets_nothing(cloud: Cloud, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cloudnet.dataplane.base import DesiredState
 from cloudnet.dataplane.kernel import netns
@@ -53,6 +54,7 @@ class DhcpServers:
         self.host = host
         self.root = (root or RUN_ROOT) / names.host_ns(host)
         self.servers: dict[str, Server] = {}
+        self._applied: dict[str, str] = {}  # network id -> the fingerprint of what its last step applied
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
@@ -60,27 +62,35 @@ class DhcpServers:
     # -- the pass --------------------------------------------------------------------------
 
     def apply(self, run: Pass) -> None:
+        served, ports = dhcp_conf.dhcp_subnets(run.state), dhcp_conf.ports_by_network(run.state)
         wanted = set()
-        for net_id in self._served(run.state, run.networks):
-            if net_id in run.broken:
+        for net_id in run.networks:
+            if net_id not in served or net_id in run.broken:
                 continue
             wanted.add(net_id)
+            config = self._wanted(run.state, net_id, served[net_id], ports.get(net_id, []))
+            fingerprint = fingerprint_of(config)
+            if not run.full and self._applied.get(net_id) == fingerprint:
+                continue  # (unchanged since it was applied; a server that died is the watcher's)
             with contextlib.suppress(StepFailed):
-                run.steps.run(f"dhcp:{net_id}", lambda n=net_id: self._apply_network(run.state, n, run.full),
-                              fingerprint_of(self._wanted(run.state, net_id)))  # fmt: skip
+                run.steps.run(f"dhcp:{net_id}", lambda n=net_id, c=config: self._apply_network(n, c, run.full),
+                              fingerprint)  # fmt: skip
+                self._applied[net_id] = fingerprint
         with self._lock:
             for net_id in [n for n in self.servers if n not in wanted]:
                 self._stop(self.servers.pop(net_id))
+                self._applied.pop(net_id, None)
                 shutil.rmtree(self.root / net_id, ignore_errors=True)
         if run.full:  # left by an agent before this one (its networks gone while it was down)
             for left in self._dirs() - wanted - set(self.servers):
                 self._stop_dir(left)
 
     def step_keys(self, state: DesiredState) -> list[str]:
-        return [f"dhcp:{n}" for n in self._served(state, needed_networks(state))]
+        served = dhcp_conf.dhcp_subnets(state)
+        return [f"dhcp:{n}" for n in needed_networks(state) if n in served]
 
     def forget(self) -> None:
-        pass  # (what runs is read back from the pid files and /proc)
+        self._applied.clear()  # (what runs is read back from the pid files and /proc)
 
     def close(self) -> None:
         """Stop watching (the servers go on answering, as devices stay: a restarted agent adopts them)."""
@@ -95,21 +105,18 @@ class DhcpServers:
                 self._stop_dir(left)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    @staticmethod
-    def _served(state: DesiredState, networks: list[str]) -> list[str]:
-        return [n for n in networks if dhcp_conf.dhcp_subnets(state, n)]
-
-    def _wanted(self, state: DesiredState, net_id: str) -> tuple[list[str], str, str]:
+    def _wanted(self, state: DesiredState, net_id: str, subnets: list[dict[str, Any]], ports: list[dict[str, Any]]
+                ) -> tuple[list[str], str, str]:  # fmt: skip
+        """The network's dnsmasq command line, hosts file and options file."""
         network = state["networks"][net_id]
-        subnets = dhcp_conf.dhcp_subnets(state, net_id)
         iface = names.metadata_iface(network["metadata_port"]["id"])
         cmd = dhcp_conf.command(Files(self.root / net_id), iface, network["mtu"], subnets)
-        hosts = dhcp_conf.hosts_lines(state, net_id, {s["id"] for s in subnets})
+        hosts = dhcp_conf.hosts_lines(ports, {s["id"] for s in subnets})
         opts = dhcp_conf.opts_lines(state, net_id, subnets)
         return cmd, "".join(f"{line}\n" for line in hosts), "".join(f"{line}\n" for line in opts)
 
-    def _apply_network(self, state: DesiredState, net_id: str, full: bool) -> None:
-        cmd, hosts, opts = self._wanted(state, net_id)
+    def _apply_network(self, net_id: str, config: tuple[list[str], str, str], full: bool) -> None:
+        cmd, hosts, opts = config
         files = Files(self.root / net_id)
         files.dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         changed = [_write_atomic(files.hosts, hosts), _write_atomic(files.opts, opts)]

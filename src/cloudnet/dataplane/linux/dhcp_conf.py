@@ -40,15 +40,24 @@ class Files:
         return self.dir / "leases"
 
 
-def dhcp_subnets(state: DesiredState, network_id: str) -> list[dict[str, Any]]:
-    """The network's IPv4 subnets with DHCP on, on which its metadata port (the server's address) has an address."""
-    port = state["networks"][network_id].get("metadata_port") or {}
-    served = {f["subnet_id"] for f in port.get("fixed_ips", [])}
-    return sorted(
-        (s for s in state["subnets"].values()
-         if s["network_id"] == network_id and s["ip_version"] == 4 and s.get("enable_dhcp") and s["id"] in served),
-        key=lambda s: str(s["id"]),
-    )  # fmt: skip
+def dhcp_subnets(state: DesiredState) -> dict[str, list[dict[str, Any]]]:
+    """By network: its IPv4 subnets with DHCP on, on which its metadata port (the server's address) has an address."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for s in sorted(state["subnets"].values(), key=lambda s: str(s["id"])):
+        if s["ip_version"] != 4 or not s.get("enable_dhcp") or s["network_id"] not in state["networks"]:
+            continue
+        port = state["networks"][s["network_id"]].get("metadata_port") or {}
+        if any(f["subnet_id"] == s["id"] for f in port.get("fixed_ips", [])):
+            found.setdefault(s["network_id"], []).append(s)
+    return found
+
+
+def ports_by_network(state: DesiredState) -> dict[str, list[dict[str, Any]]]:
+    """This host's instance and pool ports, by network: the ones its servers know."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for port in [*state["ports"].values(), *state.get("pool_ports", {}).values()]:
+        found.setdefault(port["network_id"], []).append(port)
+    return found
 
 
 def hostname(address: str) -> str:
@@ -56,13 +65,10 @@ def hostname(address: str) -> str:
     return "host-" + address.replace(".", "-").replace(":", "-")
 
 
-def hosts_lines(state: DesiredState, network_id: str, subnet_ids: set[str]) -> list[str]:
-    """`<mac>,<name>,<ip>` for every address of this host's ports (instance and pool ports) on a served subnet."""
-    ports = list(state["ports"].values()) + list(state.get("pool_ports", {}).values())
+def hosts_lines(ports: list[dict[str, Any]], subnet_ids: set[str]) -> list[str]:
+    """`<mac>,<name>,<ip>` for every IPv4 address of these ports (the network's) on a served subnet."""
     lines = set()
     for port in ports:
-        if port["network_id"] != network_id:
-            continue
         for f in port["fixed_ips"]:
             if f["subnet_id"] in subnet_ids and ":" not in f["ip_address"]:
                 ip = str(ipaddress.ip_address(f["ip_address"]))  # (normalised: nothing else reaches the file)
