@@ -82,9 +82,7 @@ def test_a_guest_gets_its_port_configuration_by_dhcp(cloud: Cloud, tmp_path: Pat
                          ("0.0.0.0/0", sub["gateway_ip"])}  # fmt: skip
 
 
-def test_an_address_change_reloads_dnsmasq_and_a_dead_one_restarts(
-    cloud: Cloud, tmp_path: Path
-) -> None:
+def test_an_address_change_reloads_dnsmasq_and_a_dead_one_restarts(cloud: Cloud, tmp_path: Path) -> None:
     script = _script(tmp_path)
     cloud.start_agent()
     net, sub = _network(cloud, "dh2", "10.72.0")
