@@ -225,3 +225,19 @@ def test_a_guest_cannot_ask_for_another_ports_lease(cloud: Cloud) -> None:
     assert own == thief["nets"][0]["fixed_ips"][0]["ip_address"]
     stolen = ns_run(thief["netns"], "python3", "-c", DISCOVER, victim["nets"][0]["mac_address"]).stdout.strip()
     assert stolen == "none"
+
+
+def test_a_hosts_dhcp_server_answers_its_own_guests_only(cloud: Cloud) -> None:
+    """A flat network reaching the outside by an uplink: an ask from out there (another host's guest) is not answered
+    by this host's server, even naming one of its ports' MACs; the same ask from the port's guest is."""
+    outside = cloud.outside("physnet1", "198.51.100.1/24")
+    cloud.start_agent()
+    body = {"name": "flat", "router:external": True, "provider:network_type": "flat",
+            "provider:physical_network": "physnet1"}  # fmt: skip
+    net = cloud.create("networks", "network", body)
+    pool = [{"start": "198.51.100.10", "end": "198.51.100.99"}]
+    cloud.create("subnets", "subnet", {"network_id": net["id"], "cidr": "198.51.100.0/24", "allocation_pools": pool})
+    vm = cloud.instance("vm", [{"network": net["id"]}])
+    mac, ip = vm["nets"][0]["mac_address"], vm["nets"][0]["fixed_ips"][0]["ip_address"]
+    assert ns_run(vm["netns"], "python3", "-c", DISCOVER, mac).stdout.strip() == ip
+    assert ns_run(outside, "python3", "-c", DISCOVER, mac).stdout.strip() == "none"

@@ -12,6 +12,8 @@ Anti-spoofing is stateless, in the bridge table: a frame from a filtered port pa
 port's own addresses. Its DHCP client asks pass (from 0.0.0.0 with its own MAC, as Neutron lets them; the port's
 chains accept them and DHCP replies whatever its groups say) only when the client hardware address inside is one
 of its own MACs: the network's server answers by that address, so another's would get the guest another's lease.
+A metadata namespace's DHCP replies reach this host's instance ports only (not an uplink: each host answers its own
+guests, as OVN's distributed DHCP does).
 Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
 reach a filtered port, and an instance device the firewall does not know (yet) passes nothing.
 
@@ -68,6 +70,7 @@ def skeleton() -> str:
     nd_out, nd_in = (_join(*map(str, t)) for t in (security.ND_EGRESS, security.ND_INGRESS))
     (md4, port4), (md6, port6) = ((str(a), p) for a, p in security.METADATA)
     taps = quoted(f"{names.TAP}*")  # every instance port's host end
+    meta_legs = quoted(f"{names.METADATA_LEG}*")  # (this host's DHCP server answers this host's ports only)
     dhcp_ask = "ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67"  # (a client with no address)
     bridge = f"""table bridge {TABLE} {{
   map ports {{ type ifname : mark; }}
@@ -111,6 +114,7 @@ def skeleton() -> str:
   chain forward {{
     type filter hook forward priority -200; policy accept;
     meta mark set 0
+    ether type ip udp sport 67 udp dport 68 iifname {meta_legs} oifname != {taps} drop
     oifname @unfiltered accept
     meta mark set oifname map @ports
     meta mark 0 oifname {taps} drop
