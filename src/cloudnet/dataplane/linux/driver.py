@@ -9,6 +9,9 @@ Layout on a host (all cloudnet's devices live in the host namespace `cloudnet-ho
                                         |
                                    uplink interface (--uplink physnet:IFACE), moved into the host netns
 
+    each network with instances here: a cloudnet-meta-... namespace on its bridge (cnm-<port> --veth-- md-<port>,
+    the metadata port's addresses): the metadata proxy, and dnsmasq for its DHCP-enabled IPv4 subnets (dhcp.py)
+
     parked (with --park-pool-devices): cnt-<port> on its bridge --veth-- eth0 in cloudnet-ns-<hash>-<random>,
     one namespace per ready pool port of this host, eth0 configured as an instance's (MAC, MTU, addresses,
     routes) and reported as the port's `prepared_netns`. An instance created without a namespace of its own
