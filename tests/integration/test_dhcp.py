@@ -241,3 +241,59 @@ def test_a_hosts_dhcp_server_answers_its_own_guests_only(cloud: Cloud) -> None:
     mac, ip = vm["nets"][0]["mac_address"], vm["nets"][0]["fixed_ips"][0]["ip_address"]
     assert ns_run(vm["netns"], "python3", "-c", DISCOVER, mac).stdout.strip() == ip
     assert ns_run(outside, "python3", "-c", DISCOVER, mac).stdout.strip() == "none"
+
+
+DHCLIENT_SCRIPT = """#!/bin/sh
+env | grep -E '^(reason|new_ip6_address|new_ip6_prefixlen|new_dhcp6_name_servers|new_dhcp6_domain_search)=' >> "$0.out"
+echo --- >> "$0.out"
+exit 0
+"""
+
+
+def ask6(cloud: Cloud, ns: str, tmp_path: Path, stateless: bool = False) -> dict[str, str] | None:
+    """What ISC dhclient -6 on eth0 of `ns` is given (an address and options; `stateless`: options only), or None."""
+    # (a client asks from its link-local address, once the kernel's duplicate address detection is through)
+    link = ("ip", "-6", "addr", "show", "dev", "eth0", "scope", "link")
+    cloud.wait_for(lambda: "tentative" not in ns_run(ns, *link).stdout, what="eth0's link-local address usable")
+    conf = tmp_path / "dhclient6.conf"  # (gives up after 5 s)
+    conf.write_text("timeout 5;\nrequest dhcp6.name-servers, dhcp6.domain-search;\n")
+    script = tmp_path / f"dhclient6-{ns}.sh"
+    script.write_text(DHCLIENT_SCRIPT)
+    script.chmod(0o755)
+    out = Path(f"{script}.out")
+    out.unlink(missing_ok=True)
+    ns_run(ns, "ip", "-6", "addr", "flush", "dev", "eth0", "scope", "global", check=True)
+    pidfile = tmp_path / f"dhclient6-{ns}.pid"
+    leases = tmp_path / f"dhclient6-{ns}.leases"
+    cmd = ["dhclient", "-6", "-1", "-cf", str(conf), "-sf", str(script), "-lf", str(leases), "-pf", str(pidfile),
+           *(["-S"] if stateless else []), "eth0"]  # fmt: skip
+    done = ns_run(ns, *cmd, timeout=60)
+    with contextlib.suppress(OSError, ValueError):  # (it stays, in the background, once bound)
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    if done.returncode != 0 or not out.exists():
+        return None
+    blocks = [dict(line.split("=", 1) for line in b.splitlines() if "=" in line) for b in out.read_text().split("---")]
+    # (an information request's answer comes as RENEW6)
+    return next((b for b in blocks if b.get("reason") in ("BOUND6", "RENEW6")), None)
+
+
+def test_dhcpv6_stateful_gives_the_port_address_and_stateless_only_options(cloud: Cloud, tmp_path: Path) -> None:
+    cloud.start_agent()
+    net = cloud.create("networks", "network", {"name": "v6"})
+    modes = {"ipv6_address_mode": "dhcpv6-stateful", "ipv6_ra_mode": "dhcpv6-stateful"}
+    full = cloud.create("subnets", "subnet", {"network_id": net["id"], "cidr": "fd71::/64", "ip_version": 6,
+                                              "dns_nameservers": ["2001:db8::53"], **modes})  # fmt: skip
+    vm = cloud.instance("vm6", [{"network": net["id"]}])
+    ip = next(f["ip_address"] for f in vm["nets"][0]["fixed_ips"] if f["subnet_id"] == full["id"])
+    got = ask6(cloud, vm["netns"], tmp_path)
+    assert got is not None and got["new_ip6_address"] == ip, got
+    assert got["new_dhcp6_name_servers"] == "2001:db8::53" and got["new_dhcp6_domain_search"] == "openstacklocal."
+    # Stateless: options only (an address-mode slaac subnet is not served at all).
+    net2 = cloud.create("networks", "network", {"name": "v6s"})
+    modes = {"ipv6_address_mode": "dhcpv6-stateless", "ipv6_ra_mode": "dhcpv6-stateless"}
+    cloud.create("subnets", "subnet", {"network_id": net2["id"], "cidr": "fd72::/64", "ip_version": 6,
+                                       "dns_nameservers": ["2001:db8::54"], **modes})  # fmt: skip
+    vm2 = cloud.instance("vm6s", [{"network": net2["id"]}])
+    assert ask6(cloud, vm2["netns"], tmp_path) is None  # (no address to lease)
+    got = ask6(cloud, vm2["netns"], tmp_path, stateless=True)
+    assert got is not None and got["new_dhcp6_name_servers"] == "2001:db8::54" and "new_ip6_address" not in got

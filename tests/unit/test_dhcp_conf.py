@@ -99,3 +99,23 @@ def test_command_line_is_neutrons_for_dhcp_only() -> None:
     assert f"--dhcp-range=set:subnet-{SUB},10.0.0.0,static,255.255.255.0,86400s" in cmd
     assert "--dhcp-option-force=option:mtu,1450" in cmd and "--dhcp-lease-max=512" in cmd
     assert "--dhcp-hostsfile=/run/x/host" in cmd and "--dhcp-optsfile=/run/x/opts" in cmd
+
+
+def test_ipv6_subnets_are_served_in_dhcpv6_modes_only_and_leased_when_stateful() -> None:
+    for mode, served, leased in (("slaac", False, False), ("dhcpv6-stateless", True, False),
+                                 ("dhcpv6-stateful", True, True), (None, False, False)):  # fmt: skip
+        state = _state(dhcp2=False)
+        state["subnets"][V6].update(ipv6_address_mode=mode, dns_nameservers=["2001:db8::53", "192.0.2.53"])
+        subnets = dhcp_conf.dhcp_subnets(state)[NET]
+        assert (V6 in [s["id"] for s in subnets]) == served, mode
+        assert (V6 in dhcp_conf.leased(subnets)) == leased, mode
+        if served:
+            assert [line for line in dhcp_conf.opts_lines(state, NET, subnets) if V6 in line] == [
+                f"tag:subnet-{V6},option6:dns-server,[2001:db8::53]",
+                f"tag:subnet-{V6},option6:domain-search,openstacklocal",
+            ]
+            cmd = dhcp_conf.command(dhcp_conf.Files(Path("/run/x")), "md-meta", 1450, subnets)
+            assert f"--dhcp-range=set:subnet-{V6},fd00::,static,64,86400s" in cmd
+        if leased:
+            ports = dhcp_conf.ports_by_network(state)[NET]
+            assert "fa:16:3e:aa:bb:cc,host-fd00--5,[fd00::5]" in dhcp_conf.hosts_lines(ports, dhcp_conf.leased(subnets))

@@ -1,6 +1,7 @@
-"""DHCP on the Linux driver, as Neutron's DHCP agent does it: one dnsmasq per network with a DHCP-enabled IPv4
-subnet, in the network's metadata namespace, answering on the metadata port's interface with the metadata port's
-address (Neutron OVN's `network:distributed` port is its networks' DHCP server address too: no `network:dhcp` port).
+"""DHCP on the Linux driver, as Neutron's DHCP agent does it: one dnsmasq per network with a DHCP-enabled subnet
+(IPv4, or IPv6 in a DHCPv6 address mode), in the network's metadata namespace, answering on the metadata port's
+interface with the metadata port's addresses (Neutron OVN's `network:distributed` port is its networks' DHCP server
+address too: no `network:dhcp` port).
 
 Static leases only, for this host's ports. A change rewrites the hosts and options files atomically and sends SIGHUP
 (dnsmasq rereads both); only a changed command line (subnets, MTU) restarts it. dnsmasq runs as a daemon with a pid
@@ -48,7 +49,7 @@ class Server:
 
 
 class DhcpServers:
-    """The DHCP job of the Linux driver: one step per network with a DHCP-enabled IPv4 subnet."""
+    """The DHCP job of the Linux driver: one step per network with a DHCP-served subnet."""
 
     def __init__(self, host: str, root: Path | None = None) -> None:
         self.host = host
@@ -111,7 +112,7 @@ class DhcpServers:
         network = state["networks"][net_id]
         iface = names.metadata_iface(network["metadata_port"]["id"])
         cmd = dhcp_conf.command(Files(self.root / net_id), iface, network["mtu"], subnets)
-        hosts = dhcp_conf.hosts_lines(ports, {s["id"] for s in subnets})
+        hosts = dhcp_conf.hosts_lines(ports, dhcp_conf.leased(subnets))
         opts = dhcp_conf.opts_lines(state, net_id, subnets)
         return cmd, "".join(f"{line}\n" for line in hosts), "".join(f"{line}\n" for line in opts)
 

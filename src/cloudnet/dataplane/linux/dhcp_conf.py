@@ -1,6 +1,8 @@
 """What a network's dnsmasq is told, in the formats of Neutron's DHCP agent (neutron/agent/linux/dhcp.py): the
 command line, the hosts file (static leases only: MAC -> address and hostname, no dynamic pool) and the options
-file (router, DNS servers, classless static routes with the metadata hop). Pure: dhcp.py writes and runs them."""
+file (router, DNS servers, classless static routes with the metadata hop). IPv6 subnets are served as Neutron's
+dnsmasq serves them: DHCPv6 in `dhcpv6-stateful` (addresses and options) and `dhcpv6-stateless` (options only)
+address mode; `slaac` ones are not (their addresses come from router advertisements). Pure: dhcp.py runs them."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from cloudnet.wire.guest_net import METADATA_ROUTE
 DesiredState = dict[str, Any]
 LEASE = "86400s"  # Neutron's dhcp_lease_duration default
 DOMAIN = "openstacklocal"  # Neutron's dns_domain default
+DHCPV6 = ("dhcpv6-stateful", "dhcpv6-stateless")
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,13 @@ class Files:
 
 
 def dhcp_subnets(state: DesiredState) -> dict[str, list[dict[str, Any]]]:
-    """By network: its IPv4 subnets with DHCP on, on which its metadata port (the server's address) has an address."""
+    """By network: its subnets served by DHCP (enable_dhcp; IPv6 ones in a DHCPv6 address mode), on which its
+    metadata port (the server's address) has an address."""
     found: dict[str, list[dict[str, Any]]] = {}
     for s in sorted(state["subnets"].values(), key=lambda s: str(s["id"])):
-        if s["ip_version"] != 4 or not s.get("enable_dhcp") or s["network_id"] not in state["networks"]:
+        if not s.get("enable_dhcp") or s["network_id"] not in state["networks"]:
+            continue
+        if s["ip_version"] == 6 and s.get("ipv6_address_mode") not in DHCPV6:
             continue
         port = state["networks"][s["network_id"]].get("metadata_port") or {}
         if any(f["subnet_id"] == s["id"] for f in port.get("fixed_ips", [])):
@@ -65,14 +71,20 @@ def hostname(address: str) -> str:
     return "host-" + address.replace(".", "-").replace(":", "-")
 
 
+def leased(subnets: list[dict[str, Any]]) -> set[str]:
+    """The served subnets whose addresses DHCP hands out (IPv4, and IPv6 in `dhcpv6-stateful` mode)."""
+    return {s["id"] for s in subnets if s["ip_version"] == 4 or s.get("ipv6_address_mode") == "dhcpv6-stateful"}
+
+
 def hosts_lines(ports: list[dict[str, Any]], subnet_ids: set[str]) -> list[str]:
-    """`<mac>,<name>,<ip>` for every IPv4 address of these ports (the network's) on a served subnet."""
+    """`<mac>,<name>,<ip>` (`[<ip>]` for IPv6) for every address of these ports (the network's) on these subnets."""
     lines = set()
     for port in ports:
         for f in port["fixed_ips"]:
-            if f["subnet_id"] in subnet_ids and ":" not in f["ip_address"]:
-                ip = str(ipaddress.ip_address(f["ip_address"]))  # (normalised: nothing else reaches the file)
-                lines.add(f"{_mac(port['mac_address'])},{hostname(ip)},{ip}")
+            if f["subnet_id"] in subnet_ids:
+                ip = ipaddress.ip_address(f["ip_address"])  # (normalised: nothing else reaches the file)
+                shown = f"[{ip}]" if ip.version == 6 else str(ip)
+                lines.add(f"{_mac(port['mac_address'])},{hostname(str(ip))},{shown}")
     return sorted(lines)
 
 
@@ -87,9 +99,14 @@ def opts_lines(state: DesiredState, network_id: str, subnets: list[dict[str, Any
     """Per subnet: DNS servers, router, and the classless static routes (121, and 249 for Windows) when there are
     host routes or a metadata hop: then the list ends with the default route, as clients ignore option 3 with 121."""
     lines = []
-    v4 = [ipaddress.ip_network(s["cidr"]) for s in subnets]
+    v4 = [ipaddress.ip_network(s["cidr"]) for s in subnets if s["ip_version"] == 4]
     for s in subnets:
         tag = f"tag:subnet-{s['id']}"
+        if s["ip_version"] == 6:
+            servers = [f"[{ipaddress.ip_address(a)}]" for a in s.get("dns_nameservers") or [] if ":" in a]
+            lines += [f"{tag},option6:dns-server,{','.join(servers)}"] if servers else []
+            lines.append(f"{tag},option6:domain-search,{DOMAIN}")
+            continue
         servers = [str(ipaddress.ip_address(a)) for a in s.get("dns_nameservers") or [] if ":" not in a]
         if servers:
             lines.append(f"{tag},option:dns-server,{','.join(servers)}")
@@ -117,7 +134,8 @@ def command(files: Files, iface: str, mtu: int, subnets: list[dict[str, Any]]) -
     for s in subnets:
         net = ipaddress.ip_network(s["cidr"])
         size += net.num_addresses
-        ranges.append(f"--dhcp-range=set:subnet-{s['id']},{net.network_address},static,{net.netmask},{LEASE}")
+        mask = net.netmask if net.version == 4 else net.prefixlen
+        ranges.append(f"--dhcp-range=set:subnet-{s['id']},{net.network_address},static,{mask},{LEASE}")
     return [
         "dnsmasq", "--no-hosts", "--no-resolv", "--port=0", f"--pid-file={files.pid}",
         f"--dhcp-hostsfile={files.hosts}", f"--dhcp-optsfile={files.opts}", f"--dhcp-leasefile={files.leases}",

@@ -10,8 +10,8 @@ bridge at raw priority) keep overlapping tenant address spaces apart.
 Anti-spoofing is stateless, in the bridge table: a frame from a filtered port passes only with one of the port's
 (MAC, address) pairs, RAs, redirects and DHCP server replies never do, and neighbour advertisements only for the
 port's own addresses. Its DHCP client asks pass (from 0.0.0.0 with its own MAC, as Neutron lets them; the port's
-chains accept them and DHCP replies whatever its groups say) only when the client hardware address inside is one
-of its own MACs: the network's server answers by that address, so another's would get the guest another's lease.
+chains accept them, DHCPv6 asks, and DHCP/DHCPv6 replies whatever its groups say) only when the client hardware
+address inside is one of its own MACs: the server answers by that address, so another's would get another's lease.
 A metadata namespace's DHCP replies reach this host's instance ports only (not an uplink: each host answers its own
 guests, as OVN's distributed DHCP does).
 Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
@@ -115,6 +115,7 @@ def skeleton() -> str:
     type filter hook forward priority -200; policy accept;
     meta mark set 0
     ether type ip udp sport 67 udp dport 68 iifname {meta_legs} oifname != {taps} drop
+    ether type ip6 udp sport 547 udp dport 546 iifname {meta_legs} oifname != {taps} drop
     oifname @unfiltered accept
     meta mark set oifname map @ports
     meta mark 0 oifname {taps} drop
@@ -166,6 +167,7 @@ def skeleton() -> str:
   chain head_e {{
     icmpv6 type {{ {nd_out} }} accept
     meta nfproto ipv4 udp sport 68 udp dport 67 accept
+    meta nfproto ipv6 udp sport 546 udp dport 547 accept
     ct state vmap @ctstate
     ip daddr {md4} tcp dport {port4} accept
     ip6 daddr {md6} tcp dport {port6} accept
@@ -173,17 +175,20 @@ def skeleton() -> str:
   chain head_i {{
     icmpv6 type {{ {nd_in} }} accept
     meta nfproto ipv4 udp sport 67 udp dport 68 accept
+    meta nfproto ipv6 udp sport 547 udp dport 546 accept
     ct state vmap @ctstate
   }}
   chain head_e_stateless {{
     icmpv6 type {{ {nd_out} }} accept
     meta nfproto ipv4 udp sport 68 udp dport 67 accept
+    meta nfproto ipv6 udp sport 546 udp dport 547 accept
     ip daddr {md4} tcp dport {port4} accept
     ip6 daddr {md6} tcp dport {port6} accept
   }}
   chain head_i_stateless {{
     icmpv6 type {{ {nd_in} }} accept
     meta nfproto ipv4 udp sport 67 udp dport 68 accept
+    meta nfproto ipv6 udp sport 547 udp dport 546 accept
     ip saddr {md4} tcp sport {port4} accept
     ip6 saddr {md6} tcp sport {port6} accept
   }}
