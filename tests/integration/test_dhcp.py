@@ -99,6 +99,10 @@ def test_an_address_change_reloads_dnsmasq_and_a_dead_one_restarts(cloud: Cloud,
     got = ask(vm["netns"], script)
     assert got is not None and got["ip"] == "10.72.0.77"
     assert _pid(cloud, net["id"]) == pid and os.path.exists(f"/proc/{pid}")
+    # A restarted agent adopts it (its first pass is a full one).
+    cloud.stop_agent()
+    cloud.start_agent()
+    assert _pid(cloud, net["id"]) == pid and os.path.exists(f"/proc/{pid}")
     # Killed, it is restarted (a new pid) and answers; gone with the network's last instance here.
     os.kill(pid, signal.SIGKILL)
     files = _files(cloud, net["id"])

@@ -34,6 +34,9 @@ RUN_ROOT = Path("/run/cloudnet/dhcp")
 WATCH_EVERY = 0.5  # seconds between looks at the servers (a dead one is restarted on the next look)
 MAX_BACKOFF = 60.0
 START_TIMEOUT = 5.0
+# One watcher per host directory in a process: the newest driver's (an agent restarted in-process, a test's).
+_watching: dict[Path, DhcpServers] = {}
+_watching_lock = threading.Lock()
 
 
 @dataclass
@@ -79,9 +82,9 @@ class DhcpServers:
                 self._applied[net_id] = fingerprint
         with self._lock:
             for net_id in [n for n in self.servers if n not in wanted]:
+                shutil.rmtree(self.root / net_id, ignore_errors=True)  # (first: nothing restarts it then)
                 self._stop(self.servers.pop(net_id))
                 self._applied.pop(net_id, None)
-                shutil.rmtree(self.root / net_id, ignore_errors=True)
         if run.full:  # left by an agent before this one (its networks gone while it was down)
             for left in self._dirs() - wanted - set(self.servers):
                 self._stop_dir(left)
@@ -100,6 +103,10 @@ class DhcpServers:
     def teardown(self) -> None:
         """Stop every server of this host and remove their files."""
         self._closing.set()
+        with _watching_lock:
+            watcher = _watching.pop(self.root, None)
+        if watcher is not None:
+            watcher.close()
         with self._lock:
             self.servers.clear()
             for left in self._dirs():
@@ -162,9 +169,9 @@ class DhcpServers:
     def _stop_dir(self, net_id: str) -> None:
         files = Files(self.root / net_id)
         pid = _read_pid(files)
+        shutil.rmtree(files.dir, ignore_errors=True)
         if pid is not None and f"--pid-file={files.pid}" in _cmdline(pid):
             _terminate(pid, _cmdline(pid))
-        shutil.rmtree(files.dir, ignore_errors=True)
 
     def _dirs(self) -> set[str]:
         return {p.name for p in self.root.iterdir() if p.is_dir()} if self.root.is_dir() else set()
@@ -172,6 +179,11 @@ class DhcpServers:
     # -- the watcher -----------------------------------------------------------------------
 
     def _watch(self) -> None:
+        with _watching_lock:
+            before = _watching.get(self.root)
+            if before is not None and before is not self:
+                before.close()
+            _watching[self.root] = self
         if self._watcher is None or not self._watcher.is_alive():
             self._watcher = threading.Thread(target=self._watch_loop, name="cloudnet-dhcp", daemon=True)
             self._watcher.start()
