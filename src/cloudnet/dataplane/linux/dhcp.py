@@ -69,9 +69,11 @@ class DhcpServers:
         served, ports = dhcp_conf.dhcp_subnets(run.state), dhcp_conf.ports_by_network(run.state)
         wanted = set()
         for net_id in run.networks:
-            if net_id not in served or net_id in run.broken:
+            if net_id not in served:
                 continue
             wanted.add(net_id)
+            if net_id in run.broken:
+                continue  # (its bridge failed: what it had stays)
             config = self._wanted(run.state, net_id, served[net_id], ports.get(net_id, []))
             fingerprint = fingerprint_of(config)
             if not run.full and self._applied.get(net_id) == fingerprint:
