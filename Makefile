@@ -9,6 +9,8 @@ HOOKS_DIR   ?= /usr/share/containers/oci/hooks.d
 NETAVARK_DIR ?= /usr/local/libexec/netavark
 # python3-nftables (libnftables bindings) is not on PyPI: the venv sees Debian's packages for it.
 # cloud-init: the tests drive its real metadata readers (never its command) with Debian's python3.
+# dnsmasq-base: the DHCP server of the Linux dataplane (dnsmasq without its system service); isc-dhcp-client: the
+# DHCPv6 client of its tests (Debian's busybox has no udhcpc6).
 # python3-openvswitch: the OVSDB JSON parser in C that cloudnet's OVN speed depends on (only recommended on 13).
 # libarchive-tools: bsdtar, the tests' reader of config drive images (a reader other than the writer, pycdlib).
 # These names hold on every release the installer knows; scripts/install-debian-packages.sh adds each one's own.
@@ -16,7 +18,7 @@ DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
                 postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
                 curl wrk ovn-central ovn-host openvswitch-switch python3-openvswitch \
                 podman runc containernetworking-plugins busybox-static docker.io containerd \
-                libarchive-tools
+                libarchive-tools dnsmasq-base isc-dhcp-client
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean

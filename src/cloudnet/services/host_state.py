@@ -105,6 +105,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         s.id: {
             "id": s.id, "network_id": s.network_id, "cidr": s.cidr, "ip_version": s.ip_version,
             "gateway_ip": s.gateway_ip, "host_routes": s.host_routes, "dns_nameservers": s.dns_nameservers,
+            "enable_dhcp": s.enable_dhcp, "ipv6_ra_mode": s.ipv6_ra_mode, "ipv6_address_mode": s.ipv6_address_mode,
         }
         for s in subs
     }  # fmt: skip

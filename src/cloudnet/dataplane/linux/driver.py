@@ -9,6 +9,9 @@ Layout on a host (all cloudnet's devices live in the host namespace `cloudnet-ho
                                         |
                                    uplink interface (--uplink physnet:IFACE), moved into the host netns
 
+    each network with instances here: a cloudnet-meta-... namespace on its bridge (cnm-<port> --veth-- md-<port>,
+    the metadata port's addresses): the metadata proxy, and dnsmasq for its DHCP-enabled IPv4 subnets (dhcp.py)
+
     parked (with --park-pool-devices): cnt-<port> on its bridge --veth-- eth0 in cloudnet-ns-<hash>-<random>,
     one namespace per ready pool port of this host, eth0 configured as an instance's (MAC, MTU, addresses,
     routes) and reported as the port's `prepared_netns`. An instance created without a namespace of its own
@@ -42,6 +45,7 @@ from cloudnet.dataplane.base import DesiredState, PortBinder, PortReport
 from cloudnet.dataplane.kernel import netns, ns_guard
 from cloudnet.dataplane.linux import firewall, names, nat, shared_ports
 from cloudnet.dataplane.linux.bridges import Bridges
+from cloudnet.dataplane.linux.dhcp import DhcpServers
 from cloudnet.dataplane.linux.garbage import Garbage
 from cloudnet.dataplane.linux.instances import NOT_VETH, InstancePorts
 from cloudnet.dataplane.linux.links import Links
@@ -81,6 +85,8 @@ class LinuxDataplane:
         # Pre-plumbed devices for ready pool ports (Kuryr's CNI half), each parked in a namespace of its own.
         self.pool: base.PoolPorts[Pass] = PoolDevices(host, park, bridges, self.firewall, plugged, self.steps)
         self.metadata: base.MetadataReach[Pass] = MetadataNamespaces(host, bridges)
+        # DHCP for guests that ask (VMs): a dnsmasq per network in its metadata namespace.
+        self.dhcp = DhcpServers(host)
         self.routers: base.Routers[Pass] = Routers(host, bridges, self.nat)
         self.garbage = Garbage(host, self.nat, frozenset((uplinks or {}).values()))
         self._plugged = plugged
@@ -91,10 +97,11 @@ class LinuxDataplane:
         self.checked: list[dict[str, str]] = []
 
     def close(self) -> None:
+        self.dhcp.close()
         self._forget()
 
     def _forget(self) -> None:
-        for job in (self.networks, self.ports, self.pool, self.metadata, self.routers):
+        for job in (self.networks, self.ports, self.pool, self.metadata, self.dhcp, self.routers):
             job.forget()
         self._kept = None
         self.firewall.forget()
@@ -158,6 +165,7 @@ class LinuxDataplane:
                 reports += binder.apply(state, self.steps, guard)
             reports += self.pool.apply(run)
             self.metadata.apply(run)
+            self.dhcp.apply(run)
             self.routers.apply(run)
             reports += shared_ports.reports(state, self.steps, [n for n in run.networks if n not in run.broken])
             self._settle(run)
@@ -186,12 +194,13 @@ class LinuxDataplane:
     def step_keys(self, state: DesiredState) -> list[str]:
         """The step keys of every object of the desired state (failures of others are forgotten)."""
         keys = ["garbage", *self.firewall.step_keys()]
-        for job in (self.networks, self.ports, self.pool, self.metadata, self.routers, *self.binders):
+        for job in (self.networks, self.ports, self.pool, self.metadata, self.dhcp, self.routers, *self.binders):
             keys += job.step_keys(state)
         return keys
 
     def teardown(self) -> None:
         """Remove everything of this host (routers, then the host namespace with its devices)."""
         self.garbage.teardown()
+        self.dhcp.teardown()  # (after its namespaces went: a watcher elsewhere has nowhere to restart it)
         self.steps.restart()
         self._forget()

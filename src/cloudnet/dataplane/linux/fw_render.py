@@ -9,7 +9,12 @@ bridge at raw priority) keep overlapping tenant address spaces apart.
 
 Anti-spoofing is stateless, in the bridge table: a frame from a filtered port passes only with one of the port's
 (MAC, address) pairs, RAs, redirects and DHCP server replies never do, and neighbour advertisements only for the
-port's own addresses. Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
+port's own addresses. Its DHCP client asks pass (from 0.0.0.0 with its own MAC, as Neutron lets them; the port's
+chains accept them, DHCPv6 asks, and DHCP/DHCPv6 replies whatever its groups say) only when the client hardware
+address inside is one of its own MACs: the server answers by that address, so another's would get another's lease.
+A metadata namespace's DHCP replies reach this host's instance ports only (not an uplink: each host answers its own
+guests, as OVN's distributed DHCP does).
+Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
 reach a filtered port, and an instance device the firewall does not know (yet) passes nothing.
 
 The metadata service knows a caller by its source address: a frame from any instance port (port security or not)
@@ -65,6 +70,8 @@ def skeleton() -> str:
     nd_out, nd_in = (_join(*map(str, t)) for t in (security.ND_EGRESS, security.ND_INGRESS))
     (md4, port4), (md6, port6) = ((str(a), p) for a, p in security.METADATA)
     taps = quoted(f"{names.TAP}*")  # every instance port's host end
+    meta_legs = quoted(f"{names.METADATA_LEG}*")  # (this host's DHCP server answers this host's ports only)
+    dhcp_ask = "ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67"  # (a client with no address)
     bridge = f"""table bridge {TABLE} {{
   map ports {{ type ifname : mark; }}
   set unfiltered {{ type ifname; }}
@@ -75,6 +82,7 @@ def skeleton() -> str:
   set src6 {{ type ifname . ether_addr . ipv6_addr; }}
   set src6_nets {{ type ifname . ether_addr . ipv6_addr; flags interval; }}
   set dad_macs {{ type ifname . ether_addr; }}
+  set dhcp_macs {{ typeof iifname . @th,288,48; }}
   set nd_targets {{ typeof iifname . @th,64,128; }}
   set nd_target_nets {{ typeof iifname . @th,64,128; flags interval; }}
   set meta_src4 {{ type ifname . ipv4_addr; }}
@@ -92,6 +100,8 @@ def skeleton() -> str:
     ether type ip6 udp sport 547 udp dport 546 drop
     ether type ip6 icmpv6 type {{ 134, 137 }} drop
     ether type ip6 icmpv6 type 136 iifname . @th,64,128 != @nd_targets iifname . @th,64,128 != @nd_target_nets drop
+    ether type ip udp sport 68 udp dport 67 iifname . @th,288,48 != @dhcp_macs drop
+    ether type ip {dhcp_ask} iifname . ether saddr @dad_macs accept
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4 accept
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4_nets accept
     ether type ip iifname . ether saddr . ip saddr @src4 accept
@@ -104,6 +114,8 @@ def skeleton() -> str:
   chain forward {{
     type filter hook forward priority -200; policy accept;
     meta mark set 0
+    ether type ip udp sport 67 udp dport 68 iifname {meta_legs} oifname != {taps} drop
+    ether type ip6 udp sport 547 udp dport 546 iifname {meta_legs} oifname != {taps} drop
     oifname @unfiltered accept
     meta mark set oifname map @ports
     meta mark 0 oifname {taps} drop
@@ -154,21 +166,29 @@ def skeleton() -> str:
   }}
   chain head_e {{
     icmpv6 type {{ {nd_out} }} accept
+    meta nfproto ipv4 udp sport 68 udp dport 67 accept
+    meta nfproto ipv6 udp sport 546 udp dport 547 accept
     ct state vmap @ctstate
     ip daddr {md4} tcp dport {port4} accept
     ip6 daddr {md6} tcp dport {port6} accept
   }}
   chain head_i {{
     icmpv6 type {{ {nd_in} }} accept
+    meta nfproto ipv4 udp sport 67 udp dport 68 accept
+    meta nfproto ipv6 udp sport 547 udp dport 546 accept
     ct state vmap @ctstate
   }}
   chain head_e_stateless {{
     icmpv6 type {{ {nd_out} }} accept
+    meta nfproto ipv4 udp sport 68 udp dport 67 accept
+    meta nfproto ipv6 udp sport 546 udp dport 547 accept
     ip daddr {md4} tcp dport {port4} accept
     ip6 daddr {md6} tcp dport {port6} accept
   }}
   chain head_i_stateless {{
     icmpv6 type {{ {nd_in} }} accept
+    meta nfproto ipv4 udp sport 67 udp dport 68 accept
+    meta nfproto ipv6 udp sport 547 udp dport 546 accept
     ip saddr {md4} tcp sport {port4} accept
     ip6 saddr {md6} tcp sport {port6} accept
   }}
@@ -219,6 +239,7 @@ def port_part(port: security.PortPolicy, tap: str, ident: str, number: int, stat
     boxes: dict[str, list[Box]] = {"src4": [], "arp_src4": [], "src6": []}
     for mac in port.macs():
         els.add(("bridge", "dad_macs", f"{name} . {mac}"))
+        els.add(("bridge", "dhcp_macs", f"{name} . 0x{mac.replace(':', '')}"))  # (its DHCP asks' chaddr)
         boxes["arp_src4"].append(((name, mac, mac), None, ipaddress.ip_network("0.0.0.0/32")))  # ARP probes (RFC 5227)
     for mac, net in port.allowed:
         if net.version == 4:
