@@ -25,7 +25,7 @@ STAMP       := $(VENV)/.installed
 
 deps: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml scripts/install-debian-packages.sh scripts/openstacksdk-tests.lock
+$(STAMP): Makefile requirements.lock pyproject.toml scripts/install-debian-packages.sh scripts/openstacksdk-tests.lock
 	./scripts/install-debian-packages.sh $(DEB_PACKAGES)
 	grep -qs 'include-system-site-packages = true' $(VENV)/pyvenv.cfg || $(PYTHON) -m venv --clear --system-site-packages $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
