@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cloudnet.dataplane.linux.dhcp import DhcpServers
 from tests.support.podman import BACKEND, describe, require
 from tests.support.process import CLOUDNET, free_port
 
@@ -92,6 +93,8 @@ def cloudnet_up(tmp_path: Path) -> Iterator[tuple[int, str, Path]]:
             proc.kill()
             proc.wait()
         log.close()
+        # dnsmasq outlives its agent (a restarted one adopts it); its namespaces went with this run's /run/netns.
+        DhcpServers(f"readme-{tag}").teardown()
         subprocess.run(["ip", "link", "del", uplink], capture_output=True)  # (gone with its namespace, if moved)
         shutil.rmtree(state, ignore_errors=True)
 
