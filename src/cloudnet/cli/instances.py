@@ -64,6 +64,10 @@ def create(
             "a parked pool device's when there is one; the answer names it)."
         ),
     ] = None,
+    vm: Annotated[
+        bool,
+        typer.Option("--vm", help="A virtual machine: a tap device per NIC for its VMM (see `instance qemu-args`)."),
+    ] = False,
     host: Annotated[str | None, typer.Option(help="Host that runs it (default: the only registered host).")] = None,
     hostname: Annotated[str | None, typer.Option(help="Hostname (default: the name).")] = None,
     user_data: Annotated[Path | None, typer.Option(help="File with user data.")] = None,
@@ -83,6 +87,8 @@ def create(
     body: dict[str, Any] = {"name": name, "nets": [_net(client, n) for n in nets or []]}
     if netns:
         body["netns"] = netns
+    if vm:
+        body["kind"] = "vm"
     if host:
         body["host"] = host
     if hostname:

@@ -19,12 +19,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Connection, select
 
 from cloudnet.metadata.answers import Answer
 from cloudnet.metadata.model import OPTIONAL, InstanceView, Port, Subnet
+from cloudnet.services import compute_ports
 from cloudnet.services import metadata_ports as metadata_ports_service
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -51,12 +53,18 @@ class Entry:
 
 def load_view(conn: Connection, instance_id: str) -> tuple[InstanceView, frozenset[str]] | None:
     """The instance's view and the ids of everything it was built from; None if there is no such instance."""
-    row = conn.execute(select(I).where(I.c.id == instance_id)).first()
-    if row is None:
-        return None
-    port_ids = [
-        r[0] for r in conn.execute(select(IP.c.port_id).where(IP.c.instance_id == instance_id).order_by(IP.c.position))
-    ]
+    row: Any = conn.execute(select(I).where(I.c.id == instance_id)).first()
+    if row is not None:
+        port_ids = [r[0] for r in conn.execute(
+            select(IP.c.port_id).where(IP.c.instance_id == instance_id).order_by(IP.c.position))]  # fmt: skip
+    else:  # a VM a compute service plugged with plain ports (Nova's way): its device id is the instance
+        found = compute_ports.device(conn, instance_id)
+        if found is None:
+            return None
+        project_id, port_ids = found
+        row = SimpleNamespace(id=instance_id, name=instance_id, hostname=instance_id, project_id=project_id,
+                              user_data=None, meta={}, ssh_keys=(), password=None,
+                              metadata_tokens=OPTIONAL)  # fmt: skip
     port_rows = {
         r.id: r
         for r in conn.execute(

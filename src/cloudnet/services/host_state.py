@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from cloudnet.services import (
+    compute_ports,
     forward_targets,
     metadata_ports,
     network_config,
@@ -31,7 +32,7 @@ from cloudnet.wire import guest_net
 P = t.ports
 A = t.ip_allocations
 INSTANCE_COLUMNS = ("id", "name", "hostname", "project_id", "netns", "meta", "internal_meta", "ssh_keys", "user_data",
-                    "metadata_tokens", "handoff")  # fmt: skip
+                    "metadata_tokens", "handoff", "kind")  # fmt: skip
 
 
 def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
@@ -61,6 +62,9 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
             select(P.c.id, P.c.vif_details).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
             .where(I.c.host == host, P.c.vif_type == "binding_failed")) if single_host.refused(details)}  # fmt: skip
         instance_ports = [pid for _iid, pid, _pos, _name in links if pid not in failed]
+        # VMs a compute service plugs with plain ports (Nova's way): instances of their own here.
+        plugged_by_compute = compute_ports.instances_on(conn, host)
+        instance_ports += [pid for i in plugged_by_compute for pid in i["ports"]]
         network_ids = set(conn.execute(select(P.c.network_id).distinct().where(P.c.id.in_(instance_ports))).scalars())
         # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,
         # router, metadata namespace and proxy), and the agent may park a device for each of them.
@@ -120,14 +124,15 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "host": host,
         "instances": [
             {
-                "id": i.id, "name": i.name, "hostname": i.hostname, "project_id": i.project_id, "netns": i.netns,
+                "id": i.id, "name": i.name, "hostname": i.hostname, "project_id": i.project_id,
+                "netns": i.netns or None, "kind": i.kind or "container",
                 "ports": by_instance.get(i.id, []), "ifnames": ifnames.get(i.id, []), "metadata": i.meta,
                 "internal_metadata": i.internal_meta,
                 "ssh_keys": i.ssh_keys, "user_data": i.user_data, "metadata_tokens": i.metadata_tokens,
                 "handoff": i.handoff,
             }
             for i in inst_rows
-        ],
+        ] + plugged_by_compute,
         "ports": {pid: port_dicts[pid] for pid in instance_ports if pid in port_dicts},
         "networks": {
             n.id: {

@@ -27,7 +27,7 @@ from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ifname, check_ip, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
-from cloudnet.wire.guest_net import ifname_at
+from cloudnet.wire.guest_net import ifname_at, vm_device
 
 I = t.instances  # noqa: E741
 IP = t.instance_ports
@@ -39,6 +39,7 @@ ATTRS: dict[str, Attr] = {
     "hostname": Attr(I.c.hostname),
     "host": Attr(I.c.host),
     "netns": Attr(I.c.netns),
+    "kind": Attr(I.c.kind),
 }
 
 
@@ -68,6 +69,7 @@ class SshKey(Body):
 
 
 MetadataTokens = Literal["optional", "required"]
+Kind = Literal["container", "vm"]
 
 
 class InstanceCreate(Body):
@@ -89,6 +91,8 @@ class InstanceCreate(Body):
     # The runtime takes the plugged device out of the namespace cloudnet provides (Docker's Join): the agent then
     # keeps the host end as the port's device and never re-creates the other end.
     handoff: bool = False
+    # "vm": no namespace; the host's agent makes a tap device per NIC (named as Nova names it) that a VMM opens.
+    kind: Kind = "container"
 
     _netns = field_validator("netns")(lambda v: None if v is None else check_netns(v))
 
@@ -97,6 +101,8 @@ class InstanceCreate(Body):
         names = [ifname_at(net.ifname, position) for position, net in enumerate(self.nets)]
         if len(set(names)) != len(names):
             raise ValueError(f"each net needs an interface name of its own (got {', '.join(names)})")
+        if self.kind == "vm" and (self.netns is not None or self.handoff or any(n.ifname for n in self.nets)):
+            raise ValueError("a vm has no network namespace: netns, handoff and a net's ifname are for containers")
         return self
 
 
@@ -118,15 +124,16 @@ class InstanceUpdate(Body):
     metadata_tokens: MetadataTokens | None = None
 
 
-def _net(p: dict[str, Any], ifname: str, hops: Mapping[str, str]) -> dict[str, Any]:
+def _net(p: dict[str, Any], ifname: str, hops: Mapping[str, str], kind: str) -> dict[str, Any]:
     """An instance's NIC, from its port's API shape and its name inside (with why its binding failed, when it
     did), and the next hop towards 169.254.169.254 on each of its IPv4 subnets (`metadata_hops`: what its guest is
-    given, even where the caller cannot see the network's metadata port, as on another project's shared network)."""
+    given, even where the caller cannot see the network's metadata port, as on another project's shared network).
+    A VM's NIC also names its host device (`device`: the tap its VMM opens)."""
     keys = ("network_id", "mac_address", "fixed_ips", "status", "binding:vnic_type", "binding:vif_type")
     reason = (p["binding:vif_details"] or {}).get("reason") if p["binding:vif_type"] == "binding_failed" else None
     mine = {f["subnet_id"]: hops[f["subnet_id"]] for f in p["fixed_ips"] if f["subnet_id"] in hops}
     return {"port_id": p["id"], "ifname": ifname, **{k: p[k] for k in keys}, "binding_failure": reason,
-            "metadata_hops": mine}  # fmt: skip
+            "metadata_hops": mine, "device": vm_device(p["id"]) if kind == "vm" else None}  # fmt: skip
 
 
 def _metadata_hops(conn: Connection, network_ids: Iterable[str]) -> dict[str, str]:
@@ -160,7 +167,8 @@ def _shape(r: Mapping[str, Any], tags: list[str] | None, nets: list[dict[str, An
         {
             "hostname": r["hostname"],
             "host": r["host"],
-            "netns": r["netns"],
+            "kind": r["kind"] or "container",
+            "netns": r["netns"] or None,
             "user_data": r["user_data"],
             "metadata": r["meta"],
             "ssh_keys": r["ssh_keys"],
@@ -185,10 +193,11 @@ def _dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     port_info = {p["id"]: p for p in port_views.to_dicts(conn, list(port_rows))}
     nets: dict[str, list[dict[str, Any]]] = defaultdict(list)
     hops = _metadata_hops(conn, (p["network_id"] for p in port_info.values()))
+    kinds = {r.id: r.kind for r in rows}
     for iid, pid, position, ifname in links:
         p = port_info.get(pid)
         if p is not None:
-            nets[iid].append(_net(p, ifname_at(ifname, position), hops))
+            nets[iid].append(_net(p, ifname_at(ifname, position), hops, kinds[iid]))
     tags = common.load_tags(conn, ids)
     return [_shape(r._mapping, tags.get(r.id), nets.get(r.id, [])) for r in rows]
 
@@ -251,7 +260,7 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
     row.update(
         hostname=spec.hostname or spec.name, host=host, netns=spec.netns, user_data=spec.user_data,
         meta=spec.metadata, ssh_keys=[k.model_dump() for k in spec.ssh_keys], metadata_tokens=spec.metadata_tokens,
-        handoff=spec.handoff,
+        handoff=spec.handoff, kind=spec.kind,
     )  # fmt: skip
     instance_id = row["id"]
     binding = {"device_id": instance_id, "device_owner": DEVICE_OWNER, "host_id": host}
@@ -262,6 +271,9 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
         direct = False
         if net.port is not None:
             port_id, direct = _bind_existing(tx, ctx, net.port, row["project_id"], host, seen)
+            if direct and spec.kind == "vm":  # (a VF reaches a VM only as a PCI device: not cloudnet's to attach)
+                raise Conflict(f"Port {port_id} not usable for the instance: a vm takes binding:vnic_type normal "
+                               "ports only.", type="PortNotUsable")  # fmt: skip
             created = False
         else:
             fixed = [port_specs.FixedIp(ip_address=ip) for ip in (net.v4_fixed_ip, net.v6_fixed_ip) if ip]
@@ -277,13 +289,14 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
                 claimed = pool_claims.claim_in_tx(tx, ctx, host, row["project_id"], port_spec.network_id, None,
                                             port_spec.name, instance_id, DEVICE_OWNER,
                                             create=pool_model.for_instances(tx.store),
-                                            take_parked=position == 0 and row["netns"] is None)  # fmt: skip
+                                            take_parked=position == 0 and row["netns"] is None
+                                            and spec.kind == "container")  # fmt: skip
             if claimed is None:
                 (port_id,) = ports.create_in_tx(tx, ctx, [port_spec])
             else:
                 port_id = claimed["id"]
                 claimed_ports[port_id] = claimed
-                if position == 0 and row["netns"] is None:
+                if position == 0 and row["netns"] is None and spec.kind == "container":
                     row["netns"] = _parked_namespace(claimed, host)
             created = True
         links.append({"instance_id": instance_id, "port_id": port_id, "position": position, "ifname": net.ifname,
@@ -292,7 +305,9 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
             # A direct port's host binding was written with its VF (sriov.reserve_in_tx).
             extra = {k: v for k, v in binding.items() if not (direct and k == "host_id")}
             ports.update_in_tx(tx, ctx, port_id, port_specs.PortUpdate(), extra=extra)
-    if row["netns"] is None:
+    if spec.kind == "vm":
+        row["netns"] = ""  # (none: its NICs are taps)
+    elif row["netns"] is None:
         row["netns"] = namespaces.new_managed_ns(host)  # made by the host's agent
     # The row goes in once its namespace is known (a claimed port's parked one, or a new name).
     tx.conn.execute(insert(I).values(**row))
@@ -308,8 +323,8 @@ def _create(tx: Tx, ctx: Context, spec: InstanceCreate) -> dict[str, Any]:
         rows = tx.conn.execute(select(P).where(P.c.id.in_(others))).all()
         claimed_ports.update((p["id"], p) for p in port_views.to_dicts(tx.conn, list(rows)))
     hops = _metadata_hops(tx.conn, (p["network_id"] for p in claimed_ports.values()))
-    return _shape(row, [], [_net(claimed_ports[link["port_id"]], ifname_at(link["ifname"], link["position"]), hops)
-                            for link in links])  # fmt: skip
+    return _shape(row, [], [_net(claimed_ports[link["port_id"]], ifname_at(link["ifname"], link["position"]), hops,
+                                 spec.kind) for link in links])  # fmt: skip
 
 
 def _parked_namespace(port: dict[str, Any], host: str) -> str | None:

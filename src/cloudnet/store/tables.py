@@ -271,6 +271,8 @@ instances = Table(
     # The runtime takes the plugged device out of the namespace cloudnet provided (Docker's Join): the host end
     # on the bridge is then the port's device, and the agent never looks for (or re-creates) the other end.
     Column("handoff", Boolean, nullable=False, default=False),
+    # "container" (a network namespace, `netns`) or "vm" (a tap device per NIC, opened by a VMM; netns "").
+    Column("kind", String(16), nullable=False, default="container"),
 )
 
 instance_ports = Table(

@@ -11,6 +11,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 METADATA_ROUTE = "169.254.169.254/32"
+VM_DEVICE_PREFIX = "tap"
+NIC_NAME_LEN = 14  # Nova's (nova/network/model.py): the tap is "tap" + the port id, cut to 14 characters
+
+
+def vm_device(port_id: str) -> str:
+    """The host device of a VM's NIC, named as Nova names it (`tap` + the port id, 14 characters): the VMM opens
+    it, the dataplane made it."""
+    return (VM_DEVICE_PREFIX + port_id)[:NIC_NAME_LEN]
 
 
 def ifname_at(given: str | None, position: int) -> str:

@@ -197,7 +197,8 @@ class InstanceNamespaces:
         plugged = set(plugged)
         # Incumbents first, then by creation (the desired state's order: created_at has whole seconds, so two
         # instances of one second are ordered by id, which says nothing about which came first).
-        self.instances = sorted(instances, key=lambda i: i["id"] not in plugged)
+        # (a VM has no namespace: its NICs are taps in the host's)
+        self.instances = sorted((i for i in instances if i.get("netns")), key=lambda i: i["id"] not in plugged)
         self._built = False
         self._special: dict[Identity, str] = {}  # the host's and the agent's own: why not
         self._made: dict[Identity, str] = {}  # namespaces cloudnet made: their names
