@@ -13,12 +13,15 @@ NETAVARK_DIR ?= /usr/local/libexec/netavark
 # DHCPv6 client of its tests (Debian's busybox has no udhcpc6).
 # python3-openvswitch: the OVSDB JSON parser in C that cloudnet's OVN speed depends on (only recommended on 13).
 # libarchive-tools: bsdtar, the tests' reader of config drive images (a reader other than the writer, pycdlib).
+# mmdebstrap, e2fsprogs (mke2fs -d), qemu-system-x86: the tests' Debian 12 cloud-init guest, built from Debian's
+# archive (tests/support/debian_guest.py) and booted under QEMU.
 # These names hold on every release the installer knows; scripts/install-debian-packages.sh adds each one's own.
 DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
                 postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
                 curl wrk ovn-central ovn-host openvswitch-switch python3-openvswitch \
                 podman runc containernetworking-plugins busybox-static docker.io containerd \
-                libarchive-tools dnsmasq-base isc-dhcp-client
+                libarchive-tools dnsmasq-base isc-dhcp-client \
+                mmdebstrap e2fsprogs qemu-system-x86
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean

@@ -1,0 +1,88 @@
+"""What the Debian guest tells a test on its serial console once cloud-init is done (built into the image by
+debian_guest.py): one line of JSON between two marker lines, printed by a unit ordered after cloud-final.service.
+
+Files a test's user-data writes under /var/lib/cloudnet-test/ come back too, so a test proves user-data ran by
+writing a value of its own there.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+BEGIN = "cloudnet-guest-results-begin"
+END = "cloudnet-guest-results-end"
+WRITES = "/var/lib/cloudnet-test"  # where a test's user-data writes what it wants read back
+
+UNIT = """\
+[Unit]
+Description=cloudnet tests: print cloud-init's results on the serial console
+After=cloud-final.service
+Wants=cloud-final.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/sbin/cloudnet-results
+
+[Install]
+WantedBy=cloud-init.target
+"""
+
+# Wanted by cloud-init.target (which the cloud-init generator enables when cloud-init runs): multi-user.target
+# would order itself after the unit, and cloud-final.service is ordered after multi-user.target (a cycle).
+
+# Debian's python3 in the guest (a cloud-init dependency). Writes to /dev/ttyS0 itself: the console must not be
+# shared with other writers in the middle of the line.
+SCRIPT = f"""\
+#!/usr/bin/python3
+import glob, json, subprocess
+
+
+def run(*command):
+    done = subprocess.run(command, capture_output=True, text=True)
+    return {{"rc": done.returncode, "out": done.stdout, "err": done.stderr}}
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        return None
+
+
+def files(*patterns):
+    return {{path: read(path) for pattern in patterns for path in sorted(glob.glob(pattern))}}
+
+
+run("cloud-init", "status", "--wait")
+log = read("/var/log/cloud-init.log") or ""
+results = {{
+    "status": run("cloud-init", "status", "--long"),
+    "cloud_id": run("cloud-id"),
+    "result": read("/run/cloud-init/result.json"),
+    "status_json": read("/run/cloud-init/status.json"),
+    "instance_id": read("/var/lib/cloud/data/instance-id"),
+    "hostname": run("hostname").get("out", "").strip(),
+    "fqdn": run("hostname", "--fqdn").get("out", "").strip(),
+    "authorized_keys": files("/root/.ssh/authorized_keys", "/home/*/.ssh/authorized_keys"),
+    "written": files("{WRITES}/*"),
+    "warnings": [line for line in log.splitlines() if "WARNING" in line or "Traceback" in line][:50],
+    "addresses": run("ip", "-j", "address"),
+    "routes": run("ip", "-j", "route"),
+}}
+line = json.dumps(results)
+with open("/dev/ttyS0", "w") as tty:
+    tty.write("\\n{BEGIN}\\n" + line + "\\n{END}\\n")
+"""
+
+
+def parse(console: str) -> dict[str, Any]:
+    """The results in a console transcript (KeyError if the guest never printed them)."""
+    lines = [line.strip() for line in console.replace("\r", "").splitlines()]
+    if BEGIN not in lines:
+        raise KeyError("no cloud-init results on the console")
+    start = lines.index(BEGIN)
+    document = json.loads(lines[start + 1])
+    assert lines[start + 2] == END
+    return dict(document)
