@@ -32,9 +32,9 @@ from pathlib import Path
 from tests.support.guest_init import INIT, UDHCPC_SCRIPT
 
 CACHE = Path(os.environ.get("CLOUDNET_TEST_CACHE", "/var/cache/cloudnet-tests"))
-# virtio-net for the NICs; virtio-blk and isofs for a config drive (`-drive file=...,if=virtio,readonly=on`);
-# their dependencies are added from modules.dep, and any the kernel has built in are skipped.
-MODULES = ("virtio_pci", "virtio_net", "virtio_blk", "isofs")
+# virtio-net for the NICs; isofs with virtio-blk or an IDE CD-ROM (ata_piix, sr_mod) for a config drive; their
+# dependencies are added from modules.dep, and any the kernel has built in are skipped.
+MODULES = ("virtio_pci", "virtio_net", "virtio_blk", "ata_piix", "sr_mod", "isofs")
 BUILD_FORMAT = "1"  # bump when the build's code changes in a way the hashed inputs do not show
 
 
