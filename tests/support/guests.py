@@ -77,14 +77,32 @@ def _out(*cmd: str, cwd: Path | None = None) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=cwd).stdout
 
 
+APT_LISTS = Path("/var/lib/apt/lists")
+
+
 @cache
-def kernel_package() -> tuple[str, str]:
-    """(name, version) of the kernel image `linux-image-amd64` depends on, as this system's apt lists have it."""
+def kernel_package(cache_dir: Path = CACHE) -> tuple[str, str]:
+    """(name, version) of the kernel image `linux-image-amd64` depends on, as this system's apt lists have it.
+
+    apt-cache takes ~1 s here (Debian's container images turn its package cache off), so the answer is kept in
+    the cache beside a signature of the lists (names, sizes, mtimes): an `apt-get update` asks apt-cache again."""
+    signature = hashlib.sha256(
+        repr(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in APT_LISTS.iterdir())).encode()
+    ).hexdigest()
+    memo = cache_dir / "guests" / "kernel-package.json"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        known = json.loads(memo.read_text())
+        if known["signature"] == signature:
+            return known["name"], known["version"]
     show = _out("apt-cache", "show", "--no-all-versions", "linux-image-amd64")  # "Depends: linux-image-X (= V)"
     depends = next(line for line in show.splitlines() if line.startswith("Depends:"))
     match = re.search(r"(linux-image-\S+) \(= ([^)]+)\)", depends)
     if match is None:
         raise LookupError(f"linux-image-amd64 names no kernel image of one version: {depends}")
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"signature": signature, "name": match[1], "version": match[2]}) + "\n")
+    tmp.rename(memo)
     return match[1], match[2]
 
 
@@ -103,7 +121,7 @@ def _key(package: str, version: str, modules: tuple[str, ...]) -> str:
 
 def tiny_guest(cache_dir: Path = CACHE, modules: tuple[str, ...] = MODULES) -> TinyGuest:
     """The tiny guest for this system's kernel package, built now unless the cache has it."""
-    package, version = kernel_package()
+    package, version = kernel_package(cache_dir)
     key = _key(package, version, modules)
     final = cache_dir / "guests" / f"tiny-{key}"
     if not (final / "manifest.json").exists():
@@ -179,6 +197,8 @@ def _build(cache_dir: Path, final: Path, package: str, version: str, modules: tu
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".build-") as scratch:
         root, rootfs, out = Path(scratch) / "kernel", Path(scratch) / "initramfs", Path(scratch) / "out"
         _out("dpkg-deb", "-x", str(deb), str(root))
+        if not (root / "lib").exists():  # Debian 13's package is merged-/usr: as on its systems, /lib -> usr/lib
+            (root / "lib").symlink_to("usr/lib")
         (release,) = [p.name for p in (root / "lib/modules").iterdir()]
         moddir = root / "lib/modules" / release
         _out("depmod", "-b", str(root), release)  # the package ships no modules.dep: its postinst makes it
