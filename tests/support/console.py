@@ -62,7 +62,8 @@ class Console:
             return self._text
 
     def expect(self, pattern: str | re.Pattern[str], timeout: float) -> re.Match[str]:
-        """The first match of `pattern` after the cursor, waiting up to `timeout` seconds; the cursor moves past it."""
+        """The first match of `pattern` after the cursor, waiting up to `timeout` seconds; the cursor moves past it.
+        Output arrives in pieces: a pattern whose last group could match a partial line must say what ends it."""
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
         deadline = time.monotonic() + timeout
         with self._changed:

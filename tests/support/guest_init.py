@@ -14,8 +14,9 @@ SHELL_MARKER = "cloudnet-tiny: shell"
 NO_LEASE = "cloudnet-tiny: no lease"
 FETCH_BEGIN = "cloudnet-tiny: fetch begin"
 FETCH_END = "cloudnet-tiny: fetch end"
-# The interface, address and prefix length udhcpc was acknowledged (the event script prints it once configured).
-LEASE_RE = r"cloudnet-tiny: lease (?P<dev>\S+) (?P<ip>[0-9.]+)/(?P<prefix>\d+)"
+# The interface, address and prefix length udhcpc was acknowledged (the event script prints it once configured);
+# it ends with the word after the prefix: the console delivers a line in pieces, and "/2" is a prefix of "/24".
+LEASE_RE = r"cloudnet-tiny: lease (?P<dev>\S+) (?P<ip>[0-9.]+)/(?P<prefix>\d+) router"
 
 # /dev/console is not in the archive (making device nodes would need root at build time): the kernel starts /init
 # with no stdio, so it mounts devtmpfs first and takes the console from there.

@@ -100,13 +100,15 @@ def detect_accelerator(guest: TinyGuest, cache_dir: Path = CACHE) -> Accelerator
 
 
 def _probe_kvm(guest: TinyGuest) -> Accelerator:
-    kvm = Accelerator("kvm", "probe")
     started = time.monotonic()
-    try:
-        with running_vm(guest, kvm, name=unique_name("kvm-probe"), cmdline="cloudnet.probe") as vm:
+    with running_vm(guest, Accelerator("kvm", "probe"), name=unique_name("kvm-probe"), cmdline="cloudnet.probe") as vm:
+        try:
             vm.console.expect(INIT_MARKER, PROBE_SECONDS)
-    except ConsoleError:
-        return Accelerator("tcg", f"a guest under KVM did not reach its init in {PROBE_SECONDS:g} s (PVM?)")
+        except ConsoleError:
+            if vm.process.poll() is None:
+                return Accelerator("tcg", f"a guest under KVM did not reach its init in {PROBE_SECONDS:g} s (PVM?)")
+            said = vm.stderr().strip().splitlines()
+            return Accelerator("tcg", f"QEMU -accel kvm exited {vm.process.returncode}: {said[-1] if said else ''}")
     return Accelerator("kvm", f"a guest under KVM reached its init in {time.monotonic() - started:.1f} s")
 
 
