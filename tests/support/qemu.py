@@ -13,18 +13,16 @@ caller's `extra_args` verbatim: NICs (`cloudnet instance qemu-args` prints them)
 its own network namespace, so a tap that lives in another namespace (a cloudnet host namespace, a test's) needs
 QEMU started in that namespace: `netns=` runs it under `ip netns exec <netns>`, which execs QEMU (the process's pid
 is QEMU's). The VM is killed by pid when its `with` block ends, and with the test process if that dies first
-(PR_SET_PDEATHSIG); its `-name` carries a per-VM name that cannot clash.
+(setpriv --pdeathsig); its `-name` carries a per-VM name that cannot clash.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -41,7 +39,6 @@ from tests.support.guests import CACHE, TinyGuest, locked
 
 QEMU = "qemu-system-x86_64"
 PROBE_SECONDS = 15.0  # a KVM guest prints its init line in ~1 s; PVM hangs silently
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -174,10 +171,6 @@ def qemu_command(
             *guest.boot_args(cmdline), *extra_args]  # fmt: skip
 
 
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def start_vm(
     guest: TinyGuest, accelerator: Accelerator, name: str, extra_args: Sequence[str] = (), netns: str | None = None,
     memory_mb: int = 256, cmdline: str = "",
@@ -186,10 +179,12 @@ def start_vm(
     command = qemu_command(guest, accelerator, name, extra_args, memory_mb, cmdline)
     if netns is not None:
         command = ["ip", "netns", "exec", netns, *command]
+    # Killed with the thread that started it (a test worker killed -9 leaves no VM); setpriv and ip exec onwards.
+    command = ["setpriv", "--pdeathsig", "KILL", *command]
     stderr = tempfile.TemporaryFile()  # noqa: SIM115 -- the VM's to close, in stop()
     started = time.monotonic()
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                               start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+                               start_new_session=True)  # fmt: skip
     assert process.stdout is not None
     return VM(name, accelerator, process, Console(process.stdout, process.stdin, name), started, stderr)
 
