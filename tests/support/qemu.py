@@ -12,7 +12,7 @@ caller's `extra_args` verbatim: NICs (`cloudnet instance qemu-args` prints them)
 (`-drive file=...,if=virtio,format=raw,readonly=on`). QEMU opens a tap device (`-netdev tap,ifname=...`) by name in
 its own network namespace, so a tap that lives in another namespace (a cloudnet host namespace, a test's) needs
 QEMU started in that namespace: `netns=` runs it under `ip netns exec <netns>`, which execs QEMU (the process's pid
-is QEMU's). The VM is killed by pid when its `with` block ends, and with the test process if that dies first
+is QEMU's). The VM is killed by pid when its `with` block ends, and with the thread that started it if that dies
 (setpriv --pdeathsig); its `-name` carries a per-VM name that cannot clash.
 """
 
