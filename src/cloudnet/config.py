@@ -123,6 +123,8 @@ class AgentConfig:
     mdata_idle_timeout: float = 300.0
     mdata_max_line: int = 1 << 20
     mdata_max_connections: int = 32
+    # The group VMMs run as (a name or gid; None: the agent's own): VM serial metadata sockets are 0660 of it.
+    vm_group: str | None = None
 
     @property
     def secret_file(self) -> Path:
