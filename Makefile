@@ -18,7 +18,7 @@ DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
                 postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
                 curl wrk ovn-central ovn-host openvswitch-switch python3-openvswitch \
                 podman runc containernetworking-plugins busybox-static docker.io containerd \
-                libarchive-tools dnsmasq-base isc-dhcp-client
+                libarchive-tools dnsmasq-base isc-dhcp-client python3-serial qemu-system-x86
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean
