@@ -419,18 +419,42 @@ def test_a_flooding_guest(
 
 
 def test_one_stream_per_vm(service: MdataService, vm: dict[str, Any]) -> None:
-    """A second connection replaces the first (a restarted VMM whose old stream never closed)."""
+    """A newer connection replaces the stream once it speaks (a restarted VMM whose old stream never closed);
+    one that connects and closes (a probe) or stays silent leaves it alone, and waits beside it alone."""
     path = str(service.serial_path(vm["id"]))
     first = Raw(path)
     assert first.request("GET", b"role") == ("SUCCESS", b"web")
-    second = Raw(path)
+    Raw(path).close()
+    silent = [Raw(path) for _ in range(3)]
     try:
+        assert closed_by_peer(silent[0]) and closed_by_peer(silent[1])  # each replaced by the next
+        assert first.request("GET", b"role") == ("SUCCESS", b"web")
+        assert connections(service, vm["id"]) == 2
+        assert silent[2].request("GET", b"sdc:uuid") == ("SUCCESS", vm["id"].encode())
         assert closed_by_peer(first)
-        assert second.request("GET", b"sdc:uuid") == ("SUCCESS", vm["id"].encode())
         assert connections(service, vm["id"]) == 1
     finally:
-        first.close()
-        second.close()
+        for raw in (first, *silent):
+            raw.close()
+
+
+def test_a_newer_agent_takes_over_without_breaking_the_stream(
+    serial_client: None, start: Callable[..., MdataService], vm: dict[str, Any]
+) -> None:
+    """While an old agent still runs beside a new one, each of its checks probes the path (connects and closes):
+    the VMM's stream on the new agent's socket stays up."""
+    old = start()
+    new = start()  # renames its socket over the old one's
+    port = SerialPort(new.serial_path(vm["id"]))
+    try:
+        port.wait_connected()
+        for _ in range(3):
+            old.check()
+        assert serial_cloudinit(port.device, 'print(json.dumps(c.get("sdc:uuid")))') == vm["id"]
+        assert port.connects == 1
+        assert peers(new, vm["id"]) and not peers(old, vm["id"])
+    finally:
+        port.close()
 
 
 def test_the_stream_is_not_closed_for_idleness(

@@ -54,6 +54,7 @@ class Instance:
     server: asyncio.AbstractServer | None = None
     ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file we listen on
     vm: bool = False  # served on a VM's serial port (mdata_serial), not a zone socket
+    stream: Connection | None = None  # a VM's: the connection that is its serial line now (mdata_serial)
     yielded: bool = False  # another live service took the path over: leave it alone while it listens
     connections: set[Connection] = field(default_factory=set)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

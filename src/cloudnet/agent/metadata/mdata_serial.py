@@ -15,11 +15,14 @@ client with `reconnect` (wire/mdata_serial.serial_qemu_args). Because:
 The socket is mode 0660, its directories 0710, all of group `vm_group` (the VMMs' group; default the agent's):
 anyone who can connect speaks as the guest, so the group is the trust boundary.
 
-One stream per VM. A serial port is one byte stream, so an instance has at most one connection: a new one
-REPLACES the old, which is aborted. A VMM only connects when it has no stream (it started or restarted), so
-the newest connection is the live one and the old one is a VMM that died or hung without its socket closing;
-refusing instead would leave such a VM without metadata until the dead stream closed, and let whoever connected
-first keep the port. Two VMMs for one VM (a misconfiguration) take turns, each logged.
+One stream per VM. A serial port is one byte stream, so an instance has one stream, and a newer connection
+REPLACES it, as soon as it sends its first byte. A VMM only connects when it has no stream (it started or
+restarted), so the newer connection is the live one and the old one a VMM that died or hung without its socket
+closing; refusing instead would leave such a VM without metadata until the dead stream closed, and let whoever
+connected first keep the port. Replacing at the first byte rather than at connect leaves the stream alone when
+something only probes the socket (an agent checking whether the path is served, mdata_service._ensure, which
+connects and closes); until then the newer connection waits beside the stream, and a newer one still takes
+its place, so there are never more than two. Two VMMs for one VM (a misconfiguration) take turns, logged.
 
 What a tty does to bytes (SerialConnection): CR LF and a lone CR end a line like LF (a guest tty not in raw
 mode sends ONLCR's CR LF); lines shaped like our own replies are dropped, not answered (a guest tty left in
@@ -76,7 +79,9 @@ class LineEnds:
 
 
 class SerialConnection(Connection):
-    """A VMM's stream for a VM's serial port: the only one of its instance, never closed for idleness."""
+    """A VMM's stream for a VM's serial port, never closed for idleness. The instance's `stream` is the one
+    that connected first or spoke last; a newer connection waits beside it (one at most: the newest) until
+    it sends a byte, and then replaces it."""
 
     closes_when_idle = False
 
@@ -87,15 +92,29 @@ class SerialConnection(Connection):
 
     def admit(self) -> bool:
         self.peer = _peer(self)
-        for old in list(self.inst.connections):
-            log.warning("instance %s: a new serial connection (%s) replaces the previous one (%s)", self.inst.id,
-                        _who(self), _who(old))  # fmt: skip
-            old.abort()
-            self.inst.connections.discard(old)
-        log.info("instance %s: VMM connected to the metadata serial port (%s)", self.inst.id, _who(self))
+        if self.inst.stream is None:
+            self.inst.stream = self
+            log.info("instance %s: VMM connected to the metadata serial port (%s)", self.inst.id, _who(self))
+        for other in list(self.inst.connections):
+            if other is not self.inst.stream:  # an older standby that never spoke: this one takes its place
+                other.abort()
+                self.inst.connections.discard(other)
         return True
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.inst.stream is self:
+            self.inst.stream = None
+
     def data_received(self, data: bytes) -> None:
+        old = self.inst.stream
+        if old is not self:  # a standby speaks: it is the VMM now (the old stream's VMM hung or was replaced)
+            log.warning("instance %s: serial connection (%s) replaces the previous one (%s)", self.inst.id,
+                        _who(self), _who(old) if old else "gone")  # fmt: skip
+            if old is not None:
+                old.abort()
+                self.inst.connections.discard(old)
+            self.inst.stream = self
         super().data_received(self.ends.feed(data))
 
     def answer(self, line: bytes) -> Answer:
