@@ -534,3 +534,25 @@ def test_the_socket_goes_with_its_instance(
     dead.close()
     start()
     assert not leftover.exists()
+
+
+def test_the_channel_follows_the_instance_kind(
+    state_dir: Path, agent_client: ApiClient, vm: dict[str, Any], start: Callable[..., MdataService]
+) -> None:
+    """A desired state that says otherwise of an instance moves it to the other channel; what the other
+    kind's root holds of it, left while no agent ran, is swept."""
+    svc = MdataService(state_dir, agent_client, check_interval=CHECK)
+    try:
+        svc.update(agent_client.desired_state())  # not (yet) a VM: a zone socket
+        assert connectable(svc.socket_path(vm["id"])) and not svc.serial_path(vm["id"]).exists()
+        svc.update(Vms(agent_client, vm["id"]).state())
+        assert connectable(svc.serial_path(vm["id"])) and not svc.directory(vm["id"]).exists()
+    finally:
+        svc.close()
+    leftover = svc.directory(vm["id"])
+    leftover.mkdir()
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(leftover / "metadata.sock"))
+    dead.close()
+    again = start()
+    assert not leftover.exists() and connectable(again.serial_path(vm["id"]))

@@ -180,8 +180,8 @@ class MdataService:
         await self._check_all()
         if not self._swept:  # directories left by instances that went while no agent ran
             self._swept = True
-            self._sweep(self.root, SOCKET_NAME, set(views))
-            self._sweep(self.serial_root, SERIAL_SOCKET_NAME, set(views))
+            self._sweep(self.root, SOCKET_NAME, {iid for iid, (_keys, vm) in views.items() if not vm})
+            self._sweep(self.serial_root, SERIAL_SOCKET_NAME, {iid for iid, (_keys, vm) in views.items() if vm})
 
     async def _check_all(self) -> None:
         for inst in list(self._instances.values()):
