@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cloudnet.agent.metadata.mdata_serial import LineEnds
+from cloudnet.config import group_id
 from cloudnet.wire.mdata_paths import serial_socket, zone_socket
 from cloudnet.wire.mdata_protocol import (
     FAILURE,
@@ -75,3 +76,10 @@ def test_echoed_replies() -> None:
     for request in (b"\n", b"NEGOTIATE V2\n", b"GET sdc:uuid\n", v2_request(rid, "GET", b"k"), b"KEYS\n",
                     v2_request(rid, "PUT", b"a b")):  # fmt: skip
         assert not looks_like_reply(request), request
+
+
+def test_vm_group() -> None:
+    assert group_id(None) is None
+    assert group_id("root") == group_id("0") == 0
+    with pytest.raises(ValueError, match="no group 'no-such-group-here'"):
+        group_id("no-such-group-here")

@@ -8,10 +8,9 @@ import threading
 
 from cloudnet.agent.agent import Agent, StateObserver
 from cloudnet.agent.client import ApiClient
-from cloudnet.agent.metadata.mdata_serial import resolve_group
 from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.agent.metadata.proxy import MetadataProxy
-from cloudnet.config import AgentConfig
+from cloudnet.config import AgentConfig, group_id
 from cloudnet.dataplane import drivers
 from cloudnet.wire import signing
 
@@ -35,7 +34,7 @@ def build(config: AgentConfig) -> Agent:
             idle_timeout=config.mdata_idle_timeout,
             max_line=config.mdata_max_line,
             max_connections=config.mdata_max_connections,
-            vm_group=resolve_group(config.vm_group),
+            vm_group=group_id(config.vm_group),
         )
     )
     return Agent(

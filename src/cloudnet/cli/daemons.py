@@ -18,6 +18,7 @@ from cloudnet.config import (
     DEFAULT_STATE_DIR,
     AgentConfig,
     ServerConfig,
+    group_id,
     metadata_url_of,
     parse_mappings,
 )
@@ -170,6 +171,14 @@ def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | N
     return config
 
 
+def _vm_group(value: str | None) -> str | None:
+    try:
+        group_id(value)  # checked now, not when the first VM's socket is made
+    except ValueError as exc:
+        raise CliError(f"--vm-group: {exc}") from None
+    return value
+
+
 def _no_sriov_on_ovn(dataplane: str, sriov: list[str] | None) -> None:
     if dataplane == "ovn" and sriov:
         raise CliError("--sriov: SR-IOV direct ports are not supported on the OVN dataplane (use --dataplane linux)")
@@ -290,7 +299,7 @@ def register(app: typer.Typer) -> None:
         config.park_pool_devices = park_pool_devices
         config.step_timeout, config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         config.mdata_max_line, config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        config.vm_group = vm_group
+        config.vm_group = _vm_group(vm_group)
         if dataplane not in ("linux", "ovn") or (dataplane == "ovn") != (ovn_sb is not None):
             raise CliError("--dataplane is linux or ovn, and ovn goes with --ovn-sb URL (linux without)")
         _no_sriov_on_ovn(dataplane, sriov)
@@ -369,7 +378,7 @@ def register(app: typer.Typer) -> None:
         agent_config.park_pool_devices = park_pool_devices
         agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        agent_config.vm_group = vm_group
+        agent_config.vm_group = _vm_group(vm_group)
         _no_sriov_on_ovn(dataplane, sriov)
         set_encap(agent_config, encap_ip, encap_iface, dataplane)
         _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen), agent_config,

@@ -35,7 +35,6 @@ for hours.
 
 from __future__ import annotations
 
-import grp
 import logging
 import socket
 import struct
@@ -50,15 +49,6 @@ log = logging.getLogger("cloudnet.mdata")
 def vm_access(gid: int | None) -> Access:
     """Directories traversable and the socket connectable by group `gid` only (and root)."""
     return Access(0o710, 0o660, gid)
-
-
-def resolve_group(group: str | int | None) -> int | None:
-    """A group name or number as a gid (None: keep the agent's own group)."""
-    if group is None or isinstance(group, int):
-        return group
-    if group.isdigit():
-        return int(group)
-    return grp.getgrnam(group).gr_gid  # KeyError for an unknown group: a configuration error, said at start
 
 
 class LineEnds:
