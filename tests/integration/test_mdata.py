@@ -32,7 +32,16 @@ from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.wire.mdata_protocol import crc32_hex, new_reqid, parse_v2_response, put_payload, v2_request
 from tests.support.installed import DEBIAN_PYTHON, require_cloud_init
-from tests.support.mdata_raw import Raw, closed_by_peer, connectable, stored, wait_for
+from tests.support.mdata_raw import (
+    Raw,
+    closed_by_peer,
+    connectable,
+    deleted_with_its_instance,
+    mdata_services,
+    stale_socket,
+    stored,
+    wait_for,
+)
 from tests.support.server import RunningServer
 
 CHECK = 0.1  # seconds between the service's own socket checks in these tests
@@ -90,17 +99,9 @@ def agent_client(server: RunningServer, host: str) -> Iterator[ApiClient]:
 @pytest.fixture
 def start(state_dir: Path, agent_client: ApiClient, instance: dict[str, Any]) -> Iterator[Callable[[], MdataService]]:
     """Start an MdataService following the host's desired state, which has `instance`, as the agent would."""
-    started: list[MdataService] = []
-
-    def _start() -> MdataService:
-        svc = MdataService(state_dir, agent_client, datacenter_name="dc-test", check_interval=CHECK)
-        started.append(svc)
-        svc.update(agent_client.desired_state())
-        return svc
-
-    yield _start
-    for svc in started:
-        svc.close()
+    with mdata_services(state_dir, agent_client, agent_client.desired_state, datacenter_name="dc-test",
+                        check_interval=CHECK) as start:  # fmt: skip
+        yield start
 
 
 @pytest.fixture
@@ -603,19 +604,10 @@ def test_sockets_of_gone_instances_are_removed(
     start: Callable[[], MdataService], instance: dict[str, Any], api: httpx.Client, state_dir: Path, host: str
 ) -> None:
     svc = start()
-    directory = svc.directory(instance["id"])
-    held = Raw(str(svc.socket_path(instance["id"])))
-    assert api.delete(f"/instances/{instance['id']}").status_code == 204
-    svc.update(svc.client.desired_state())
-    assert not directory.exists()
-    assert closed_by_peer(held)  # its connections are closed too
-    held.close()
+    deleted_with_its_instance(svc, api, instance["id"], svc.socket_path(instance["id"]))
     # Left behind while no service ran (the instance went meanwhile): swept by the next service.
     svc.close()
     leftover = state_dir / "zonecontrol" / str(uuid.uuid4())
-    leftover.mkdir()
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    dead.bind(str(leftover / "metadata.sock"))
-    dead.close()
+    stale_socket(leftover / "metadata.sock")
     start()
     assert not leftover.exists()

@@ -17,7 +17,6 @@ import json
 import os
 import select
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -36,7 +35,16 @@ from cloudnet.wire.mdata_paths import serial_socket, zone_socket
 from cloudnet.wire.mdata_protocol import new_reqid, parse_v2_response, put_payload, v2_request
 from cloudnet.wire.mdata_serial import serial_qemu_args
 from tests.support.installed import DEBIAN_PYTHON, python_module, require, require_cloud_init, require_commands
-from tests.support.mdata_raw import Raw, closed_by_peer, connectable, stored, wait_for
+from tests.support.mdata_raw import (
+    Raw,
+    closed_by_peer,
+    connectable,
+    deleted_with_its_instance,
+    mdata_services,
+    stale_socket,
+    stored,
+    wait_for,
+)
 from tests.support.serial_line import SerialPort
 
 CHECK = 0.1  # seconds between the service's own socket checks
@@ -104,18 +112,9 @@ def vms(agent_client: ApiClient, vm: dict[str, Any]) -> Vms:
 
 @pytest.fixture
 def start(state_dir: Path, agent_client: ApiClient, vms: Vms) -> Iterator[Callable[..., MdataService]]:
-    started: list[MdataService] = []
-
-    def _start(**options: Any) -> MdataService:
-        svc = MdataService(state_dir, agent_client, datacenter_name="dc-test", check_interval=CHECK,
-                           vm_group=VM_GROUP, **options)  # fmt: skip
-        started.append(svc)
-        svc.update(vms.state())
-        return svc
-
-    yield _start
-    for svc in started:
-        svc.close()
+    with mdata_services(state_dir, agent_client, vms.state, datacenter_name="dc-test", check_interval=CHECK,
+                        vm_group=VM_GROUP) as start:  # fmt: skip
+        yield start
 
 
 @pytest.fixture
@@ -518,20 +517,11 @@ def test_the_socket_goes_with_its_instance(
     start: Callable[..., MdataService], api: httpx.Client, vm: dict[str, Any], state_dir: Path
 ) -> None:
     svc = start()
-    directory = svc.serial_path(vm["id"]).parent
-    held = Raw(str(svc.serial_path(vm["id"])))
-    assert api.delete(f"/instances/{vm['id']}").status_code == 204
-    svc.update(svc.client.desired_state())
-    assert not directory.exists()
-    assert closed_by_peer(held)  # the VMM's stream is closed too
-    held.close()
+    deleted_with_its_instance(svc, api, vm["id"], svc.serial_path(vm["id"]))  # and the VMM's stream closed
     # Left behind while no agent ran: swept by the next one.
     svc.close()
     leftover = state_dir / "vmserial" / str(uuid.uuid4())
-    leftover.mkdir()
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    dead.bind(str(leftover / "ttyb"))
-    dead.close()
+    stale_socket(leftover / "ttyb")
     start()
     assert not leftover.exists()
 
@@ -550,9 +540,6 @@ def test_the_channel_follows_the_instance_kind(
     finally:
         svc.close()
     leftover = svc.directory(vm["id"])
-    leftover.mkdir()
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    dead.bind(str(leftover / "metadata.sock"))
-    dead.close()
+    stale_socket(leftover / "metadata.sock")
     again = start()
     assert not leftover.exists() and connectable(again.serial_path(vm["id"]))

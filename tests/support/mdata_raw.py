@@ -1,17 +1,41 @@
-"""A bare SmartOS metadata protocol connection (for what real clients never send) and the small waits the
-metadata socket tests share (tests/integration/test_mdata.py, test_mdata_serial.py)."""
+"""What the metadata socket tests share (tests/integration/test_mdata.py, test_mdata_serial.py): services that
+stop with the test, a bare SmartOS metadata protocol connection (for what real clients never send), small waits."""
 
 from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from cloudnet.agent.client import ApiClient
+from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.wire.mdata_protocol import new_reqid, parse_v2_response, v2_request
+
+
+@contextmanager
+def mdata_services(
+    state_dir: Path, client: ApiClient, desired: Callable[[], dict[str, Any]], **defaults: Any
+) -> Iterator[Callable[..., MdataService]]:
+    """A function that starts an MdataService following `desired()` as the agent would (options over
+    `defaults`); every one started is closed on leaving."""
+    started: list[MdataService] = []
+
+    def start(**options: Any) -> MdataService:
+        svc = MdataService(state_dir, client, **{**defaults, **options})
+        started.append(svc)
+        svc.update(desired())
+        return svc
+
+    try:
+        yield start
+    finally:
+        for svc in started:
+            svc.close()
 
 
 class Raw:
@@ -73,6 +97,27 @@ def closed_by_peer(raw: Raw, timeout: float = 5) -> bool:
         return raw.sock.recv(100) == b""
     except ConnectionResetError:  # aborted, unread data and all
         return True
+
+
+def deleted_with_its_instance(svc: MdataService, api: httpx.Client, instance_id: str, path: Path) -> None:
+    """Delete the instance whose socket is `path`: once the service follows, the socket's directory is gone
+    and a connection held on it is closed."""
+    held = Raw(str(path))
+    try:
+        assert api.delete(f"/instances/{instance_id}").status_code == 204
+        svc.update(svc.client.desired_state())
+        assert not path.parent.exists()
+        assert closed_by_peer(held)
+    finally:
+        held.close()
+
+
+def stale_socket(path: Path) -> None:
+    """A socket file nobody listens on at `path` (its directory made), as a crashed service leaves one."""
+    path.parent.mkdir(exist_ok=True)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()
 
 
 def connectable(path: Path) -> bool:
