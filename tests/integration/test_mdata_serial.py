@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from cloudnet.agent.client import ApiClient
+from cloudnet.agent.metadata.mdata_serial import blocked_at
 from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.wire.mdata_paths import serial_socket, zone_socket
 from cloudnet.wire.mdata_protocol import new_reqid, parse_v2_response, put_payload, v2_request
@@ -200,6 +201,7 @@ def test_a_vm_gets_a_serial_socket_and_no_zone_socket(
         assert not svc.directory(vm["id"]).exists()  # a VM has nothing to mount a zone socket into
         assert connectable(zone_socket(state_dir, container["id"]))
         assert not (state_dir / "vmserial" / container["id"]).exists()
+        assert blocked_at(path.parent, VM_GROUP) is None  # (the agent would warn of a state dir it cannot search)
         # The VMM's group connects; a process outside it does not.
         probe = f"import socket; socket.socket(socket.AF_UNIX).connect({str(path)!r})"
         as_vmm = ["setpriv", "--reuid", "65534", "--regid", str(VM_GROUP), "--clear-groups"]

@@ -3,11 +3,12 @@ become, and which lines are echoes of the server's own replies."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from cloudnet.agent.metadata.mdata_serial import LineEnds
+from cloudnet.agent.metadata.mdata_serial import LineEnds, blocked_at
 from cloudnet.config import group_id
 from cloudnet.wire.mdata_paths import serial_socket, zone_socket
 from cloudnet.wire.mdata_protocol import (
@@ -83,3 +84,15 @@ def test_vm_group() -> None:
     assert group_id("root") == group_id("0") == 0
     with pytest.raises(ValueError, match="no group 'no-such-group-here'"):
         group_id("no-such-group-here")
+
+
+def test_blocked_at(tmp_path: Path) -> None:
+    """The first directory up from a serial root that the VMMs' group may not search: the agent warns of it."""
+    root = tmp_path / "state" / "vmserial"
+    root.mkdir(parents=True, mode=0o710)
+    os.chown(root, -1, 65534)
+    os.chmod(root.parent, 0o700)
+    assert blocked_at(root, 65534) == root.parent
+    assert blocked_at(root, None) is None  # the agent's own group: nothing to say
+    os.chmod(root.parent, 0o711)
+    assert blocked_at(root, 65534) not in (root, root.parent)  # further up: pytest's own 0700 directories

@@ -36,8 +36,10 @@ for hours.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import struct
+from pathlib import Path
 
 from cloudnet.agent.metadata.mdata_connection import Answer, Answerer, Connection, Instance
 from cloudnet.agent.metadata.mdata_sockets import Access
@@ -49,6 +51,24 @@ log = logging.getLogger("cloudnet.mdata")
 def vm_access(gid: int | None) -> Access:
     """Directories traversable and the socket connectable by group `gid` only (and root)."""
     return Access(0o710, 0o660, gid)
+
+
+def blocked_at(directory: Path, gid: int | None) -> Path | None:
+    """The first directory from `directory` up that group `gid` may not search (so a VMM of that group cannot
+    reach its socket), if any. The agent only warns: opening the state directory to a group is the operator's
+    call (`setfacl -m g:GROUP:x DIR`); a directory with an ACL is taken to be so configured."""
+    if gid is None:
+        return None
+    for d in (directory, *directory.parents):
+        st = os.stat(d)
+        if st.st_mode & 0o001 or (st.st_gid == gid and st.st_mode & 0o010):
+            continue
+        try:
+            os.getxattr(d, "system.posix_acl_access")
+            continue
+        except OSError:
+            return d
+    return None
 
 
 class LineEnds:

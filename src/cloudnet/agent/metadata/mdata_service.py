@@ -34,7 +34,7 @@ from cloudnet.agent.client import ApiClient, InstanceMetadata, error_message
 from cloudnet.agent.metadata import keyspace, mdata_sockets
 from cloudnet.agent.metadata.keyspace import KeySpace, UnservableValue
 from cloudnet.agent.metadata.mdata_connection import Answer, Bucket, Connection, Instance
-from cloudnet.agent.metadata.mdata_serial import SerialConnection, vm_access
+from cloudnet.agent.metadata.mdata_serial import SerialConnection, blocked_at, vm_access
 from cloudnet.wire import mdata_keys
 from cloudnet.wire.mdata_paths import DIR_NAME, SERIAL_DIR_NAME, SERIAL_SOCKET_NAME, SOCKET_NAME, is_uuid
 from cloudnet.wire.mdata_protocol import (
@@ -93,6 +93,9 @@ class MdataService:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # host users stay out; guests reach only their own bind-mounted directory
         mdata_sockets.ensure_directory(self.serial_root, self.vm_access)
+        if (blocked := blocked_at(self.serial_root, vm_group)) is not None:
+            log.warning("VMMs of group %s cannot search %s: they will not reach VMs' serial metadata sockets",
+                        vm_group, blocked)  # fmt: skip
         self._loop = uvloop.new_event_loop()  # faster than asyncio's for many small requests
         self._thread = threading.Thread(target=self._loop.run_forever, name="cloudnet-mdata", daemon=True)
         self._thread.start()
