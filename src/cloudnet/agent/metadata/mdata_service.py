@@ -121,7 +121,8 @@ class MdataService:
         views = {
             inst["id"]: (keyspace.build(inst, state, self.datacenter_name), inst.get("kind") == "vm")
             for inst in state.get("instances") or []
-            if is_uuid(inst.get("id"))
+            # (a VM a compute service plugs with plain ports has no instance here to keep its metadata)
+            if is_uuid(inst.get("id")) and not inst.get("compute_service")
         }
         self._call(self._apply(views, int(state.get("revision", -1))))
 
