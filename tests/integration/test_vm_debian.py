@@ -18,9 +18,10 @@ import httpx
 import pytest
 
 from tests.support.api import create, network_on_host
-from tests.support.debian_boot import ACCELERATOR, booted, cloud_init_results
-from tests.support.debian_guest import DebianGuest, debian_guest
-from tests.support.guest_results import WRITES
+from tests.support.debian_guest import MEMORY_MB, DebianGuest, debian_guest
+from tests.support.guest_results import WRITES, cloud_init_results
+from tests.support.qemu import Accelerator, running_vm, unique_name
+from tests.support.vm_fixtures import ACCEL_PROPERTY
 
 Json = dict[str, Any]
 
@@ -88,12 +89,14 @@ def check_applied(results: Json, instance: Json, datasource: str) -> None:
 
 
 def test_config_drive_without_a_network_route(
-    api: httpx.Client, debian: DebianGuest, vm: Json, tmp_path: Path, record_property: Any
-) -> None:
-    record_property("accelerator", " ".join(ACCELERATOR))
-    log = tmp_path / "console.log"
-    with booted(debian, *unwired_nic(vm), *config_drive(api, vm, tmp_path), log=log) as boot:
-        results = cloud_init_results(boot)
+    api: httpx.Client, debian: DebianGuest, accelerator: Accelerator, vm: Json, tmp_path: Path,
+    record_property: Any,
+) -> None:  # fmt: skip
+    record_property(ACCEL_PROPERTY, str(accelerator))
+    args = [*unwired_nic(vm), *config_drive(api, vm, tmp_path)]
+    with running_vm(debian, accelerator, unique_name("debian-cd"), args, memory_mb=MEMORY_MB,
+                    log=tmp_path / "console.log") as guest:  # fmt: skip
+        results = cloud_init_results(guest)
     check_applied(results, vm, "ConfigDrive")
     assert results["cloud_id"]["out"].strip() == "configdrive", results["cloud_id"]
 

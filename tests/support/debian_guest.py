@@ -7,13 +7,13 @@ the image with `snapshot=on`, so the cached image is never written and every boo
 pytest-xdist workers: one builds under a file lock in a temporary directory that is renamed into place; the
 others wait on the lock and find it built.
 
-What a test reads from the guest: a unit ordered after cloud-final.service (guest_results.py) prints, between
-markers on the first serial port, what cloud-init reports and what it applied.
+Boot it with qemu.py (`running_vm(guest, ...)`, `memory_mb=MEMORY_MB`). What a test reads from the guest: a unit
+ordered after cloud-final.service (guest_results.py) prints, between markers on the first serial port, what
+cloud-init reports and what it applied.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import guest_results
+from tests.support.guests import CACHE as TEST_CACHE
+from tests.support.guests import locked
 
-CACHE = Path(os.environ.get("CLOUDNET_TEST_CACHE", "/var/cache/cloudnet-tests")) / "guests"
+MEMORY_MB = 1024  # what cloud-init's Python and Debian's systemd boot in without swapping
+CACHE = TEST_CACHE / "guests"
 RELEASE = "bookworm"
 # openssh-server: cloud-init applies ssh keys through its ssh module only where sshd is installed. ifupdown: the
 # renderer cloud-init 22.4 picks first on Debian (eni); isc-dhcp-client (a cloud-init dependency) is what its
@@ -58,18 +61,18 @@ MASKED = ("apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer", 
 
 @dataclass(frozen=True)
 class DebianGuest:
-    """A built guest: boot `kernel` + `initrd` with `root` as a virtio disk (read only: see qemu_args)."""
+    """A built guest: boot `kernel` + `initrd` with `root` as a virtio disk (never written: see boot_args)."""
 
     kernel: Path
     initrd: Path
     root: Path
     build_seconds: float  # of the build that made this entry (read from its build.json)
 
-    def qemu_args(self, memory_mb: int = 1024) -> list[str]:
-        """Machine, disk and kernel arguments; the caller adds the serial console, NICs and drives."""
-        return ["-machine", "q35", "-m", str(memory_mb), "-nodefaults", "-display", "none",
-                "-kernel", str(self.kernel), "-initrd", str(self.initrd),
-                "-append", "root=/dev/vda rw console=ttyS0 quiet",
+    def boot_args(self, cmdline: str = "") -> list[str]:
+        """Kernel, initramfs and root disk for QEMU (qemu.py's `Bootable`); the root is opened read-only with a
+        throwaway overlay (snapshot=on), so each boot starts from the image as built and leaves it so."""
+        append = f"root=/dev/vda rw console=ttyS0 panic=-1 quiet {cmdline}".strip()
+        return ["-kernel", str(self.kernel), "-initrd", str(self.initrd), "-append", append,
                 "-drive", f"file={self.root},if=virtio,format=raw,snapshot=on"]  # fmt: skip
 
 
@@ -170,9 +173,7 @@ def debian_guest() -> DebianGuest:
     """The cached guest, built first if no entry has this recipe (several workers: one builds, the others wait)."""
     inputs = json.dumps(recipe(), sort_keys=True).encode()
     entry = CACHE / f"debian12-{hashlib.sha256(inputs).hexdigest()[:16]}"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / ".debian12.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(CACHE / ".debian12.lock"):
         if not (entry / "build.json").is_file():
             work = Path(tempfile.mkdtemp(prefix=".build-debian12-", dir=CACHE))
             try:
