@@ -10,17 +10,25 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from cloudnet.agent.client import ApiClient
+from cloudnet.agent.metadata.mdata_service import MdataService
+from cloudnet.wire.mdata_serial import serial_qemu_args
 from tests.support.api import create, network_on_host
 from tests.support.debian_guest import MEMORY_MB, DebianGuest, debian_guest
 from tests.support.guest_results import WRITES, cloud_init_results
-from tests.support.qemu import Accelerator, running_vm, unique_name
+from tests.support.mdata_raw import mdata_services
+from tests.support.qemu import Accelerator, qemu_version, running_vm, unique_name
+from tests.support.server import RunningServer
 from tests.support.vm_fixtures import ACCEL_PROPERTY
 
 Json = dict[str, Any]
@@ -75,6 +83,20 @@ def config_drive(api: httpx.Client, instance: Json, where: Path) -> list[str]:
     return ["-drive", f"file={iso},if=virtio,format=raw,readonly=on"]
 
 
+@pytest.fixture
+def serial_metadata(server: RunningServer, vm: Json) -> Iterator[MdataService]:
+    """The host agent's SmartOS metadata service for the VM (its serial socket: what QEMU's COM2 connects to)."""
+    state = Path(tempfile.mkdtemp(prefix="vmd-", dir="/tmp"))  # short: sun_path holds 107 bytes
+    os.chmod(state, 0o755)
+    client = ApiClient(server.url, vm["host"], "admin")
+    try:
+        with mdata_services(state, client, client.desired_state, check_interval=0.1) as start:
+            yield start()
+    finally:
+        client.close()
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def check_applied(results: Json, instance: Json, datasource: str) -> None:
     """cloud-init finished without errors from `datasource` and applied what cloudnet holds for the instance."""
     result = json.loads(results["result"])["v1"]
@@ -99,6 +121,20 @@ def test_config_drive_without_a_network_route(
         results = cloud_init_results(guest)
     check_applied(results, vm, "ConfigDrive")
     assert results["cloud_id"]["out"].strip() == "configdrive", results["cloud_id"]
+
+
+def test_smartos_datasource_over_the_second_serial_port(
+    debian: DebianGuest, accelerator: Accelerator, vm: Json, serial_metadata: MdataService, tmp_path: Path,
+    record_property: Any,
+) -> None:  # fmt: skip
+    """RFD 69's KVM case with cloud-init's own client: SMBIOS "SmartDC HVM", metadata on /dev/ttyS1 only."""
+    record_property(ACCEL_PROPERTY, str(accelerator))
+    serial = serial_qemu_args(serial_metadata.serial_path(vm["id"]), qemu_version())
+    args = [*unwired_nic(vm), *serial, "-smbios", "type=1,product=SmartDC HVM"]
+    with running_vm(debian, accelerator, unique_name("debian-sdc"), args, memory_mb=MEMORY_MB,
+                    log=tmp_path / "console.log") as guest:  # fmt: skip
+        results = cloud_init_results(guest)
+    check_applied(results, vm, "SmartOS")
 
 
 # TODO(issue 28, after the vmlinux branch lands): the OpenStack datasource over a cloudnet VM tap. With the
