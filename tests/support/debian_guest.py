@@ -161,21 +161,21 @@ def remove(work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def prune(keep: Path, unused_for: float = 2 * 86400) -> None:
+def prune(cache: Path, keep: Path, unused_for: float = 2 * 86400) -> None:
     """Remove entries of other recipes (older checkouts' builds) that nothing used for `unused_for` seconds."""
-    for entry in CACHE.glob("debian12-*"):
+    for entry in cache.glob("debian12-*"):
         stamp = entry / "build.json"
         if entry != keep and (not stamp.is_file() or time.time() - stamp.stat().st_mtime > unused_for):
             remove(entry)
 
 
-def debian_guest() -> DebianGuest:
+def debian_guest(cache: Path = CACHE) -> DebianGuest:
     """The cached guest, built first if no entry has this recipe (several workers: one builds, the others wait)."""
     inputs = json.dumps(recipe(), sort_keys=True).encode()
-    entry = CACHE / f"debian12-{hashlib.sha256(inputs).hexdigest()[:16]}"
-    with locked(CACHE / ".debian12.lock"):
+    entry = cache / f"debian12-{hashlib.sha256(inputs).hexdigest()[:16]}"
+    with locked(cache / ".debian12.lock"):
         if not (entry / "build.json").is_file():
-            work = Path(tempfile.mkdtemp(prefix=".build-debian12-", dir=CACHE))
+            work = Path(tempfile.mkdtemp(prefix=".build-debian12-", dir=cache))
             try:
                 started = time.monotonic()
                 build(work)
@@ -186,6 +186,6 @@ def debian_guest() -> DebianGuest:
             finally:
                 remove(work)
         os.utime(entry / "build.json")  # (its last use: what prune goes by)
-        prune(keep=entry)
+        prune(cache, keep=entry)
     seconds = float(json.loads((entry / "build.json").read_text())["seconds"])
     return DebianGuest(entry / "vmlinuz", entry / "initrd.img", entry / "root.img", seconds)
