@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import grp
 import ipaddress
+import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,10 +125,26 @@ class AgentConfig:
     mdata_idle_timeout: float = 300.0
     mdata_max_line: int = 1 << 20
     mdata_max_connections: int = 32
+    # The user and group (names or numbers) that own VMs' tap devices: the VMM running as them attaches to them
+    # without CAP_NET_ADMIN (--vm-user/--vm-group).
+    vm_user: str = "root"
+    vm_group: str = "root"
 
     @property
     def secret_file(self) -> Path:
         return self.metadata_secret_file or self.state_dir / "metadata_secret"
+
+    @property
+    def vm_owner(self) -> tuple[int, int]:
+        """The uid and gid of vm_user and vm_group; KeyError for a name this machine does not know."""
+        return owner_ids(self.vm_user, self.vm_group)
+
+
+def owner_ids(user: str, group: str) -> tuple[int, int]:
+    """A user's and a group's ids, each given by name or number; KeyError for an unknown name."""
+    uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+    gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    return uid, gid
 
 
 def metadata_url_of(listen: str) -> str | None:

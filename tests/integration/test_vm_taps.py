@@ -1,0 +1,160 @@
+"""VM NICs on the Linux dataplane (issue 28): a persistent tap per NIC, named as Nova names it, that a VMM attaches
+to (root). The VMM here is tests/support/tap_guest.py: it attaches to the tap as QEMU does and gives a guest
+namespace a real NIC, so the guest's DHCP client, curl and ping run as a VM's would; hostile frames are written
+onto the tap directly."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.wire.guest_net import vm_device
+from tests.support import frames
+from tests.support.cloud import Cloud, ns_run, ping
+from tests.support.guest_metadata import agent_with_proxy
+from tests.support.server import RunningServer
+from tests.support.tap_guest import TapGuest, attach_in, link_of
+
+NOBODY = (65534, 65534)
+SCRIPT = '#!/bin/sh\n[ "$1" = bound ] && env | grep -E "^(ip|mask|router|staticroutes)="\nexit 0\n'
+
+
+def vm(cloud: Cloud, name: str, nets: list[dict[str, Any]], wait: bool = True) -> dict[str, Any]:
+    inst = cloud.create("instances", "instance", {"name": name, "host": cloud.host, "kind": "vm", "nets": nets})
+    return cloud.wait_active(inst["id"]) if wait else inst
+
+
+def port(cloud: Cloud, port_id: str) -> dict[str, Any]:
+    return dict(cloud.api.get(f"/ports/{port_id}").json()["port"])
+
+
+def host_link(cloud: Cloud, name: str) -> dict[str, Any] | None:
+    with netns.iproute(names.host_ns(cloud.host)) as ipr:
+        return link_of(ipr, name) if ipr.link_lookup(ifname=name) else None
+
+
+def bridge_index(cloud: Cloud, network_id: str) -> int:
+    link = host_link(cloud, names.bridge(network_id))
+    assert link is not None
+    return int(link["index"])
+
+
+def tun_info(cloud: Cloud, tap: str) -> dict[str, Any]:
+    out = ns_run(names.host_ns(cloud.host), "ip", "-d", "-j", "link", "show", tap, check=True).stdout
+    return dict(json.loads(out)[0]["linkinfo"]["info_data"])
+
+
+def dhcp_configure(guest: str, tmp_path: Path) -> dict[str, str]:
+    """udhcpc on the guest's eth0; its lease configured as a guest's DHCP client would (address, routes)."""
+    script = tmp_path / "udhcpc.sh"
+    script.write_text(SCRIPT)
+    script.chmod(0o755)
+    done = ns_run(guest, "busybox", "udhcpc", "-i", "eth0", "-f", "-n", "-q", "-t", "5", "-T", "1",
+                  "-O", "staticroutes", "-s", str(script), timeout=30)  # fmt: skip
+    assert done.returncode == 0, f"no lease: {done.stderr}"
+    got = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    ns_run(guest, "ip", "addr", "add", f"{got['ip']}/{got['mask']}", "dev", "eth0", check=True)
+    routes = got.get("staticroutes", "").split()
+    for dst, via in zip(routes[::2], routes[1::2], strict=True):
+        ns_run(guest, "ip", "route", "replace", "default" if dst == "0.0.0.0/0" else dst, "via", via, check=True)
+    return got
+
+
+def test_a_vm_gets_a_filtered_tap_its_lease_its_metadata_and_reaches_a_container(
+    cloud: Cloud, server: RunningServer, tmp_path: Path
+) -> None:
+    dataplane = LinuxDataplane(cloud.host, cloud.uplinks, vm_owner=NOBODY)
+    with agent_with_proxy(cloud, server, dataplane=dataplane):
+        net, _sub = cloud.network("vmnet", "10.74.0.0/24", mtu=1400)
+        box = cloud.instance("box", [{"network": net["id"]}])
+        inst = vm(cloud, "vm1", [{"network": net["id"]}])
+        assert inst["kind"] == "vm" and inst["netns"] is None
+        nic = inst["nets"][0]
+        tap = nic["device"]
+        assert tap == vm_device(nic["port_id"]) and len(tap) == 14
+        p = port(cloud, nic["port_id"])
+        host_ns = names.host_ns(cloud.host)
+        assert p["status"] == "ACTIVE" and p["binding:vif_type"] == "tap"
+        assert p["binding:vif_details"] == {
+            "port_filter": True, "bridge_name": names.bridge(net["id"]), "datapath_type": "system",
+            "connectivity": "l2", "mtu": 1400, "mac_address": nic["mac_address"], "device": tap, "netns": host_ns,
+        }  # fmt: skip
+        link = host_link(cloud, tap)
+        assert link is not None
+        assert link["master"] == bridge_index(cloud, net["id"]) and link["mtu"] == 1400 and link["up"]
+        assert link["alias"] == names.vm_mark(cloud.host, nic["port_id"]) and link["group"] == names.VM_TAP_GROUP
+        info = tun_info(cloud, tap)
+        assert info["type"] == "tap" and info["persist"] and info["user"] == "nobody" and info["group"] == "nogroup"
+        guest = cloud.namespace("vm1g")
+        with TapGuest(host_ns, tap, guest, nic["mac_address"], 1400):
+            got = dhcp_configure(guest, tmp_path)
+            assert got["ip"] == nic["fixed_ips"][0]["ip_address"]
+            assert ping(guest, box["nets"][0]["fixed_ips"][0]["ip_address"], count=2)
+            url = "http://169.254.169.254/openstack/latest/meta_data.json"
+            answer = ns_run(guest, "curl", "-sf", "-m", "10", url)
+            assert answer.returncode == 0, answer.stderr
+            assert json.loads(answer.stdout)["uuid"] == inst["id"]
+        # Admin state down: the tap goes down, the port DOWN.
+        assert cloud.api.put(f"/ports/{p['id']}", json={"port": {"admin_state_up": False}}).status_code == 200
+        cloud.wait_for(lambda: port(cloud, p["id"])["status"] == "DOWN", what="the port DOWN")
+        assert not (host_link(cloud, tap) or {}).get("up", True)
+        assert cloud.api.delete(f"/instances/{inst['id']}").status_code == 204
+        cloud.wait_for(lambda: host_link(cloud, tap) is None, what="the tap removed with its instance")
+
+
+@pytest.fixture
+def vm_and_box(cloud: Cloud) -> Iterator[tuple[dict[str, Any], dict[str, Any], int]]:
+    """A VM's NIC with an fd attached to its tap (the VMM's), and a container on the same network; the agent
+    running."""
+    cloud.start_agent()
+    net, _sub = cloud.network("vmhostile", "10.75.0.0/24")
+    box = cloud.instance("box", [{"network": net["id"]}])
+    inst = vm(cloud, "vmh", [{"network": net["id"]}])
+    fd = attach_in(names.host_ns(cloud.host), inst["nets"][0]["device"])
+    try:
+        yield inst["nets"][0], box, fd
+    finally:
+        os.close(fd)
+
+
+def marker() -> bytes:
+    return b"cloudnet-vm-" + uuid.uuid4().hex.encode()
+
+
+def test_a_vm_that_spoofs_or_serves_dhcp_or_ras_reaches_no_neighbour(
+    cloud: Cloud, vm_and_box: tuple[dict[str, Any], dict[str, Any], int]
+) -> None:
+    nic, box, fd = vm_and_box
+    target = box["nets"][0]
+    mac, ip = nic["mac_address"], nic["fixed_ips"][0]["ip_address"]
+    to_mac, to_ip = target["mac_address"], target["fixed_ips"][0]["ip_address"]
+    hostile = {"other ip": marker(), "other mac": marker(), "dhcp offer": marker(), "ra": marker()}
+    caught = frames.Catcher.start(box["netns"])
+    try:
+        sends = [
+            frames.ethernet(to_mac, mac, 0x0800,
+                            frames.ipv4_udp("10.75.0.99", to_ip, 40000, 5500, hostile["other ip"])),
+            frames.ethernet(to_mac, "fa:16:3e:00:00:99", 0x0800,
+                            frames.ipv4_udp(ip, to_ip, 40000, 5500, hostile["other mac"])),
+            frames.ethernet("ff:ff:ff:ff:ff:ff", mac, 0x0800,
+                            frames.ipv4_udp(ip, "255.255.255.255", 67, 68, hostile["dhcp offer"])),
+            frames.ethernet("33:33:00:00:00:01", mac, 0x86DD,
+                            frames.ipv6_icmp("fe80::1", "ff02::1", frames.router_advert(mac, hostile["ra"]))),
+        ]  # fmt: skip
+        for frame in sends:
+            os.write(fd, frame)
+        good = marker()
+        os.write(fd, frames.ethernet(to_mac, mac, 0x0800, frames.ipv4_udp(ip, to_ip, 40000, 5500, good)))
+        assert caught.seen(good, 3), "the genuine frame did not arrive"
+        assert [k for k, m in hostile.items() if caught.seen(m, 0)] == []
+    finally:
+        caught.stop()
