@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from cloudnet.wire.guest_net import vm_device
 from tests.support import frames
 from tests.support.cloud import Cloud, ns_run, ping
 from tests.support.guest_metadata import agent_with_proxy
+from tests.support.process import CLOUDNET
 from tests.support.server import RunningServer
 from tests.support.tap_guest import TapGuest, attach_in, link_of
 
@@ -158,3 +161,92 @@ def test_a_vm_that_spoofs_or_serves_dhcp_or_ras_reaches_no_neighbour(
         assert [k for k, m in hostile.items() if caught.seen(m, 0)] == []
     finally:
         caught.stop()
+
+
+def test_a_foreign_tap_is_left_alone_and_a_name_clash_fails_that_instance_alone(cloud: Cloud) -> None:
+    cloud.start_agent(resync_interval=0.5)  # (full passes, each collecting)
+    net, _sub = cloud.network("vmclash", "10.76.0.0/24")
+    box = cloud.instance("box", [{"network": net["id"]}])
+    host_ns, bridge = names.host_ns(cloud.host), names.bridge(net["id"])
+    taken = cloud.create("ports", "port", {"network_id": net["id"]})
+    clash, foreign = vm_device(taken["id"]), f"tapf{cloud.suffix}"
+    for dev in (clash, foreign):  # somebody else's taps on cloudnet's bridge, one named as the port's would be
+        ns_run(host_ns, "ip", "tuntap", "add", "dev", dev, "mode", "tap", check=True)
+        ns_run(host_ns, "ip", "link", "set", dev, "master", bridge, "up", check=True)
+    before = {dev: host_link(cloud, dev) for dev in (clash, foreign)}
+    bad = vm(cloud, "vmclash", [{"port": taken["id"]}], wait=False)
+    good = vm(cloud, "vmgood", [{"network": net["id"]}])
+
+    def failed_with_reason() -> bool:
+        p = port(cloud, taken["id"])
+        return p["status"] == "ERROR" and "not cloudnet's" in (p["binding:vif_details"] or {}).get("reason", "")
+
+    cloud.wait_for(failed_with_reason, what="the clashing instance in ERROR with its reason")
+    assert cloud.api.get(f"/instances/{bad['id']}").json()["instance"]["status"] == "ERROR"
+    # Something goes away (collection runs), and full passes go on: the foreign devices stay as they were.
+    assert cloud.api.delete(f"/instances/{good['id']}").status_code == 204
+    cloud.wait_for(lambda: host_link(cloud, good["nets"][0]["device"]) is None, what="the good VM's tap removed")
+    assert cloud.api.delete(f"/instances/{box['id']}").status_code == 204
+    cloud.wait_for(lambda: host_link(cloud, names.tap(box["nets"][0]["port_id"])) is None, what="the box's veth gone")
+    assert {dev: host_link(cloud, dev) for dev in (clash, foreign)} == before
+    assert failed_with_reason()  # (still, with its reason)
+
+
+def test_a_port_a_compute_service_binds_gets_a_tap(cloud: Cloud) -> None:
+    cloud.start_agent()
+    net, _sub = cloud.network("vmnova", "10.77.0.0/24")
+    device_id = str(uuid.uuid4())
+    body = {"network_id": net["id"], "binding:host_id": cloud.host, "device_owner": "compute:nova",
+            "device_id": device_id}  # fmt: skip
+    p = cloud.create("ports", "port", body)
+    cloud.wait_for(lambda: port(cloud, p["id"])["status"] == "ACTIVE", what="the Nova-style port ACTIVE")
+    got = port(cloud, p["id"])
+    tap = vm_device(p["id"])
+    assert got["binding:vif_type"] == "tap" and got["binding:vif_details"]["device"] == tap
+    link = host_link(cloud, tap)
+    assert link is not None and link["master"] == bridge_index(cloud, net["id"])
+    assert link["alias"] == names.vm_mark(cloud.host, p["id"])
+    assert cloud.api.delete(f"/ports/{p['id']}").status_code == 204
+    cloud.wait_for(lambda: host_link(cloud, tap) is None, what="its tap removed with the port")
+
+
+def agent_process(cloud: Cloud, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen([CLOUDNET, "agent", "--host", cloud.host, "--server", cloud.server.url,
+                                 "--state-dir", str(log.parent), "--metadata-url", "off", "--vm-user", "nobody",
+                                 "--vm-group", "nogroup"], stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def test_killed_agent_taps_survive_and_are_adopted_and_a_held_tap_does_not_stall_deletion(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    log = tmp_path / "agent.log"
+    proc = agent_process(cloud, log)
+    try:
+        cloud.wait_for(lambda: cloud.api.get(f"/hosts/{cloud.host}").status_code == 200, 30, "the agent registered")
+        net, _sub = cloud.network("vmkill", "10.78.0.0/24")
+        first = vm(cloud, "vmk1", [{"network": net["id"]}], wait=False)
+        first = cloud.wait_active(first["id"], timeout=30)
+        tap = first["nets"][0]["device"]
+        assert tun_info(cloud, tap)["user"] == "nobody"  # (--vm-user)
+        held = attach_in(names.host_ns(cloud.host), tap)  # a VMM holds it throughout
+        try:
+            before = host_link(cloud, tap)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert host_link(cloud, tap) == before  # persistent: still there, as it was
+            proc = agent_process(cloud, log)
+            second = vm(cloud, "vmk2", [{"network": net["id"]}], wait=False)
+            cloud.wait_active(second["id"], timeout=30)  # (the new agent's passes, the first a full one)
+            assert host_link(cloud, tap) == before  # adopted: not made again (same ifindex), nothing changed
+            assert port(cloud, first["nets"][0]["port_id"])["status"] == "ACTIVE"
+            # Deleted while its VMM holds it: gone at once, and the agent goes on.
+            assert cloud.api.delete(f"/instances/{first['id']}").status_code == 204
+            cloud.wait_for(lambda: host_link(cloud, tap) is None, what="the held tap removed")
+            third = vm(cloud, "vmk3", [{"network": net["id"]}], wait=False)
+            cloud.wait_active(third["id"], timeout=30)
+        finally:
+            os.close(held)
+    finally:
+        proc.kill()  # (a SIGTERM waits out the agent's long poll; the fixture tears the host down)
+        proc.wait()
