@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import uuid
@@ -21,6 +22,7 @@ from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.wire.guest_net import vm_device
 from tests.support import frames
+from tests.support.cli import Cli
 from tests.support.cloud import Cloud, ns_run, ping
 from tests.support.guest_metadata import agent_with_proxy
 from tests.support.process import CLOUDNET
@@ -250,3 +252,24 @@ def test_killed_agent_taps_survive_and_are_adopted_and_a_held_tap_does_not_stall
     finally:
         proc.kill()  # (a SIGTERM waits out the agent's long poll; the fixture tears the host down)
         proc.wait()
+
+
+def test_qemu_attaches_to_the_taps_with_the_printed_arguments(cloud: Cloud) -> None:
+    """A real QEMU (stopped before its first instruction: only its NICs matter) started as `cloudnet instance
+    qemu-args --command` prints it: it attaches to both taps (their carrier comes up) and runs."""
+    cloud.start_agent()
+    net, _sub = cloud.network("vmqemu", "10.79.0.0/24", mtu=1450)
+    inst = vm(cloud, "vmq", [{"network": net["id"]}, {"network": net["id"]}])
+    taps = [n["device"] for n in inst["nets"]]
+    assert [(host_link(cloud, t) or {}).get("carrier") for t in taps] == [0, 0]  # (nobody attached yet)
+    args = shlex.split(Cli(cloud.server.url).ok("instance", "qemu-args", "vmq", "--command").stdout)
+    assert args[:4] == ["ip", "netns", "exec", names.host_ns(cloud.host)]
+    qemu = subprocess.Popen([*args, "-accel", "tcg", "-nodefaults", "-display", "none", "-S", "-monitor", "none",
+                             "-serial", "none"], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        cloud.wait_for(lambda: qemu.poll() is not None or all((host_link(cloud, t) or {}).get("carrier") for t in taps),
+                       what="QEMU attached to both taps")  # fmt: skip
+        assert qemu.poll() is None, qemu.communicate()[1]
+    finally:
+        qemu.kill()
+        qemu.wait()

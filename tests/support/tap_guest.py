@@ -89,4 +89,4 @@ def link_of(ipr: IPRoute, name: str) -> dict[str, object]:
     msg = ipr.link("get", ifname=name)[0]
     return {"index": msg["index"], "master": msg.get_attr("IFLA_MASTER"), "mtu": msg.get_attr("IFLA_MTU"),
             "group": msg.get_attr("IFLA_GROUP"), "alias": msg.get_attr("IFLA_IFALIAS"),
-            "up": bool(msg["flags"] & 1)}  # fmt: skip
+            "up": bool(msg["flags"] & 1), "carrier": msg.get_attr("IFLA_CARRIER")}  # fmt: skip
