@@ -28,7 +28,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import ROOT, UNLIMITED, cloudnet_server, free_port, machine_load, ms, percentile, pin_client, row
+from common import (
+    ROOT,
+    UNLIMITED,
+    cloudnet_server,
+    free_port,
+    machine_load,
+    ms,
+    percentile,
+    pin_client,
+    row,
+    stop,
+    wait_registered,
+)
 
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 
@@ -81,15 +93,13 @@ def cloudnet_up(host: str) -> Iterator[str]:
     cmd = ["taskset", "-c", "0", str(ROOT / ".venv/bin/cloudnet"), "up", "--state-dir", str(state), "--port",
            str(port), "--agent-host", host, "--metadata-listen", f"127.0.0.1:{free_port()}", *UNLIMITED]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(state / "log", "w"))  # noqa: SIM115
+    url = f"http://127.0.0.1:{port}/v2.0"
     try:
-        yield f"http://127.0.0.1:{port}/v2.0"
+        with httpx.Client(base_url=url, timeout=30) as c:
+            wait_registered(c, host, proc, state / "log")
+        yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         LinuxDataplane(host).teardown()
         shutil.rmtree(state, ignore_errors=True)
 
@@ -105,16 +115,6 @@ def measure_api(instances: int) -> list[float]:
     host = f"bench-vmapi-{uuid.uuid4().hex[:6]}"
     with cloudnet_up(host) as url, httpx.Client(base_url=url, timeout=30) as c:
         pin_client(1)
-        deadline = time.monotonic() + 60
-        while True:  # the agent registered its host: server and agent are up
-            try:
-                if c.get(f"/hosts/{host}").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("cloudnet up did not come up")
-            time.sleep(0.05)
         network_id = _network(c)
         _active(c, _vm(c, host, network_id, "warm")["id"])
         times = []
