@@ -273,3 +273,53 @@ def test_qemu_attaches_to_the_taps_with_the_printed_arguments(cloud: Cloud) -> N
     finally:
         qemu.kill()
         qemu.wait()
+
+
+def test_a_vm_reads_metadata_only_from_its_own_addresses(cloud: Cloud) -> None:
+    """The metadata identity rule covers VM taps: a VM whose port has a pair naming its neighbour's address, or no
+    port security, sending to 169.254.169.254:80 as that neighbour reaches nothing (caught on the metadata
+    namespace's side); from its own address, it does."""
+    cloud.start_agent()
+    net, _sub = cloud.network("vmident", "10.73.0.0/24")
+    box = cloud.instance("box", [{"network": net["id"]}])
+    neighbour = box["nets"][0]["fixed_ips"][0]["ip_address"]
+    paired = cloud.create(
+        "ports", "port", {"network_id": net["id"], "allowed_address_pairs": [{"ip_address": neighbour}]}
+    )
+    open_port = cloud.create("ports", "port", {"network_id": net["id"], "port_security_enabled": False,
+                                               "security_groups": []})  # fmt: skip
+    vms = [vm(cloud, f"vmi{i}", [{"port": p["id"]}]) for i, p in enumerate((paired, open_port))]
+    (meta,) = cloud.api.get("/ports", params={"network_id": net["id"], "device_owner": "network:distributed"}).json()[
+        "ports"
+    ]
+    catcher = frames.Catcher.start(names.metadata_ns(cloud.host, net["id"]), names.metadata_iface(meta["id"]))
+    fds = [attach_in(names.host_ns(cloud.host), inst["nets"][0]["device"]) for inst in vms]
+    try:
+        hostile, twins = [], []
+        for fd, inst in zip(fds, vms, strict=True):
+            nic = inst["nets"][0]
+            for source, kept in ((neighbour, hostile), (nic["fixed_ips"][0]["ip_address"], twins)):
+                kept.append(mark := marker())
+                packet = frames.ipv4_tcp(source, "169.254.169.254", 40000, 80, mark)
+                os.write(fd, frames.ethernet(meta["mac_address"], nic["mac_address"], 0x0800, packet))
+        assert all(catcher.seen(m, 3) for m in twins), "a VM's own request did not arrive"
+        assert not any(catcher.seen(m, 0) for m in hostile)
+    finally:
+        catcher.stop()
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_vm_behind_a_router_reaches_its_gateway(cloud: Cloud, tmp_path: Path) -> None:
+    cloud.start_agent()
+    net, sub = cloud.network("vmrouted", "10.72.8.0/24")
+    router = cloud.create("routers", "router", {"name": f"r-{cloud.suffix}"})
+    r = cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": sub["id"]})
+    assert r.status_code == 200, r.text
+    inst = vm(cloud, "vmr", [{"network": net["id"]}])
+    nic = inst["nets"][0]
+    guest = cloud.namespace("vmrg")
+    with TapGuest(names.host_ns(cloud.host), nic["device"], guest, nic["mac_address"], 1500):
+        got = dhcp_configure(guest, tmp_path)
+        assert got["router"] == sub["gateway_ip"]
+        assert ping(guest, sub["gateway_ip"], count=2)

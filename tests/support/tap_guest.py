@@ -11,6 +11,7 @@ import os
 import select
 import struct
 import threading
+import time
 from types import TracebackType
 
 from pyroute2 import IPRoute
@@ -32,9 +33,19 @@ def attach(tap: str) -> int:
     return fd
 
 
-def attach_in(ns: str, tap: str) -> int:
+def attach_in(ns: str, tap: str, limit: float = 5) -> int:
+    """attach() in namespace `ns`, once the bridge forwards on the tap (its carrier seen: a VMM's guest boots for
+    seconds before it sends, a test would send at once)."""
     with netns.entered(ns):
-        return attach(tap)
+        fd = attach(tap)
+    deadline = time.monotonic() + limit
+    with netns.iproute(ns) as ipr:
+        while ipr.link("get", ifname=tap)[0].get_attr("IFLA_OPERSTATE") != "UP":
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise TimeoutError(f"{tap} not operationally up {limit} s after attaching")
+            time.sleep(0.01)
+    return fd
 
 
 class TapGuest:
