@@ -24,7 +24,9 @@ from cloudnet.wire.guest_net import vm_device
 from tests.support import frames
 from tests.support.cli import Cli
 from tests.support.cloud import Cloud, ns_run, ping
+from tests.support.forward_site import Site
 from tests.support.guest_metadata import agent_with_proxy
+from tests.support.netserve import Responder, tcp_ask
 from tests.support.process import CLOUDNET
 from tests.support.server import RunningServer
 from tests.support.tap_guest import TapGuest, attach_in, link_of
@@ -323,3 +325,22 @@ def test_a_vm_behind_a_router_reaches_its_gateway(cloud: Cloud, tmp_path: Path) 
         got = dhcp_configure(guest, tmp_path)
         assert got["router"] == sub["gateway_ip"]
         assert ping(guest, sub["gateway_ip"], count=2)
+
+
+def test_a_forward_from_outside_reaches_a_vm(site: Site, tmp_path: Path) -> None:
+    cloud = site.cloud
+    (published,) = cloud.api.get("/security-groups", params={"name": "published"}).json()["security_groups"]
+    p = cloud.create("ports", "port", {"network_id": site.net["id"], "security_groups": [published["id"]]})
+    inst = vm(cloud, "vmfwd", [{"port": p["id"]}])
+    nic = inst["nets"][0]
+    guest = cloud.namespace("vmfg")
+    with TapGuest(names.host_ns(cloud.host), nic["device"], guest, nic["mac_address"], 1500):
+        got = dhcp_configure(guest, tmp_path)
+        responder = Responder.start(guest, "V", tcp=(8080,))
+        try:
+            site.forward({"listen_address": "192.0.2.51", "ports": [
+                {"protocol": "tcp", "listen_port": "8080", "target_address": got["ip"]}]})  # fmt: skip
+            site.until(lambda: tcp_ask(site.outside, "192.0.2.51", 8080).startswith("V "), "the forward to the VM")
+            assert tcp_ask(site.outside, "192.0.2.51", 8080) == "V 192.0.2.1 8080"
+        finally:
+            responder.stop()
