@@ -344,3 +344,13 @@ def test_a_forward_from_outside_reaches_a_vm(site: Site, tmp_path: Path) -> None
             assert tcp_ask(site.outside, "192.0.2.51", 8080) == "V 192.0.2.1 8080"
         finally:
             responder.stop()
+
+
+def test_a_full_pass_puts_a_tap_someone_changed_back(cloud: Cloud) -> None:
+    cloud.start_agent(resync_interval=0.5)
+    net, _sub = cloud.network("vmrepair", "10.72.9.0/24", mtu=1400)
+    inst = vm(cloud, "vmrep", [{"network": net["id"]}])
+    tap = inst["nets"][0]["device"]
+    before = host_link(cloud, tap)
+    ns_run(names.host_ns(cloud.host), "ip", "link", "set", tap, "nomaster", "mtu", "1300", check=True)
+    cloud.wait_for(lambda: host_link(cloud, tap) == before, what="the tap back on its bridge with its MTU")

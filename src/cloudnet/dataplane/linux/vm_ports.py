@@ -39,6 +39,7 @@ from cloudnet.wire.guest_net import vm_device
 
 log = logging.getLogger(__name__)
 VIF_TYPE = "tap"
+IFF_UP = 0x1
 STEP = "vm:"  # + the instance id
 
 
@@ -91,8 +92,8 @@ class VmPorts:
         if down is not None:
             return [failed(p["id"], down) for p in mine]
         prints = [self._fingerprint(p, run.state) for p in mine]
-        if all(self.applied.get(p["id"]) == fp and (not run.full or self._adoptable(run.links.get(vm_device(p["id"])),
-               p["id"])) for p, fp in zip(mine, prints, strict=True)):  # fmt: skip
+        if all(self.applied.get(p["id"]) == fp and (not run.full or self._as_applied(run, p))
+               for p, fp in zip(mine, prints, strict=True)):  # fmt: skip
             return [self._report(p, run.state) for p in mine]  # as it is
         try:
             self.steps.run(f"{STEP}{inst['id']}", lambda: self._plug_all(run, mine, prints), tuple(prints))
@@ -103,6 +104,16 @@ class VmPorts:
     def _fingerprint(self, port: dict[str, Any], state: DesiredState) -> tuple[Any, ...]:
         network = state["networks"][port["network_id"]]
         return (port["network_id"], network["mtu"], bool(port["admin_state_up"]), self.owner)
+
+    def _as_applied(self, run: Pass, port: dict[str, Any]) -> bool:
+        """Does the kernel still hold the port's tap as applied (a full pass looks: someone may have changed it)?"""
+        msg = run.links.get(vm_device(port["id"]))
+        if not self._adoptable(msg, port["id"]):
+            return False
+        want = (self.bridges.index(run.host, port["network_id"]), run.state["networks"][port["network_id"]]["mtu"],
+                names.VM_TAP_GROUP, bool(port["admin_state_up"]))  # fmt: skip
+        return want == (msg.get_attr("IFLA_MASTER"), msg.get_attr("IFLA_MTU"), msg.get_attr("IFLA_GROUP"),
+                        bool(msg["flags"] & IFF_UP))  # fmt: skip
 
     def _adoptable(self, msg: Any | None, port_id: str) -> bool:
         return msg is not None and _alias(msg) == names.vm_mark(self.host, port_id)
