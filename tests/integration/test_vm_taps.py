@@ -354,3 +354,22 @@ def test_a_full_pass_puts_a_tap_someone_changed_back(cloud: Cloud) -> None:
     before = host_link(cloud, tap)
     ns_run(names.host_ns(cloud.host), "ip", "link", "set", tap, "nomaster", "mtu", "1300", check=True)
     cloud.wait_for(lambda: host_link(cloud, tap) == before, what="the tap back on its bridge with its MTU")
+
+
+def test_a_tap_left_by_an_instance_deleted_while_the_agent_was_away_is_collected(cloud: Cloud) -> None:
+    """Collection knows cloudnet's taps by their mark for this host: one whose instance went while the agent was
+    stopped goes; a tap marked for another host, on the same bridge, stays."""
+    cloud.start_agent()
+    net, _sub = cloud.network("vmaway", "10.72.10.0/24")
+    gone, kept = vm(cloud, "vmgone", [{"network": net["id"]}]), vm(cloud, "vmkept", [{"network": net["id"]}])
+    host_ns, other = names.host_ns(cloud.host), f"tapo{cloud.suffix}"
+    ns_run(host_ns, "ip", "tuntap", "add", "dev", other, "mode", "tap", check=True)
+    ns_run(host_ns, "ip", "link", "set", other, "master", names.bridge(net["id"]), "alias",
+           names.vm_mark(f"{cloud.host}-other", str(uuid.uuid4())), check=True)  # fmt: skip
+    before = host_link(cloud, other)
+    cloud.stop_agent()
+    assert cloud.api.delete(f"/instances/{gone['id']}").status_code == 204
+    assert host_link(cloud, gone["nets"][0]["device"]) is not None  # (nobody to remove it)
+    cloud.start_agent()
+    cloud.wait_for(lambda: host_link(cloud, gone["nets"][0]["device"]) is None, what="the left tap collected")
+    assert host_link(cloud, kept["nets"][0]["device"]) is not None and host_link(cloud, other) == before
