@@ -72,3 +72,9 @@ def test_a_container_or_an_unplugged_vm_is_refused(
     assert "is not a vm" in cli.fail("--token", "alice-token", "instance", "qemu-args", "box")
     create(alice, "instances", "instance", name="fresh", kind="vm", host=HOST, nets=[{"network": net_id}])
     assert "is not plugged" in cli.fail("--token", "alice-token", "instance", "qemu-args", "fresh")
+
+
+@pytest.mark.parametrize("option", [("--vm-user", "no-such-user-cn"), ("--vm-group", "no-such-group-cn")])
+def test_an_unknown_vm_owner_is_refused_before_the_agent_starts(cli: Cli, option: tuple[str, str]) -> None:
+    line = cli.fail("agent", "--host", "qemu-host-2", "--metadata-url", "off", *option)
+    assert "--vm-user/--vm-group" in line and option[1] in line
