@@ -46,7 +46,7 @@ def port(cloud: Cloud, port_id: str) -> dict[str, Any]:
 
 def host_link(cloud: Cloud, name: str) -> dict[str, Any] | None:
     with netns.iproute(names.host_ns(cloud.host)) as ipr:
-        return link_of(ipr, name) if ipr.link_lookup(ifname=name) else None
+        return link_of(ipr, name)
 
 
 def bridge_index(cloud: Cloud, network_id: str) -> int:

@@ -6,6 +6,7 @@ port's MAC, and the test can write raw frames onto the VM's tap (`inject`) as a 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import select
@@ -15,6 +16,7 @@ import time
 from types import TracebackType
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.kernel import netns
 
@@ -95,9 +97,14 @@ class TapGuest:
         self.close()
 
 
-def link_of(ipr: IPRoute, name: str) -> dict[str, object]:
-    """A device's attributes that the tests check (master, MTU, group, alias, flags)."""
-    msg = ipr.link("get", ifname=name)[0]
+def link_of(ipr: IPRoute, name: str) -> dict[str, object] | None:
+    """A device's attributes that the tests check (master, MTU, group, alias, flags); None when there is none."""
+    try:
+        msg = ipr.link("get", ifname=name)[0]
+    except NetlinkError as exc:
+        if exc.code != errno.ENODEV:
+            raise
+        return None
     return {"index": msg["index"], "master": msg.get_attr("IFLA_MASTER"), "mtu": msg.get_attr("IFLA_MTU"),
             "group": msg.get_attr("IFLA_GROUP"), "alias": msg.get_attr("IFLA_IFALIAS"),
             "up": bool(msg["flags"] & 1), "carrier": msg.get_attr("IFLA_CARRIER")}  # fmt: skip
