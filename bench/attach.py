@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import ROOT, UNLIMITED, free_port, median, ms, percentile, pin_client, row
+from common import ROOT, UNLIMITED, free_port, median, ms, percentile, pin_client, row, wait_registered
 
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux import names
@@ -149,16 +149,7 @@ def run(mode: str, instances: int, cleanups: list[Callable[[], None]]) -> dict[s
     url = f"http://127.0.0.1:{port}/v2.0"
     try:
         with httpx.Client(base_url=url, timeout=30) as c:
-            deadline = time.monotonic() + 60
-            while True:  # the agent registered its host: server and agent are up
-                try:
-                    if c.get(f"/hosts/{host}").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit((state / "log").read_text())
-                time.sleep(0.05)
+            wait_registered(c, host, proc, state / "log")
             net = c.post("/networks", json={"network": {"name": "bench"}}).json()["network"]
             sub = c.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": "10.200.0.0/22"}}).json()
             gateway = sub["subnet"]["gateway_ip"]

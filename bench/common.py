@@ -116,3 +116,27 @@ def row(name: str, value: str, target: str, ok: bool | None = None) -> None:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_registered(client: httpx.Client, host: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the agent of `host` registered it (server and agent up); its log as the error if it never does."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if client.get(f"/hosts/{host}").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit(log.read_text())
+        time.sleep(0.05)  # waiting for the child to start: polled, with a deadline

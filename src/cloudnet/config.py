@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grp
 import ipaddress
+import os
+import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,12 +126,25 @@ class AgentConfig:
     mdata_idle_timeout: float = 300.0
     mdata_max_line: int = 1 << 20
     mdata_max_connections: int = 32
-    # The group VMMs run as (a name or gid; None: the agent's own): VM serial metadata sockets are 0660 of it.
+    # The VMMs' user and group (names or numbers): VMs' tap devices are theirs (a VMM running as them attaches
+    # without CAP_NET_ADMIN), and VM serial metadata sockets are 0660 of the group (None: the agent's own group).
+    vm_user: str = "root"
     vm_group: str | None = None
 
     @property
     def secret_file(self) -> Path:
         return self.metadata_secret_file or self.state_dir / "metadata_secret"
+
+    @property
+    def vm_owner(self) -> tuple[int, int]:
+        """The uid of vm_user and the gid of vm_group (the agent's own group when None); ValueError for a name this
+        machine does not know."""
+        try:
+            uid = int(self.vm_user) if self.vm_user.isdigit() else pwd.getpwnam(self.vm_user).pw_uid
+        except KeyError:
+            raise ValueError(f"no user {self.vm_user!r} on this host") from None
+        gid = group_id(self.vm_group)
+        return uid, os.getgid() if gid is None else gid
 
 
 def metadata_url_of(listen: str) -> str | None:

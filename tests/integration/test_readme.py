@@ -128,6 +128,8 @@ def test_readme_walkthrough_runs_as_written(cloudnet_up: tuple[int, str, Path], 
     assert "1 received" in out  # the ping
     assert re.search(r'"uuid": ?"[0-9a-f-]{36}"', out) and re.search(r'"name": ?"vm1"', out)  # its meta_data.json
     assert "\nweb\n" in out  # cloudnet-mdata get role
+    assert re.search(r"cloudnet-tiny: lease eth0 10\.10\.0\.\d+/24", out)  # the VM's lease, then its own metadata
+    assert re.search(r'"uuid": ?"[0-9a-f-]{36}".*"name": ?"vm5"', out)
     assert "cnk1." in out and "| networks" in out  # token issue, quota show
 
     # A namespace that does not exist (the README's old `--netns /proc/4242/ns/net`): --wait says why, non-zero.

@@ -69,10 +69,11 @@ class Cloud:
     # -- agent --
 
     def start_agent(
-        self, observers: list[Any] | None = None, park: bool = False, resync_interval: float = 60.0
-    ) -> Agent:
+        self, observers: list[Any] | None = None, park: bool = False, resync_interval: float = 60.0,
+        vm_owner: tuple[int, int] = (0, 0),
+    ) -> Agent:  # fmt: skip
         self._running = contextlib.ExitStack()
-        dataplane = LinuxDataplane(self.host, self.uplinks, park=park)
+        dataplane = LinuxDataplane(self.host, self.uplinks, park=park, vm_owner=vm_owner)
         self.agent = self._running.enter_context(
             running_agent(self.server.url, self.host, dataplane, observers=observers, resync_interval=resync_interval)
         )

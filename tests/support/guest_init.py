@@ -41,8 +41,13 @@ if ip link show eth0 >/dev/null 2>&1; then
     esac
 fi
 for arg in $cmdline; do
-    case "$arg" in cloudnet.fetch=*)
-        echo "{FETCH_BEGIN}"; wget -q -T 10 -O - "${{arg#cloudnet.fetch=}}"; rc=$?; echo; echo "{FETCH_END} $rc" ;;
+    # An HTTP/1.0 GET with busybox's nc (its static wget crashes resolving even a literal address): the answer's
+    # headers, a blank line, the body.
+    case "$arg" in cloudnet.fetch=http://*)
+        rest="${{arg#cloudnet.fetch=http://}}"; host="${{rest%%/*}}"; path="/${{rest#*/}}"
+        echo "{FETCH_BEGIN}"
+        printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$path" "$host" | nc -w 10 "$host" 80; rc=$?
+        echo; echo "{FETCH_END} $rc" ;;
     esac
 done
 # Kernel messages would interleave with commands' output on the console; warnings stay readable with dmesg.

@@ -229,3 +229,10 @@ def _cpio(rootfs: Path, target: Path) -> None:
     with open(target, "wb") as f:
         subprocess.run([str(_busybox()[0]), "cpio", "-o", "-H", "newc", "-R", "0:0"], input="\n".join(names).encode(),
                        stdout=f, stderr=subprocess.PIPE, cwd=rootfs, check=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    # The README's walk-through: `.venv/bin/python -m tests.support.guests` builds (or finds) the tiny guest and
+    # prints its kernel and initramfs.
+    found = tiny_guest()
+    print(found.kernel, found.initrd)

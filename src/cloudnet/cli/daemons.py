@@ -18,7 +18,6 @@ from cloudnet.config import (
     DEFAULT_STATE_DIR,
     AgentConfig,
     ServerConfig,
-    group_id,
     metadata_url_of,
     parse_mappings,
 )
@@ -45,6 +44,8 @@ ParkPoolDevices = Annotated[
         "namespace it is one move, which on kernels where a move costs an RCU barrier is slower than a new veth.",
     ),
 ]
+VmUser = Annotated[str, typer.Option(metavar="USER", help="User (name or uid) owning VMs' tap devices: a VMM running "
+                                      "as it attaches without CAP_NET_ADMIN.")]  # fmt: skip
 PoolMin = Annotated[int, typer.Option(min=0, help="Ready ports every port pool keeps (refilled below it).")]
 PoolMax = Annotated[int, typer.Option(min=0, help="Ready ports a pool holds at most (0: no cap).")]
 PoolBatch = Annotated[int, typer.Option(min=1, help="Ports created per pool refill (one bulk create).")]
@@ -92,7 +93,11 @@ MdataMaxLine = Annotated[int, typer.Option(min=4096, metavar="BYTES", help="Long
 MdataMaxConnections = Annotated[int, typer.Option(min=1, help="Connections per instance metadata socket.")]
 VmGroup = Annotated[
     str | None,
-    typer.Option(metavar="GROUP", help="Group of the VMMs (QEMU): VM serial metadata sockets are 0660 of it."),
+    typer.Option(
+        metavar="GROUP",
+        help="Group (name or gid) of the VMMs (QEMU): it owns VMs' tap devices, and VM "
+        "serial metadata sockets are 0660 of it (default: the agent's own group).",
+    ),
 ]
 MaxBodySize = Annotated[int, typer.Option(min=1024, metavar="BYTES", help="Largest request body (413 beyond).")]
 MetadataListen = Annotated[
@@ -134,6 +139,14 @@ def _uplinks(values: list[str] | None) -> dict[str, str]:
         raise CliError(str(exc)) from None
 
 
+def _vm_owner(config: AgentConfig, user: str, group: str | None) -> None:
+    config.vm_user, config.vm_group = user, group
+    try:
+        config.vm_owner  # noqa: B018 (resolved now: an unknown name is the command line's error, not the agent's)
+    except ValueError as exc:
+        raise CliError(f"--vm-user/--vm-group: {exc}") from None
+
+
 def _sriov(sriov: list[str] | None, exclude: list[str] | None) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
     from cloudnet.dataplane.sriov.inventory import parse_exclude, parse_sriov
 
@@ -169,14 +182,6 @@ def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | N
     config.dataplane, config.ovn_nb, config.ovn_sb = dataplane, nb, sb
     config.ovn_listen = listen_address(listen, dataplane, nb is not None)
     return config
-
-
-def _vm_group(value: str | None) -> str | None:
-    try:
-        group_id(value)  # checked now, not when the first VM's socket is made
-    except ValueError as exc:
-        raise CliError(f"--vm-group: {exc}") from None
-    return value
 
 
 def _no_sriov_on_ovn(dataplane: str, sriov: list[str] | None) -> None:
@@ -255,11 +260,12 @@ def register(app: typer.Typer) -> None:
         sriov_exclude: SriovExclude = None,
         sysfs_root: SysfsRoot = Path("/sys"),
         park_pool_devices: ParkPoolDevices = False,
+        vm_user: VmUser = AgentConfig.vm_user,
+        vm_group: VmGroup = None,
         step_timeout: StepTimeout = AgentConfig.step_timeout,
         mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
         mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
         mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
-        vm_group: VmGroup = None,
         dataplane: Annotated[
             str,
             typer.Option(
@@ -297,9 +303,9 @@ def register(app: typer.Typer) -> None:
         config.sriov, config.sriov_exclude = _sriov(sriov, sriov_exclude)
         config.sysfs_root = sysfs_root
         config.park_pool_devices = park_pool_devices
+        _vm_owner(config, vm_user, vm_group)
         config.step_timeout, config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         config.mdata_max_line, config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        config.vm_group = _vm_group(vm_group)
         if dataplane not in ("linux", "ovn") or (dataplane == "ovn") != (ovn_sb is not None):
             raise CliError("--dataplane is linux or ovn, and ovn goes with --ovn-sb URL (linux without)")
         _no_sriov_on_ovn(dataplane, sriov)
@@ -338,6 +344,8 @@ def register(app: typer.Typer) -> None:
         sriov_exclude: SriovExclude = None,
         sysfs_root: SysfsRoot = Path("/sys"),
         park_pool_devices: ParkPoolDevices = False,
+        vm_user: VmUser = AgentConfig.vm_user,
+        vm_group: VmGroup = None,
         pool_min: PoolMin = 5,
         pool_max: PoolMax = 0,
         pool_batch: PoolBatch = 10,
@@ -350,7 +358,6 @@ def register(app: typer.Typer) -> None:
         mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
         mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
         mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
-        vm_group: VmGroup = None,
         dataplane: Dataplane = "linux",
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
@@ -376,9 +383,9 @@ def register(app: typer.Typer) -> None:
         agent_config.sriov, agent_config.sriov_exclude = _sriov(sriov, sriov_exclude)
         agent_config.sysfs_root = sysfs_root
         agent_config.park_pool_devices = park_pool_devices
+        _vm_owner(agent_config, vm_user, vm_group)
         agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        agent_config.vm_group = _vm_group(vm_group)
         _no_sriov_on_ovn(dataplane, sriov)
         set_encap(agent_config, encap_ip, encap_iface, dataplane)
         _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen), agent_config,

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import typer
 
+from cloudnet.cli import qemu_args
 from cloudnet.cli.client import INSTANCE, NETWORK, PORT, Client
 from cloudnet.cli.common import client_of, delete_each
 from cloudnet.cli.errors import CliError
@@ -16,6 +17,7 @@ from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_
 from cloudnet.cli.parsing import parse_assignments, parse_pairs
 
 app = typer.Typer(help="Manage instances (what ports are plugged into and metadata describes).", no_args_is_help=True)
+app.command("qemu-args")(qemu_args.qemu_args)
 
 
 def _addresses(instance: dict[str, Any]) -> list[str]:

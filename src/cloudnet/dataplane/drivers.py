@@ -39,7 +39,7 @@ def _binders(config: AgentConfig, report: dict[str, Any]) -> list[PortBinder]:
 
 def _linux(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
     return LinuxDataplane(config.host, config.uplinks, _binders(config, report), park=config.park_pool_devices,
-                          step_timeout=config.step_timeout)  # fmt: skip
+                          step_timeout=config.step_timeout, vm_owner=config.vm_owner)  # fmt: skip
 
 
 def _ovn(config: AgentConfig, report: dict[str, Any]) -> Dataplane:

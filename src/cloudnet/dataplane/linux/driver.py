@@ -8,6 +8,7 @@ Layout on a host (all cloudnet's devices live in the host namespace `cloudnet-ho
                                    cnb-<external> (bridge) -- cng-<port> --veth-- qg-<port>  (SNAT in nftables)
                                         |
                                    uplink interface (--uplink physnet:IFACE), moved into the host netns
+    a VM's NIC:      tap<port> (persistent, Nova's name, marked) on cnb-<network>: its VMM attaches (vm_ports.py)
 
     each network with instances here: a cloudnet-meta-... namespace on its bridge (cnm-<port> --veth-- md-<port>,
     the metadata port's addresses): the metadata proxy, and dnsmasq for its DHCP-enabled subnets (dhcp.py)
@@ -56,6 +57,7 @@ from cloudnet.dataplane.linux.passes import Kept, Pass, Plugged, needed_networks
 from cloudnet.dataplane.linux.pool import PoolDevices
 from cloudnet.dataplane.linux.radverts import RouterAdverts
 from cloudnet.dataplane.linux.routers import Routers
+from cloudnet.dataplane.linux.vm_ports import VmPorts
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 
 
@@ -70,6 +72,7 @@ class LinuxDataplane:
         *,
         park: bool = False,
         step_timeout: float = DEFAULT_TIMEOUT,
+        vm_owner: tuple[int, int] = (0, 0),
     ) -> None:
         self.host = host
         self.host_ns = names.host_ns(host)
@@ -85,6 +88,8 @@ class LinuxDataplane:
         self.binders = list(binders)
         not_veth = NOT_VETH | {b.vnic_type for b in self.binders}
         self.ports: base.Ports[Pass] = InstancePorts(host, bridges, self.firewall, plugged, self.steps, not_veth)
+        # VM NICs: a persistent tap each, owned by the VMM's user and group (uid, gid), that the VMM attaches to.
+        self.vm_ports = VmPorts(host, bridges, self.firewall, self.steps, vm_owner)
         # Pre-plumbed devices for ready pool ports (Kuryr's CNI half), each parked in a namespace of its own.
         self.pool: base.PoolPorts[Pass] = PoolDevices(host, park, bridges, self.firewall, plugged, self.steps)
         self.metadata: base.MetadataReach[Pass] = MetadataNamespaces(host, bridges)
@@ -107,7 +112,16 @@ class LinuxDataplane:
         self._forget()
 
     def _forget(self) -> None:
-        for job in (self.networks, self.ports, self.pool, self.metadata, self.dhcp, self.routers, self.adverts):
+        for job in (
+            self.networks,
+            self.ports,
+            self.vm_ports,
+            self.pool,
+            self.metadata,
+            self.dhcp,
+            self.routers,
+            self.adverts,
+        ):
             job.forget()
         self._kept = None
         self.firewall.forget()
@@ -152,7 +166,8 @@ class LinuxDataplane:
         return self.pool.unfinished
 
     def _is_plugged(self, port_id: str) -> bool:
-        return self.ports.is_plugged(port_id) or any(b.is_plugged(port_id) for b in self.binders)
+        return (self.ports.is_plugged(port_id) or self.vm_ports.is_plugged(port_id)
+                or any(b.is_plugged(port_id) for b in self.binders))  # fmt: skip
 
     def _apply(self, state: DesiredState, full: bool, check: bool, found: list[dict[str, str]]) -> list[PortReport]:
         """Every object's work is a step of its own (dataplane/steps.py): one that fails is reported failed (its
@@ -167,6 +182,7 @@ class LinuxDataplane:
             run.broken.update(self.firewall.apply(state, self.steps, full, check))
             run.found("firewall", self.firewall.drift)
             reports = self.ports.apply(run)
+            reports += self.vm_ports.apply(run)
             for binder in self.binders:
                 reports += binder.apply(state, self.steps, guard)
             reports += self.pool.apply(run)
@@ -177,6 +193,7 @@ class LinuxDataplane:
             reports += shared_ports.reports(state, self.steps, [n for n in run.networks if n not in run.broken])
             self._settle(run)
         self._plugged.keep({r.port_id for r in reports} | self.pool.waiting)
+        self.vm_ports.keep({r.port_id for r in reports})
         return reports
 
     def _settle(self, run: Pass) -> None:
@@ -204,6 +221,7 @@ class LinuxDataplane:
         for job in (
             self.networks,
             self.ports,
+            self.vm_ports,
             self.pool,
             self.metadata,
             self.dhcp,

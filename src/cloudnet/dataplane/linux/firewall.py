@@ -65,7 +65,7 @@ def _inputs(state: dict[str, Any], candidates: dict[str, Any]) -> int:
     return hash((tuple((pid, security.port_fingerprint(p)) for pid, p in candidates.items()),
                  tuple(security.group_fingerprint(g) for g in groups.values()),
                  tuple((g, tuple(map(str, m))) for g, m in (state.get("remote_groups") or {}).items()),
-                 tuple(state["networks"])))  # fmt: skip
+                 tuple(state["networks"]), tuple(sorted(names.vm_port_devices(state)))))  # fmt: skip
 
 
 def _refuse(reason: str | None) -> None:
@@ -156,6 +156,7 @@ class NftFirewall:
         numbers["pair"].keep({(gid, r.remote, r.direction, r.version)
                               for gid, g in policy.groups.items() for r in g.rules if r.remote})  # fmt: skip
         nets = set(state["networks"]) | {p.network_id for p in policy.ports.values()} | set(policy.unfiltered.values())
+        vms = names.vm_port_devices(state)  # (a VM's NIC is its tap, a container's the host end of its veth)
         self._freed |= numbers["zone"].keep({names.bridge(n) for n in nets}, hold=True)  # (emptied before reuse)
         desired: dict[str, Part] = {}
 
@@ -177,14 +178,16 @@ class NftFirewall:
         for bridge, zone in numbers["zone"].of.items():
             part(f"firewall-zone:{bridge}", zone, lambda b=bridge, z=zone: fw_render.zone_part(str(b), z))
         for pid, addresses in policy.identities.items():
-            part(f"metadata-identity:{pid}", addresses,
-                 lambda p=pid, a=addresses: fw_render.identity_part(names.tap(p), a))  # fmt: skip
+            dev = names.port_device(pid, vms)
+            part(f"metadata-identity:{pid}", (addresses, dev),
+                 lambda d=dev, a=addresses: fw_render.identity_part(d, a))  # fmt: skip
         for pid in policy.unfiltered:
-            part(f"firewall:{pid}", None, lambda p=pid: fw_render.unfiltered_part(names.tap(p)))
+            dev = names.port_device(pid, vms)
+            part(f"firewall:{pid}", dev, lambda d=dev: fw_render.unfiltered_part(d))
         for pid, port in policy.ports.items():
             stateful = security.port_stateful(port, policy.groups)
             gnums = tuple(numbers["group"].of.get(g, 0) for g in port.groups)
-            inputs = (port, numbers["port"].of[pid], stateful, gnums)
+            inputs = (port, numbers["port"].of[pid], stateful, gnums, names.port_device(pid, vms))
             part(f"firewall:{pid}", inputs, lambda i=inputs: self._port_part(*i))
         for gid, group in policy.groups.items():
             refs = tuple(sorted(self._refs(group).items()))
@@ -196,8 +199,9 @@ class NftFirewall:
         return desired
 
     @staticmethod
-    def _port_part(port: security.PortPolicy, number: int, stateful: bool, groups: tuple[int, ...]) -> Part:
-        return fw_render.port_part(port, names.tap(port.id), _ident(port.id), number, stateful, list(groups))
+    def _port_part(port: security.PortPolicy, number: int, stateful: bool, groups: tuple[int, ...], device: str
+                   ) -> Part:  # fmt: skip
+        return fw_render.port_part(port, device, _ident(port.id), number, stateful, list(groups))
 
     def _refs(self, group: security.Group) -> dict[tuple[str, str, int], tuple[int, int]]:
         """The group's (remote set, direction, IP version) pairs: their remote set's and their own numbers."""

@@ -74,7 +74,8 @@ def skeleton() -> str:
     """Both tables with their base chains and shared sets (no object in them)."""
     nd_out, nd_in = (_join(*map(str, t)) for t in (security.ND_EGRESS, security.ND_INGRESS))
     (md4, port4), (md6, port6) = ((str(a), p) for a, p in security.METADATA)
-    taps = quoted(f"{names.TAP}*")  # every instance port's host end
+    taps = quoted(f"{names.TAP}*")  # every container port's host end
+    vm_taps = names.VM_TAP_GROUP  # every VM tap cloudnet made (its name is Nova's: the device group marks it)
     meta_legs = quoted(f"{names.METADATA_LEG}*")  # (this host's DHCP server answers this host's ports only)
     dhcp_ask = "ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67"  # (a client with no address)
     dhcp_client = "meta l4proto udp th sport { 68, 546 } th dport { 67, 547 }"  # (DHCPv4 and DHCPv6 asks)
@@ -99,9 +100,12 @@ def skeleton() -> str:
     meta mark set 0
     ether type ip ip daddr {md4} iifname {taps} iifname . ip saddr != @meta_src4 drop
     ether type ip6 ip6 daddr {md6} iifname {taps} iifname . ip6 saddr != @meta_src6 drop
+    ether type ip ip daddr {md4} iifgroup {vm_taps} iifname . ip saddr != @meta_src4 drop
+    ether type ip6 ip6 daddr {md6} iifgroup {vm_taps} iifname . ip6 saddr != @meta_src6 drop
     iifname @unfiltered accept
     meta mark set iifname map @ports
     meta mark 0 iifname {taps} drop
+    meta mark 0 iifgroup {vm_taps} drop
     meta mark 0 accept
     ether type ip udp sport 67 udp dport 68 drop
     ether type ip6 udp sport 547 udp dport 546 drop
@@ -122,11 +126,12 @@ def skeleton() -> str:
   chain forward {{
     type filter hook forward priority -200; policy accept;
     meta mark set 0
-    ether type ip udp sport 67 udp dport 68 iifname {meta_legs} oifname != {taps} drop
-    ether type ip6 udp sport 547 udp dport 546 iifname {meta_legs} oifname != {taps} drop
+    ether type ip udp sport 67 udp dport 68 iifname {meta_legs} oifname != {taps} oifgroup != {vm_taps} drop
+    ether type ip6 udp sport 547 udp dport 546 iifname {meta_legs} oifname != {taps} oifgroup != {vm_taps} drop
     oifname @unfiltered accept
     meta mark set oifname map @ports
     meta mark 0 oifname {taps} drop
+    meta mark 0 oifgroup {vm_taps} drop
     meta mark != 0 ether type != {{ ip, ip6, arp }} drop
   }}
 }}

@@ -1,6 +1,7 @@
 """Collection on the Linux driver: cloudnet's own devices and namespaces of this host that nothing wants any more,
 and an uplink nobody needs handed back to the agent's namespace. Only what carries this host's prefixes is touched
-(names.py): two agents on one machine never collect each other's objects."""
+(names.py), or a VM tap's mark for this host (an alias: the tap's name is Nova's, which anybody may use): two agents on
+one machine never collect each other's objects, and a foreign device on a cloudnet bridge is left as it is."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cloudnet.dataplane.linux.links import ENODEV, ifname
 
 class Garbage:
     def __init__(self, host: str, nat_tables: nat.NatTables, uplinks: frozenset[str] = frozenset()) -> None:
+        self.host = host
         self.host_ns = names.host_ns(host)
         self.router_prefix = names.router_ns_prefix(host)
         self.metadata_prefix = names.metadata_ns_prefix(host)
@@ -31,9 +33,10 @@ class Garbage:
         goes into `found`."""
         for msg in host.get_links():
             name = ifname(msg)
-            if names.is_ours(name) and name not in wanted:
+            ours = names.is_ours(name) or names.is_marked(msg.get_attr("IFLA_IFALIAS"), self.host)
+            if ours and name not in wanted:
                 found.append({"object": "garbage", "difference": f"leftover device {name}"})
-                try:
+                try:  # (a VM's tap goes at once, whether or not a VMM still holds it)
                     host.link("del", index=msg["index"])
                 except NetlinkError as exc:  # its veth peer went first
                     if exc.code != ENODEV:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 # Where the metadata proxy listens is the driver interface's (every driver makes the same namespace reachable).
 from cloudnet.dataplane.base import METADATA_NS_PREFIX, metadata_ns, metadata_ns_prefix  # noqa: F401
@@ -20,6 +21,7 @@ from cloudnet.namespaces import (  # noqa: F401
     managed_ns_prefix,
     new_managed_ns,
 )
+from cloudnet.wire.guest_net import vm_device
 
 IFNAMSIZ = 15
 BRIDGE = "cnb-"  # a network's bridge, in the host namespace
@@ -30,9 +32,15 @@ ROUTER_LEG = "cnq-"  # host end of a router interface's veth
 GATEWAY_LEG = "cng-"  # host end of a router gateway's veth
 METADATA_LEG = "cnm-"  # host end of a metadata namespace's veth
 METADATA_IFACE = "md-"  # metadata namespace end
+VM_TAP_NEW = "cnv-"  # a VM's tap being made (vm_ports.py): renamed to Nova's name (guest_net.vm_device) when ready
 ROUTER_IFACE = "qr-"  # router end of an interface leg (inside the router namespace)
 ROUTER_GW = "qg-"  # router end of the gateway leg
-PREFIXES = (BRIDGE, TAP, TAP_PEER, RETIRED, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE)
+PREFIXES = (BRIDGE, TAP, TAP_PEER, RETIRED, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE, VM_TAP_NEW)
+# A VM's tap is named as Nova names it ("tap" + port id), a name anybody may use: cloudnet's carry a mark instead,
+# their alias (IFLA_IFALIAS) "cloudnet:<host hash>:<port id>", and the device group VM_TAP_GROUP, which the bridge
+# filter matches (fw_render.py: a VM tap it does not know passes nothing, as a cnt- device).
+VM_MARK = "cloudnet:"
+VM_TAP_GROUP = 0x636E7674  # "cnvt"
 HOST_NS_PREFIX = "cloudnet-host-"
 ROUTER_NS_PREFIX = "cloudnet-router-"
 PARK_NS_PREFIX = "cloudnet-park-"  # (the shared holding namespace of earlier versions: removed when found)
@@ -102,3 +110,35 @@ def park_ns(host: str) -> str:
 
 def is_ours(ifname: str) -> bool:
     return ifname.startswith(PREFIXES)
+
+
+def host_hash(host: str) -> str:
+    return hashlib.sha1(host.encode()).hexdigest()[:6]
+
+
+def vm_tap_new(port_id: str) -> str:
+    return _short(port_id, VM_TAP_NEW)
+
+
+def vm_mark(host: str, port_id: str) -> str:
+    """The alias of a VM's tap cloudnet made for this host's port."""
+    return f"{vm_mark_prefix(host)}{port_id}"
+
+
+def vm_mark_prefix(host: str) -> str:
+    return f"{VM_MARK}{host_hash(host)}:"
+
+
+def is_marked(alias: str | None, host: str) -> bool:
+    """Is a device with this alias a VM tap cloudnet made for `host`?"""
+    return bool(alias) and str(alias).startswith(vm_mark_prefix(host))
+
+
+def vm_port_devices(state: dict[str, Any]) -> dict[str, str]:
+    """The host devices of the desired state's VM NICs: port id -> its tap (Nova's name)."""
+    return {pid: vm_device(pid) for inst in state["instances"] if inst.get("kind") == "vm" for pid in inst["ports"]}
+
+
+def port_device(port_id: str, vm_devices: dict[str, str]) -> str:
+    """The host device of an instance port: a VM's tap, or the host end of a container's veth."""
+    return vm_devices.get(port_id) or tap(port_id)
