@@ -3,7 +3,7 @@
 Each boot is ~90 s of a full core under plain emulation, so each test boots once and checks everything cloud-init
 reports and applied from that one boot. The guest's network is the `nic` fixture: today the instance's NIC with
 its port's MAC wired to nothing (no DHCP, no route to 169.254.169.254: only the drive or the serial port can answer);
-a cloudnet VM tap (`cloudnet instance qemu-args`) is what the OpenStack-datasource boot needs (TODO at the end).
+the OpenStack-datasource boot is on a cloudnet VM tap (`cloudnet instance qemu-args`) with the agent running.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ import pytest
 
 from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata.mdata_service import MdataService
+from cloudnet.wire import qemu_args
 from cloudnet.wire.mdata_serial import serial_qemu_args
+from tests.support.cloud import Cloud
 from tests.support.debian_guest import MEMORY_MB, DebianGuest, debian_guest
-from tests.support.debian_vm import config_drive, make_vm, unwired_nic
+from tests.support.debian_vm import config_drive, make_vm, tap_attachment, unwired_nic
+from tests.support.guest_metadata import agent_with_proxy
 from tests.support.guest_results import WRITES, cloud_init_results
 from tests.support.mdata_raw import mdata_services
 from tests.support.qemu import Accelerator, qemu_version, running_vm, unique_name
@@ -98,7 +101,7 @@ def test_smartos_datasource_over_the_second_serial_port(
     """RFD 69's KVM case with cloud-init's own client: SMBIOS "SmartDC HVM", metadata on /dev/ttyS1 only."""
     record_property(ACCEL_PROPERTY, str(accelerator))
     serial = serial_qemu_args(serial_metadata.serial_path(vm["id"]), qemu_version())
-    args = [*nic, *serial, "-smbios", "type=1,product=SmartDC HVM"]
+    args = [*nic, *serial, *qemu_args.smbios_args(vm["id"], smartos=True)]
     with running_vm(debian, accelerator, unique_name("debian-sdc"), args, memory_mb=MEMORY_MB,
                     log=tmp_path / "console.log") as guest:  # fmt: skip
         results = cloud_init_results(guest)
@@ -106,7 +109,24 @@ def test_smartos_datasource_over_the_second_serial_port(
     assert results["cloud_id"] == "joyent", results["cloud_id"]
 
 
-# TODO(issue 28, after the vmlinux branch lands): the OpenStack datasource over a cloudnet VM tap. With the
-# `cloud` fixture's agent running and the instance ACTIVE, boot with `cloudnet instance qemu-args NAME` (its
-# -netdev tap/-device virtio-net-pci and SMBIOS "OpenStack Nova") instead of unwired_nic + config_drive, then
-# check_applied(results, vm, "OpenStack").
+def test_openstack_datasource_over_a_cloudnet_tap(
+    cloud: Cloud, server: RunningServer, debian: DebianGuest, accelerator: Accelerator, tmp_path: Path,
+    record_property: Any,
+) -> None:  # fmt: skip
+    """Nova's way: the VM on its instance's tap (`cloudnet instance qemu-args`: the NIC and SMBIOS "OpenStack
+    Nova"), its address by DHCP from the network's dnsmasq, its metadata from 169.254.169.254 through the agent's
+    proxy; no drive."""
+    record_property(ACCEL_PROPERTY, str(accelerator))
+    with agent_with_proxy(cloud, server):
+        net, v4 = cloud.network("debvm", "10.84.0.0/24")
+        router = cloud.create("routers", "router", {"name": "debvm-r"})
+        r = cloud.api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": v4["id"]})
+        assert r.status_code == 200, r.text
+        made = make_vm(cloud.api, cloud.host, net["id"])
+        vm = {**cloud.wait_active(made["id"]), "token": made["token"], "key": made["key"]}
+        args, netns = tap_attachment(cloud.api, vm)
+        with running_vm(debian, accelerator, unique_name("debian-os"), args, netns=netns, memory_mb=MEMORY_MB,
+                        log=tmp_path / "console.log") as guest:  # fmt: skip
+            results = cloud_init_results(guest)
+    check_applied(results, vm, "OpenStackLocal")  # (its local variant: DHCP of its own before the network is up)
+    assert results["cloud_id"] == "openstack", results["cloud_id"]

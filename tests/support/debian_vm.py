@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from cloudnet.wire import qemu_args
 from tests.support.api import create, network_on_host
 from tests.support.guest_results import WRITES
 
@@ -33,18 +34,28 @@ def user_data(token: str) -> str:
             f"runcmd:\n  - [sh, -c, 'echo {token} > {WRITES}/ran']\n")  # fmt: skip
 
 
-def make_vm(api: httpx.Client) -> Json:
-    """A VM instance as a user makes one, on a host and network of its own: hostname, an ssh key and user-data of
-    its own (returned with it as `key` and `token`: what the guest must show)."""
+def make_vm(api: httpx.Client, host: str | None = None, network_id: str | None = None) -> Json:
+    """A VM instance as a user makes one (on a host and network of its own unless given): hostname, an ssh key and
+    user-data of its own (returned with it as `key` and `token`: what the guest must show)."""
     suffix = uuid.uuid4().hex[:8]
-    host = f"vmd-{suffix}"
-    net = network_on_host(api, host, f"vmd-net-{suffix}", "10.93.0.0/24")
+    if host is None or network_id is None:
+        host = f"vmd-{suffix}"
+        network_id = network_on_host(api, host, f"vmd-net-{suffix}", "10.93.0.0/24")["id"]
     token = uuid.uuid4().hex
     key = ssh_key()
     instance = create(api, "instances", "instance", name=f"deb-{suffix}", hostname=f"deb-{suffix}", kind="vm",
                       host=host, user_data=user_data(token), ssh_keys=[{"name": "test", "key": key}],
-                      nets=[{"network": net["id"]}])  # fmt: skip
+                      nets=[{"network": network_id}])  # fmt: skip
     return {**instance, "token": token, "key": key}
+
+
+def tap_attachment(api: httpx.Client, instance: Json) -> tuple[list[str], str]:
+    """What `cloudnet instance qemu-args` prints for an ACTIVE instance (its taps, SMBIOS "OpenStack Nova"), and
+    the namespace its taps are in (QEMU runs there)."""
+    ports = {n["port_id"]: api.get(f"/ports/{n['port_id']}").json()["port"] for n in instance["nets"]}
+    netns = qemu_args.netns_of(ports)
+    assert netns is not None, ports
+    return qemu_args.qemu_args(instance, ports), netns
 
 
 def unwired_nic(instance: Json) -> list[str]:
