@@ -1,9 +1,10 @@
 """The Debian 12 guest with cloud-init (issue 28), booted under QEMU from cloudnet's own metadata.
 
 Each boot is ~90 s of a full core under plain emulation, so each test boots once and checks everything cloud-init
-reports and applied from that one boot. The guest's network is the `nic` fixture: today the instance's NIC with
-its port's MAC wired to nothing (no DHCP, no route to 169.254.169.254: only the drive or the serial port can answer);
-the OpenStack-datasource boot is on a cloudnet VM tap (`cloudnet instance qemu-args`) with the agent running.
+reports and applied from that one boot (`boot`). The config-drive and SmartOS boots have the `nic` fixture: the
+instance's NIC with its port's MAC wired to nothing (no DHCP, no route to 169.254.169.254: only the drive or the
+serial port can answer); the OpenStack boot is on the instance's cloudnet tap (`cloudnet instance qemu-args`) with
+the host's agent and metadata proxy running.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import pytest
@@ -68,6 +69,24 @@ def serial_metadata(server: RunningServer, vm: Json) -> Iterator[MdataService]:
         shutil.rmtree(state, ignore_errors=True)
 
 
+class Boot(Protocol):
+    def __call__(self, label: str, args: list[str], netns: str | None = None) -> Json: ...
+
+
+@pytest.fixture
+def boot(debian: DebianGuest, accelerator: Accelerator, tmp_path: Path, record_property: Any) -> Boot:
+    """`boot(label, args, netns)`: one boot of the Debian guest with `args` beside its own, until cloud-init's
+    results are printed (returned); the VM is killed as the call returns, its console left in tmp_path."""
+    record_property(ACCEL_PROPERTY, str(accelerator))
+
+    def run(label: str, args: list[str], netns: str | None = None) -> Json:
+        with running_vm(debian, accelerator, unique_name(label), args, netns=netns, memory_mb=MEMORY_MB,
+                        log=tmp_path / f"console-{label}.log") as guest:  # fmt: skip
+            return cloud_init_results(guest)
+
+    return run
+
+
 def check_applied(results: Json, instance: Json, datasource: str) -> None:
     """cloud-init finished without errors from `datasource` and applied what cloudnet holds for the instance."""
     result = json.loads(results["result"])["v1"]
@@ -82,41 +101,27 @@ def check_applied(results: Json, instance: Json, datasource: str) -> None:
 
 
 def test_config_drive_without_a_network_route(
-    api: httpx.Client, debian: DebianGuest, accelerator: Accelerator, vm: Json, nic: list[str], tmp_path: Path,
-    record_property: Any,
-) -> None:  # fmt: skip
-    record_property(ACCEL_PROPERTY, str(accelerator))
-    args = [*nic, *config_drive(api, vm, tmp_path)]
-    with running_vm(debian, accelerator, unique_name("debian-cd"), args, memory_mb=MEMORY_MB,
-                    log=tmp_path / "console.log") as guest:  # fmt: skip
-        results = cloud_init_results(guest)
+    api: httpx.Client, boot: Boot, vm: Json, nic: list[str], tmp_path: Path
+) -> None:
+    results = boot("debian-cd", [*nic, *config_drive(api, vm, tmp_path)])
     check_applied(results, vm, "ConfigDrive")
     assert results["cloud_id"] == "configdrive", results["cloud_id"]
 
 
 def test_smartos_datasource_over_the_second_serial_port(
-    debian: DebianGuest, accelerator: Accelerator, vm: Json, nic: list[str], serial_metadata: MdataService,
-    tmp_path: Path, record_property: Any,
-) -> None:  # fmt: skip
+    boot: Boot, vm: Json, nic: list[str], serial_metadata: MdataService
+) -> None:
     """RFD 69's KVM case with cloud-init's own client: SMBIOS "SmartDC HVM", metadata on /dev/ttyS1 only."""
-    record_property(ACCEL_PROPERTY, str(accelerator))
     serial = serial_qemu_args(serial_metadata.serial_path(vm["id"]), qemu_version())
-    args = [*nic, *serial, *qemu_args.smbios_args(vm["id"], smartos=True)]
-    with running_vm(debian, accelerator, unique_name("debian-sdc"), args, memory_mb=MEMORY_MB,
-                    log=tmp_path / "console.log") as guest:  # fmt: skip
-        results = cloud_init_results(guest)
+    results = boot("debian-sdc", [*nic, *serial, *qemu_args.smbios_args(vm["id"], smartos=True)])
     check_applied(results, vm, "SmartOS")
     assert results["cloud_id"] == "joyent", results["cloud_id"]
 
 
-def test_openstack_datasource_over_a_cloudnet_tap(
-    cloud: Cloud, server: RunningServer, debian: DebianGuest, accelerator: Accelerator, tmp_path: Path,
-    record_property: Any,
-) -> None:  # fmt: skip
+def test_openstack_datasource_over_a_cloudnet_tap(cloud: Cloud, server: RunningServer, boot: Boot) -> None:
     """Nova's way: the VM on its instance's tap (`cloudnet instance qemu-args`: the NIC and SMBIOS "OpenStack
     Nova"), its address by DHCP from the network's dnsmasq, its metadata from 169.254.169.254 through the agent's
     proxy; no drive."""
-    record_property(ACCEL_PROPERTY, str(accelerator))
     with agent_with_proxy(cloud, server):
         net, v4 = cloud.network("debvm", "10.84.0.0/24")
         router = cloud.create("routers", "router", {"name": "debvm-r"})
@@ -125,8 +130,6 @@ def test_openstack_datasource_over_a_cloudnet_tap(
         made = make_vm(cloud.api, cloud.host, net["id"])
         vm = {**cloud.wait_active(made["id"]), "token": made["token"], "key": made["key"]}
         args, netns = tap_attachment(cloud.api, vm)
-        with running_vm(debian, accelerator, unique_name("debian-os"), args, netns=netns, memory_mb=MEMORY_MB,
-                        log=tmp_path / "console.log") as guest:  # fmt: skip
-            results = cloud_init_results(guest)
+        results = boot("debian-os", args, netns)
     check_applied(results, vm, "OpenStackLocal")  # (its local variant: DHCP of its own before the network is up)
     assert results["cloud_id"] == "openstack", results["cloud_id"]

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,13 +133,16 @@ def build(into: Path) -> None:
              f'cloudnet" && cp {files}/modules "$1/etc/initramfs-tools/modules"')  # fmt: skip
     root = into / "root"
     # No timeout: a killed mmdebstrap would leave the host's /dev, /proc and /sys mounted in the root (see remove).
-    subprocess.run(["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory", "--quiet",
-                    "--aptopt=Acquire::Check-Valid-Until \"false\"", "--include=" + ",".join(PACKAGES),
-                    *(f"--dpkgopt=path-exclude={path}" for path in EXCLUDED),
-                    "--setup-hook=" + setup, f"--customize-hook=sh {files}/customize.sh \"$1\"", RELEASE, str(root),
-                    f"deb {archive} {RELEASE} main", f"deb {archive} {RELEASE}-updates main",
-                    f"deb {security} {RELEASE}-security main"],
-                   check=True, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(["mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory", "--quiet",
+                           "--aptopt=Acquire::Check-Valid-Until \"false\"", "--include=" + ",".join(PACKAGES),
+                           *(f"--dpkgopt=path-exclude={path}" for path in EXCLUDED),
+                           "--setup-hook=" + setup, f"--customize-hook=sh {files}/customize.sh \"$1\"",
+                           RELEASE, str(root),
+                           f"deb {archive} {RELEASE} main", f"deb {archive} {RELEASE}-updates main",
+                           f"deb {security} {RELEASE}-security main"],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"mmdebstrap exited {done.returncode}:\n{done.stderr[-3000:]}")
     kernel = sorted((root / "boot").glob("vmlinuz-*"))[-1]
     shutil.copyfile(kernel, into / "vmlinuz")
     shutil.copyfile(root / "boot" / kernel.name.replace("vmlinuz", "initrd.img"), into / "initrd.img")
@@ -169,8 +173,9 @@ def prune(cache: Path, keep: Path, unused_for: float = 2 * 86400) -> None:
             remove(entry)
 
 
-def debian_guest(cache: Path = CACHE) -> DebianGuest:
-    """The cached guest, built first if no entry has this recipe (several workers: one builds, the others wait)."""
+def debian_guest(cache: Path = CACHE, builder: Callable[[Path], None] | None = None) -> DebianGuest:
+    """The cached guest, built first (by `builder`, `build` unless given) if no entry has this recipe; several
+    workers at once: one builds, the others wait and find it built."""
     inputs = json.dumps(recipe(), sort_keys=True).encode()
     entry = cache / f"debian12-{hashlib.sha256(inputs).hexdigest()[:16]}"
     with locked(cache / ".debian12.lock"):
@@ -178,7 +183,7 @@ def debian_guest(cache: Path = CACHE) -> DebianGuest:
             work = Path(tempfile.mkdtemp(prefix=".build-debian12-", dir=cache))
             try:
                 started = time.monotonic()
-                build(work)
+                (builder or build)(work)
                 (work / "build.json").write_text(json.dumps({"seconds": round(time.monotonic() - started, 1),
                                                              "recipe": json.loads(inputs)}))  # fmt: skip
                 shutil.rmtree(entry, ignore_errors=True)
