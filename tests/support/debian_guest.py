@@ -186,6 +186,7 @@ def debian_guest(cache: Path = CACHE, builder: Callable[[Path], None] | None = N
                 (builder or build)(work)
                 (work / "build.json").write_text(json.dumps({"seconds": round(time.monotonic() - started, 1),
                                                              "recipe": json.loads(inputs)}))  # fmt: skip
+                os.chmod(work, 0o755)  # (mkdtemp's 0700: a VMM run as another user reads the entry too)
                 shutil.rmtree(entry, ignore_errors=True)
                 work.rename(entry)
             finally:
