@@ -123,6 +123,10 @@ class AgentConfig:
     mdata_idle_timeout: float = 300.0
     mdata_max_line: int = 1 << 20
     mdata_max_connections: int = 32
+    # VMs' tap devices: the user and group (names or numbers) that may open them, so that the VMM need not run as
+    # root (None: only a VMM with CAP_NET_ADMIN).
+    vm_user: str | None = None
+    vm_group: str | None = None
 
     @property
     def secret_file(self) -> Path:
