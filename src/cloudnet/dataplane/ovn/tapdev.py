@@ -34,15 +34,16 @@ MARK = "cloudnet-vm"
 
 @dataclass(frozen=True)
 class Owner:
-    """Who may open the taps without CAP_NET_ADMIN (-1: nobody in particular)."""
+    """Who may open the taps without CAP_NET_ADMIN. A tap with neither owner nor group is anyone's who can open
+    /dev/net/tun (0666 on Debian): so root owns them unless a user is configured (-1: no group)."""
 
-    uid: int = -1
+    uid: int = 0
     gid: int = -1
 
 
 def owner_of(user: str | None, group: str | None) -> Owner:
     """The Owner a configuration names (names or numbers; KeyError for a name this system does not know)."""
-    uid = -1 if not user else int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+    uid = 0 if not user else int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
     gid = -1 if not group else int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
     return Owner(uid, gid)
 
@@ -58,6 +59,11 @@ class Tap:
 
 class NotOurs(Exception):
     """A device of that name exists that cloudnet did not make: it is left alone."""
+
+
+def ifreq(name: str) -> bytes:
+    """TUNSETIFF's argument for the tap `name` (as QEMU asks, less the vnet header)."""
+    return struct.pack("16sH22x", name.encode(), IFF_TAP | IFF_NO_PI)
 
 
 def mark(host: str, port_id: str) -> str:
@@ -119,7 +125,7 @@ def _create(ns: str, ipr: IPRoute, name: str, alias: str, mac: str, mtu: int, ow
     with netns.entered(ns):  # (the tun driver makes the device in the opener's namespace)
         fd = os.open(TUN_DEVICE, os.O_RDWR | os.O_CLOEXEC)
     try:
-        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", name.encode(), IFF_TAP | IFF_NO_PI))
+        fcntl.ioctl(fd, TUNSETIFF, ifreq(name))
         if owner.uid >= 0:
             fcntl.ioctl(fd, TUNSETOWNER, owner.uid)
         if owner.gid >= 0:
