@@ -83,6 +83,8 @@ def add(conn: Connection, out: Desired, filtered: dict[str, list[str]], identiti
         _acl("acl/drop/ingress", "to-lport", DROP, f"outport == @{DROP_GROUP} && ip", "drop", drop_key),
         _acl("acl/drop/dhcp", "from-lport", ALLOW,
              f"inport == @{DROP_GROUP} && ip4 && udp && udp.src == 68 && udp.dst == 67", "allow", drop_key),
+        _acl("acl/drop/dhcp6", "from-lport", ALLOW,
+             f"inport == @{DROP_GROUP} && ip6 && udp && udp.src == 546 && udp.dst == 547", "allow", drop_key),
         _acl("acl/drop/metadata", "from-lport", ALLOW,
              f"inport == @{DROP_GROUP} && ip4 && ip4.dst == {METADATA[4]} && tcp && tcp.dst == 80", "allow-related",
              drop_key),
