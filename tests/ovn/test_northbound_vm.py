@@ -100,9 +100,9 @@ def test_ipv6_per_subnet_mode_dhcpv6_options_and_router_advertisements(
     assert lrps[f"lrp/{ifaces['none']}"]["ipv6_ra_configs"] == {}
 
 
-def test_a_guest_may_ask_dhcpv6_but_not_answer_it(api: httpx.Client, ovn: OvnSandbox, nb_sync: NorthboundSync) -> None:
+def test_a_guest_may_ask_dhcp_but_not_answer_it(api: httpx.Client, ovn: OvnSandbox, nb_sync: NorthboundSync) -> None:
     """Ports with port security and no group still reach OVN's DHCPv6 (client port 546 to server port 547 only);
-    nothing lets a guest's server answers (547 -> 546) out."""
+    a guest's own server's answers (67 -> 68, 547 -> 546) are dropped above any group's allow."""
     net = create_network(api, name="vm6-acl")
     create_subnet(api, net["id"], "fd00:65::/64", ip_version=6, ipv6_address_mode="dhcpv6-stateful")
     create(api, "ports", "port", network_id=net["id"], security_groups=[])
@@ -113,4 +113,11 @@ def test_a_guest_may_ask_dhcpv6_but_not_answer_it(api: httpx.Client, ovn: OvnSan
         == "inport == @cloudnet_pg_drop && ip6 && udp && udp.src == 546 && udp.dst == 547"
     )
     assert acls["acl/drop/dhcp6"]["direction"] == "from-lport" and acls["acl/drop/dhcp6"]["action"] == "allow"
-    assert not [a for a in acls.values() if "udp.src == 547" in a["match"] or "udp.src == 67" in a["match"]]
+    for key, (version, ports) in {"acl/drop/dhcp-server": (4, "67 && udp.dst == 68"),
+                                  "acl/drop/dhcp6-server": (6, "547 && udp.dst == 546")}.items():  # fmt: skip
+        acl = acls[key]
+        assert acl["match"] == f"inport == @cloudnet_pg_drop && ip{version} && udp && udp.src == {ports}"
+        assert (acl["direction"], acl["action"], acl["priority"]) == ("from-lport", "drop", 1003)
+    allowed = [a for a in acls.values() if a["action"] != "drop" and ("udp.src == 547" in a["match"]
+               or "udp.src == 67" in a["match"])]  # fmt: skip
+    assert not allowed

@@ -428,3 +428,59 @@ def _open_as_nobody(ns: str, name: str) -> int:
             os._exit(code)
     _pid, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+def _v6(port: dict[str, Any]) -> str:
+    return next(str(f["ip_address"]) for f in port["fixed_ips"] if ":" in f["ip_address"])
+
+
+def _pair(api: httpx.Client, rig: Rig, net: Any, names_: tuple[str, str]) -> tuple[Any, Any, Any, Any]:
+    """Two VMs on the network: (rogue's port, victim's port, rogue's tap end, victim's tap end)."""
+    a, b = (_vm(api, rig, name, [{"network": net["id"]}]) for name in names_)
+    assert rig.chassis.netns is not None
+    ends = [tapio.TapEnd(rig.chassis.netns, vm["nets"][0]["device"]) for vm in (a, b)]
+    return _port(api, a["nets"][0]["port_id"]), _port(api, b["nets"][0]["port_id"]), ends[0], ends[1]
+
+
+def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(rig: Rig, api: httpx.Client, net: Any) -> None:
+    pa, pb, rogue, victim = _pair(api, rig, net, ("vm-rogue", "vm-victim"))
+    try:
+
+        def v4(sport: int, dport: int, marker: bytes) -> bytes:
+            udp = frames.ipv4_udp(_v4(pa), "255.255.255.255", sport, dport, marker)
+            return frames.ethernet(frames.BROADCAST, pa["mac_address"], 0x0800, udp)
+
+        def v6(sport: int, dport: int, marker: bytes) -> bytes:  # (to its global address: its group lets it in)
+            udp = frames.ipv6_udp(_v6(pa), _v6(pb), sport, dport, marker)
+            return frames.ethernet(pb["mac_address"], pa["mac_address"], 0x86DD, udp)
+
+        def seen(marker: bytes, within: float) -> bool:
+            return victim.wait_for(lambda f: marker in f, within) is not None
+
+        # What it sends honestly reaches the neighbour (polled: flows settle); its server's answers do not.
+        _until(lambda: (rogue.send(v4(4000, 4001, b"hello4")), seen(b"hello4", 0.5))[1], "a broadcast")
+        _until(lambda: (rogue.send(v6(4000, 4001, b"hello6")), seen(b"hello6", 0.5))[1], "an IPv6 datagram")
+        rogue.send(v4(67, 68, b"rogue-offer"))
+        rogue.send(v6(547, 546, b"rogue-advertise"))
+        assert not seen(b"rogue-", BLOCKED)
+    finally:
+        rogue.close()
+        victim.close()
+
+
+NO_RA_GUARD = ("OVN 23.03 lets every nd_ra through its ACL stage (ls_in_acl priority 65532: `nd || nd_ra || "
+               "nd_rs || mldv1 || mldv2` -> next, above any ACL) and port security does not look at RAs: no NB row "
+               "can stop a guest's RA")  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NO_RA_GUARD)
+def test_a_vm_sending_router_advertisements_reaches_no_neighbour(rig: Rig, api: httpx.Client, net: Any) -> None:
+    pa, _pb, rogue, victim = _pair(api, rig, net, ("vm-ra", "vm-ra-victim"))
+    try:
+        mac = pa["mac_address"]
+        ra = frames.ipv6_icmp(tapio.link_local(mac), "ff02::1", frames.router_advert(mac, b"rogue-ra"))
+        rogue.send(frames.ethernet("33:33:00:00:00:01", mac, 0x86DD, ra))
+        assert victim.wait_for(lambda f: b"rogue-ra" in f, BLOCKED) is None
+    finally:
+        rogue.close()
+        victim.close()
