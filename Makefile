@@ -13,12 +13,16 @@ NETAVARK_DIR ?= /usr/local/libexec/netavark
 # DHCPv6 client of its tests (Debian's busybox has no udhcpc6).
 # python3-openvswitch: the OVSDB JSON parser in C that cloudnet's OVN speed depends on (only recommended on 13).
 # libarchive-tools: bsdtar, the tests' reader of config drive images (a reader other than the writer, pycdlib).
+# qemu-system-x86: the VMM of the tests that boot real guests (KVM where it really runs one, else plain emulation);
+# their tiny guest is Debian's kernel (fetched with `apt-get download`, never installed) and a busybox-static
+# initramfs (busybox's own cpio), its modules resolved with kmod's depmod (Debian 13's come .ko.xz: Python unpacks).
+# python3-serial: pyserial, which cloud-init's SmartOS datasource needs (Debian 13's cloud-init no longer pulls it in).
 # These names hold on every release the installer knows; scripts/install-debian-packages.sh adds each one's own.
 DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
                 postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
                 curl wrk ovn-central ovn-host openvswitch-switch python3-openvswitch \
                 podman runc containernetworking-plugins busybox-static docker.io containerd \
-                libarchive-tools dnsmasq-base isc-dhcp-client
+                libarchive-tools dnsmasq-base isc-dhcp-client qemu-system-x86 kmod python3-serial
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean
@@ -87,6 +91,7 @@ bench: deps
 	$(BIN)/python bench/ovn_forwards.py
 	$(BIN)/python bench/ovn_ports.py
 	$(BIN)/python bench/ovn_scale.py
+	$(BIN)/python bench/vm_boot.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -31,14 +33,18 @@ HOST = "bench-host"
 FRAMES = 1024  # distinct request ids, prepared before timing
 
 
-def _serve(url: str, state_dir: str) -> None:
-    """Child process: the agent's MdataService, following the API's desired state of HOST."""
+def _serve(url: str, state_dir: str, vm: bool = False) -> None:
+    """Child process: the agent's MdataService, following the API's desired state of HOST (with `vm`, its
+    instances are VMs, served on their serial sockets: bench/mdata_serial.py)."""
     from cloudnet.agent.client import ApiClient
     from cloudnet.agent.metadata.mdata_service import MdataService
 
     client = ApiClient(url, HOST, "admin")
     service = MdataService(Path(state_dir), client)
-    service.update(client.desired_state())
+    state = client.desired_state()
+    for inst in state["instances"] if vm else []:
+        inst["kind"], inst["netns"] = "vm", None  # as the API says of a VM instance
+    service.update(state)
     print("ready", flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     service.close()
@@ -59,23 +65,28 @@ def _instance(url: str) -> str:
 
 
 def _get_loop(path: str, key: str, n: int) -> list[float]:
-    frames = [(rid, v2_request(rid, "GET", key.encode())) for rid in (new_reqid() for _ in range(FRAMES))]
-    times: list[float] = []
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(path)
-        s.sendall(b"NEGOTIATE V2\n")
-        assert s.recv(64) == b"V2_OK\n"
-        clock = time.perf_counter
-        for i in range(n):
-            rid, frame = frames[i % FRAMES]
-            t0 = clock()
-            s.sendall(frame)
-            reply = s.recv(65536)
-            while not reply.endswith(b"\n"):
-                reply += s.recv(65536)
-            times.append(clock() - t0)
-            if rid not in reply or b"SUCCESS" not in reply:
-                raise RuntimeError(f"unexpected reply {reply!r}")
+        return get_loop(s.sendall, s.recv, key, n)
+
+
+def get_loop(send: Callable[[bytes], object], recv: Callable[[int], bytes], key: str, n: int) -> list[float]:
+    """Seconds of each of `n` sequential GETs of `key` over a stream, after NEGOTIATE V2."""
+    frames = [(rid, v2_request(rid, "GET", key.encode())) for rid in (new_reqid() for _ in range(FRAMES))]
+    times: list[float] = []
+    send(b"NEGOTIATE V2\n")
+    assert recv(64) == b"V2_OK\n"
+    clock = time.perf_counter
+    for i in range(n):
+        rid, frame = frames[i % FRAMES]
+        t0 = clock()
+        send(frame)
+        reply = recv(65536)
+        while not reply.endswith(b"\n"):
+            reply += recv(65536)
+        times.append(clock() - t0)
+        if rid not in reply or b"SUCCESS" not in reply:
+            raise RuntimeError(f"unexpected reply {reply!r}")
     return times
 
 
@@ -110,21 +121,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--serve", nargs=2, metavar=("URL", "STATE_DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--vm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        _serve(*args.serve)
+        _serve(*args.serve, vm=args.vm)
         return
     with cloudnet_server() as url:
         instance_id = _instance(url)
-        state_dir = tempfile.mkdtemp(prefix="cloudnet-mdata-bench-")
-        cmd = [sys.executable, __file__, "--serve", url, state_dir]
-        if (os.cpu_count() or 1) > 1:
-            cmd = ["taskset", "-c", "0", *cmd]
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
-        try:
-            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-            pin_client(1)
+        with metadata_service(url) as (child, state_dir):
             path = f"{state_dir}/zonecontrol/{instance_id}/metadata.sock"
             _get_loop(path, "sdc:uuid", 2_000)  # warm-up
             print(f"mdata GET over one Unix socket ({args.requests:,} sequential requests, v2 frames):")
@@ -140,10 +144,25 @@ def main() -> None:
             row(
                 "slow 1 MiB line (64-byte pieces): service CPU", f"{cpu * 1000:.0f} ms", "linear (was 1.8 s)", cpu < 0.5
             )
-        finally:
-            child.send_signal(signal.SIGTERM)
-            child.wait(timeout=30)
-            subprocess.run(["rm", "-rf", state_dir], check=False)
+
+
+@contextmanager
+def metadata_service(url: str, vm: bool = False) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """The MdataService in a child process pinned to core 0 (and this process to core 1), and its state dir."""
+    state_dir = tempfile.mkdtemp(prefix="cloudnet-mdata-bench-")
+    cmd = [sys.executable, __file__, "--serve", url, state_dir, *(["--vm"] if vm else [])]
+    if (os.cpu_count() or 1) > 1:
+        cmd = ["taskset", "-c", "0", *cmd]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        pin_client(1)
+        yield child, state_dir
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+        subprocess.run(["rm", "-rf", state_dir], check=False)
 
 
 if __name__ == "__main__":

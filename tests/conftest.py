@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from cloudnet.store.tables import metadata
 from tests.support.podman import describe
 from tests.support.postgres import PostgresServer
 from tests.support.server import RunningServer
+from tests.support.vm_fixtures import ACCEL_PROPERTY
 
 TEST_DB = "cloudnet_test"
 PLATFORM = Path(__file__).resolve().parent.parent / "scripts" / "platform.sh"
@@ -29,6 +31,17 @@ def pytest_report_header() -> list[str]:
     """Which Debian release and which podman/OVN/PostgreSQL the run found (the paths the tests take follow them)."""
     platform = subprocess.run([str(PLATFORM)], capture_output=True, text=True).stdout.strip()
     return [platform, describe()]  # the second: which podman the podman tests drive, through which plugin
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Which accelerator the VM tests' QEMU used (KVM only where it really runs a guest), from their reports."""
+    used = Counter(
+        value for reports in terminalreporter.stats.values() for report in reports
+        if getattr(report, "when", "") == "call"
+        for name, value in getattr(report, "user_properties", ()) if name == ACCEL_PROPERTY
+    )  # fmt: skip
+    if used:
+        terminalreporter.write_line("QEMU guests ran under: " + "; ".join(f"{a}: {n} tests" for a, n in used.items()))
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,10 +124,12 @@ class AgentConfig:
     mdata_idle_timeout: float = 300.0
     mdata_max_line: int = 1 << 20
     mdata_max_connections: int = 32
-    # VMs' tap devices: the user and group (names or numbers) that may open them, so that the VMM need not run as
-    # root (None: only a VMM with CAP_NET_ADMIN).
-    vm_user: str | None = None
+    # The group VMMs run as (a name or gid; None: the agent's own): VM serial metadata sockets are 0660 of it, and
+    # VMs' taps on OVN may be opened by it.
     vm_group: str | None = None
+    # The user VMMs run as (a name or uid; None: root): VMs' taps on OVN are owned by it, so that QEMU need not run
+    # as root.
+    vm_user: str | None = None
 
     @property
     def secret_file(self) -> Path:
@@ -143,6 +146,16 @@ def metadata_url_of(listen: str) -> str | None:
         if listen.startswith(wildcard):
             return "http://127.0.0.1:" + listen[len(wildcard) :]
     return f"http://{listen}"
+
+
+def group_id(group: str | None) -> int | None:
+    """A group name or number (--vm-group) as a gid; None stays None (the process's own group)."""
+    if group is None or group.isdigit():
+        return None if group is None else int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ValueError(f"no group {group!r} on this host") from None
 
 
 def parse_mappings(values: list[str], what: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from cloudnet.dataplane.linux.driver import LinuxDataplane
 from tests.support.cloud import Cloud
 from tests.support.forward_site import Site, forward_site
 from tests.support.server import RunningServer
+from tests.support.vm_fixtures import accelerator, tiny_guest, vms  # noqa: F401 -- fixtures of VM tests
 
 
 @pytest.fixture

@@ -6,13 +6,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
+import struct
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux import dhcp_conf, names
 from cloudnet.dataplane.linux.dhcp import RUN_ROOT
+from tests.support import frames
 from tests.support.cloud import Cloud, ns_run
 
 SCRIPT = """#!/bin/sh
@@ -301,3 +306,44 @@ def test_dhcpv6_stateful_gives_the_port_address_and_stateless_only_options(cloud
     assert ask6(cloud, vm2["netns"], tmp_path) is None  # (no address to lease)
     got = ask6(cloud, vm2["netns"], tmp_path, stateless=True)
     assert got is not None and got["new_dhcp6_name_servers"] == "2001:db8::54" and "new_ip6_address" not in got
+
+
+def _discover_frame(mac: str, marker: bytes) -> bytes:
+    """A DHCPDISCOVER from `mac` (its chaddr too, as a real client's), `marker` in the server name field."""
+    chaddr = bytes.fromhex(mac.replace(":", ""))
+    bootp = struct.pack("!BBBB4sHH16s16s64s128s", 1, 1, 6, 0, os.urandom(4), 0, 0x8000, bytes(16), chaddr + bytes(10),
+                        marker.ljust(64, b"\0"), bytes(128))  # fmt: skip
+    payload = bootp + bytes([99, 130, 83, 99, 53, 1, 1, 255])
+    return frames.ethernet("ff:ff:ff:ff:ff:ff", mac, 0x0800, frames.ipv4_udp("0.0.0.0", "255.255.255.255", 68, 67,
+                                                                               payload))  # fmt: skip
+
+
+def test_a_guest_flooding_its_dhcp_server_does_not_starve_the_others(cloud: Cloud, tmp_path: Path) -> None:
+    """Each port has a budget of DHCP asks (fw_render.DHCP_RATE): of a flood of discovers from one guest (its own
+    MAC, its own chaddr: nothing else would stop them) only the budget reaches the server, and a neighbour asking
+    meanwhile gets its lease."""
+    cloud.start_agent()
+    net, _ = _network(cloud, "flood", "10.78.0")
+    flooder = cloud.instance("flooder", [{"network": net["id"]}])
+    patient = cloud.instance("patient", [{"network": net["id"]}])
+    meta = cloud.api.get("/ports", params={"network_id": net["id"], "device_owner": "network:distributed"})
+    (meta_port,) = meta.json()["ports"]
+    server = frames.Catcher.start(names.metadata_ns(cloud.host, net["id"]), names.metadata_iface(meta_port["id"]))
+    marker = os.urandom(8).hex().encode()
+    frame = _discover_frame(flooder["nets"][0]["mac_address"], marker)
+    try:
+        with netns.entered(flooder["netns"]):
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        with sock:
+            sock.bind(("eth0", 0))
+            started = time.monotonic()
+            for _ in range(2000):
+                sock.send(frame)
+            took = time.monotonic() - started
+        got = ask(patient["netns"], _script(tmp_path))
+        assert server.seen(marker, within=2)  # (some of the flood is the flooder's budget)
+        arrived = sum(marker in f for f in list(server.frames))
+    finally:
+        server.stop()
+    assert got is not None and got["ip"] == patient["nets"][0]["fixed_ips"][0]["ip_address"], got
+    assert arrived <= 30 + 10 * (took + 1) + 5, f"{arrived} of 2000 discovers in {took:.2f} s reached the server"

@@ -32,6 +32,16 @@ from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.wire.mdata_protocol import crc32_hex, new_reqid, parse_v2_response, put_payload, v2_request
 from tests.support.installed import DEBIAN_PYTHON, require_cloud_init
+from tests.support.mdata_raw import (
+    Raw,
+    closed_by_peer,
+    connectable,
+    deleted_with_its_instance,
+    mdata_services,
+    stale_socket,
+    stored,
+    wait_for,
+)
 from tests.support.server import RunningServer
 
 CHECK = 0.1  # seconds between the service's own socket checks in these tests
@@ -89,17 +99,9 @@ def agent_client(server: RunningServer, host: str) -> Iterator[ApiClient]:
 @pytest.fixture
 def start(state_dir: Path, agent_client: ApiClient, instance: dict[str, Any]) -> Iterator[Callable[[], MdataService]]:
     """Start an MdataService following the host's desired state, which has `instance`, as the agent would."""
-    started: list[MdataService] = []
-
-    def _start() -> MdataService:
-        svc = MdataService(state_dir, agent_client, datacenter_name="dc-test", check_interval=CHECK)
-        started.append(svc)
-        svc.update(agent_client.desired_state())
-        return svc
-
-    yield _start
-    for svc in started:
-        svc.close()
+    with mdata_services(state_dir, agent_client, agent_client.desired_state, datacenter_name="dc-test",
+                        check_interval=CHECK) as start:  # fmt: skip
+        yield start
 
 
 @pytest.fixture
@@ -131,76 +133,6 @@ def mdata(
         cmd += ["--socket", sock]
     return subprocess.run([*cmd, "--timeout", str(timeout), *args], capture_output=True, text=True, input=stdin,
                           timeout=60, env={**os.environ, **(env or {})})  # fmt: skip
-
-
-class Raw:
-    """A bare protocol connection, for what real clients never send."""
-
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.buf = b""
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def line(self, timeout: float = 5.0) -> bytes | None:
-        """The next line, or None if nothing arrives within `timeout`."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self.sock.settimeout(left)
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                return None
-            assert data, "the service closed the connection"
-            self.buf += data
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
-
-    def request(self, op: str, arg: bytes | None = None) -> tuple[str, bytes | None]:
-        rid = new_reqid()
-        self.send(v2_request(rid, op, arg))
-        line = self.line()
-        assert line is not None, f"no answer to {op}"
-        answer = parse_v2_response(line, rid)
-        assert answer is not None, line
-        return answer.code, answer.value
-
-
-def stored(api: httpx.Client, instance_id: str) -> dict[str, Any]:
-    return dict(api.get(f"/instances/{instance_id}/metadata").json())
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 10, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)  # polling the socket path the service is expected to recreate
-
-
-def closed_by_peer(raw: Raw) -> bool:
-    raw.sock.settimeout(5)
-    try:
-        return raw.sock.recv(100) == b""
-    except ConnectionResetError:  # aborted, unread data and all
-        return True
-
-
-def connectable(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        try:
-            s.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -672,19 +604,10 @@ def test_sockets_of_gone_instances_are_removed(
     start: Callable[[], MdataService], instance: dict[str, Any], api: httpx.Client, state_dir: Path, host: str
 ) -> None:
     svc = start()
-    directory = svc.directory(instance["id"])
-    held = Raw(str(svc.socket_path(instance["id"])))
-    assert api.delete(f"/instances/{instance['id']}").status_code == 204
-    svc.update(svc.client.desired_state())
-    assert not directory.exists()
-    assert closed_by_peer(held)  # its connections are closed too
-    held.close()
+    deleted_with_its_instance(svc, api, instance["id"], svc.socket_path(instance["id"]))
     # Left behind while no service ran (the instance went meanwhile): swept by the next service.
     svc.close()
     leftover = state_dir / "zonecontrol" / str(uuid.uuid4())
-    leftover.mkdir()
-    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    dead.bind(str(leftover / "metadata.sock"))
-    dead.close()
+    stale_socket(leftover / "metadata.sock")
     start()
     assert not leftover.exists()

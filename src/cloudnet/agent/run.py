@@ -10,7 +10,7 @@ from cloudnet.agent.agent import Agent, StateObserver
 from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.agent.metadata.proxy import MetadataProxy
-from cloudnet.config import AgentConfig
+from cloudnet.config import AgentConfig, group_id
 from cloudnet.dataplane import drivers
 from cloudnet.wire import signing
 
@@ -25,7 +25,8 @@ def build(config: AgentConfig) -> Agent:
     if config.metadata_url:
         # 169.254.169.254 in every network namespace of this host, signing with the server's secret.
         observers.append(MetadataProxy(config.host, config.metadata_url, signing.read_secret(config.secret_file)))
-    # SmartOS metadata sockets under <state>/zonecontrol/<uuid>/ (guests' writes go through the API).
+    # SmartOS metadata sockets under <state>/zonecontrol/<uuid>/, and VMs' serial ports under <state>/vmserial/
+    # (guests' writes go through the API).
     observers.append(
         MdataService(
             config.state_dir,
@@ -33,6 +34,7 @@ def build(config: AgentConfig) -> Agent:
             idle_timeout=config.mdata_idle_timeout,
             max_line=config.mdata_max_line,
             max_connections=config.mdata_max_connections,
+            vm_group=group_id(config.vm_group),
         )
     )
     return Agent(

@@ -18,6 +18,7 @@ from cloudnet.config import (
     DEFAULT_STATE_DIR,
     AgentConfig,
     ServerConfig,
+    group_id,
     metadata_url_of,
     parse_mappings,
 )
@@ -89,6 +90,10 @@ MdataIdle = Annotated[float, typer.Option(min=1, metavar="S", help="Close a Smar
                                           "long.")]  # fmt: skip
 MdataMaxLine = Annotated[int, typer.Option(min=4096, metavar="BYTES", help="Longest SmartOS metadata request line.")]
 MdataMaxConnections = Annotated[int, typer.Option(min=1, help="Connections per instance metadata socket.")]
+VmGroup = Annotated[
+    str | None,
+    typer.Option(metavar="GROUP", help="Group of the VMMs (QEMU): VM serial metadata sockets are 0660 of it."),
+]
 MaxBodySize = Annotated[int, typer.Option(min=1024, metavar="BYTES", help="Largest request body (413 beyond).")]
 MetadataListen = Annotated[
     str,
@@ -164,6 +169,14 @@ def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | N
     config.dataplane, config.ovn_nb, config.ovn_sb = dataplane, nb, sb
     config.ovn_listen = listen_address(listen, dataplane, nb is not None)
     return config
+
+
+def _vm_group(value: str | None) -> str | None:
+    try:
+        group_id(value)  # checked now, not when the first VM's socket is made
+    except ValueError as exc:
+        raise CliError(f"--vm-group: {exc}") from None
+    return value
 
 
 def _no_sriov_on_ovn(dataplane: str, sriov: list[str] | None) -> None:
@@ -246,6 +259,7 @@ def register(app: typer.Typer) -> None:
         mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
         mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
         mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
+        vm_group: VmGroup = None,
         dataplane: Annotated[
             str,
             typer.Option(
@@ -285,6 +299,7 @@ def register(app: typer.Typer) -> None:
         config.park_pool_devices = park_pool_devices
         config.step_timeout, config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         config.mdata_max_line, config.mdata_max_connections = mdata_max_line, mdata_max_connections
+        config.vm_group = _vm_group(vm_group)
         if dataplane not in ("linux", "ovn") or (dataplane == "ovn") != (ovn_sb is not None):
             raise CliError("--dataplane is linux or ovn, and ovn goes with --ovn-sb URL (linux without)")
         _no_sriov_on_ovn(dataplane, sriov)
@@ -335,6 +350,7 @@ def register(app: typer.Typer) -> None:
         mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
         mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
         mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
+        vm_group: VmGroup = None,
         dataplane: Dataplane = "linux",
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
@@ -362,6 +378,7 @@ def register(app: typer.Typer) -> None:
         agent_config.park_pool_devices = park_pool_devices
         agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
+        agent_config.vm_group = _vm_group(vm_group)
         _no_sriov_on_ovn(dataplane, sriov)
         set_encap(agent_config, encap_ip, encap_iface, dataplane)
         _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen), agent_config,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cloudnet.config import AgentConfig
+from cloudnet.config import AgentConfig, group_id
 from cloudnet.dataplane.base import Dataplane, PortBinder
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.dataplane.ovn import tapdev
@@ -48,7 +48,7 @@ def _ovn(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
         raise ValueError("the ovn dataplane needs the SB database (--ovn-sb) and this chassis' Open_vSwitch database")
     return OvnDataplane(config.host, config.ovs_db, config.ovn_sb, host_ns=config.ovs_netns, uplinks=config.uplinks,
                         step_timeout=config.step_timeout,
-                        vm_owner=tapdev.owner_of(config.vm_user, config.vm_group))  # fmt: skip
+                        vm_owner=tapdev.owner_of(config.vm_user, group_id(config.vm_group)))  # fmt: skip
 
 
 DRIVERS: dict[str, Factory] = {"linux": _linux, "ovn": _ovn}

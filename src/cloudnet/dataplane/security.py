@@ -31,7 +31,9 @@ ICMP = {4: 1, 6: 58}
 # What an instance needs to come up, whatever its groups (Neutron's iptables driver lets the same ICMPv6 through;
 # cloudnet serves no DHCP or router advertisements, so neither is let in).
 ND_EGRESS = (131, 132, 133, 135, 136, 143)  # MLD report/done, router solicitation, NS, NA, MLDv2 report
-ND_INGRESS = (130, 135, 136)  # MLD query, NS, NA
+# MLD query, RA, NS, NA (a guest's own RAs never get this far: the bridge drops them where they enter, so an RA a port
+# receives is a router leg's, as Neutron's and OVN's ACLs let RAs in for every port)
+ND_INGRESS = (130, 134, 135, 136)
 METADATA = ((ipaddress.ip_address("169.254.169.254"), 80), (ipaddress.ip_address("fe80::a9fe:a9fe"), 80))
 
 

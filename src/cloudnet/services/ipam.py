@@ -36,6 +36,16 @@ _cursor: dict[str, int] = {}
 # cursor), so concurrent requests pick different addresses instead of all racing for the same one.
 _scan_locks: dict[str, threading.Lock] = {}
 
+AUTO_ADDRESS_MODES = frozenset({"slaac", "dhcpv6-stateless"})
+
+
+def eui64(cidr: ipaddress.IPv6Network, mac: str) -> str:
+    """The address a host with this MAC forms in a /64 by SLAAC (RFC 4291 appendix A: the universal/local bit
+    flipped, ff:fe in the middle)."""
+    octets = bytes.fromhex(mac.replace(":", "").replace("-", ""))
+    iid = bytes([octets[0] ^ 0x02, *octets[1:3], 0xFF, 0xFE, *octets[3:6]])
+    return str(ipaddress.IPv6Address(int(cidr.network_address) | int.from_bytes(iid, "big")))
+
 
 @dataclass(frozen=True)
 class SubnetInfo:
@@ -44,13 +54,17 @@ class SubnetInfo:
     cidr: ipaddress.IPv4Network | ipaddress.IPv6Network
     gateway_ip: str | None
     pools: tuple[tuple[int, int], ...]
+    # SLAAC or DHCPv6-stateless addressing: a port's address is its MAC's EUI-64 in the prefix, what the guest forms
+    # itself from the router advertisement (Neutron's automatic addresses).
+    auto_address: bool = False
 
     @classmethod
     def from_row(cls, row: Any) -> SubnetInfo:
         pools = tuple(
             (int(ipaddress.ip_address(p["start"])), int(ipaddress.ip_address(p["end"]))) for p in row.allocation_pools
         )
-        return cls(row.id, row.network_id, ipaddress.ip_network(row.cidr), row.gateway_ip, pools)
+        auto = getattr(row, "ipv6_address_mode", None) in AUTO_ADDRESS_MODES
+        return cls(row.id, row.network_id, ipaddress.ip_network(row.cidr), row.gateway_ip, pools, auto)
 
     @property
     def version(self) -> int:

@@ -155,6 +155,10 @@ class Creator:
                     )
                 if item.ip_address == subnet.gateway_ip and owner not in (ROUTER_INTERFACE,):
                     raise ipam.already_allocated(item.ip_address, network_id)
+                if subnet.auto_address and owner != ROUTER_INTERFACE:  # (Neutron's AllocationOnAutoAddressSubnet)
+                    raise BadRequest(f"IPv6 address {item.ip_address} cannot be directly assigned to a port on "
+                                     f"subnet {subnet.id} as the subnet is configured for automatic addresses",
+                                     type="AllocationOnAutoAddressSubnet")  # fmt: skip
             entry = (subnet, item.ip_address)
             if item.ip_address is not None and entry in out:
                 raise InvalidInput(f"Duplicate IP address '{item.ip_address}' in fixed_ips")
@@ -277,12 +281,19 @@ class Creator:
         fixed_rows: list[dict[str, str]] = []
         for p in plans:
             for subnet, ip in p.ips:
-                if ip is None:
+                if ip is None and subnet.auto_address:
+                    fixed_rows.append(self._alloc_row(p, subnet, ipam.eui64(subnet.cidr, p.row["mac_address"])))
+                elif ip is None:
                     want[subnet.id].append((p, subnet, None))
                 else:
                     fixed_rows.append(self._alloc_row(p, subnet, ip))
             for version in p.auto_versions:
-                want[f"{p.network.id}/v{version}"].append((p, None, version))
+                # Every automatic-address subnet gives the port its EUI-64 (as Neutron does); the others one
+                # address of this version between them.
+                auto = [s for s in self.subnets(p.network.id) if s.version == version and s.auto_address]
+                fixed_rows += [self._alloc_row(p, s, ipam.eui64(s.cidr, p.row["mac_address"])) for s in auto]
+                if any(s.version == version and not s.auto_address for s in self.subnets(p.network.id)):
+                    want[f"{p.network.id}/v{version}"].append((p, None, version))
         lost = self._insert_allocations(fixed_rows)
         if lost:
             _subnet_id, ip = next(iter(lost))
@@ -305,7 +316,7 @@ class Creator:
         """Allocate for requests that share one subnet (or one network and IP version)."""
         plan0, subnet0, version = requests[0]
         candidates = [subnet0] if subnet0 is not None else [
-            s for s in self.subnets(plan0.network.id) if s.version == version
+            s for s in self.subnets(plan0.network.id) if s.version == version and not s.auto_address
         ]  # fmt: skip
         remaining = list(requests)
         rows: list[dict[str, str]] = []

@@ -193,3 +193,14 @@ def check_dns_versions(cidr: Net, servers: list[str]) -> None:
     for dns in servers:
         if ipaddress.ip_address(dns).version != cidr.version:
             raise InvalidInput(f"DNS nameserver {dns} is not of IP version {cidr.version}")
+
+
+def check_ipv6_modes(cidr: Net, ra_mode: str | None, address_mode: str | None) -> None:
+    """Neutron's rules for the IPv6 modes: both given means the same value, and an automatic address mode (SLAAC,
+    DHCPv6-stateless: a port's address is its MAC's EUI-64) needs a /64."""
+    if ra_mode and address_mode and ra_mode != address_mode:
+        raise InvalidInput(f"ipv6_ra_mode set to '{ra_mode}' with ipv6_address_mode set to '{address_mode}' is not "
+                           "valid. If both attributes are set, they must be the same value")  # fmt: skip
+    if address_mode in ("slaac", "dhcpv6-stateless") and cidr.prefixlen != 64:
+        raise InvalidInput(f"Invalid CIDR {cidr} for IPv6 address mode. OpenStack uses the EUI-64 address format, "
+                           "which requires the prefix to be /64")  # fmt: skip

@@ -117,6 +117,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
         raise InvalidInput(f"IPv6 subnets need a network MTU of at least 1280; network {network.id} has {network.mtu}")
     if cidr.version == 4 and (spec.ipv6_ra_mode or spec.ipv6_address_mode):
         raise InvalidInput("ipv6_ra_mode and ipv6_address_mode are only valid for IPv6 subnets")
+    subnet_specs.check_ipv6_modes(cidr, spec.ipv6_ra_mode, spec.ipv6_address_mode)
     # Lock the network row (FOR NO KEY UPDATE: port inserts' foreign-key locks still pass) so that
     # concurrent creates on one network take turns and each sees the subnets the others committed.
     N = t.networks

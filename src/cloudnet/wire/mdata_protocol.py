@@ -34,6 +34,8 @@ NEGOTIATE_V2 = b"NEGOTIATE V2\n"
 _V2_FRAME = re.compile(rb"V2 ([0-9]{1,8}) ([0-9a-f]{8}) (.+)", re.S)
 _V1_LINE = re.compile(rb"(\S+)\s?(.*)", re.S)
 _REQID = re.compile(rb"[0-9a-f]{8}")
+_V2_REPLY = re.compile(rb"V2 [0-9]{1,8} [0-9a-f]{8} [0-9a-f]{8} (?:SUCCESS|NOTFOUND|FAILURE)(?: \S*)?")
+_REPLY_LINES = frozenset((INVALID_COMMAND.rstrip(), V2_OK.rstrip(), b"SUCCESS", b"NOTFOUND", b"FAILURE", b"."))
 
 
 def crc32_hex(body: bytes) -> bytes:
@@ -158,6 +160,14 @@ def parse_request(line: bytes) -> Request | Reply | None:
     if cmd == b"NEGOTIATE":
         return Reply(V2_OK if arg == b"V2" else b"FAILURE\n")
     return Request(cmd.decode("ascii", "replace"), arg)
+
+
+def looks_like_reply(line: bytes) -> bool:
+    """Whether `line` is shaped like a server's reply line rather than a request. On a serial line a guest tty
+    left in cooked mode echoes what the server sends back to it; answering the echo (with a FAILURE, whose echo
+    is answered, ...) would loop forever, so the serial service drops such lines."""
+    line = line.strip()
+    return line in _REPLY_LINES or _V2_REPLY.fullmatch(line) is not None
 
 
 def _parse_v2(line: bytes) -> Request | Reply | None:

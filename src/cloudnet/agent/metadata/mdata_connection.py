@@ -53,6 +53,8 @@ class Instance:
     pending: InstanceMetadata | None = None
     server: asyncio.AbstractServer | None = None
     ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file we listen on
+    vm: bool = False  # served on a VM's serial port (mdata_serial), not a zone socket
+    stream: Connection | None = None  # a VM's: the connection that is its serial line now (mdata_serial)
     yielded: bool = False  # another live service took the path over: leave it alone while it listens
     connections: set[Connection] = field(default_factory=set)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -72,6 +74,8 @@ class Answerer(Protocol):
 class Connection(asyncio.Protocol):
     """One guest connection: lines in, replies out, in order; a write pauses the lines behind it."""
 
+    closes_when_idle = True  # a serial stream (mdata_serial) is a VMM's, held for the VM's life
+
     def __init__(self, service: Answerer, inst: Instance) -> None:
         self.service = service
         self.inst = inst
@@ -86,12 +90,22 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
-        if len(self.inst.connections) >= self.service.max_connections:
-            log.warning("instance %s: too many metadata connections; refusing one", self.inst.id)
+        if not self.admit():
             self.transport.abort()
             return
         self.inst.connections.add(self)
-        self._idle = self._loop.call_later(self.service.idle_timeout, self._check_idle)
+        if self.closes_when_idle:
+            self._idle = self._loop.call_later(self.service.idle_timeout, self._check_idle)
+
+    def admit(self) -> bool:
+        """Whether this new connection may join the instance's others."""
+        if len(self.inst.connections) >= self.service.max_connections:
+            log.warning("instance %s: too many metadata connections; refusing one", self.inst.id)
+            return False
+        return True
+
+    def answer(self, line: bytes) -> Answer:
+        return self.service.answer(self.inst, line)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.inst.connections.discard(self)
@@ -132,7 +146,7 @@ class Connection(asyncio.Protocol):
     def _run(self, lines: list[bytes]) -> None:
         out = []
         for i, line in enumerate(lines):
-            reply = self.service.answer(self.inst, line)
+            reply = self.answer(line)
             if callable(reply):
                 self.queue = lines[i + 1 :] + self.queue
                 self.busy = True

@@ -1,4 +1,6 @@
-"""SmartOS metadata sockets: one per instance of this host, at <state>/zonecontrol/<uuid>/metadata.sock.
+"""SmartOS metadata sockets: one per instance of this host, at <state>/zonecontrol/<uuid>/metadata.sock for a
+container, at <state>/vmserial/<uuid>/ttyb for a VM (its second serial port, which its VMM connects to:
+mdata_serial; a VM has no filesystem to mount a zone socket into, so it gets none).
 
 `MdataService` is a StateObserver of the host agent (`update(state)` after every reconcile). It runs its
 own asyncio loop in a thread and, for every instance in the desired state, serves the metadata protocol
@@ -32,8 +34,9 @@ from cloudnet.agent.client import ApiClient, InstanceMetadata, error_message
 from cloudnet.agent.metadata import keyspace, mdata_sockets
 from cloudnet.agent.metadata.keyspace import KeySpace, UnservableValue
 from cloudnet.agent.metadata.mdata_connection import Answer, Bucket, Connection, Instance
+from cloudnet.agent.metadata.mdata_serial import SerialConnection, blocked_at, vm_access
 from cloudnet.wire import mdata_keys
-from cloudnet.wire.mdata_paths import DIR_NAME, SOCKET_NAME, is_uuid
+from cloudnet.wire.mdata_paths import DIR_NAME, SERIAL_DIR_NAME, SERIAL_SOCKET_NAME, SOCKET_NAME, is_uuid
 from cloudnet.wire.mdata_protocol import (
     DELETE,
     FAILURE,
@@ -69,8 +72,11 @@ class MdataService:
         idle_timeout: float = 300.0,
         write_rate: float = 10.0,
         write_burst: int = 50,
+        vm_group: int | None = None,
     ) -> None:
         self.root = Path(state_dir) / DIR_NAME
+        self.serial_root = Path(state_dir) / SERIAL_DIR_NAME
+        self.vm_access = vm_access(vm_group)  # the VMMs' group reaches the serial sockets
         self.client = client
         self.datacenter_name = datacenter_name
         self.check_interval = check_interval
@@ -86,6 +92,10 @@ class MdataService:
         self._api = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cloudnet-mdata-api")
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # host users stay out; guests reach only their own bind-mounted directory
+        mdata_sockets.ensure_directory(self.serial_root, self.vm_access)
+        if (blocked := blocked_at(self.serial_root, vm_group)) is not None:
+            log.warning("VMMs of group %s cannot search %s: they will not reach VMs' serial metadata sockets",
+                        vm_group, blocked)  # fmt: skip
         self._loop = uvloop.new_event_loop()  # faster than asyncio's for many small requests
         self._thread = threading.Thread(target=self._loop.run_forever, name="cloudnet-mdata", daemon=True)
         self._thread.start()
@@ -96,6 +106,10 @@ class MdataService:
     def socket_path(self, instance_id: str) -> Path:
         return self.root / instance_id / SOCKET_NAME
 
+    def serial_path(self, instance_id: str) -> Path:
+        """Where a VM instance's VMM connects its second serial port (wire/mdata_paths.serial_socket)."""
+        return self.serial_root / instance_id / SERIAL_SOCKET_NAME
+
     def directory(self, instance_id: str) -> Path:
         """What a runtime bind-mounts read-only into the instance (SmartOS: at /.zonecontrol)."""
         return self.root / instance_id
@@ -105,9 +119,10 @@ class MdataService:
         if self._closed:
             return
         views = {
-            inst["id"]: keyspace.build(inst, state, self.datacenter_name)
+            inst["id"]: (keyspace.build(inst, state, self.datacenter_name), inst.get("kind") == "vm")
             for inst in state.get("instances") or []
-            if is_uuid(inst.get("id"))
+            # (a VM a compute service plugs with plain ports has no instance here to keep its metadata)
+            if is_uuid(inst.get("id")) and not inst.get("compute_service")
         }
         self._call(self._apply(views, int(state.get("revision", -1))))
 
@@ -151,15 +166,15 @@ class MdataService:
             except Exception:  # one bad check must not end the checking
                 log.exception("metadata socket check failed")
 
-    async def _apply(self, views: dict[str, KeySpace], revision: int) -> None:
+    async def _apply(self, views: dict[str, tuple[KeySpace, bool]], revision: int) -> None:
         self._revision = max(self._revision, revision)
-        for gone in set(self._instances) - set(views):
-            await self._remove(self._instances.pop(gone))
-        for iid, keys in views.items():
+        for iid in [i for i, inst in self._instances.items() if i not in views or views[i][1] != inst.vm]:
+            await self._remove(self._instances.pop(iid))  # gone, or now of the other kind (another channel)
+        for iid, (keys, vm) in views.items():
             inst = self._instances.get(iid)
             if inst is None:
                 writes = Bucket(self.write_rate, self.write_burst, self.write_burst)
-                inst = self._instances[iid] = Instance(iid, keys, keys, writes)
+                inst = self._instances[iid] = Instance(iid, keys, keys, writes, vm=vm)
             inst.base = keys
             if inst.pending is not None and revision >= inst.pending.revision:
                 inst.pending = None  # the desired state includes our write now
@@ -169,7 +184,8 @@ class MdataService:
         await self._check_all()
         if not self._swept:  # directories left by instances that went while no agent ran
             self._swept = True
-            self._sweep(set(views))
+            self._sweep(self.root, SOCKET_NAME, {iid for iid, (_keys, vm) in views.items() if not vm})
+            self._sweep(self.serial_root, SERIAL_SOCKET_NAME, {iid for iid, (_keys, vm) in views.items() if vm})
 
     async def _check_all(self) -> None:
         for inst in list(self._instances.values()):
@@ -180,7 +196,7 @@ class MdataService:
 
     async def _ensure(self, inst: Instance) -> None:
         """Make sure `inst` is served at its path; recreate what vanished or went stale."""
-        path = self.socket_path(inst.id)
+        path = self._path(inst)
         st = mdata_sockets.lstat(path)
         here = (st.st_dev, st.st_ino) if st is not None and stat.S_ISSOCK(st.st_mode) else None
         if inst.server is not None and inst.server.is_serving() and here is not None and here == inst.ident:
@@ -199,13 +215,22 @@ class MdataService:
         inst.yielded = False
         await self._bind(inst)
 
+    def _path(self, inst: Instance) -> Path:
+        return self.serial_path(inst.id) if inst.vm else self.socket_path(inst.id)
+
     async def _bind(self, inst: Instance) -> None:
         self._tmp_serial += 1
-        sock, ident = mdata_sockets.bind(self.directory(inst.id), self._tmp_serial)
+        path = self._path(inst)
+        if inst.vm:
+            mdata_sockets.ensure_directory(self.serial_root, self.vm_access)
+            sock, ident = mdata_sockets.bind(path.parent, self._tmp_serial, path.name, access=self.vm_access)
+        else:
+            sock, ident = mdata_sockets.bind(path.parent, self._tmp_serial)
+        kind = SerialConnection if inst.vm else Connection
         loop = asyncio.get_running_loop()
-        inst.server = await loop.create_unix_server(lambda: Connection(self, inst), sock=sock)
+        inst.server = await loop.create_unix_server(lambda: kind(self, inst), sock=sock)
         inst.ident = ident
-        log.info("serving metadata for instance %s at %s", inst.id, self.socket_path(inst.id))
+        log.info("serving metadata for instance %s at %s", inst.id, path)
 
     async def _stop_serving(self, inst: Instance, keep_connections: bool = False) -> None:
         if inst.server is not None:
@@ -218,27 +243,27 @@ class MdataService:
     async def _remove(self, inst: Instance) -> None:
         """The instance left this host: stop serving and remove its socket and directory."""
         await self._stop_serving(inst)
-        path = self.socket_path(inst.id)
+        path = self._path(inst)
         st = mdata_sockets.lstat(path)
         if st is not None and (st.st_dev, st.st_ino) == inst.ident:
             with contextlib.suppress(OSError):
                 path.unlink()
-        mdata_sockets.remove_directory(self.directory(inst.id))
+        mdata_sockets.remove_directory(path.parent, path.name)
         log.info("stopped serving metadata for instance %s", inst.id)
 
-    def _sweep(self, keep: set[str]) -> None:
+    def _sweep(self, root: Path, socket_name: str, keep: set[str]) -> None:
         try:
-            names = os.listdir(self.root)
+            names = os.listdir(root)
         except OSError:
             return
         for name in names:
             if name not in keep and is_uuid(name):
-                path = self.root / name / SOCKET_NAME
+                path = root / name / socket_name
                 st = mdata_sockets.lstat(path)
                 if st is not None and stat.S_ISSOCK(st.st_mode) and not mdata_sockets.listening(path):
                     with contextlib.suppress(OSError):
                         path.unlink()
-                mdata_sockets.remove_directory(self.root / name)
+                mdata_sockets.remove_directory(root / name, socket_name)
 
     async def _shutdown(self) -> None:
         if self._checker is not None:

@@ -4,7 +4,8 @@ One socket per instance, at <state>/zonecontrol/<uuid>/metadata.sock. The direct
 root, and a runtime bind-mounts it read-only into the instance (e.g. at /.zonecontrol), so a guest can neither
 plant symlinks the agent would follow nor carry a stale socket in a snapshot. The socket file is created under
 a temporary name and renamed into place, so the path never points at nothing while it is replaced, and a
-directory already bind-mounted sees the new socket.
+directory already bind-mounted sees the new socket. A VM's serial socket (mdata_serial) is put in place the same
+way, with the VMM's group instead of the whole world.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 import socket
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from cloudnet.wire.mdata_paths import SOCKET_NAME
@@ -24,25 +26,42 @@ log = logging.getLogger("cloudnet.mdata")
 BACKLOG = 64
 
 
-def bind(directory: Path, serial: int) -> tuple[socket.socket, tuple[int, int]]:
-    """A listening socket renamed into place at `directory`/metadata.sock, and its file's (st_dev, st_ino).
+@dataclass(frozen=True)
+class Access:
+    """Who may reach a socket: its directory's and its own mode, and their group (None: the agent's)."""
+
+    dir_mode: int
+    socket_mode: int
+    gid: int | None = None
+
+
+# A zone socket: any process of the instance connects through the read-only bind mount of its directory.
+ZONE = Access(0o755, 0o666)
+
+
+def bind(
+    directory: Path, serial: int, name: str = SOCKET_NAME, *, access: Access = ZONE
+) -> tuple[socket.socket, tuple[int, int]]:
+    """A listening socket renamed into place at `directory`/`name`, and its file's (st_dev, st_ino).
 
     Bound under a temporary name through an O_NOFOLLOW descriptor of the directory (also short enough for
     sun_path whatever the state directory), then renamed over the final name: atomic for clients. `serial`
     makes the temporary name unique within this process."""
-    ensure_directory(directory)
-    tmp = f".{SOCKET_NAME}.{os.getpid()}.{serial}"
+    ensure_directory(directory, access)
+    tmp = f".{name}.{os.getpid()}.{serial}"
     dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dfd)
         sock.bind(f"/proc/self/fd/{dfd}/{tmp}")
-        os.chmod(tmp, 0o666, dir_fd=dfd)  # the guest's processes connect through the bind mount
+        if access.gid is not None:
+            os.chown(tmp, -1, access.gid, dir_fd=dfd, follow_symlinks=False)
+        os.chmod(tmp, access.socket_mode, dir_fd=dfd)  # the directory is ours (O_NOFOLLOW): tmp is our socket
         st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
         sock.listen(BACKLOG)
         sock.setblocking(False)
-        os.rename(tmp, SOCKET_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
         sock.close()
         with contextlib.suppress(OSError):
@@ -79,21 +98,24 @@ def listening(path: Path) -> bool:
         probe.close()
 
 
-def ensure_directory(directory: Path) -> None:
-    """A real directory (never a symlink), mode 0755 so the guest can reach the socket through the mount."""
+def ensure_directory(directory: Path, access: Access = ZONE) -> None:
+    """A real directory (never a symlink: one planted there is removed, not followed) with `access`'s mode
+    and group."""
     st = lstat(directory)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         directory.unlink()
         st = None
     if st is None:
-        directory.mkdir(mode=0o755)
-    os.chmod(directory, 0o755, follow_symlinks=False)
+        directory.mkdir(mode=access.dir_mode)
+    if access.gid is not None:
+        os.chown(directory, -1, access.gid, follow_symlinks=False)
+    os.chmod(directory, access.dir_mode, follow_symlinks=False)
 
 
-def remove_directory(directory: Path) -> None:
+def remove_directory(directory: Path, socket_name: str = SOCKET_NAME) -> None:
     try:
         for name in os.listdir(directory):
-            if name.startswith(f".{SOCKET_NAME}."):  # a temporary name left by a crash mid-bind
+            if name.startswith(f".{socket_name}."):  # a temporary name left by a crash mid-bind
                 with contextlib.suppress(OSError):
                     os.unlink(directory / name)
         directory.rmdir()

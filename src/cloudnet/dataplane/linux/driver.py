@@ -10,7 +10,9 @@ Layout on a host (all cloudnet's devices live in the host namespace `cloudnet-ho
                                    uplink interface (--uplink physnet:IFACE), moved into the host netns
 
     each network with instances here: a cloudnet-meta-... namespace on its bridge (cnm-<port> --veth-- md-<port>,
-    the metadata port's addresses): the metadata proxy, and dnsmasq for its DHCP-enabled IPv4 subnets (dhcp.py)
+    the metadata port's addresses): the metadata proxy, and dnsmasq for its DHCP-enabled subnets (dhcp.py)
+    each router with an IPv6 leg whose subnet has an ipv6_ra_mode: an advertising dnsmasq in its namespace
+    (radverts.py)
 
     parked (with --park-pool-devices): cnt-<port> on its bridge --veth-- eth0 in cloudnet-ns-<hash>-<random>,
     one namespace per ready pool port of this host, eth0 configured as an instance's (MAC, MTU, addresses,
@@ -52,6 +54,7 @@ from cloudnet.dataplane.linux.links import Links
 from cloudnet.dataplane.linux.metadata import MetadataNamespaces
 from cloudnet.dataplane.linux.passes import Kept, Pass, Plugged, needed_networks
 from cloudnet.dataplane.linux.pool import PoolDevices
+from cloudnet.dataplane.linux.radverts import RouterAdverts
 from cloudnet.dataplane.linux.routers import Routers
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 
@@ -88,6 +91,8 @@ class LinuxDataplane:
         # DHCP for guests that ask (VMs): a dnsmasq per network in its metadata namespace.
         self.dhcp = DhcpServers(host)
         self.routers: base.Routers[Pass] = Routers(host, bridges, self.nat)
+        # Router advertisements from the routers' namespaces (a dnsmasq per router with an IPv6 leg that has a mode).
+        self.adverts = RouterAdverts(host)
         self.garbage = Garbage(host, self.nat, frozenset((uplinks or {}).values()))
         self._plugged = plugged
         # The (devices, uplinks, namespaces) the last pass kept, for incremental passes (None: the next is full).
@@ -98,10 +103,11 @@ class LinuxDataplane:
 
     def close(self) -> None:
         self.dhcp.close()
+        self.adverts.close()
         self._forget()
 
     def _forget(self) -> None:
-        for job in (self.networks, self.ports, self.pool, self.metadata, self.dhcp, self.routers):
+        for job in (self.networks, self.ports, self.pool, self.metadata, self.dhcp, self.routers, self.adverts):
             job.forget()
         self._kept = None
         self.firewall.forget()
@@ -167,6 +173,7 @@ class LinuxDataplane:
             self.metadata.apply(run)
             self.dhcp.apply(run)
             self.routers.apply(run)
+            self.adverts.apply(run)
             reports += shared_ports.reports(state, self.steps, [n for n in run.networks if n not in run.broken])
             self._settle(run)
         self._plugged.keep({r.port_id for r in reports} | self.pool.waiting)
@@ -194,7 +201,16 @@ class LinuxDataplane:
     def step_keys(self, state: DesiredState) -> list[str]:
         """The step keys of every object of the desired state (failures of others are forgotten)."""
         keys = ["garbage", *self.firewall.step_keys()]
-        for job in (self.networks, self.ports, self.pool, self.metadata, self.dhcp, self.routers, *self.binders):
+        for job in (
+            self.networks,
+            self.ports,
+            self.pool,
+            self.metadata,
+            self.dhcp,
+            self.routers,
+            self.adverts,
+            *self.binders,
+        ):
             keys += job.step_keys(state)
         return keys
 
@@ -202,5 +218,6 @@ class LinuxDataplane:
         """Remove everything of this host (routers, then the host namespace with its devices)."""
         self.garbage.teardown()
         self.dhcp.teardown()  # (after its namespaces went: a watcher elsewhere has nowhere to restart it)
+        self.adverts.teardown()
         self.steps.restart()
         self._forget()

@@ -65,6 +65,11 @@ def _join(*items: str) -> str:
     return ", ".join(items)
 
 
+# A port's budget of DHCP asks (v4 and v6 together): a guest that floods its server does not starve the others. A
+# client asks a handful of times a lease; the budget is per port (the dynamic set's key), kept a minute after it.
+DHCP_RATE = "10/second burst 30 packets"
+
+
 def skeleton() -> str:
     """Both tables with their base chains and shared sets (no object in them)."""
     nd_out, nd_in = (_join(*map(str, t)) for t in (security.ND_EGRESS, security.ND_INGRESS))
@@ -72,6 +77,7 @@ def skeleton() -> str:
     taps = quoted(f"{names.TAP}*")  # every instance port's host end
     meta_legs = quoted(f"{names.METADATA_LEG}*")  # (this host's DHCP server answers this host's ports only)
     dhcp_ask = "ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67"  # (a client with no address)
+    dhcp_client = "meta l4proto udp th sport { 68, 546 } th dport { 67, 547 }"  # (DHCPv4 and DHCPv6 asks)
     bridge = f"""table bridge {TABLE} {{
   map ports {{ type ifname : mark; }}
   set unfiltered {{ type ifname; }}
@@ -87,6 +93,7 @@ def skeleton() -> str:
   set nd_target_nets {{ typeof iifname . @th,64,128; flags interval; }}
   set meta_src4 {{ type ifname . ipv4_addr; }}
   set meta_src6 {{ type ifname . ipv6_addr; }}
+  set dhcp_budget {{ type ifname; flags dynamic; timeout 60s; }}
   chain prerouting {{
     type filter hook prerouting priority -200; policy accept;
     meta mark set 0
@@ -101,6 +108,7 @@ def skeleton() -> str:
     ether type ip6 icmpv6 type {{ 134, 137 }} drop
     ether type ip6 icmpv6 type 136 iifname . @th,64,128 != @nd_targets iifname . @th,64,128 != @nd_target_nets drop
     ether type ip udp sport 68 udp dport 67 iifname . @th,288,48 != @dhcp_macs drop
+    {dhcp_client} update @dhcp_budget {{ iifname limit rate over {DHCP_RATE} }} drop
     ether type ip {dhcp_ask} iifname . ether saddr @dad_macs accept
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4 accept
     ether type arp iifname . ether saddr . arp saddr ether . arp saddr ip @arp_src4_nets accept

@@ -55,7 +55,7 @@ def parse(document: dict[str, Any]) -> TableState:
             state.rules.setdefault(body["name"], [])
         if kind == "map":
             state.elements[body["name"]] = dict(_element(e) for e in body.get("elem", []))
-        elif kind == "set":
+        elif kind == "set" and "dynamic" not in (body.get("flags") or []):  # (a dynamic set's are the packets')
             state.elements[body["name"]] = {_text(e): "" for e in body.get("elem", [])}
     return state
 

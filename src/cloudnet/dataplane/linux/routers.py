@@ -87,6 +87,10 @@ class Routers:
             self.nat.forget(ns, new=True)
             netns.write_sysctl(ns, "net/ipv4/ip_forward", "1")
             netns.write_sysctl(ns, "net/ipv6/conf/all/forwarding", "1")
+            # Its legs' link-local addresses are usable at once (their MACs are the ports', unique on the network):
+            # a router advertisement must come from one (RFC 4861), and a tentative one cannot send it.
+            netns.write_sysctl(ns, "net/ipv6/conf/all/accept_dad", "0")
+            netns.write_sysctl(ns, "net/ipv6/conf/default/accept_dad", "0")
         inside: set[str] = set()
         gw_port = router["gateway"]["port_id"] if router["gateway"] else None
         with netns.iproute(ns) as rtr:

@@ -12,7 +12,6 @@ The kernel end's MAC is the guest's with its first byte fe (as libvirt does), so
 from __future__ import annotations
 
 import fcntl
-import grp
 import os
 import pwd
 import struct
@@ -41,11 +40,10 @@ class Owner:
     gid: int = -1
 
 
-def owner_of(user: str | None, group: str | None) -> Owner:
-    """The Owner a configuration names (names or numbers; KeyError for a name this system does not know)."""
+def owner_of(user: str | None, gid: int | None) -> Owner:
+    """The Owner a configuration names (a user name or number: KeyError for a name this system does not know)."""
     uid = 0 if not user else int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
-    gid = -1 if not group else int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-    return Owner(uid, gid)
+    return Owner(uid, -1 if gid is None else gid)
 
 
 @dataclass(frozen=True)
