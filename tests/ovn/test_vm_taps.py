@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.ovn import names, tapdev
@@ -28,88 +29,27 @@ from cloudnet.ovn import daemons
 from cloudnet.store.db import Store
 from cloudnet.wire.guest_net import vm_device
 from tests.ovn import tapio
+from tests.ovn import vm_rig as r
 from tests.ovn.converged import chassis_differences, nb_differences
 from tests.ovn.restart_rig import Rig
 from tests.support import frames
-from tests.support.ovn import ovn_sandbox
 
 BLOCKED = 1.0  # how long a frame that must not arrive is waited for (one that must is polled for)
-MTU = 1400
 
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    tmp = tmp_path_factory.mktemp("vm-taps")
-    (tmp / "state").mkdir()
-    with ovn_sandbox() as sandbox:
-        sandbox.add_chassis()
-        running = Rig(sandbox, tmp / "state", tmp)
-        try:
-            running.start_server()
-            running.start_agent()
-            yield running
-        finally:
-            running.stop()
+    yield from r.running(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def api(rig: Rig) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=rig.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30) as client:
-        deadline = time.monotonic() + 30
-        while client.get(f"/hosts/{rig.host}").status_code != 200:
-            assert time.monotonic() < deadline, f"the agent did not register: {rig.log('agent')}"
-            time.sleep(0.05)  # (readiness: the agent's first heartbeat)
-        yield client
+    yield from r.client(rig)
 
 
 @pytest.fixture(scope="module")
 def net(api: httpx.Client) -> dict[str, Any]:
-    """A network (MTU 1400) with an IPv4 subnet (DNS server, a host route) and an IPv6 SLAAC one behind a router."""
-    network = _create(api, "networks", "network", {"name": "vmnet", "mtu": MTU})
-    v4 = _create(api, "subnets", "subnet", {"network_id": network["id"], "cidr": "10.81.0.0/24",
-                                            "dns_nameservers": ["192.0.2.53"],
-                                            "host_routes": [{"destination": "10.99.0.0/16",
-                                                             "nexthop": "10.81.0.254"}]})  # fmt: skip
-    v6 = _create(api, "subnets", "subnet", {"network_id": network["id"], "cidr": "fd00:81::/64", "ip_version": 6,
-                                            "ipv6_ra_mode": "slaac", "ipv6_address_mode": "slaac",
-                                            "dns_nameservers": ["fd00:53::53"]})  # fmt: skip
-    router = _create(api, "routers", "router", {"name": "vmr"})
-    for s in (v4, v6):
-        r = api.put(f"/routers/{router['id']}/add_router_interface", json={"subnet_id": s["id"]})
-        assert r.status_code == 200, r.text
-    return {**network, "v4": v4, "v6": v6}
-
-
-def _create(api: httpx.Client, collection: str, member: str, body: dict[str, Any]) -> dict[str, Any]:
-    r = api.post(f"/{collection}", json={member: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
-
-
-def _until(check: Any, what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return found
-
-
-def _vm(api: httpx.Client, rig: Rig, name: str, nets: list[dict[str, Any]]) -> dict[str, Any]:
-    inst = _create(api, "instances", "instance", {"name": name, "kind": "vm", "host": rig.host, "nets": nets})
-    return dict(_until(lambda: _active(api, inst["id"]), f"{name} ACTIVE"))
-
-
-def _active(api: httpx.Client, instance_id: str) -> dict[str, Any] | None:
-    inst = api.get(f"/instances/{instance_id}").json()["instance"]
-    return inst if inst["status"] == "ACTIVE" else None
-
-
-def _port(api: httpx.Client, port_id: str) -> dict[str, Any]:
-    return dict(api.get(f"/ports/{port_id}").json()["port"])
-
-
-def _v4(port: dict[str, Any]) -> str:
-    return next(str(f["ip_address"]) for f in port["fixed_ips"] if "." in f["ip_address"])
+    return r.network(api)
 
 
 def _interface(rig: Rig, name: str) -> dict[str, Any] | None:
@@ -133,9 +73,14 @@ def _link(rig: Rig, name: str) -> dict[str, Any] | None:
     assert rig.chassis.netns is not None
     with netns.iproute(rig.chassis.netns) as ipr:
         found = tapdev.find(ipr, name)
-        if found is None:
+        try:
+            link = ipr.get_links(found.index)[0] if found is not None else None
+        except NetlinkError as exc:  # (gone between the two reads)
+            if exc.code != tapdev.ENODEV:
+                raise
+            link = None
+        if found is None or link is None:
             return None
-        link = ipr.get_links(found.index)[0]
         return {"tap": found, "mtu": link.get_attr("IFLA_MTU"), "mac": link.get_attr("IFLA_ADDRESS")}
 
 
@@ -157,28 +102,22 @@ def _ask_dhcp(tap: tapio.TapEnd, mac: str, within: float = 5.0) -> tapio.DhcpRep
     return None
 
 
-def _metadata_ip(api: httpx.Client, network_id: str) -> str:
-    r = api.get("/ports", params={"network_id": network_id, "device_owner": "network:distributed"})
-    (meta,) = r.json()["ports"]
-    return _v4(meta)
-
-
 # -- the tap ------------------------------------------------------------------------------------------------------
 
 
 def test_a_vm_nic_is_a_persistent_tap_on_br_int_bound_and_active(rig: Rig, api: httpx.Client, net: Any) -> None:
-    vm = _vm(api, rig, "vm-plain", [{"network": net["id"]}])
+    vm = r.launch(api, rig, "vm-plain", [{"network": net["id"]}])
     nic = vm["nets"][0]
     tap = vm_device(nic["port_id"])
     assert vm["kind"] == "vm" and vm["netns"] is None and nic["device"] == tap and len(tap) == 14
-    port = _port(api, nic["port_id"])
+    port = r.port_of(api, nic["port_id"])
     assert port["status"] == "ACTIVE" and port["binding:vif_type"] == "ovs"
     assert port["binding:vif_details"] == {
-        "port_filter": True, "connectivity": "l2", "bridge_name": "br-int", "datapath_type": "netdev", "mtu": MTU,
+        "port_filter": True, "connectivity": "l2", "bridge_name": "br-int", "datapath_type": "netdev", "mtu": r.MTU,
         "device": tap, "netns": rig.chassis.netns, "chassis": rig.host,
     }  # fmt: skip
     link = _link(rig, tap)
-    assert link is not None and link["tap"].is_tap and link["mtu"] == MTU
+    assert link is not None and link["tap"].is_tap and link["mtu"] == r.MTU
     assert link["tap"].alias == tapdev.mark(rig.host, port["id"])
     assert link["mac"] == "fe" + port["mac_address"][2:]  # (never the guest's own)
     iface = _interface(rig, tap)
@@ -191,52 +130,52 @@ def test_a_vm_nic_is_a_persistent_tap_on_br_int_bound_and_active(rig: Rig, api: 
 def test_a_vmm_on_the_tap_gets_ovn_dhcp_with_the_ports_address_and_options(
     rig: Rig, api: httpx.Client, net: Any
 ) -> None:
-    vm = _vm(api, rig, "vm-dhcp", [{"network": net["id"]}])
-    port = _port(api, vm["nets"][0]["port_id"])
+    vm = r.launch(api, rig, "vm-dhcp", [{"network": net["id"]}])
+    port = r.port_of(api, vm["nets"][0]["port_id"])
     assert rig.chassis.netns is not None
     tap = tapio.TapEnd(rig.chassis.netns, vm["nets"][0]["device"])
     try:
         ack = _ask_dhcp(tap, port["mac_address"])
         assert ack is not None, f"no DHCP answer: {rig.log('agent')}"
         gateway = net["v4"]["gateway_ip"]
-        assert ack.kind == tapio.ACK and ack.yiaddr == _v4(port)
+        assert ack.kind == tapio.ACK and ack.yiaddr == r.v4(port)
         assert ack.address(1) == "255.255.255.0" and ack.address(3) == gateway and ack.address(54) == gateway
-        assert ack.addresses(6) == ["192.0.2.53"] and ack.number(26) == MTU and ack.number(51) == 43200
+        assert ack.addresses(6) == ["192.0.2.53"] and ack.number(26) == r.MTU and ack.number(51) == 43200
         assert ack.options[15] == b"openstacklocal"
-        assert ack.classless_routes() == {("169.254.169.254/32", _metadata_ip(api, net["id"])),
+        assert ack.classless_routes() == {("169.254.169.254/32", r.metadata_ip(api, net["id"])),
                                           ("10.99.0.0/16", "10.81.0.254"), ("0.0.0.0/0", gateway)}  # fmt: skip
         # A router solicitation: the router's RA for the SLAAC subnet (autonomous prefix, MTU, DNS).
         tap.send(tapio.router_solicitation(port["mac_address"]))
         frame = tap.wait_for(lambda f: tapio.router_advert(f) is not None, 5.0)
         assert frame is not None, "no router advertisement"
         ra = tapio.router_advert(frame)
-        assert ra is not None and not ra.managed and not ra.other and ra.mtu == MTU
+        assert ra is not None and not ra.managed and not ra.other and ra.mtu == r.MTU
         assert ra.prefixes == [("fd00:81::/64", True)] and ra.rdnss == ["fd00:53::53"]
     finally:
         tap.close()
 
 
 def test_what_a_vm_sends_as_another_mac_or_address_reaches_no_one(rig: Rig, api: httpx.Client, net: Any) -> None:
-    a = _vm(api, rig, "vm-a", [{"network": net["id"]}])
-    b = _vm(api, rig, "vm-b", [{"network": net["id"]}])
-    pa, pb = _port(api, a["nets"][0]["port_id"]), _port(api, b["nets"][0]["port_id"])
+    a = r.launch(api, rig, "vm-a", [{"network": net["id"]}])
+    b = r.launch(api, rig, "vm-b", [{"network": net["id"]}])
+    pa, pb = r.port_of(api, a["nets"][0]["port_id"]), r.port_of(api, b["nets"][0]["port_id"])
     assert rig.chassis.netns is not None
     ta, tb = tapio.TapEnd(rig.chassis.netns, a["nets"][0]["device"]), tapio.TapEnd(rig.chassis.netns,
                                                                                    b["nets"][0]["device"])  # fmt: skip
     try:
 
         def to_b(src_mac: str, src_ip: str, marker: bytes) -> bytes:
-            udp = frames.ipv4_udp(src_ip, _v4(pb), 4000, 4001, marker)
+            udp = frames.ipv4_udp(src_ip, r.v4(pb), 4000, 4001, marker)
             return frames.ethernet(pb["mac_address"], src_mac, 0x0800, udp)
 
         def seen(marker: bytes, within: float) -> bool:
             return tb.wait_for(lambda f: marker in f, within) is not None
 
         # The honest frame arrives (polled: flows settle), so the ones that do not are dropped, not lost.
-        _until(lambda: (ta.send(to_b(pa["mac_address"], _v4(pa), b"honest")), seen(b"honest", 0.5))[1], "a -> b")
-        ta.send(to_b("fa:16:3e:66:66:66", _v4(pa), b"other-mac"))
+        r.until(lambda: (ta.send(to_b(pa["mac_address"], r.v4(pa), b"honest")), seen(b"honest", 0.5))[1], "a -> b")
+        ta.send(to_b("fa:16:3e:66:66:66", r.v4(pa), b"other-mac"))
         ta.send(to_b(pa["mac_address"], "10.81.0.66", b"other-ip"))
-        ta.send(to_b(pa["mac_address"], _v4(pb), b"bs-ip"))
+        ta.send(to_b(pa["mac_address"], r.v4(pb), b"bs-ip"))
         assert not seen(b"other-", BLOCKED) and not seen(b"bs-ip", 0.1)
     finally:
         ta.close()
@@ -262,21 +201,21 @@ def test_foreign_taps_are_left_alone_and_a_name_clash_fails_that_vm_alone(
     daemons.run(ch.rundir, ["ovs-vsctl", f"--db={ch.ovs_url}", "add-port", "br-int", on_bridge, "--", "set",
                             "Interface", on_bridge, "external_ids:iface-id=nothing"])  # fmt: skip
     # A port whose tap name someone else has taken already (not a tap at all: a veth).
-    port = _create(api, "ports", "port", {"network_id": net["id"]})
+    port = r.create(api, "ports", "port", {"network_id": net["id"]})
     clash = vm_device(port["id"])
     subprocess.run(["ip", "-n", ch.netns, "link", "add", clash, "type", "veth", "peer", "name", f"cx{suffix}"],
                    check=True)  # fmt: skip
     try:
-        inst = _create(api, "instances", "instance", {"name": "vm-clash", "kind": "vm", "host": rig.host,
+        inst = r.create(api, "instances", "instance", {"name": "vm-clash", "kind": "vm", "host": rig.host,
                                                       "nets": [{"port": port["id"]}]})  # fmt: skip
-        failed = _until(lambda: (p := _port(api, port["id"]))["binding:vif_type"] == "binding_failed" and p,
+        failed = r.until(lambda: (p := r.port_of(api, port["id"]))["binding:vif_type"] == "binding_failed" and p,
                         "the clash reported")  # fmt: skip
         assert "that cloudnet did not make is in the way" in failed["binding:vif_details"]["reason"], failed
         # Others converge meanwhile; then the VM is deleted (collection runs): the foreign devices stay untouched.
-        other = _vm(api, rig, "vm-bystander", [{"network": net["id"]}])
+        other = r.launch(api, rig, "vm-bystander", [{"network": net["id"]}])
         for vm in (inst, other):
             assert api.delete(f"/instances/{vm['id']}").status_code == 204
-        _until(lambda: _link(rig, other["nets"][0]["device"]) is None, "the bystander's tap gone")
+        r.until(lambda: _link(rig, other["nets"][0]["device"]) is None, "the bystander's tap gone")
         for name in (on_bridge, loose):
             assert _link(rig, name) is not None, f"{name} was taken"
         assert on_bridge in _on_br_int(rig)
@@ -291,17 +230,17 @@ def test_foreign_taps_are_left_alone_and_a_name_clash_fails_that_vm_alone(
 
 def test_the_clash_gone_the_vm_is_plugged(rig: Rig, api: httpx.Client, net: Any) -> None:
     ch = rig.chassis
-    port = _create(api, "ports", "port", {"network_id": net["id"]})
+    port = r.create(api, "ports", "port", {"network_id": net["id"]})
     clash = vm_device(port["id"])
     _foreign_tap(rig, clash)  # (a tap this time, unmarked: not taken either)
     try:
-        inst = _create(api, "instances", "instance", {"name": "vm-later", "kind": "vm", "host": rig.host,
+        inst = r.create(api, "instances", "instance", {"name": "vm-later", "kind": "vm", "host": rig.host,
                                                       "nets": [{"port": port["id"]}]})  # fmt: skip
-        _until(lambda: _port(api, port["id"])["binding:vif_type"] == "binding_failed", "the clash reported")
+        r.until(lambda: r.port_of(api, port["id"])["binding:vif_type"] == "binding_failed", "the clash reported")
         assert _link(rig, clash)["tap"].alias == ""  # type: ignore[index]
     finally:
         subprocess.run(["ip", "-n", ch.netns, "link", "del", clash], check=True)
-    _until(lambda: _active(api, inst["id"]), "plugged once the name is free (the step's retry)")
+    r.until(lambda: r.active(api, inst["id"]), "plugged once the name is free (the step's retry)")
     assert _link(rig, clash)["tap"].alias == tapdev.mark(rig.host, port["id"])  # type: ignore[index]
 
 
@@ -309,26 +248,26 @@ def test_the_clash_gone_the_vm_is_plugged(rig: Rig, api: httpx.Client, net: Any)
 
 
 def test_deleting_a_vm_takes_its_tap_though_a_vmm_holds_it(rig: Rig, api: httpx.Client, net: Any) -> None:
-    vm = _vm(api, rig, "vm-held", [{"network": net["id"]}])
+    vm = r.launch(api, rig, "vm-held", [{"network": net["id"]}])
     tap = vm["nets"][0]["device"]
     assert rig.chassis.netns is not None
     held = tapio.TapEnd(rig.chassis.netns, tap)
     try:
         assert api.delete(f"/instances/{vm['id']}").status_code == 204
-        _until(lambda: _link(rig, tap) is None and tap not in _on_br_int(rig), "the held tap gone")
+        r.until(lambda: _link(rig, tap) is None and tap not in _on_br_int(rig), "the held tap gone")
         with pytest.raises(OSError):
             held.send(b"\xff" * 60)  # (the VMM's descriptor is detached: EBADFD)
         # The agent is not held up: the next VM is plugged as usual.
-        _vm(api, rig, "vm-after", [{"network": net["id"]}])
+        r.launch(api, rig, "vm-after", [{"network": net["id"]}])
     finally:
         held.close()
 
 
 def test_a_vm_a_compute_service_plugs_with_a_plain_port_gets_a_tap(rig: Rig, api: httpx.Client, net: Any) -> None:
     device = str(uuid.uuid4())
-    port = _create(api, "ports", "port", {"network_id": net["id"], "device_owner": "compute:nova",
+    port = r.create(api, "ports", "port", {"network_id": net["id"], "device_owner": "compute:nova",
                                           "device_id": device, "binding:host_id": rig.host})  # fmt: skip
-    got = _until(lambda: (p := _port(api, port["id"]))["status"] == "ACTIVE" and p, "the compute port ACTIVE")
+    got = r.until(lambda: (p := r.port_of(api, port["id"]))["status"] == "ACTIVE" and p, "the compute port ACTIVE")
     tap = vm_device(port["id"])
     assert got["binding:vif_type"] == "ovs" and got["binding:vif_details"]["device"] == tap
     assert (_interface(rig, tap) or {})["external_ids"]["vm-uuid"] == device
@@ -336,36 +275,36 @@ def test_a_vm_a_compute_service_plugs_with_a_plain_port_gets_a_tap(rig: Rig, api
     end = tapio.TapEnd(rig.chassis.netns, tap)
     try:
         ack = _ask_dhcp(end, port["mac_address"])
-        assert ack is not None and ack.yiaddr == _v4(port)
+        assert ack is not None and ack.yiaddr == r.v4(port)
     finally:
         end.close()
     assert api.delete(f"/ports/{port['id']}").status_code == 204
-    _until(lambda: _link(rig, tap) is None, "the compute port's tap gone with it")
+    r.until(lambda: _link(rig, tap) is None, "the compute port's tap gone with it")
 
 
 def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
     rig: Rig, api: httpx.Client, net: Any
 ) -> None:
-    vm = _vm(api, rig, "vm-survivor", [{"network": net["id"]}])
-    port = _port(api, vm["nets"][0]["port_id"])
+    vm = r.launch(api, rig, "vm-survivor", [{"network": net["id"]}])
+    port = r.port_of(api, vm["nets"][0]["port_id"])
     tap = vm["nets"][0]["device"]
     before = _link(rig, tap)
     assert before is not None and rig.chassis.netns is not None
     vmm = tapio.TapEnd(rig.chassis.netns, tap)
     try:
         rig.kill("agent")
-        assert (_ask_dhcp(vmm, port["mac_address"]) or tapio.DhcpReply(0, "", {})).yiaddr == _v4(port)  # (OVN's)
+        assert (_ask_dhcp(vmm, port["mac_address"]) or tapio.DhcpReply(0, "", {})).yiaddr == r.v4(port)  # (OVN's)
         gone = _vm_instance_while_away(api, rig, net)
         rig.restart("agent")
-        _until(lambda: _link(rig, gone) is None, "the VM deleted while the agent was away: its tap collected")
+        r.until(lambda: _link(rig, gone) is None, "the VM deleted while the agent was away: its tap collected")
         after = _link(rig, tap)
         assert after is not None and after["tap"].index == before["tap"].index, "the tap was made again"
-        assert _port(api, port["id"])["status"] == "ACTIVE"
+        assert r.port_of(api, port["id"])["status"] == "ACTIVE"
         ack = _ask_dhcp(vmm, port["mac_address"])
-        assert ack is not None and ack.yiaddr == _v4(port), "the running VMM lost its network"
+        assert ack is not None and ack.yiaddr == r.v4(port), "the running VMM lost its network"
         store = Store(rig.db_url)
         try:
-            _until(lambda: not _differences(rig, api, store), "converged", timeout=30)
+            r.until(lambda: not _differences(rig, api, store), "converged", timeout=30)
         finally:
             store.dispose()
     finally:
@@ -375,11 +314,11 @@ def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
 def _vm_instance_while_away(api: httpx.Client, rig: Rig, net: Any) -> str:
     """A VM whose tap is made by hand as the killed agent would have left it (marked, unplugged), then deleted
     through the API while the agent is away: the restarted agent must collect it."""
-    inst = _create(api, "instances", "instance", {"name": "vm-ghost", "kind": "vm", "host": rig.host,
+    inst = r.create(api, "instances", "instance", {"name": "vm-ghost", "kind": "vm", "host": rig.host,
                                                   "nets": [{"network": net["id"]}]})  # fmt: skip
-    port = _port(api, inst["nets"][0]["port_id"])
+    port = r.port_of(api, inst["nets"][0]["port_id"])
     assert rig.chassis.netns is not None
-    tapdev.ensure(rig.chassis.netns, vm_device(port["id"]), rig.host, port["id"], port["mac_address"], MTU,
+    tapdev.ensure(rig.chassis.netns, vm_device(port["id"]), rig.host, port["id"], port["mac_address"], r.MTU,
                   tapdev.Owner())  # fmt: skip
     assert api.delete(f"/instances/{inst['id']}").status_code == 204
     return vm_device(port["id"])
@@ -430,16 +369,12 @@ def _open_as_nobody(ns: str, name: str) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def _v6(port: dict[str, Any]) -> str:
-    return next(str(f["ip_address"]) for f in port["fixed_ips"] if ":" in f["ip_address"])
-
-
 def _pair(api: httpx.Client, rig: Rig, net: Any, names_: tuple[str, str]) -> tuple[Any, Any, Any, Any]:
     """Two VMs on the network: (rogue's port, victim's port, rogue's tap end, victim's tap end)."""
-    a, b = (_vm(api, rig, name, [{"network": net["id"]}]) for name in names_)
+    a, b = (r.launch(api, rig, name, [{"network": net["id"]}]) for name in names_)
     assert rig.chassis.netns is not None
     ends = [tapio.TapEnd(rig.chassis.netns, vm["nets"][0]["device"]) for vm in (a, b)]
-    return _port(api, a["nets"][0]["port_id"]), _port(api, b["nets"][0]["port_id"]), ends[0], ends[1]
+    return r.port_of(api, a["nets"][0]["port_id"]), r.port_of(api, b["nets"][0]["port_id"]), ends[0], ends[1]
 
 
 def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(rig: Rig, api: httpx.Client, net: Any) -> None:
@@ -447,19 +382,19 @@ def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(rig: Rig, api: httpx.Cl
     try:
 
         def v4(sport: int, dport: int, marker: bytes) -> bytes:
-            udp = frames.ipv4_udp(_v4(pa), "255.255.255.255", sport, dport, marker)
+            udp = frames.ipv4_udp(r.v4(pa), "255.255.255.255", sport, dport, marker)
             return frames.ethernet(frames.BROADCAST, pa["mac_address"], 0x0800, udp)
 
         def v6(sport: int, dport: int, marker: bytes) -> bytes:  # (to its global address: its group lets it in)
-            udp = frames.ipv6_udp(_v6(pa), _v6(pb), sport, dport, marker)
+            udp = frames.ipv6_udp(r.v6(pa), r.v6(pb), sport, dport, marker)
             return frames.ethernet(pb["mac_address"], pa["mac_address"], 0x86DD, udp)
 
         def seen(marker: bytes, within: float) -> bool:
             return victim.wait_for(lambda f: marker in f, within) is not None
 
         # What it sends honestly reaches the neighbour (polled: flows settle); its server's answers do not.
-        _until(lambda: (rogue.send(v4(4000, 4001, b"hello4")), seen(b"hello4", 0.5))[1], "a broadcast")
-        _until(lambda: (rogue.send(v6(4000, 4001, b"hello6")), seen(b"hello6", 0.5))[1], "an IPv6 datagram")
+        r.until(lambda: (rogue.send(v4(4000, 4001, b"hello4")), seen(b"hello4", 0.5))[1], "a broadcast")
+        r.until(lambda: (rogue.send(v6(4000, 4001, b"hello6")), seen(b"hello6", 0.5))[1], "an IPv6 datagram")
         rogue.send(v4(67, 68, b"rogue-offer"))
         rogue.send(v6(547, 546, b"rogue-advertise"))
         assert not seen(b"rogue-", BLOCKED)
