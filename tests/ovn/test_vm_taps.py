@@ -15,7 +15,6 @@ import random
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from cloudnet.ovn import daemons
 from cloudnet.store.db import Store
 from cloudnet.wire.guest_net import vm_device
 from tests.ovn import tapio
-from tests.ovn import vm_rig as r
+from tests.ovn import vm_site as r
 from tests.ovn.converged import chassis_differences, nb_differences
 from tests.ovn.restart_rig import Rig
 from tests.support import frames
@@ -37,23 +36,8 @@ from tests.support import frames
 BLOCKED = 1.0  # how long a frame that must not arrive is waited for (one that must is polled for)
 
 
-@pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    yield from r.running(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def api(rig: Rig) -> Iterator[httpx.Client]:
-    yield from r.client(rig)
-
-
-@pytest.fixture(scope="module")
-def net(api: httpx.Client) -> dict[str, Any]:
-    return r.network(api)
-
-
-def _interface(rig: Rig, name: str) -> dict[str, Any] | None:
-    ch = rig.chassis
+def _interface(vm_rig: Rig, name: str) -> dict[str, Any] | None:
+    ch = vm_rig.chassis
     out = daemons.run(ch.rundir, ["ovs-vsctl", f"--db={ch.ovs_url}", "--format=json", "--columns=name,external_ids,"
                                   "ofport,error,type", "find", "Interface", f"name={name}"])  # fmt: skip
     data = json.loads(out)["data"]
@@ -64,14 +48,14 @@ def _interface(rig: Rig, name: str) -> dict[str, Any] | None:
     return row
 
 
-def _on_br_int(rig: Rig) -> set[str]:
-    ch = rig.chassis
+def _on_br_int(vm_rig: Rig) -> set[str]:
+    ch = vm_rig.chassis
     return set(daemons.run(ch.rundir, ["ovs-vsctl", f"--db={ch.ovs_url}", "list-ports", "br-int"]).split())
 
 
-def _link(rig: Rig, name: str) -> dict[str, Any] | None:
-    assert rig.chassis.netns is not None
-    with netns.iproute(rig.chassis.netns) as ipr:
+def _link(vm_rig: Rig, name: str) -> dict[str, Any] | None:
+    assert vm_rig.chassis.netns is not None
+    with netns.iproute(vm_rig.chassis.netns) as ipr:
         found = tapdev.find(ipr, name)
         try:
             link = ipr.get_links(found.index)[0] if found is not None else None
@@ -105,44 +89,46 @@ def _ask_dhcp(tap: tapio.TapEnd, mac: str, within: float = 5.0) -> tapio.DhcpRep
 # -- the tap ------------------------------------------------------------------------------------------------------
 
 
-def test_a_vm_nic_is_a_persistent_tap_on_br_int_bound_and_active(rig: Rig, api: httpx.Client, net: Any) -> None:
-    vm = r.launch(api, rig, "vm-plain", [{"network": net["id"]}])
+def test_a_vm_nic_is_a_persistent_tap_on_br_int_bound_and_active(
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
+) -> None:
+    vm = r.launch(vm_api, vm_rig, "vm-plain", [{"network": vm_net["id"]}])
     nic = vm["nets"][0]
     tap = vm_device(nic["port_id"])
     assert vm["kind"] == "vm" and vm["netns"] is None and nic["device"] == tap and len(tap) == 14
-    port = r.port_of(api, nic["port_id"])
+    port = r.port_of(vm_api, nic["port_id"])
     assert port["status"] == "ACTIVE" and port["binding:vif_type"] == "ovs"
     assert port["binding:vif_details"] == {
         "port_filter": True, "connectivity": "l2", "bridge_name": "br-int", "datapath_type": "netdev", "mtu": r.MTU,
-        "device": tap, "netns": rig.chassis.netns, "chassis": rig.host,
+        "device": tap, "netns": vm_rig.chassis.netns, "chassis": vm_rig.host,
     }  # fmt: skip
-    link = _link(rig, tap)
+    link = _link(vm_rig, tap)
     assert link is not None and link["tap"].is_tap and link["mtu"] == r.MTU
-    assert link["tap"].alias == tapdev.mark(rig.host, port["id"])
+    assert link["tap"].alias == tapdev.mark(vm_rig.host, port["id"])
     assert link["mac"] == "fe" + port["mac_address"][2:]  # (never the guest's own)
-    iface = _interface(rig, tap)
+    iface = _interface(vm_rig, tap)
     assert iface is not None and iface["type"] == "" and iface["ofport"] > 0 and iface["error"] == ["set", []]
     ids = iface["external_ids"]
     assert ids[names.IFACE_ID] == port["id"] and ids["attached-mac"] == port["mac_address"]
-    assert ids["iface-status"] == "active" and ids["vm-uuid"] == vm["id"] and ids[names.HOST_ID] == rig.host
+    assert ids["iface-status"] == "active" and ids["vm-uuid"] == vm["id"] and ids[names.HOST_ID] == vm_rig.host
 
 
 def test_a_vmm_on_the_tap_gets_ovn_dhcp_with_the_ports_address_and_options(
-    rig: Rig, api: httpx.Client, net: Any
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
 ) -> None:
-    vm = r.launch(api, rig, "vm-dhcp", [{"network": net["id"]}])
-    port = r.port_of(api, vm["nets"][0]["port_id"])
-    assert rig.chassis.netns is not None
-    tap = tapio.TapEnd(rig.chassis.netns, vm["nets"][0]["device"])
+    vm = r.launch(vm_api, vm_rig, "vm-dhcp", [{"network": vm_net["id"]}])
+    port = r.port_of(vm_api, vm["nets"][0]["port_id"])
+    assert vm_rig.chassis.netns is not None
+    tap = tapio.TapEnd(vm_rig.chassis.netns, vm["nets"][0]["device"])
     try:
         ack = _ask_dhcp(tap, port["mac_address"])
-        assert ack is not None, f"no DHCP answer: {rig.log('agent')}"
-        gateway = net["v4"]["gateway_ip"]
+        assert ack is not None, f"no DHCP answer: {vm_rig.log('agent')}"
+        gateway = vm_net["v4"]["gateway_ip"]
         assert ack.kind == tapio.ACK and ack.yiaddr == r.v4(port)
         assert ack.address(1) == "255.255.255.0" and ack.address(3) == gateway and ack.address(54) == gateway
         assert ack.addresses(6) == ["192.0.2.53"] and ack.number(26) == r.MTU and ack.number(51) == 43200
         assert ack.options[15] == b"openstacklocal"
-        assert ack.classless_routes() == {("169.254.169.254/32", r.metadata_ip(api, net["id"])),
+        assert ack.classless_routes() == {("169.254.169.254/32", r.metadata_ip(vm_api, vm_net["id"])),
                                           ("10.99.0.0/16", "10.81.0.254"), ("0.0.0.0/0", gateway)}  # fmt: skip
         # A router solicitation: the router's RA for the SLAAC subnet (autonomous prefix, MTU, DNS).
         tap.send(tapio.router_solicitation(port["mac_address"]))
@@ -155,12 +141,14 @@ def test_a_vmm_on_the_tap_gets_ovn_dhcp_with_the_ports_address_and_options(
         tap.close()
 
 
-def test_what_a_vm_sends_as_another_mac_or_address_reaches_no_one(rig: Rig, api: httpx.Client, net: Any) -> None:
-    a = r.launch(api, rig, "vm-a", [{"network": net["id"]}])
-    b = r.launch(api, rig, "vm-b", [{"network": net["id"]}])
-    pa, pb = r.port_of(api, a["nets"][0]["port_id"]), r.port_of(api, b["nets"][0]["port_id"])
-    assert rig.chassis.netns is not None
-    ta, tb = tapio.TapEnd(rig.chassis.netns, a["nets"][0]["device"]), tapio.TapEnd(rig.chassis.netns,
+def test_what_a_vm_sends_as_another_mac_or_address_reaches_no_one(
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
+) -> None:
+    a = r.launch(vm_api, vm_rig, "vm-a", [{"network": vm_net["id"]}])
+    b = r.launch(vm_api, vm_rig, "vm-b", [{"network": vm_net["id"]}])
+    pa, pb = r.port_of(vm_api, a["nets"][0]["port_id"]), r.port_of(vm_api, b["nets"][0]["port_id"])
+    assert vm_rig.chassis.netns is not None
+    ta, tb = tapio.TapEnd(vm_rig.chassis.netns, a["nets"][0]["device"]), tapio.TapEnd(vm_rig.chassis.netns,
                                                                                    b["nets"][0]["device"])  # fmt: skip
     try:
 
@@ -185,41 +173,41 @@ def test_what_a_vm_sends_as_another_mac_or_address_reaches_no_one(rig: Rig, api:
 # -- what is not the agent's, and what is in the way ---------------------------------------------------------------
 
 
-def _foreign_tap(rig: Rig, name: str) -> None:
-    ns = rig.chassis.netns
+def _foreign_tap(vm_rig: Rig, name: str) -> None:
+    ns = vm_rig.chassis.netns
     subprocess.run(["ip", "-n", ns, "tuntap", "add", "dev", name, "mode", "tap"], check=True)
 
 
 def test_foreign_taps_are_left_alone_and_a_name_clash_fails_that_vm_alone(
-    rig: Rig, api: httpx.Client, net: Any
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
 ) -> None:
-    ch, suffix = rig.chassis, uuid.uuid4().hex[:8]
+    ch, suffix = vm_rig.chassis, uuid.uuid4().hex[:8]
     assert ch.netns is not None
     on_bridge, loose = f"tap{suffix}-f1", f"tap{suffix}-f2"
     for name in (on_bridge, loose):
-        _foreign_tap(rig, name)
+        _foreign_tap(vm_rig, name)
     daemons.run(ch.rundir, ["ovs-vsctl", f"--db={ch.ovs_url}", "add-port", "br-int", on_bridge, "--", "set",
                             "Interface", on_bridge, "external_ids:iface-id=nothing"])  # fmt: skip
     # A port whose tap name someone else has taken already (not a tap at all: a veth).
-    port = r.create(api, "ports", "port", {"network_id": net["id"]})
+    port = r.create(vm_api, "ports", "port", {"network_id": vm_net["id"]})
     clash = vm_device(port["id"])
     subprocess.run(["ip", "-n", ch.netns, "link", "add", clash, "type", "veth", "peer", "name", f"cx{suffix}"],
                    check=True)  # fmt: skip
     try:
-        inst = r.create(api, "instances", "instance", {"name": "vm-clash", "kind": "vm", "host": rig.host,
+        inst = r.create(vm_api, "instances", "instance", {"name": "vm-clash", "kind": "vm", "host": vm_rig.host,
                                                       "nets": [{"port": port["id"]}]})  # fmt: skip
-        failed = r.until(lambda: (p := r.port_of(api, port["id"]))["binding:vif_type"] == "binding_failed" and p,
+        failed = r.until(lambda: (p := r.port_of(vm_api, port["id"]))["binding:vif_type"] == "binding_failed" and p,
                         "the clash reported")  # fmt: skip
         assert "that cloudnet did not make is in the way" in failed["binding:vif_details"]["reason"], failed
         # Others converge meanwhile; then the VM is deleted (collection runs): the foreign devices stay untouched.
-        other = r.launch(api, rig, "vm-bystander", [{"network": net["id"]}])
+        other = r.launch(vm_api, vm_rig, "vm-bystander", [{"network": vm_net["id"]}])
         for vm in (inst, other):
-            assert api.delete(f"/instances/{vm['id']}").status_code == 204
-        r.until(lambda: _link(rig, other["nets"][0]["device"]) is None, "the bystander's tap gone")
+            assert vm_api.delete(f"/instances/{vm['id']}").status_code == 204
+        r.until(lambda: _link(vm_rig, other["nets"][0]["device"]) is None, "the bystander's tap gone")
         for name in (on_bridge, loose):
-            assert _link(rig, name) is not None, f"{name} was taken"
-        assert on_bridge in _on_br_int(rig)
-        assert (_interface(rig, on_bridge) or {})["external_ids"] == {"iface-id": "nothing"}
+            assert _link(vm_rig, name) is not None, f"{name} was taken"
+        assert on_bridge in _on_br_int(vm_rig)
+        assert (_interface(vm_rig, on_bridge) or {})["external_ids"] == {"iface-id": "nothing"}
         with netns.iproute(ch.netns) as ipr:
             assert ipr.link_lookup(ifname=clash), "the clashing device was taken"
     finally:
@@ -228,105 +216,107 @@ def test_foreign_taps_are_left_alone_and_a_name_clash_fails_that_vm_alone(
             subprocess.run(["ip", "-n", ch.netns, "link", "del", name], capture_output=True)
 
 
-def test_the_clash_gone_the_vm_is_plugged(rig: Rig, api: httpx.Client, net: Any) -> None:
-    ch = rig.chassis
-    port = r.create(api, "ports", "port", {"network_id": net["id"]})
+def test_the_clash_gone_the_vm_is_plugged(vm_rig: Rig, vm_api: httpx.Client, vm_net: Any) -> None:
+    ch = vm_rig.chassis
+    port = r.create(vm_api, "ports", "port", {"network_id": vm_net["id"]})
     clash = vm_device(port["id"])
-    _foreign_tap(rig, clash)  # (a tap this time, unmarked: not taken either)
+    _foreign_tap(vm_rig, clash)  # (a tap this time, unmarked: not taken either)
     try:
-        inst = r.create(api, "instances", "instance", {"name": "vm-later", "kind": "vm", "host": rig.host,
+        inst = r.create(vm_api, "instances", "instance", {"name": "vm-later", "kind": "vm", "host": vm_rig.host,
                                                       "nets": [{"port": port["id"]}]})  # fmt: skip
-        r.until(lambda: r.port_of(api, port["id"])["binding:vif_type"] == "binding_failed", "the clash reported")
-        assert _link(rig, clash)["tap"].alias == ""  # type: ignore[index]
+        r.until(lambda: r.port_of(vm_api, port["id"])["binding:vif_type"] == "binding_failed", "the clash reported")
+        assert _link(vm_rig, clash)["tap"].alias == ""  # type: ignore[index]
     finally:
         subprocess.run(["ip", "-n", ch.netns, "link", "del", clash], check=True)
-    r.until(lambda: r.active(api, inst["id"]), "plugged once the name is free (the step's retry)")
-    assert _link(rig, clash)["tap"].alias == tapdev.mark(rig.host, port["id"])  # type: ignore[index]
+    r.until(lambda: r.active(vm_api, inst["id"]), "plugged once the name is free (the step's retry)")
+    assert _link(vm_rig, clash)["tap"].alias == tapdev.mark(vm_rig.host, port["id"])  # type: ignore[index]
 
 
 # -- deletion, a compute service's VM, kill -9 --------------------------------------------------------------------
 
 
-def test_deleting_a_vm_takes_its_tap_though_a_vmm_holds_it(rig: Rig, api: httpx.Client, net: Any) -> None:
-    vm = r.launch(api, rig, "vm-held", [{"network": net["id"]}])
+def test_deleting_a_vm_takes_its_tap_though_a_vmm_holds_it(vm_rig: Rig, vm_api: httpx.Client, vm_net: Any) -> None:
+    vm = r.launch(vm_api, vm_rig, "vm-held", [{"network": vm_net["id"]}])
     tap = vm["nets"][0]["device"]
-    assert rig.chassis.netns is not None
-    held = tapio.TapEnd(rig.chassis.netns, tap)
+    assert vm_rig.chassis.netns is not None
+    held = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
-        assert api.delete(f"/instances/{vm['id']}").status_code == 204
-        r.until(lambda: _link(rig, tap) is None and tap not in _on_br_int(rig), "the held tap gone")
+        assert vm_api.delete(f"/instances/{vm['id']}").status_code == 204
+        r.until(lambda: _link(vm_rig, tap) is None and tap not in _on_br_int(vm_rig), "the held tap gone")
         with pytest.raises(OSError):
             held.send(b"\xff" * 60)  # (the VMM's descriptor is detached: EBADFD)
         # The agent is not held up: the next VM is plugged as usual.
-        r.launch(api, rig, "vm-after", [{"network": net["id"]}])
+        r.launch(vm_api, vm_rig, "vm-after", [{"network": vm_net["id"]}])
     finally:
         held.close()
 
 
-def test_a_vm_a_compute_service_plugs_with_a_plain_port_gets_a_tap(rig: Rig, api: httpx.Client, net: Any) -> None:
+def test_a_vm_a_compute_service_plugs_with_a_plain_port_gets_a_tap(
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
+) -> None:
     device = str(uuid.uuid4())
-    port = r.create(api, "ports", "port", {"network_id": net["id"], "device_owner": "compute:nova",
-                                          "device_id": device, "binding:host_id": rig.host})  # fmt: skip
-    got = r.until(lambda: (p := r.port_of(api, port["id"]))["status"] == "ACTIVE" and p, "the compute port ACTIVE")
+    port = r.create(vm_api, "ports", "port", {"network_id": vm_net["id"], "device_owner": "compute:nova",
+                                          "device_id": device, "binding:host_id": vm_rig.host})  # fmt: skip
+    got = r.until(lambda: (p := r.port_of(vm_api, port["id"]))["status"] == "ACTIVE" and p, "the compute port ACTIVE")
     tap = vm_device(port["id"])
     assert got["binding:vif_type"] == "ovs" and got["binding:vif_details"]["device"] == tap
-    assert (_interface(rig, tap) or {})["external_ids"]["vm-uuid"] == device
-    assert rig.chassis.netns is not None
-    end = tapio.TapEnd(rig.chassis.netns, tap)
+    assert (_interface(vm_rig, tap) or {})["external_ids"]["vm-uuid"] == device
+    assert vm_rig.chassis.netns is not None
+    end = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
         ack = _ask_dhcp(end, port["mac_address"])
         assert ack is not None and ack.yiaddr == r.v4(port)
     finally:
         end.close()
-    assert api.delete(f"/ports/{port['id']}").status_code == 204
-    r.until(lambda: _link(rig, tap) is None, "the compute port's tap gone with it")
+    assert vm_api.delete(f"/ports/{port['id']}").status_code == 204
+    r.until(lambda: _link(vm_rig, tap) is None, "the compute port's tap gone with it")
 
 
 def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
-    rig: Rig, api: httpx.Client, net: Any
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
 ) -> None:
-    vm = r.launch(api, rig, "vm-survivor", [{"network": net["id"]}])
-    port = r.port_of(api, vm["nets"][0]["port_id"])
+    vm = r.launch(vm_api, vm_rig, "vm-survivor", [{"network": vm_net["id"]}])
+    port = r.port_of(vm_api, vm["nets"][0]["port_id"])
     tap = vm["nets"][0]["device"]
-    before = _link(rig, tap)
-    assert before is not None and rig.chassis.netns is not None
-    vmm = tapio.TapEnd(rig.chassis.netns, tap)
+    before = _link(vm_rig, tap)
+    assert before is not None and vm_rig.chassis.netns is not None
+    vmm = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
-        rig.kill("agent")
+        vm_rig.kill("agent")
         assert (_ask_dhcp(vmm, port["mac_address"]) or tapio.DhcpReply(0, "", {})).yiaddr == r.v4(port)  # (OVN's)
-        gone = _vm_instance_while_away(api, rig, net)
-        rig.restart("agent")
-        r.until(lambda: _link(rig, gone) is None, "the VM deleted while the agent was away: its tap collected")
-        after = _link(rig, tap)
+        gone = _vm_instance_while_away(vm_api, vm_rig, vm_net)
+        vm_rig.restart("agent")
+        r.until(lambda: _link(vm_rig, gone) is None, "the VM deleted while the agent was away: its tap collected")
+        after = _link(vm_rig, tap)
         assert after is not None and after["tap"].index == before["tap"].index, "the tap was made again"
-        assert r.port_of(api, port["id"])["status"] == "ACTIVE"
+        assert r.port_of(vm_api, port["id"])["status"] == "ACTIVE"
         ack = _ask_dhcp(vmm, port["mac_address"])
         assert ack is not None and ack.yiaddr == r.v4(port), "the running VMM lost its network"
-        store = Store(rig.db_url)
+        store = Store(vm_rig.db_url)
         try:
-            r.until(lambda: not _differences(rig, api, store), "converged", timeout=30)
+            r.until(lambda: not _differences(vm_rig, vm_api, store), "converged", timeout=30)
         finally:
             store.dispose()
     finally:
         vmm.close()
 
 
-def _vm_instance_while_away(api: httpx.Client, rig: Rig, net: Any) -> str:
+def _vm_instance_while_away(vm_api: httpx.Client, vm_rig: Rig, vm_net: Any) -> str:
     """A VM whose tap is made by hand as the killed agent would have left it (marked, unplugged), then deleted
     through the API while the agent is away: the restarted agent must collect it."""
-    inst = r.create(api, "instances", "instance", {"name": "vm-ghost", "kind": "vm", "host": rig.host,
-                                                  "nets": [{"network": net["id"]}]})  # fmt: skip
-    port = r.port_of(api, inst["nets"][0]["port_id"])
-    assert rig.chassis.netns is not None
-    tapdev.ensure(rig.chassis.netns, vm_device(port["id"]), rig.host, port["id"], port["mac_address"], r.MTU,
+    inst = r.create(vm_api, "instances", "instance", {"name": "vm-ghost", "kind": "vm", "host": vm_rig.host,
+                                                  "nets": [{"network": vm_net["id"]}]})  # fmt: skip
+    port = r.port_of(vm_api, inst["nets"][0]["port_id"])
+    assert vm_rig.chassis.netns is not None
+    tapdev.ensure(vm_rig.chassis.netns, vm_device(port["id"]), vm_rig.host, port["id"], port["mac_address"], r.MTU,
                   tapdev.Owner())  # fmt: skip
-    assert api.delete(f"/instances/{inst['id']}").status_code == 204
+    assert vm_api.delete(f"/instances/{inst['id']}").status_code == 204
     return vm_device(port["id"])
 
 
-def _differences(rig: Rig, api: httpx.Client, store: Store) -> list[str]:
-    state = api.get(f"/hosts/{rig.host}/state").json()
-    return nb_differences(rig.ovn, store, []) + chassis_differences(rig.ovn, rig.chassis, state)
+def _differences(vm_rig: Rig, vm_api: httpx.Client, store: Store) -> list[str]:
+    state = vm_api.get(f"/hosts/{vm_rig.host}/state").json()
+    return nb_differences(vm_rig.ovn, store, []) + chassis_differences(vm_rig.ovn, vm_rig.chassis, state)
 
 
 # -- the owner --------------------------------------------------------------------------------------------------
@@ -369,16 +359,16 @@ def _open_as_nobody(ns: str, name: str) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def _pair(api: httpx.Client, rig: Rig, net: Any, names_: tuple[str, str]) -> tuple[Any, Any, Any, Any]:
+def _pair(vm_api: httpx.Client, vm_rig: Rig, vm_net: Any, names_: tuple[str, str]) -> tuple[Any, Any, Any, Any]:
     """Two VMs on the network: (rogue's port, victim's port, rogue's tap end, victim's tap end)."""
-    a, b = (r.launch(api, rig, name, [{"network": net["id"]}]) for name in names_)
-    assert rig.chassis.netns is not None
-    ends = [tapio.TapEnd(rig.chassis.netns, vm["nets"][0]["device"]) for vm in (a, b)]
-    return r.port_of(api, a["nets"][0]["port_id"]), r.port_of(api, b["nets"][0]["port_id"]), ends[0], ends[1]
+    a, b = (r.launch(vm_api, vm_rig, name, [{"network": vm_net["id"]}]) for name in names_)
+    assert vm_rig.chassis.netns is not None
+    ends = [tapio.TapEnd(vm_rig.chassis.netns, vm["nets"][0]["device"]) for vm in (a, b)]
+    return r.port_of(vm_api, a["nets"][0]["port_id"]), r.port_of(vm_api, b["nets"][0]["port_id"]), ends[0], ends[1]
 
 
-def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(rig: Rig, api: httpx.Client, net: Any) -> None:
-    pa, pb, rogue, victim = _pair(api, rig, net, ("vm-rogue", "vm-victim"))
+def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(vm_rig: Rig, vm_api: httpx.Client, vm_net: Any) -> None:
+    pa, pb, rogue, victim = _pair(vm_api, vm_rig, vm_net, ("vm-rogue", "vm-victim"))
     try:
 
         def v4(sport: int, dport: int, marker: bytes) -> bytes:
@@ -409,8 +399,10 @@ NO_RA_GUARD = ("OVN 23.03 lets every nd_ra through its ACL stage (ls_in_acl prio
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=NO_RA_GUARD)
-def test_a_vm_sending_router_advertisements_reaches_no_neighbour(rig: Rig, api: httpx.Client, net: Any) -> None:
-    pa, _pb, rogue, victim = _pair(api, rig, net, ("vm-ra", "vm-ra-victim"))
+def test_a_vm_sending_router_advertisements_reaches_no_neighbour(
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
+) -> None:
+    pa, _pb, rogue, victim = _pair(vm_api, vm_rig, vm_net, ("vm-ra", "vm-ra-victim"))
     try:
         mac = pa["mac_address"]
         ra = frames.ipv6_icmp(tapio.link_local(mac), "ff02::1", frames.router_advert(mac, b"rogue-ra"))

@@ -1,7 +1,7 @@
-"""The rig of the OVN VM tests (test_vm_taps.py, test_vm_guest.py; root): `cloudnet serve` and `cloudnet agent
+"""The site of the OVN VM tests (test_vm_taps.py, test_vm_guest.py; root): `cloudnet serve` and `cloudnet agent
 --dataplane ovn` as processes on a sandbox chassis (userspace datapath, in a namespace of its own; restart_rig.Rig,
-so that the agent can be killed -9), a network with IPv4 and SLAAC IPv6 behind a router, and API helpers. Each test
-module wraps `running`, `client` and `network` in module fixtures of its own."""
+so that the agent can be killed -9), a network with IPv4 and SLAAC IPv6 behind a router (module fixtures `vm_rig`,
+`vm_api`, `vm_net`, through tests/ovn/conftest.py), and API helpers."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from tests.support.ovn import ovn_sandbox
 MTU = 1400
 
 
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    """The rig, until the generator is closed."""
+@pytest.fixture(scope="module")
+def vm_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     tmp = tmp_path_factory.mktemp("vm-rig")
     (tmp / "state").mkdir()
     with ovn_sandbox() as sandbox:
@@ -33,8 +33,10 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             rig.stop()
 
 
-def client(rig: Rig) -> Iterator[httpx.Client]:
+@pytest.fixture(scope="module")
+def vm_api(vm_rig: Rig) -> Iterator[httpx.Client]:
     """An admin client of the rig's API, once the agent has registered."""
+    rig = vm_rig
     with httpx.Client(base_url=rig.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30) as api:
         deadline = time.monotonic() + 30
         while api.get(f"/hosts/{rig.host}").status_code != 200:
@@ -43,8 +45,10 @@ def client(rig: Rig) -> Iterator[httpx.Client]:
         yield api
 
 
-def network(api: httpx.Client) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def vm_net(vm_api: httpx.Client) -> dict[str, Any]:
     """A network (MTU 1400) with an IPv4 subnet (DNS server, a host route) and an IPv6 SLAAC one behind a router."""
+    api = vm_api
     network = create(api, "networks", "network", {"name": "vmnet", "mtu": MTU})
     v4 = create(api, "subnets", "subnet", {"network_id": network["id"], "cidr": "10.81.0.0/24",
                                             "dns_nameservers": ["192.0.2.53"],
