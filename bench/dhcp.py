@@ -1,8 +1,9 @@
 """DHCP benchmark of the Linux dataplane (issue 28). Prints figures beside the targets; asserts nothing.
 
   a new port's lease answerable: from the desired state with one more port (1,000 and 10,000 ports on the network)
-    handed to the DHCP job (dataplane/linux/dhcp.py: hosts file rewritten, SIGHUP) to the first DHCPOFFER for the
-    new port's MAC; the API and agent in front of it are measured by bench/desired_state.py and bench/attach.py
+    handed to the DHCP job (dataplane/linux/dhcp.py: the job's rendering, the port's hosts file, dnsmasq reading
+    it) to the first DHCPOFFER for the new port's MAC; the API and agent in front of it are measured by
+    bench/desired_state.py and bench/attach.py
   a DHCP answer with 10,000 hosts: DISCOVER -> OFFER round trips for known MACs, one at a time
 
 The server is the job's real dnsmasq in a namespace of the bench's own, named as the driver names a metadata
@@ -88,6 +89,8 @@ def lease_after_create(servers: DhcpServers, sock: socket.socket, n: int, rounds
     for r in range(rounds):
         desired = state(n)
         apply(servers, desired)
+        # (settled: an answer comes after dnsmasq has done with the last change; the new port's change is timed)
+        assert offered(sock, port(r)["mac_address"], 10) == port(r)["fixed_ips"][0]["ip_address"]
         new = port(n + r + 1)
         desired["ports"][new["id"]] = new
         started = time.perf_counter()

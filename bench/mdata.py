@@ -33,32 +33,30 @@ HOST = "bench-host"
 FRAMES = 1024  # distinct request ids, prepared before timing
 
 
-def _serve(url: str, state_dir: str, vm: bool = False) -> None:
-    """Child process: the agent's MdataService, following the API's desired state of HOST (with `vm`, its
-    instances are VMs, served on their serial sockets: bench/mdata_serial.py)."""
+def _serve(url: str, state_dir: str) -> None:
+    """Child process: the agent's MdataService, following the API's desired state of HOST (a VM instance is served
+    on its serial socket: bench/mdata_serial.py)."""
     from cloudnet.agent.client import ApiClient
     from cloudnet.agent.metadata.mdata_service import MdataService
 
     client = ApiClient(url, HOST, "admin")
     service = MdataService(Path(state_dir), client)
-    state = client.desired_state()
-    for inst in state["instances"] if vm else []:
-        inst["kind"], inst["netns"] = "vm", None  # as the API says of a VM instance
-    service.update(state)
+    service.update(client.desired_state())
     print("ready", flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     service.close()
     client.close()
 
 
-def _instance(url: str) -> str:
+def _instance(url: str, vm: bool = False) -> str:
     with httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30) as c:
         c.put(f"/hosts/{HOST}", json={"host": {"agent_version": "bench"}}).raise_for_status()
         net = c.post("/networks", json={"network": {"name": "bench"}}).json()["network"]["id"]
         body = {"network_id": net, "cidr": "10.77.0.0/24", "dns_nameservers": ["10.77.0.2"]}
         c.post("/subnets", json={"subnet": body}).raise_for_status()
-        inst = {"name": "vm", "netns": "bench-vm", "host": HOST, "nets": [{"network": net}],
-                "metadata": {"user-script": "#!/bin/sh\necho hello\n", "role": "web"}}  # fmt: skip
+        inst = {"name": "vm", "host": HOST, "nets": [{"network": net}],
+                "metadata": {"user-script": "#!/bin/sh\necho hello\n", "role": "web"},
+                **({"kind": "vm"} if vm else {"netns": "bench-vm"})}  # fmt: skip
         r = c.post("/instances", json={"instance": inst})
         r.raise_for_status()
         return str(r.json()["instance"]["id"])
@@ -121,10 +119,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--serve", nargs=2, metavar=("URL", "STATE_DIR"), help=argparse.SUPPRESS)
-    parser.add_argument("--vm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        _serve(*args.serve, vm=args.vm)
+        _serve(*args.serve)
         return
     with cloudnet_server() as url:
         instance_id = _instance(url)
@@ -147,10 +144,10 @@ def main() -> None:
 
 
 @contextmanager
-def metadata_service(url: str, vm: bool = False) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def metadata_service(url: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """The MdataService in a child process pinned to core 0 (and this process to core 1), and its state dir."""
     state_dir = tempfile.mkdtemp(prefix="cloudnet-mdata-bench-")
-    cmd = [sys.executable, __file__, "--serve", url, state_dir, *(["--vm"] if vm else [])]
+    cmd = [sys.executable, __file__, "--serve", url, state_dir]
     if (os.cpu_count() or 1) > 1:
         cmd = ["taskset", "-c", "0", *cmd]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -30,8 +30,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     args = parser.parse_args()
     with cloudnet_server() as url:
-        instance_id = _instance(url)
-        with metadata_service(url, vm=True) as (_child, state_dir):
+        instance_id = _instance(url, vm=True)
+        with metadata_service(url) as (_child, state_dir):
             path = f"{state_dir}/vmserial/{instance_id}/ttyb"
             print(f"serial metadata GET ({args.requests:,} sequential requests, v2 frames):")
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:

@@ -7,8 +7,11 @@ registered host, an MdataService with a real ApiClient, and what a VMM connects 
   after the agent service restarts and after the VMM restarts.
 - What a tty and a hostile guest do to the stream, byte by byte on a connection made as QEMU makes it.
 
-Until VM instances exist in the API (`"kind": "vm"`, built beside this), the desired state the service follows
-marks the test's VM instances as the API will: `kind` "vm", no `netns`.
+- The tiny guest (tests/support/guests.py) booted with those arguments: its shell talks to /dev/ttyS1 as a Linux
+  guest does (a tty put in raw mode, lines written and read back), with frames made on this side.
+
+The instances are made with `"kind": "vm"`; one test marks a container instance a VM in the desired state the
+service follows, to see the channel follow the kind.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.wire.mdata_paths import serial_socket, zone_socket
 from cloudnet.wire.mdata_protocol import new_reqid, parse_v2_response, put_payload, v2_request
 from cloudnet.wire.mdata_serial import serial_qemu_args
+from tests.support.guest_init import SHELL_MARKER
 from tests.support.installed import DEBIAN_PYTHON, python_module, require, require_cloud_init, require_commands
 from tests.support.mdata_raw import (
     Raw,
@@ -47,6 +51,7 @@ from tests.support.mdata_raw import (
     wait_for,
 )
 from tests.support.serial_line import SerialPort
+from tests.support.vm_fixtures import StartVM
 
 CHECK = 0.1  # seconds between the service's own socket checks
 VM_GROUP = 65534  # nogroup: a group the test process is not in
@@ -73,8 +78,10 @@ def host(api: httpx.Client) -> str:
     return name
 
 
-def make_instance(api: httpx.Client, host: str, name: str, metadata: dict[str, str]) -> dict[str, Any]:
-    body = {"name": name, "hostname": f"{name}.example.com", "host": host, "metadata": metadata}
+def make_instance(
+    api: httpx.Client, host: str, name: str, metadata: dict[str, str], kind: str = "vm"
+) -> dict[str, Any]:
+    body = {"name": name, "hostname": f"{name}.example.com", "host": host, "metadata": metadata, "kind": kind}
     r = api.post("/instances", json={"instance": body})
     assert r.status_code == 201, r.text
     return dict(r.json()["instance"])
@@ -93,7 +100,7 @@ def agent_client(server: Any, host: str) -> Iterator[ApiClient]:
 
 
 class Vms:
-    """The host's desired state with the test's VM instances marked as VMs (see the module docstring)."""
+    """The host's desired state with these instances marked as VMs (see the module docstring)."""
 
     def __init__(self, client: ApiClient, *ids: str) -> None:
         self.client, self.ids = client, set(ids)
@@ -107,13 +114,13 @@ class Vms:
 
 
 @pytest.fixture
-def vms(agent_client: ApiClient, vm: dict[str, Any]) -> Vms:
+def marked(agent_client: ApiClient, vm: dict[str, Any]) -> Vms:
     return Vms(agent_client, vm["id"])
 
 
 @pytest.fixture
-def start(state_dir: Path, agent_client: ApiClient, vms: Vms) -> Iterator[Callable[..., MdataService]]:
-    with mdata_services(state_dir, agent_client, vms.state, datacenter_name="dc-test", check_interval=CHECK,
+def start(state_dir: Path, agent_client: ApiClient, marked: Vms) -> Iterator[Callable[..., MdataService]]:
+    with mdata_services(state_dir, agent_client, marked.state, datacenter_name="dc-test", check_interval=CHECK,
                         vm_group=VM_GROUP) as start:  # fmt: skip
         yield start
 
@@ -188,7 +195,7 @@ class Guest:
 def test_a_vm_gets_a_serial_socket_and_no_zone_socket(
     api: httpx.Client, host: str, agent_client: ApiClient, vm: dict[str, Any], state_dir: Path
 ) -> None:
-    container = make_instance(api, host, "ct-1", {"role": "db"})
+    container = make_instance(api, host, "ct-1", {"role": "db"}, kind="container")
     svc = MdataService(state_dir, agent_client, check_interval=CHECK, vm_group=VM_GROUP)
     try:
         svc.update(Vms(agent_client, vm["id"]).state())
@@ -389,12 +396,12 @@ def test_over_long_lines_are_skipped(start: Callable[..., MdataService], vm: dic
 
 
 def test_a_flooding_guest(
-    start: Callable[..., MdataService], api: httpx.Client, host: str, vms: Vms, vm: dict[str, Any]
+    start: Callable[..., MdataService], api: httpx.Client, host: str, marked: Vms, vm: dict[str, Any]
 ) -> None:
     """A guest that floods its line and never reads: the agent stops reading it (nothing queues without
     bound) and answers its neighbour; its writes are rate-limited as on the zone sockets."""
     other = make_instance(api, host, "vm-2", {"role": "db"})
-    vms.ids.add(other["id"])
+    marked.ids.add(other["id"])
     svc = start(write_rate=0.001, write_burst=2)
     flood = Raw(str(svc.serial_path(vm["id"])))
     neighbour = Raw(str(svc.serial_path(other["id"])))
@@ -461,7 +468,7 @@ def test_a_newer_agent_takes_over_without_breaking_the_stream(
 def test_the_stream_is_not_closed_for_idleness(
     start: Callable[..., MdataService], api: httpx.Client, host: str, vm: dict[str, Any]
 ) -> None:
-    container = make_instance(api, host, "ct-idle", {"role": "db"})
+    container = make_instance(api, host, "ct-idle", {"role": "db"}, kind="container")
     svc = start(idle_timeout=1.0)
     serial = Raw(str(svc.serial_path(vm["id"])))
     zone = Raw(str(svc.socket_path(container["id"])))
@@ -474,10 +481,10 @@ def test_the_stream_is_not_closed_for_idleness(
 
 
 def test_another_instances_keys_are_unreachable(
-    start: Callable[..., MdataService], api: httpx.Client, host: str, vms: Vms, vm: dict[str, Any]
+    start: Callable[..., MdataService], api: httpx.Client, host: str, marked: Vms, vm: dict[str, Any]
 ) -> None:
     other = make_instance(api, host, "vm-3", {"secret": "theirs"})
-    vms.ids.add(other["id"])
+    marked.ids.add(other["id"])
     svc = start()
     raw = Raw(str(svc.serial_path(vm["id"])))
     try:
@@ -529,10 +536,11 @@ def test_the_socket_goes_with_its_instance(
 
 
 def test_the_channel_follows_the_instance_kind(
-    state_dir: Path, agent_client: ApiClient, vm: dict[str, Any], start: Callable[..., MdataService]
+    state_dir: Path, agent_client: ApiClient, api: httpx.Client, host: str
 ) -> None:
     """A desired state that says otherwise of an instance moves it to the other channel; what the other
     kind's root holds of it, left while no agent ran, is swept."""
+    vm = make_instance(api, host, "c-1", {}, kind="container")
     svc = MdataService(state_dir, agent_client, check_interval=CHECK)
     try:
         svc.update(agent_client.desired_state())  # not (yet) a VM: a zone socket
@@ -543,5 +551,37 @@ def test_the_channel_follows_the_instance_kind(
         svc.close()
     leftover = svc.directory(vm["id"])
     stale_socket(leftover / "metadata.sock")
-    again = start()
-    assert not leftover.exists() and connectable(again.serial_path(vm["id"]))
+    with mdata_services(state_dir, agent_client, Vms(agent_client, vm["id"]).state, check_interval=CHECK) as start:
+        again = start()
+        assert not leftover.exists() and connectable(again.serial_path(vm["id"]))
+
+
+def test_a_real_guest_on_its_second_serial_port(
+    service: MdataService, vm: dict[str, Any], api: httpx.Client, vms: StartVM
+) -> None:
+    """The tiny guest booted with `serial_qemu_args`: from its shell, /dev/ttyS1 in raw mode, cloud-init's flush
+    (a bare line: `invalid command`), NEGOTIATE V2, a GET of sdc:uuid and of a customer key, a PUT then a GET of
+    it (frames made here, written and read by the guest's own tty), and the write reaches the API."""
+    version = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True).stdout
+    guest = vms("mdserial", serial_qemu_args(service.serial_path(vm["id"]), version))
+    guest.expect(SHELL_MARKER, 120)
+    guest.run("stty -F /dev/ttyS1 raw -echo")
+
+    def ask(line: bytes) -> bytes:
+        script = f"exec 3<>/dev/ttyS1; printf '%s\\n' '{line.decode().strip()}' >&3; read -t 20 r <&3; echo \"R:$r\""
+        (answer,) = [a for a in guest.run(script, timeout=60).splitlines() if a.startswith("R:")]
+        return answer[2:].strip().encode()
+
+    def v2(op: str, payload: bytes | None = None) -> Any:
+        reqid = new_reqid()
+        return parse_v2_response(ask(v2_request(reqid, op, payload)), reqid)
+
+    assert ask(b"") == b"invalid command"
+    assert ask(b"NEGOTIATE V2") == b"V2_OK"
+    uuid_answer, role = v2("GET", b"sdc:uuid"), v2("GET", b"role")
+    assert (uuid_answer.code, uuid_answer.value) == ("SUCCESS", vm["id"].encode())
+    assert (role.code, role.value) == ("SUCCESS", b"web")
+    assert v2("PUT", put_payload("app:color", b"green")).code == "SUCCESS"
+    color = v2("GET", b"app:color")
+    assert (color.code, color.value) == ("SUCCESS", b"green")
+    assert stored(api, vm["id"])["metadata"]["app:color"] == "green"

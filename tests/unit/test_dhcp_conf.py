@@ -98,7 +98,8 @@ def test_command_line_is_neutrons_for_dhcp_only() -> None:
     assert "--interface=md-meta" in cmd and "--bind-dynamic" in cmd
     assert f"--dhcp-range=set:subnet-{SUB},10.0.0.0,static,255.255.255.0,86400s" in cmd
     assert "--dhcp-option-force=option:mtu,1450" in cmd and "--dhcp-lease-max=512" in cmd
-    assert "--dhcp-hostsfile=/run/x/host" in cmd and "--dhcp-optsfile=/run/x/opts" in cmd
+    assert "--dhcp-hostsfile=/run/x/host" in cmd and "--dhcp-hostsdir=/run/x/hosts.d" in cmd
+    assert "--dhcp-optsfile=/run/x/opts" in cmd
 
 
 def test_ipv6_subnets_are_served_in_dhcpv6_modes_only_and_leased_when_stateful() -> None:

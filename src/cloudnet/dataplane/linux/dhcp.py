@@ -3,8 +3,9 @@
 interface with the metadata port's addresses (Neutron OVN's `network:distributed` port is its networks' DHCP server
 address too: no `network:dhcp` port).
 
-Static leases only, for this host's ports (containers' and VMs' alike). A change rewrites the hosts and options
-files atomically and sends SIGHUP (dnsmasq rereads both); only a changed command line (subnets, MTU) restarts it.
+Static leases only, for this host's ports (containers' and VMs' alike): a new port's in a file of its own that
+dnsmasq reads as it appears; any other change rewrites the hosts file (all of them) and the options file
+atomically and sends SIGHUP (dnsmasq rereads both); only a changed command line (subnets, MTU) restarts it.
 The processes are kept running by dnsmasq.py (adopted by a restarted agent, restarted by a watcher when they die).
 A network whose dnsmasq cannot start fails alone (its step, `dhcp:<id>`)."""
 
@@ -32,6 +33,7 @@ class DhcpServers:
         self.root = (root or RUN_ROOT) / names.host_ns(host)
         self.servers = Dnsmasqs(self.root, "network")
         self._applied: dict[str, str] = {}  # network id -> the fingerprint of what its last step applied
+        self._rendered: dict[str, dict[tuple[Any, ...], str]] = {}  # network id -> its ports' lease lines
 
     def apply(self, run: Pass) -> None:
         served, ports = dhcp_conf.dhcp_subnets(run.state), dhcp_conf.ports_by_network(run.state)
@@ -52,6 +54,7 @@ class DhcpServers:
                 self._applied[net_id] = fingerprint
         self.servers.keep_only(wanted, run.full)
         self._applied = {k: v for k, v in self._applied.items() if k in wanted}
+        self._rendered = {k: v for k, v in self._rendered.items() if k in wanted}
 
     def step_keys(self, state: DesiredState) -> list[str]:
         served = dhcp_conf.dhcp_subnets(state)
@@ -68,17 +71,17 @@ class DhcpServers:
         self.servers.teardown()
 
     def _wanted(self, state: DesiredState, net_id: str, subnets: list[dict[str, Any]], ports: list[dict[str, Any]]
-                ) -> tuple[list[str], str, str]:  # fmt: skip
-        """The network's dnsmasq command line, hosts file and options file."""
+                ) -> tuple[list[str], dict[str, str], str]:  # fmt: skip
+        """The network's dnsmasq command line, hosts directory's files and options file."""
         network = state["networks"][net_id]
         iface = names.metadata_iface(network["metadata_port"]["id"])
         cmd = dhcp_conf.command(Files(self.servers.directory(net_id)), iface, network["mtu"], subnets)
-        hosts = dhcp_conf.hosts_lines(ports, dhcp_conf.leased(subnets))
+        hosts = dhcp_conf.hosts_files(ports, dhcp_conf.leased(subnets), self._rendered.setdefault(net_id, {}))
         opts = dhcp_conf.opts_lines(state, net_id, subnets)
-        return cmd, "".join(f"{line}\n" for line in hosts), "".join(f"{line}\n" for line in opts)
+        return cmd, hosts, "".join(f"{line}\n" for line in opts)
 
-    def _apply_network(self, net_id: str, config: tuple[list[str], str, str], full: bool) -> None:
+    def _apply_network(self, net_id: str, config: tuple[list[str], dict[str, str], str], full: bool) -> None:
         cmd, hosts, opts = config
         files = Files(self.servers.directory(net_id))
-        texts = {files.hosts.name: hosts, files.opts.name: opts}
-        self.servers.ensure(net_id, names.metadata_ns(self.host, net_id), cmd, texts, full)
+        self.servers.ensure(net_id, names.metadata_ns(self.host, net_id), cmd, {files.opts.name: opts}, full,
+                            leases=(files.hosts, files.new_hosts, hosts))  # fmt: skip

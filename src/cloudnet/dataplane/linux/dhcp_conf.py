@@ -7,6 +7,7 @@ address mode; `slaac` ones are not (their addresses come from router advertiseme
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ DesiredState = dict[str, Any]
 LEASE = "86400s"  # Neutron's dhcp_lease_duration default
 DOMAIN = "openstacklocal"  # Neutron's dns_domain default
 DHCPV6 = ("dhcpv6-stateful", "dhcpv6-stateless")
+PORT_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,63}")  # (no dot first: dnsmasq skips dotfiles, our temporaries)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,12 @@ class Files:
     @property
     def hosts(self) -> Path:
         return self.dir / "host"
+
+    @property
+    def new_hosts(self) -> Path:
+        """Static leases of ports added since the hosts file was last written, a file each (LXD's way): dnsmasq
+        reads one as it appears, so a new port costs one small file, not a reread of every lease of the network."""
+        return self.dir / "hosts.d"
 
     @property
     def opts(self) -> Path:
@@ -88,6 +96,29 @@ def hosts_lines(ports: list[dict[str, Any]], subnet_ids: set[str]) -> list[str]:
     return sorted(lines)
 
 
+def hosts_files(
+    ports: list[dict[str, Any]], subnet_ids: set[str], known: dict[tuple[Any, ...], str] | None = None
+) -> dict[str, str]:
+    """Static leases by port: port id -> its lines (a port with no address served has none). `known`: lines
+    rendered before, by what they depend on (kept by the caller from pass to pass: most ports do not change)."""
+    found, rendered = {}, {}
+    for port in ports:
+        if not PORT_ID.fullmatch(port["id"]):
+            raise ValueError(f"not a port id: {port['id']!r}")  # (it names a file)
+        key = (port["id"], port["mac_address"], *((f["subnet_id"], f["ip_address"]) for f in port["fixed_ips"]
+                                                  if f["subnet_id"] in subnet_ids))  # fmt: skip
+        text = known.get(key) if known is not None else None
+        if text is None:
+            text = "".join(f"{line}\n" for line in hosts_lines([port], subnet_ids))
+        rendered[key] = text
+        if text:
+            found[port["id"]] = text
+    if known is not None:
+        known.clear()
+        known.update(rendered)
+    return found
+
+
 def _mac(mac: str) -> str:
     parts = mac.lower().split(":")
     if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdef" for c in p) for p in parts):
@@ -138,7 +169,8 @@ def command(files: Files, iface: str, mtu: int, subnets: list[dict[str, Any]]) -
         ranges.append(f"--dhcp-range=set:subnet-{s['id']},{net.network_address},static,{mask},{LEASE}")
     return [
         "dnsmasq", "--no-hosts", "--no-resolv", "--port=0", f"--pid-file={files.pid}",
-        f"--dhcp-hostsfile={files.hosts}", f"--dhcp-optsfile={files.opts}", f"--dhcp-leasefile={files.leases}",
+        f"--dhcp-hostsfile={files.hosts}", f"--dhcp-hostsdir={files.new_hosts}", f"--dhcp-optsfile={files.opts}",
+        f"--dhcp-leasefile={files.leases}",
         "--bind-dynamic", f"--interface={iface}", "--except-interface=lo", *ranges,
         f"--dhcp-option-force=option:mtu,{int(mtu)}", f"--dhcp-lease-max={min(size, 2**24)}",
         "--conf-file=/dev/null", f"--domain={DOMAIN}",

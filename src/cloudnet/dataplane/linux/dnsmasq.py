@@ -61,13 +61,19 @@ class Dnsmasqs:
     def directory(self, key: str) -> Path:
         return self.root / key
 
-    def ensure(self, key: str, ns: str, cmd: list[str], files: dict[str, str], full: bool) -> None:
+    def ensure(
+        self, key: str, ns: str, cmd: list[str], files: dict[str, str], full: bool,
+        leases: tuple[Path, Path, dict[str, str]] | None = None,
+    ) -> None:  # fmt: skip
         """`key`'s dnsmasq runs `cmd` in `ns` with these files (name -> text, written atomically first; `cmd` names
         the pid file `directory(key)/pid`): started, restarted for a new command line or namespace, or told to
-        reread its files (SIGHUP) when one changed. Raises with dnsmasq's reason when it cannot start."""
+        reread its files (SIGHUP) when one changed. `leases`: its static leases (`sync_leases`: hosts file, hosts
+        directory, lines by port). Raises with dnsmasq's reason when it cannot start."""
         where = self.directory(key)
         where.mkdir(mode=0o755, parents=True, exist_ok=True)
         changed = [write_atomic(where / name, text) for name, text in files.items()]
+        if leases is not None:
+            changed.append(sync_leases(*leases))
         with self._lock:
             server = self.servers.get(key)
             if server is None or server.cmd != cmd or server.ns != ns:
@@ -194,6 +200,45 @@ def write_atomic(path: Path, text: str) -> bool:
     tmp.chmod(0o644)  # (dnsmasq rereads it after dropping its privileges)
     tmp.replace(path)
     return True
+
+
+def sync_leases(bulk: Path, new: Path, wanted: dict[str, str]) -> bool:
+    """Static leases (port id -> its dhcp-host lines) in a --dhcp-hostsfile `bulk` and a --dhcp-hostsdir `new`.
+    Only a few ports added: a file each in `new`, which dnsmasq reads as it appears (inotify), at no cost to the
+    others. Any other change (or `new` filling up): everything in `bulk`, `new` emptied, and True: the caller sends
+    SIGHUP (dnsmasq rereads both, and forgets what it read from either only then). One file, not one per port,
+    keeps that reread short."""
+    new.mkdir(mode=0o755, exist_ok=True)
+    current = _blocks(bulk)
+    in_new = [p for p in new.iterdir() if not p.name.startswith(".")]
+    for path in in_new:
+        current[path.name] = path.read_text()
+    added = wanted.keys() - current.keys()
+    unchanged = all(wanted.get(port) == text for port, text in current.items())
+    if unchanged and bulk.exists() and len(in_new) + len(added) <= NEW_FILES:
+        for port in sorted(added):
+            write_atomic(new / port, wanted[port])
+        return False
+    write_atomic(bulk, "".join(f"{BLOCK}{port}\n{wanted[port]}" for port in sorted(wanted)))
+    for path in new.iterdir():
+        path.unlink(missing_ok=True)
+    return True
+
+
+NEW_FILES = 64  # ports in files of their own at most (then all go to the hosts file, with a reread)
+BLOCK = "#port "  # (a comment to dnsmasq: where one port's lines start in the bulk file)
+
+
+def _blocks(bulk: Path) -> dict[str, str]:
+    try:
+        text = bulk.read_text()
+    except FileNotFoundError:
+        return {}
+    found = {}
+    for block in text.split(BLOCK)[1:]:
+        port, _nl, lines = block.partition("\n")
+        found[port] = lines
+    return found
 
 
 def _read_pid(pid_file: Path) -> int | None:
