@@ -7,8 +7,9 @@ is the agent's. VMs a compute service plugs with plain ports (`compute_service`)
 On the userspace datapath (`datapath_type=netdev`) the tap is a plain "system" port, which ovs-vswitchd reads and
 writes through an AF_PACKET socket: not `type=tap`, with which ovs-vswitchd would attach to the tap itself and the
 VMM could not (a single-queue tap takes one reader). The userspace datapath completes no partial checksums, so the
-guest's virtio NIC must not offload them (QEMU: `csum=off,guest_csum=off`): the report says `datapath_type` for
-the VMM's arguments to follow.
+guest's virtio NIC must not offload them: seen with the tiny guest, TCP to the metadata service times out with
+QEMU's defaults and works with `-device virtio-net-pci,...,csum=off` (or `-netdev tap,...,vnet_hdr=off`). The
+report says `datapath_type` for the VMM's arguments to follow (tests/ovn/test_vm_guest.py).
 
 Port security, security groups and DHCP are OVN's (the logical port's flows), in place before ovn-controller binds
 the port; a port is ACTIVE once SB says it is bound here. One step per instance: a name clash (a device or a br-int
