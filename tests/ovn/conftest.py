@@ -10,8 +10,10 @@ import pytest
 
 from cloudnet.northbound.sync import NorthboundSync
 from tests.ovn.nb import by_name
+from tests.ovn.vm_site import vm_api, vm_net, vm_rig  # noqa: F401 -- fixtures of the VM tests
 from tests.support.ovn import OvnSandbox, ovn_sandbox
 from tests.support.server import RunningServer
+from tests.support.vm_fixtures import accelerator, tiny_guest, vms  # noqa: F401 -- fixtures of the VM tests
 
 
 @pytest.fixture(autouse=True)

@@ -23,6 +23,7 @@ from cloudnet.northbound import apply, desired
 from cloudnet.northbound.rows import KEY
 from cloudnet.ovn import daemons
 from cloudnet.store.db import Store
+from cloudnet.wire.guest_net import VM_DEVICE_PREFIX, vm_device
 from tests.ovn.nb import as_list, decode, rows
 from tests.support.ovn import OvnSandbox
 
@@ -93,7 +94,7 @@ def _host_wants(state: Json) -> tuple[dict[str, str], set[str], dict[str, str]]:
         for port_id in inst["ports"]:
             port = state["ports"][port_id]
             instance_ports.add(port_id)
-            ports[names.tap(port_id)] = port_id
+            ports[vm_device(port_id) if inst.get("kind") == "vm" else names.tap(port_id)] = port_id
             meta = state["networks"][port["network_id"]].get("metadata_port")
             if meta:
                 served[port["network_id"]] = meta["id"]
@@ -142,7 +143,8 @@ def chassis_differences(ovn: OvnSandbox, chassis: daemons.Chassis, state: Json) 
               for name, pid in sorted(want_ports.items())
               if name in on_bridge and ifaces.get(name, {}).get(names.IFACE_ID) != pid]  # fmt: skip
     links = json.loads(daemons.run(chassis.rundir, ["ip", "-j", "link", "show"], chassis.netns))
-    devices = {link["ifname"] for link in links if link["ifname"].startswith((names.TAP, names.METADATA_LEG))}
+    prefixes = (names.TAP, names.METADATA_LEG, VM_DEVICE_PREFIX)
+    devices = {link["ifname"] for link in links if link["ifname"].startswith(prefixes)}
     if devices != set(want_ports):
         found.append(f"devices: extra {sorted(devices - set(want_ports))}, "
                      f"missing {sorted(set(want_ports) - devices)}")  # fmt: skip
@@ -150,7 +152,7 @@ def chassis_differences(ovn: OvnSandbox, chassis: daemons.Chassis, state: Json) 
     have_ns = set(netns.names(metadata_ns_prefix(host)))
     if have_ns != want_ns:
         found.append(f"metadata namespaces: extra {sorted(have_ns - want_ns)}, missing {sorted(want_ns - have_ns)}")
-    want_ns = {i["netns"] for i in state["instances"]}
+    want_ns = {i["netns"] for i in state["instances"] if i["netns"]}  # (a VM has none)
     have_ns = set(netns.names(managed_ns_prefix(host)))
     if have_ns != want_ns:
         found.append(f"instance namespaces: extra {sorted(have_ns - want_ns)}, missing {sorted(want_ns - have_ns)}")

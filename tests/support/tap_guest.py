@@ -10,7 +10,6 @@ import errno
 import fcntl
 import os
 import select
-import struct
 import threading
 import time
 from types import TracebackType
@@ -18,17 +17,15 @@ from types import TracebackType
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from cloudnet.dataplane.kernel import netns
-
-TUNSETIFF = 0x400454CA
-IFF_TAP, IFF_NO_PI = 0x0002, 0x1000
+from cloudnet.dataplane.kernel import netns, tuntap
 
 
-def attach(tap: str) -> int:
-    """An fd attached to the existing tap `tap` of the calling thread's namespace (as a VMM attaches)."""
-    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+def attach(tap: str, nonblocking: bool = False) -> int:
+    """An fd attached to the existing tap `tap` of the calling thread's namespace (as a VMM attaches: EBUSY while
+    another holds it)."""
+    fd = os.open(tuntap.TUN_DEVICE, os.O_RDWR | os.O_CLOEXEC | (os.O_NONBLOCK if nonblocking else 0))
     try:
-        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", tap.encode(), IFF_TAP | IFF_NO_PI))
+        fcntl.ioctl(fd, tuntap.TUNSETIFF, tuntap.ifreq(tap))
     except OSError:
         os.close(fd)
         raise

@@ -10,6 +10,7 @@ from typing import Any
 from cloudnet.config import AgentConfig
 from cloudnet.dataplane.base import Dataplane, PortBinder
 from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.dataplane.ovn import tapdev
 from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.dataplane.sriov import inventory
 from cloudnet.dataplane.sriov.driver import SriovDataplane
@@ -46,7 +47,8 @@ def _ovn(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
     if not config.ovn_sb or not config.ovs_db:
         raise ValueError("the ovn dataplane needs the SB database (--ovn-sb) and this chassis' Open_vSwitch database")
     return OvnDataplane(config.host, config.ovs_db, config.ovn_sb, host_ns=config.ovs_netns, uplinks=config.uplinks,
-                        step_timeout=config.step_timeout)  # fmt: skip
+                        step_timeout=config.step_timeout,
+                        vm_owner=tapdev.Owner(*config.vm_owner))  # fmt: skip
 
 
 DRIVERS: dict[str, Factory] = {"linux": _linux, "ovn": _ovn}

@@ -193,7 +193,9 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
             gateway = None
         physnet = physnets.get(gateway.network_id) if gateway is not None else None
         gateways = desired_routers.gateways(chassis, physnet, by_physnet, reporting)
-        desired_routers.router(conn, out, r, router_ports[r.id], gateway, fixed, subnets, gateways)
+        desired_routers.router(
+            conn, out, r, router_ports[r.id], gateway, fixed, subnets, gateways, {n.id: n.mtu for n in networks}
+        )
     basis.acls = desired_acls.add(conn, out, filtered, identities)
     basis.special |= basis.acls.unidentified
     lrs = {row.key.removeprefix("lr/") for row in out.rows if row.table == "Logical_Router"}

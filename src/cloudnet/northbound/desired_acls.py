@@ -2,8 +2,10 @@
 gives them.
 
 - `cloudnet_pg_drop` holds every port with port security on: IP traffic from and to it is dropped at priority 1001
-  unless an allow at 1002 lets it through; it also carries what every instance needs to come up (its DHCP request
-  and the metadata service, as the Linux dataplane lets them out whatever the groups).
+  unless an allow at 1002 lets it through; it also carries what every instance needs to come up (its DHCP and
+  DHCPv6 requests and the metadata service, as the Linux dataplane lets them out whatever the groups), and drops
+  at 1003, whatever the groups allow, what a guest's own DHCP or DHCPv6 server would answer (its neighbours ask
+  the network's server, OVN's: a rogue one must not reach them).
 - each security group is a Port_Group `pg_<id>` (its filtered member ports) with one ACL per rule at 1002:
   ingress -> to-lport on `outport == @pg_<id>`, egress -> from-lport on `inport == @pg_<id>`; allow-related for a
   stateful group, allow-stateless for a stateless one. A remote group is an Address_Set of ours per IP version
@@ -83,6 +85,12 @@ def add(conn: Connection, out: Desired, filtered: dict[str, list[str]], identiti
         _acl("acl/drop/ingress", "to-lport", DROP, f"outport == @{DROP_GROUP} && ip", "drop", drop_key),
         _acl("acl/drop/dhcp", "from-lport", ALLOW,
              f"inport == @{DROP_GROUP} && ip4 && udp && udp.src == 68 && udp.dst == 67", "allow", drop_key),
+        _acl("acl/drop/dhcp6", "from-lport", ALLOW,
+             f"inport == @{DROP_GROUP} && ip6 && udp && udp.src == 546 && udp.dst == 547", "allow", drop_key),
+        _acl("acl/drop/dhcp-server", "from-lport", IDENTITY,
+             f"inport == @{DROP_GROUP} && ip4 && udp && udp.src == 67 && udp.dst == 68", "drop", drop_key),
+        _acl("acl/drop/dhcp6-server", "from-lport", IDENTITY,
+             f"inport == @{DROP_GROUP} && ip6 && udp && udp.src == 547 && udp.dst == 546", "drop", drop_key),
         _acl("acl/drop/metadata", "from-lport", ALLOW,
              f"inport == @{DROP_GROUP} && ip4 && ip4.dst == {METADATA[4]} && tcp && tcp.dst == 80", "allow-related",
              drop_key),

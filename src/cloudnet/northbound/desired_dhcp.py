@@ -2,9 +2,11 @@
 answers a port's DHCP itself (the LSP links the row of its first such subnet in `dhcpv4_options` / `dhcpv6_options`).
 
 IPv4: router and server_id are the gateway, server_mac a MAC derived from the subnet id (stable across resyncs),
-lease_time, mtu, dns_server, and classless_static_route carrying 169.254.169.254/32 via the network's metadata
-localport, the subnet's host routes and the default route (a client that takes classless routes ignores `router`,
-RFC 3442). IPv6 (DHCPv6 address modes only): server_id, and dhcpv6_stateless for the stateless mode.
+lease_time, mtu (option 26), dns_server, domain_name (Neutron's default domain, as the Linux dataplane's dnsmasq
+gives it), and classless_static_route (121) carrying 169.254.169.254/32 via the network's metadata localport, the
+subnet's host routes and the default route (a client that takes classless routes ignores `router`, RFC 3442).
+IPv6 (DHCPv6 address modes only): server_id, dns_server, domain_search, and dhcpv6_stateless for the stateless
+mode (options only: the address comes from the router's RA, desired_routers.ra_configs).
 Every value is re-parsed as an address or CIDR here: what cannot be is left out and reported, so no stored text
 reaches ovn-controller's option parser as anything but an address.
 """
@@ -20,6 +22,7 @@ from cloudnet.northbound.rows import Desired, Row, address, ids, network
 LEASE_TIME = 43200  # seconds (Neutron's dhcp_lease_duration default is a day; half keeps renewals frequent)
 METADATA_ROUTE = "169.254.169.254/32"
 DHCPV6_MODES = ("dhcpv6-stateful", "dhcpv6-stateless")
+DOMAIN = "openstacklocal"  # Neutron's dns_domain default (the Linux dataplane's dnsmasq: --domain)
 
 
 def server_mac(subnet_id: str) -> str:
@@ -55,7 +58,8 @@ def add(out: Desired, subnets: Iterable[Any], mtus: dict[str, int], metadata_ip:
 
 
 def _v4(s: Any, mtu: int, metadata: str | None) -> dict[str, str]:
-    options = {"lease_time": str(LEASE_TIME), "mtu": str(int(mtu)), "server_mac": server_mac(s.id)}
+    options = {"lease_time": str(LEASE_TIME), "mtu": str(int(mtu)), "server_mac": server_mac(s.id),
+               "domain_name": f'"{DOMAIN}"'}  # fmt: skip
     routes: list[str] = []
     if metadata:
         routes.append(f"{METADATA_ROUTE},{address(metadata)}")
@@ -79,7 +83,7 @@ def _v4(s: Any, mtu: int, metadata: str | None) -> dict[str, str]:
 def _v6(s: Any) -> dict[str, str] | None:
     if s.ipv6_address_mode not in DHCPV6_MODES:
         return None  # SLAAC or static: nothing for a DHCPv6 server to say
-    options = {"server_id": server_mac(s.id)}
+    options = {"server_id": server_mac(s.id), "domain_search": f'"{DOMAIN}"'}
     if s.ipv6_address_mode == "dhcpv6-stateless":
         options["dhcpv6_stateless"] = "true"
     servers = [address(d) for d in s.dns_nameservers or [] if ":" in str(d)]

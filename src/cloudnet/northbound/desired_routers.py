@@ -6,7 +6,11 @@ A gateway port's chassis are the configured gateway chassis (`cloudnet up`: its 
 it has an uplink there, when its agent says), then every host whose agent reports an uplink (--uplink
 PHYSNET:IFACE) on the external network's physical network, by name: a chassis is named after its host, and only
 there does the external network reach the outside (Neutron schedules gateways on chassis with bridge mappings of
-the network's physnet likewise). The first has the highest priority; OVN moves the port to the next when it goes."""
+the network's physnet likewise). The first has the highest priority; OVN moves the port to the next when it goes.
+
+Router advertisements are ovn-controller's, from an interface port's `ipv6_ra_configs` (ra_configs): only for an
+IPv6 subnet with an `ipv6_ra_mode`, as Neutron's OVN driver writes them and its L3 agent's radvd sends them
+(neutron/agent/linux/ra.py: intervals 30-100 s, the link MTU, RDNSS from the subnet's servers)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, cidr_len, ids
+from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, address, cidr_len, ids
 from cloudnet.services import uplinks
 from cloudnet.store import tables as t
 
@@ -50,25 +54,51 @@ def gateways(configured: list[str], physnet: str | None, by_physnet: dict[str, l
     return first + [h for h in uplinked if h not in first]
 
 
-def _lrp(out: Desired, router_key: str, port: Any, fixed: list[tuple[str, str]], subnets: dict[str, Any]) -> str:
+RA_MODES = {"slaac": "slaac", "dhcpv6-stateful": "dhcpv6_stateful", "dhcpv6-stateless": "dhcpv6_stateless"}
+RA_INTERVALS = {"min_interval": "30", "max_interval": "100"}  # seconds (Neutron's radvd defaults)
+
+
+def ra_configs(fixed: list[tuple[str, str]], subnets: dict[str, Any], mtu: int | None) -> dict[str, str]:
+    """An interface port's `ipv6_ra_configs`: from its first IPv6 subnet with an RA mode (one address mode per
+    port in OVN); {} (no RAs) when none has one."""
+    subnet = next((subnets[s] for s, _a in fixed if subnets[s].ip_version == 6 and subnets[s].ipv6_ra_mode), None)
+    if subnet is None or subnet.ipv6_ra_mode not in RA_MODES:
+        return {}
+    configs = {"address_mode": RA_MODES[subnet.ipv6_ra_mode], "send_periodic": "true", **RA_INTERVALS}
+    if mtu:
+        configs["mtu"] = str(int(mtu))
+    servers = [address(d) for d in subnet.dns_nameservers or [] if ":" in str(d)]
+    if servers:  # (ovn-controller takes one)
+        configs["rdnss"] = servers[0]
+    return configs
+
+
+def _lrp(out: Desired, router_key: str, port: Any, fixed: list[tuple[str, str]], subnets: dict[str, Any],
+         ra: dict[str, str] | None = None) -> str:  # fmt: skip
     key = f"lrp/{port.id}"
     out.rows.append(Row("Logical_Router_Port", key, {
         "name": f"lrp-{port.id}", "mac": port.mac_address,
         "networks": [f"{address}/{cidr_len(subnets, subnet)}" for subnet, address in fixed],
+        "ipv6_ra_configs": ra or {},
         "external_ids": ids(key, port_id=port.id, network_id=port.network_id, router_id=port.device_id),
     }, parent=router_key, parent_column="ports"))  # fmt: skip
     return key
 
 
 def router(conn: Connection, out: Desired, r: Any, interfaces: list[Any], gateway: Any, fixed: dict[str, Any],
-            subnets: dict[str, Any], chassis: list[str]) -> None:  # fmt: skip
+            subnets: dict[str, Any], chassis: list[str], mtus: dict[str, int]) -> None:  # fmt: skip
     lr = f"lr/{r.id}"
     out.rows.append(Row("Logical_Router", lr, {
         "name": PREFIX + r.id, "enabled": [bool(r.admin_state_up)],
         "external_ids": ids(lr, router_id=r.id, project_id=r.project_id, name=r.name),
     }))  # fmt: skip
     for port in interfaces:
-        _lrp(out, lr, port, fixed.get(port.id, []), subnets)
+        try:
+            ra = ra_configs(fixed.get(port.id, []), subnets, mtus.get(port.network_id))
+        except ValueError as exc:
+            out.refused.append(f"router port {port.id!r}: no router advertisements ({exc})")
+            ra = {}
+        _lrp(out, lr, port, fixed.get(port.id, []), subnets, ra)
     routes: list[tuple[str, str]] = [(d["destination"], d["nexthop"]) for d in r.routes or []]
     gateway_ips = fixed.get(gateway.id, []) if gateway is not None else []
     if gateway is not None:

@@ -30,7 +30,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane import security
 from cloudnet.dataplane.base import DesiredState, PortReport, failed
-from cloudnet.dataplane.linux import names, taps
+from cloudnet.dataplane.kernel import tuntap
+from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.bridges import Bridges
 from cloudnet.dataplane.linux.links import EEXIST, Links, delete, index
 from cloudnet.dataplane.linux.passes import Pass, broken_reason
@@ -152,7 +153,7 @@ class VmPorts:
         stale = index(host, new)
         if stale is not None:  # (an interrupted make)
             delete(host, stale)
-        taps.create_persistent(new, *self.owner)  # (on the step worker: in the host namespace)
+        tuntap.make_persistent(new, *self.owner)  # (on the step worker: in the host namespace)
         idx = index(host, new)
         if idx is None:
             raise LookupError(f"tap {new} vanished as it was made")

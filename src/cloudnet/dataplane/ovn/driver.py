@@ -4,7 +4,8 @@ OVN itself realises networks, routers, NAT, security groups and port security fr
 what is left to a chassis is the edge:
 
     instance netns:  ethN (MAC, MTU, addresses, routes) --veth-- cno-<port>  ┐ br-int (iface-id = port id)
-    metadata netns:  md0 (metadata port's IPs, 169.254.169.254) --veth-- cnl-<port>  ┘ (the network's localport)
+    metadata netns:  md0 (metadata port's IPs, 169.254.169.254) --veth-- cnl-<port>  ┤ (the network's localport)
+    VM (its VMM):    virtio NIC (MAC) --tap<port id>: a persistent tap (vm_ports.py) ┘
     --uplink PHYSNET:IFACE:  IFACE a port of br-PHYSNET, named in ovn-bridge-mappings (uplinks.py)
 
 Everything is applied from the desired state, idempotently, each instance and each network a step (steps.py);
@@ -21,12 +22,13 @@ from typing import Any
 
 from cloudnet.dataplane.base import DesiredState, PortReport, metadata_ns_prefix
 from cloudnet.dataplane.kernel import netns, ns_guard
-from cloudnet.dataplane.ovn import veth
+from cloudnet.dataplane.ovn import names, tapdev, veth, vm_ports
 from cloudnet.dataplane.ovn.metadata import MetadataPorts
 from cloudnet.dataplane.ovn.passes import OvnPass
 from cloudnet.dataplane.ovn.ports import InstancePorts
 from cloudnet.dataplane.ovn.southbound import Southbound
 from cloudnet.dataplane.ovn.uplinks import Uplinks
+from cloudnet.dataplane.ovn.vm_ports import VmPorts
 from cloudnet.dataplane.ovn.vswitch import Vswitch
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 from cloudnet.namespaces import managed_ns_prefix
@@ -38,9 +40,11 @@ class OvnDataplane:
     def __init__(
         self, host: str, ovs_url: str, sb_url: str, *, chassis: str | None = None, host_ns: str | None = None,
         uplinks: dict[str, str] | None = None, step_timeout: float = DEFAULT_TIMEOUT,
+        vm_owner: tapdev.Owner | None = None,
     ) -> None:  # fmt: skip
         """`chassis`: this chassis' name in SB (its Open_vSwitch system-id; default the host's name); `host_ns`: the
-        namespace ovs-vswitchd runs in (default the agent's own); `uplinks`: {physical network: interface}."""
+        namespace ovs-vswitchd runs in (default the agent's own); `uplinks`: {physical network: interface};
+        `vm_owner`: who may open VMs' taps (default: only a VMM with CAP_NET_ADMIN)."""
         self.host = host
         self.chassis = chassis or host
         self.host_ns = host_ns or netns.AGENT_NS
@@ -48,6 +52,7 @@ class OvnDataplane:
         self.vswitch = Vswitch(ovs_url, host)
         self.sb = Southbound(sb_url, self.chassis)
         self.ports = InstancePorts(host, self.chassis)
+        self.vms = VmPorts(host, self.chassis, self.host_ns, vm_owner or tapdev.Owner())
         self.metadata = MetadataPorts(host)
         self.uplinks = Uplinks(uplinks or {})
         self._bound: set[str] = set()
@@ -85,7 +90,7 @@ class OvnDataplane:
         run = OvnPass(state, full, self.host_ns, self.vswitch, guard, self.steps, self._bound,
                       self._ours() if full else {})  # fmt: skip
         self.uplinks.apply(run)
-        reports = self.ports.apply(run)
+        reports = self.ports.apply(run) + self.vms.apply(run)
         served, metadata_reports = self.metadata.apply(run)
         reports += metadata_reports
         if full or self._went_away(run):
@@ -94,7 +99,7 @@ class OvnDataplane:
         with contextlib.suppress(StepFailed):
             self.steps.run("chassis", lambda: self.sb.publish_metadata_networks(served), tuple(served))
         self.steps.keep_only(["garbage", "chassis", *self.uplinks.step_keys(), *self.ports.step_keys(state),
-                              *self.metadata.step_keys(state)])  # fmt: skip
+                              *self.vms.step_keys(state), *self.metadata.step_keys(state)])  # fmt: skip
         self._full_done = self._full_done or full
         self._kept = (frozenset(run.wanted), frozenset(run.wanted_ns))
         return reports
@@ -113,8 +118,10 @@ class OvnDataplane:
         ours = run.ours if run.full else self.vswitch.ours()
         with netns.iproute(run.host_ns) as host:
             for name in sorted(set(ours) - run.wanted):
-                self.vswitch.unplug(name)
-                veth.delete(host, name)
+                if name.startswith((names.TAP, names.METADATA_LEG)):
+                    self.vswitch.unplug(name)
+                    veth.delete(host, name)
+        vm_ports.collect(run, self.host, ours)
         for prefix in (metadata_ns_prefix(self.host), managed_ns_prefix(self.host)):
             for ns in netns.names(prefix):
                 if ns not in run.wanted_ns:

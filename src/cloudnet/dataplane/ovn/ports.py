@@ -39,7 +39,7 @@ class InstancePorts:
         self.applied: dict[str, tuple[Any, ...]] = {}  # port id -> fingerprint of what was plugged
 
     def step_keys(self, state: DesiredState) -> list[str]:
-        return [f"instance:{i['id']}" for i in state["instances"]]
+        return [f"instance:{i['id']}" for i in state["instances"] if i.get("kind") != "vm"]
 
     def forget(self) -> None:
         self.applied.clear()
@@ -50,8 +50,7 @@ class InstancePorts:
     def apply(self, run: OvnPass) -> list[PortReport]:
         reports: list[PortReport] = []
         for inst in run.state["instances"]:
-            if inst.get("kind") == "vm":  # (not yet: VM NICs are taps, made by the VM ports job)
-                reports += [failed(pid, "VM NICs are not plugged by this dataplane yet") for pid in inst["ports"]]
+            if inst.get("kind") == "vm":  # (its NICs are taps: vm_ports.py)
                 continue
             if is_managed_ns(self.host, inst["netns"]):
                 run.wanted_ns.add(inst["netns"])

@@ -47,6 +47,16 @@ class Vswitch:
         rows = self.api().db_find_rows("Interface", ("name", "=", name)).execute(check_error=True)
         return rows[0].external_ids.get(names.IFACE_ID) if rows else None
 
+    def foreign(self, name: str) -> bool:
+        """An Interface of that name that this host's driver did not make (someone else's port)."""
+        rows = self.api().db_find_rows("Interface", ("name", "=", name)).execute(check_error=True)
+        return bool(rows) and rows[0].external_ids.get(names.HOST_ID) != self.host
+
+    def datapath_type(self) -> str:
+        """br-int's datapath type as set ("": the default, the kernel's "system"; "netdev": the userspace one)."""
+        found = self.api().db_find_rows("Bridge", ("name", "=", self.bridge)).execute(check_error=True)
+        return str(found[0].datapath_type) if found else ""
+
     def plug(self, name: str, iface_id: str, **more: str) -> None:
         """`name` a port of br-int whose Interface says it is the logical port `iface_id` (ovn-controller claims it)."""
         ids: dict[str, Any] = {names.IFACE_ID: iface_id, names.HOST_ID: self.host, **more}
@@ -62,8 +72,7 @@ class Vswitch:
         api = self.api()
         if api.db_find_rows("Bridge", ("name", "=", iface)).execute(check_error=True):
             raise ValueError(f"uplink {iface} of {physnet} is a bridge, not an interface")
-        integration = api.db_find_rows("Bridge", ("name", "=", self.bridge)).execute(check_error=True)
-        datapath = integration[0].datapath_type if integration else ""
+        datapath = self.datapath_type()
         current = api.db_get("Open_vSwitch", ".", "external_ids").execute(check_error=True)
         mappings = dict(m.split(":", 1) for m in current.get(MAPPINGS, "").split(",") if ":" in m)
         elsewhere = [b.name for b in api.db_list_rows("Bridge").execute(check_error=True)

@@ -1,0 +1,131 @@
+"""VM NICs on the OVN driver: each a persistent tap named as Nova names it (`tap` + port id, 14 characters;
+tapdev.py), in the namespace ovs-vswitchd runs in, with the network's MTU, owned by the configured user/group, and
+a port of br-int whose Interface carries what os-vif writes (`iface-id`, `attached-mac`, `iface-status=active`,
+`vm-uuid`) plus this driver's host mark. The VMM opens the tap (`-netdev tap,ifname=...`); nothing else of the VM
+is the agent's. VMs a compute service plugs with plain ports (`compute_service`) take the same path.
+
+On the userspace datapath (`datapath_type=netdev`) the tap is a plain "system" port, which ovs-vswitchd reads and
+writes through an AF_PACKET socket: not `type=tap`, with which ovs-vswitchd would attach to the tap itself and the
+VMM could not (a single-queue tap takes one reader). The userspace datapath completes no partial checksums, so the
+guest's virtio NIC must not offload them: seen with the tiny guest, TCP to the metadata service times out with
+QEMU's defaults and works with `-device virtio-net-pci,...,csum=off` (or `-netdev tap,...,vnet_hdr=off`). The
+report says `datapath_type` for the VMM's arguments to follow (tests/ovn/test_vm_guest.py).
+
+Port security, security groups and DHCP are OVN's (the logical port's flows), in place before ovn-controller binds
+the port; a port is ACTIVE once SB says it is bound here. One step per instance: a name clash (a device or a br-int
+port of that name that is not this host's) fails that instance alone, with its reason."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cloudnet.dataplane.base import DesiredState, PortReport, failed
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.ovn import names, tapdev
+from cloudnet.dataplane.ovn.passes import OvnPass
+from cloudnet.dataplane.ovn.ports import UNSUPPORTED, UNSUPPORTED_VNIC_TYPES
+from cloudnet.dataplane.steps import StepFailed
+from cloudnet.wire.guest_net import vm_device
+
+log = logging.getLogger(__name__)
+VM = "vm"
+
+
+def is_vm(inst: dict[str, Any]) -> bool:
+    return inst.get("kind") == VM
+
+
+class VmPorts:
+    """The ports job for VM instances' NICs (taps on br-int), one step per instance."""
+
+    def __init__(self, host: str, chassis: str, host_ns: str, owner: tapdev.Owner) -> None:
+        self.host = host
+        self.chassis = chassis
+        self.owner = owner
+        # Where a VMM must open the taps, when it is not the agent's own namespace.
+        self.netns = None if host_ns == netns.AGENT_NS else host_ns
+        self.applied: dict[str, tuple[Any, ...]] = {}  # port id -> fingerprint of what was plugged
+
+    def step_keys(self, state: DesiredState) -> list[str]:
+        return [f"vm:{i['id']}" for i in state["instances"] if is_vm(i)]
+
+    def apply(self, run: OvnPass) -> list[PortReport]:
+        vms = [i for i in run.state["instances"] if is_vm(i)]
+        if not vms:
+            self.applied.clear()
+            return []
+        try:
+            datapath = run.vswitch.datapath_type() or "system"
+        except Exception as exc:  # (the switch away: every step below fails with its reason too)
+            log.warning("br-int's datapath type unknown (%s)", exc)
+            datapath = ""
+        reports: list[PortReport] = []
+        for inst in vms:
+            reports += self._instance(run, inst, datapath)
+        self.applied = {k: v for k, v in self.applied.items() if k in {r.port_id for r in reports}}
+        return reports
+
+    def _instance(self, run: OvnPass, inst: dict[str, Any], datapath: str) -> list[PortReport]:
+        ports = run.state["ports"]
+        given = [ports[pid] for pid in inst["ports"] if pid in ports]
+        refused = [failed(p["id"], UNSUPPORTED.format(p["binding:vnic_type"])) for p in given
+                   if p.get("binding:vnic_type") in UNSUPPORTED_VNIC_TYPES]  # fmt: skip
+        mine = [p for p in given if p.get("binding:vnic_type") not in UNSUPPORTED_VNIC_TYPES]
+        refused += [failed(p["id"], "its id is not a plain name: not plugged into OVN") for p in mine
+                    if not names.is_plain(p["id"])]  # fmt: skip
+        mine = [p for p in mine if names.is_plain(p["id"])]
+        run.wanted.update(vm_device(p["id"]) for p in mine)
+        run.vif_networks.update(p["network_id"] for p in mine)
+        prints = [self._fingerprint(run, p) for p in mine]
+        current = all(self.applied.get(p["id"]) == fp and (not run.full or run.ours.get(vm_device(p["id"])) == p["id"])
+                      for p, fp in zip(mine, prints, strict=True))  # fmt: skip
+        if not current or (run.full and mine and not self._taps_there(run, mine)):
+            try:
+                run.steps.run(f"vm:{inst['id']}", lambda: self._plug(run, inst, mine, prints), tuple(prints))
+            except StepFailed as exc:
+                return refused + [failed(p["id"], exc.reason) for p in mine]
+        return refused + [self._report(run, p, datapath) for p in mine]
+
+    def _fingerprint(self, run: OvnPass, port: dict[str, Any]) -> tuple[Any, ...]:
+        mtu = run.state["networks"][port["network_id"]]["mtu"]
+        return port["network_id"], port["mac_address"].lower(), mtu, self.owner
+
+    def _taps_there(self, run: OvnPass, mine: list[dict[str, Any]]) -> bool:
+        with netns.iproute(run.host_ns) as host:
+            have = tapdev.marked(host, self.host)
+        return all(vm_device(p["id"]) in have for p in mine)
+
+    def _plug(self, run: OvnPass, inst: dict[str, Any], mine: list[dict[str, Any]], prints: list[Any]) -> None:
+        for port, fingerprint in zip(mine, prints, strict=True):
+            tap, mac = vm_device(port["id"]), port["mac_address"].lower()
+            if run.vswitch.foreign(tap):
+                raise tapdev.NotOurs(f"a port named {tap} that cloudnet did not make is on the switch (left alone)")
+            mtu = run.state["networks"][port["network_id"]]["mtu"]
+            if tapdev.ensure(run.host_ns, tap, self.host, port["id"], mac, mtu, self.owner):
+                log.info("tap %s made for port %s of VM %s", tap, port["id"], inst["id"])
+            run.vswitch.plug(tap, port["id"], **{"attached-mac": mac, "iface-status": "active", "vm-uuid": inst["id"]})
+            self.applied[port["id"]] = fingerprint
+
+    def _report(self, run: OvnPass, port: dict[str, Any], datapath: str) -> PortReport:
+        """As Neutron's OVN driver fills them, plus the device (and its namespace, where it is not the host's)."""
+        status = "BUILD" if port["id"] not in run.bound else "ACTIVE" if port["admin_state_up"] else "DOWN"
+        details: dict[str, Any] = {
+            "port_filter": True, "connectivity": "l2", "bridge_name": run.vswitch.bridge, "datapath_type": datapath,
+            "mtu": run.state["networks"][port["network_id"]]["mtu"], "device": vm_device(port["id"]),
+            "chassis": self.chassis,
+        }  # fmt: skip
+        if self.netns is not None:
+            details["netns"] = self.netns
+        return PortReport(port["id"], status, "ovs", details)
+
+
+def collect(run: OvnPass, host: str, ours: dict[str, str]) -> None:
+    """This host's taps nothing wants any more: those on br-int (`ours`: the Interfaces it marked) and those
+    marked in the kernel but never plugged (an agent killed between the two)."""
+    with netns.iproute(run.host_ns) as ipr:
+        gone = {name for name in ours if not name.startswith((names.TAP, names.METADATA_LEG))} - run.wanted
+        for name in sorted(gone | (set(tapdev.marked(ipr, host)) - run.wanted)):
+            if name in ours:
+                run.vswitch.unplug(name)
+            tapdev.delete(ipr, name, host)
