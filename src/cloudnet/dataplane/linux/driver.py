@@ -111,17 +111,13 @@ class LinuxDataplane:
         self.adverts.close()
         self._forget()
 
+    def _jobs(self) -> tuple[base.Job, ...]:
+        """Its jobs, in the order of a pass (the binders' are theirs)."""
+        return (self.networks, self.ports, self.vm_ports, self.pool, self.metadata, self.dhcp, self.routers,
+                self.adverts)  # fmt: skip
+
     def _forget(self) -> None:
-        for job in (
-            self.networks,
-            self.ports,
-            self.vm_ports,
-            self.pool,
-            self.metadata,
-            self.dhcp,
-            self.routers,
-            self.adverts,
-        ):
+        for job in self._jobs():
             job.forget()
         self._kept = None
         self.firewall.forget()
@@ -218,17 +214,7 @@ class LinuxDataplane:
     def step_keys(self, state: DesiredState) -> list[str]:
         """The step keys of every object of the desired state (failures of others are forgotten)."""
         keys = ["garbage", *self.firewall.step_keys()]
-        for job in (
-            self.networks,
-            self.ports,
-            self.vm_ports,
-            self.pool,
-            self.metadata,
-            self.dhcp,
-            self.routers,
-            self.adverts,
-            *self.binders,
-        ):
+        for job in (*self._jobs(), *self.binders):
             keys += job.step_keys(state)
         return keys
 
