@@ -170,7 +170,10 @@ def test_a_hung_step_holds_only_its_instance(cloud: Cloud, server: RunningServer
             # bound that caught the hang (1 s) is tighter than a real plug may take there.
             dataplane.steps.timeout = 20.0
             release.set()
-            cloud.wait_active(inst["id"], timeout=30)
+            # (its backoff grows with every failed attempt: a slow machine makes more of them before the release)
+            failure = dataplane.steps.failed(f"instance:{inst['id']}")
+            backoff = max(0.0, failure.retry_at - dataplane.steps.clock()) if failure is not None else 0.0
+            cloud.wait_active(inst["id"], timeout=30 + backoff)
     finally:
         release.set()
 
