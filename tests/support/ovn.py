@@ -127,3 +127,11 @@ def ovn_sandbox() -> Iterator[OvnSandbox]:
         yield sandbox
     finally:
         sandbox.stop()
+
+
+def ovn_version() -> tuple[int, int]:
+    """(major, minor) of the installed OVN (`ovn-nbctl --version`: "ovn-nbctl 23.03.1"), for behaviour that differs
+    between releases."""
+    out = subprocess.run(["ovn-nbctl", "--version"], capture_output=True, text=True, check=True).stdout
+    major, minor = out.split()[1].split(".")[:2]
+    return int(major), int(minor)
