@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.kernel import netns, tuntap
 from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.wire.guest_net import vm_device
@@ -98,7 +98,7 @@ def test_a_vm_gets_a_filtered_tap_its_lease_its_metadata_and_reaches_a_container
         link = host_link(cloud, tap)
         assert link is not None
         assert link["master"] == bridge_index(cloud, net["id"]) and link["mtu"] == 1400 and link["up"]
-        assert link["alias"] == names.vm_mark(cloud.host, nic["port_id"]) and link["group"] == names.VM_TAP_GROUP
+        assert link["alias"] == tuntap.mark(cloud.host, nic["port_id"]) and link["group"] == names.VM_TAP_GROUP
         info = tun_info(cloud, tap)
         assert info["type"] == "tap" and info["persist"] and info["user"] == "nobody" and info["group"] == "nogroup"
         guest = cloud.namespace("vm1g")
@@ -209,7 +209,7 @@ def test_a_port_a_compute_service_binds_gets_a_tap(cloud: Cloud) -> None:
     assert got["binding:vif_type"] == "tap" and got["binding:vif_details"]["device"] == tap
     link = host_link(cloud, tap)
     assert link is not None and link["master"] == bridge_index(cloud, net["id"])
-    assert link["alias"] == names.vm_mark(cloud.host, p["id"])
+    assert link["alias"] == tuntap.mark(cloud.host, p["id"])
     assert cloud.api.delete(f"/ports/{p['id']}").status_code == 204
     cloud.wait_for(lambda: host_link(cloud, tap) is None, what="its tap removed with the port")
 
@@ -365,7 +365,7 @@ def test_a_tap_left_by_an_instance_deleted_while_the_agent_was_away_is_collected
     host_ns, other = names.host_ns(cloud.host), f"tapo{cloud.suffix}"
     ns_run(host_ns, "ip", "tuntap", "add", "dev", other, "mode", "tap", check=True)
     ns_run(host_ns, "ip", "link", "set", other, "master", names.bridge(net["id"]), "alias",
-           names.vm_mark(f"{cloud.host}-other", str(uuid.uuid4())), check=True)  # fmt: skip
+           tuntap.mark(f"{cloud.host}-other", str(uuid.uuid4())), check=True)  # fmt: skip
     before = host_link(cloud, other)
     cloud.stop_agent()
     assert cloud.api.delete(f"/instances/{gone['id']}").status_code == 204

@@ -105,7 +105,7 @@ def test_a_vm_nic_is_a_persistent_tap_on_br_int_bound_and_active(
     }  # fmt: skip
     link = _link(vm_rig, tap)
     assert link is not None and link["tap"].is_tap and link["mtu"] == r.MTU
-    assert link["tap"].alias == tapdev.mark(vm_rig.host, port["id"])
+    assert link["tap"].alias == tuntap.mark(vm_rig.host, port["id"])
     assert link["mac"] == "fe" + port["mac_address"][2:]  # (never the guest's own)
     iface = _interface(vm_rig, tap)
     assert iface is not None and iface["type"] == "" and iface["ofport"] > 0 and iface["error"] == ["set", []]
@@ -230,7 +230,7 @@ def test_the_clash_gone_the_vm_is_plugged(vm_rig: Rig, vm_api: httpx.Client, vm_
     finally:
         subprocess.run(["ip", "-n", ch.netns, "link", "del", clash], check=True)
     r.until(lambda: r.active(vm_api, inst["id"]), "plugged once the name is free (the step's retry)")
-    assert _link(vm_rig, clash)["tap"].alias == tapdev.mark(vm_rig.host, port["id"])  # type: ignore[index]
+    assert _link(vm_rig, clash)["tap"].alias == tuntap.mark(vm_rig.host, port["id"])  # type: ignore[index]
 
 
 # -- deletion, a compute service's VM, kill -9 --------------------------------------------------------------------

@@ -4,22 +4,48 @@ add` and Nova's create_tap_dev do) and opened later by a VMM (QEMU's `-netdev ta
 user or group may attach without CAP_NET_ADMIN) and TUNSETPERSIST (the device outlives this file, and the agent).
 
 No multiqueue: a VMM attaching with it (`queues=N`) would be refused, as the kernel insists the flag matches; the
-vnet header is the VMM's choice per attach. Both dataplanes make their taps here; each marks them its own way
-(linux/vm_ports.py, ovn/tapdev.py) before or after they persist."""
+vnet header is the VMM's choice per attach. Both dataplanes make their taps here and mark them the same way: a
+tap's name is Nova's ("tap" + port id), which anybody may use, so cloudnet's carry their alias (IFLA_IFALIAS)
+"cloudnet:<host hash>:<port id>", and only a tap with this host's mark is ever adopted or removed."""
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from cloudnet.dataplane.kernel import netns
 
 TUN_DEVICE = "/dev/net/tun"
 TUNSETIFF, TUNSETPERSIST, TUNSETOWNER, TUNSETGROUP = 0x400454CA, 0x400454CB, 0x400454CC, 0x400454CE
 IFF_TAP, IFF_NO_PI, IFF_VNET_HDR, IFF_TUN_EXCL = 0x0002, 0x1000, 0x4000, 0x8000
+
+
+MARK = "cloudnet:"
+
+
+def mark(host: str, port_id: str) -> str:
+    """The alias of the tap cloudnet made for this host's port (short whatever the host's name: IFALIASZ)."""
+    return f"{mark_prefix(host)}{port_id}"
+
+
+def mark_prefix(host: str) -> str:
+    return f"{MARK}{hashlib.sha1(host.encode()).hexdigest()[:6]}:"
+
+
+def is_marked(alias: str | None, host: str) -> bool:
+    """Is a device with this alias a VM tap cloudnet made for `host`?"""
+    return bool(alias) and str(alias).startswith(mark_prefix(host))
+
+
+def marked(ipr: Any, host: str) -> dict[str, int]:
+    """This host's taps (by their mark) in the namespace of `ipr` (an IPRoute): name -> ifindex."""
+    return {str(link.get_attr("IFLA_IFNAME")): int(link["index"]) for link in ipr.get_links()
+            if is_marked(link.get_attr("IFLA_IFALIAS"), host)}  # fmt: skip
 
 
 class TapExists(OSError):

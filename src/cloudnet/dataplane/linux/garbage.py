@@ -10,7 +10,7 @@ import os
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.kernel import netns, tuntap
 from cloudnet.dataplane.linux import names, nat, nft
 from cloudnet.dataplane.linux.links import ENODEV, ifname
 
@@ -33,7 +33,7 @@ class Garbage:
         goes into `found`."""
         for msg in host.get_links():
             name = ifname(msg)
-            ours = names.is_ours(name) or names.is_marked(msg.get_attr("IFLA_IFALIAS"), self.host)
+            ours = names.is_ours(name) or tuntap.is_marked(msg.get_attr("IFLA_IFALIAS"), self.host)
             if ours and name not in wanted:
                 found.append({"object": "garbage", "difference": f"leftover device {name}"})
                 try:  # (a VM's tap goes at once, whether or not a VMM still holds it)

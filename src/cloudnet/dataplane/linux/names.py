@@ -36,10 +36,9 @@ VM_TAP_NEW = "cnv-"  # a VM's tap being made (vm_ports.py): renamed to Nova's na
 ROUTER_IFACE = "qr-"  # router end of an interface leg (inside the router namespace)
 ROUTER_GW = "qg-"  # router end of the gateway leg
 PREFIXES = (BRIDGE, TAP, TAP_PEER, RETIRED, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE, VM_TAP_NEW)
-# A VM's tap is named as Nova names it ("tap" + port id), a name anybody may use: cloudnet's carry a mark instead,
-# their alias (IFLA_IFALIAS) "cloudnet:<host hash>:<port id>", and the device group VM_TAP_GROUP, which the bridge
-# filter matches (fw_render.py: a VM tap it does not know passes nothing, as a cnt- device).
-VM_MARK = "cloudnet:"
+# A VM's tap is named as Nova names it ("tap" + port id), a name anybody may use: cloudnet's carry a mark instead
+# (kernel/tuntap.mark, their alias), and the device group VM_TAP_GROUP, which the bridge filter matches (fw_render.py:
+# a VM tap it does not know passes nothing, as a cnt- device).
 VM_TAP_GROUP = 0x636E7674  # "cnvt"
 HOST_NS_PREFIX = "cloudnet-host-"
 ROUTER_NS_PREFIX = "cloudnet-router-"
@@ -112,26 +111,8 @@ def is_ours(ifname: str) -> bool:
     return ifname.startswith(PREFIXES)
 
 
-def host_hash(host: str) -> str:
-    return hashlib.sha1(host.encode()).hexdigest()[:6]
-
-
 def vm_tap_new(port_id: str) -> str:
     return _short(port_id, VM_TAP_NEW)
-
-
-def vm_mark(host: str, port_id: str) -> str:
-    """The alias of a VM's tap cloudnet made for this host's port."""
-    return f"{vm_mark_prefix(host)}{port_id}"
-
-
-def vm_mark_prefix(host: str) -> str:
-    return f"{VM_MARK}{host_hash(host)}:"
-
-
-def is_marked(alias: str | None, host: str) -> bool:
-    """Is a device with this alias a VM tap cloudnet made for `host`?"""
-    return bool(alias) and str(alias).startswith(vm_mark_prefix(host))
 
 
 def vm_port_devices(state: dict[str, Any]) -> dict[str, str]:

@@ -10,7 +10,7 @@ closes it; deleting it while a VMM holds it does not wait for the VMM.
 
 Order, so that nothing passes unfiltered: the firewall has the port's part (keyed by the tap's name) before this job
 runs (a port whose filter failed is not plugged); a new tap is made down under a name of cloudnet's
-(names.VM_TAP_NEW), marked (alias names.vm_mark, device group names.VM_TAP_GROUP, which the bridge filter drops
+(names.VM_TAP_NEW), marked (alias tuntap.mark, device group names.VM_TAP_GROUP, which the bridge filter drops
 unless it knows the device), enslaved with its MTU, then renamed and set up. A device already named like the tap
 without this host's mark for that port is somebody else's: that instance fails with the reason (ERROR), nothing of
 the device is touched, and the other instances converge.
@@ -117,7 +117,7 @@ class VmPorts:
                         bool(msg["flags"] & IFF_UP))  # fmt: skip
 
     def _adoptable(self, msg: Any | None, port_id: str) -> bool:
-        return msg is not None and _alias(msg) == names.vm_mark(self.host, port_id)
+        return msg is not None and _alias(msg) == tuntap.mark(self.host, port_id)
 
     def _plug_all(self, run: Pass, mine: list[dict[str, Any]], prints: list[tuple[Any, ...]]) -> None:
         for port, fingerprint in zip(mine, prints, strict=True):
@@ -133,7 +133,7 @@ class VmPorts:
         msg = links.get(dev)
         if msg is not None and not self._adoptable(msg, port["id"]):
             raise DeviceClash(f"device {dev} exists and is not cloudnet's tap for port {port['id']} (no mark "
-                              f"{names.vm_mark(self.host, port['id'])!r}): left alone")  # fmt: skip
+                              f"{tuntap.mark(self.host, port['id'])!r}): left alone")  # fmt: skip
         if msg is None:
             self._make(host, links, port, dev, bridge, network["mtu"])
             msg = links[dev]
@@ -158,7 +158,7 @@ class VmPorts:
         if idx is None:
             raise LookupError(f"tap {new} vanished as it was made")
         try:
-            host.link("set", index=idx, ifalias=names.vm_mark(self.host, port["id"]), group=names.VM_TAP_GROUP,
+            host.link("set", index=idx, ifalias=tuntap.mark(self.host, port["id"]), group=names.VM_TAP_GROUP,
                       mtu=mtu, master=bridge)  # fmt: skip
             host.link("set", index=idx, ifname=dev)
         except NetlinkError as exc:

@@ -1,6 +1,6 @@
 """Persistent tap devices for VM NICs: made with the tun driver's ioctls (as `ip tuntap add` and Nova's
 create_tap_dev do), owned by a configured user and group so that an unprivileged VMM may open them, and marked as
-cloudnet's by their alias (IFLA_IFALIAS, "cloudnet-vm HOST PORT"): the mark is set before the device is made
+cloudnet's by their alias (kernel/tuntap.mark, as the Linux driver's): the mark is set before the device is made
 persistent, so a crash in between leaves nothing (a non-persistent tap goes with the descriptor that made it), and
 a device without it is never taken, reused or removed, whatever its name.
 
@@ -21,7 +21,6 @@ from cloudnet.dataplane.kernel import netns, tuntap
 
 TUN_TYPE_TAP = 2
 ENODEV = 19
-MARK = "cloudnet-vm"
 
 
 @dataclass(frozen=True)
@@ -45,14 +44,6 @@ class Tap:
 
 class NotOurs(Exception):
     """A device of that name exists that cloudnet did not make: it is left alone."""
-
-
-def mark(host: str, port_id: str) -> str:
-    return f"{MARK} {host} {port_id}"
-
-
-def is_mark_of(alias: str, host: str) -> bool:
-    return alias.startswith(f"{MARK} {host} ")
 
 
 def host_mac(mac: str) -> str:
@@ -81,24 +72,18 @@ def find(ipr: IPRoute, name: str) -> Tap | None:
         raise
 
 
-def marked(ipr: IPRoute, host: str) -> dict[str, int]:
-    """This host's taps (by their mark) in the namespace: name -> ifindex."""
-    return {str(link.get_attr("IFLA_IFNAME")): int(link["index"]) for link in ipr.get_links()
-            if is_mark_of(str(link.get_attr("IFLA_IFALIAS") or ""), host)}  # fmt: skip
-
-
 def ensure(ns: str, name: str, host: str, port_id: str, mac: str, mtu: int, owner: Owner) -> bool:
     """The tap `name` in namespace `ns`, marked for (host, port), up, with this MTU; made when missing (True then).
     NotOurs when a device of that name is not one this host marked for this port."""
     with netns.iproute(ns) as ipr:
         found = find(ipr, name)
         if found is not None:
-            if not (found.is_tap and found.alias == mark(host, port_id)):
+            if not (found.is_tap and found.alias == tuntap.mark(host, port_id)):
                 what = "a tap" if found.is_tap else "a device"
                 raise NotOurs(f"{what} named {name} that cloudnet did not make is in the way (left alone)")
             ipr.link("set", index=found.index, mtu=mtu, state="up")
             return False
-        _create(ns, ipr, name, mark(host, port_id), host_mac(mac), mtu, owner)
+        _create(ns, ipr, name, tuntap.mark(host, port_id), host_mac(mac), mtu, owner)
         return True
 
 
@@ -114,7 +99,7 @@ def delete(ipr: IPRoute, name: str, host: str) -> None:
     """Remove the tap if it carries this host's mark (a VMM holding it does not hold this up: its descriptor is
     detached and reads EOF/errors from then on)."""
     found = find(ipr, name)
-    if found is None or not is_mark_of(found.alias, host):
+    if found is None or not tuntap.is_marked(found.alias, host):
         return
     try:
         ipr.link("del", index=found.index)

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from cloudnet.dataplane.base import DesiredState, PortReport, failed
-from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.kernel import netns, tuntap
 from cloudnet.dataplane.ovn import names, tapdev
 from cloudnet.dataplane.ovn.passes import OvnPass
 from cloudnet.dataplane.ovn.ports import UNSUPPORTED, UNSUPPORTED_VNIC_TYPES
@@ -93,7 +93,7 @@ class VmPorts:
 
     def _taps_there(self, run: OvnPass, mine: list[dict[str, Any]]) -> bool:
         with netns.iproute(run.host_ns) as host:
-            have = tapdev.marked(host, self.host)
+            have = tuntap.marked(host, self.host)
         return all(vm_device(p["id"]) in have for p in mine)
 
     def _plug(self, run: OvnPass, inst: dict[str, Any], mine: list[dict[str, Any]], prints: list[Any]) -> None:
@@ -125,7 +125,7 @@ def collect(run: OvnPass, host: str, ours: dict[str, str]) -> None:
     marked in the kernel but never plugged (an agent killed between the two)."""
     with netns.iproute(run.host_ns) as ipr:
         gone = {name for name in ours if not name.startswith((names.TAP, names.METADATA_LEG))} - run.wanted
-        for name in sorted(gone | (set(tapdev.marked(ipr, host)) - run.wanted)):
+        for name in sorted(gone | (set(tuntap.marked(ipr, host)) - run.wanted)):
             if name in ours:
                 run.vswitch.unplug(name)
             tapdev.delete(ipr, name, host)
