@@ -22,6 +22,17 @@ UNSUPPORTED_VNIC_TYPES = frozenset({"direct"})
 UNSUPPORTED = "binding:vnic_type {} (SR-IOV) is not supported on the OVN dataplane: use a normal port"
 
 
+def pluggable(given: list[dict[str, Any]]) -> tuple[list[PortReport], set[str]]:
+    """An instance's ports this driver refuses (a vnic type it does not plug, an id that is not a plain name), with
+    why; and the ids of the others."""
+    refused = [failed(p["id"], UNSUPPORTED.format(p["binding:vnic_type"])) for p in given
+               if p.get("binding:vnic_type") in UNSUPPORTED_VNIC_TYPES]  # fmt: skip
+    supported = [p for p in given if p.get("binding:vnic_type") not in UNSUPPORTED_VNIC_TYPES]
+    refused += [failed(p["id"], "its id is not a plain name: not plugged into OVN") for p in supported
+                if not names.is_plain(p["id"])]  # fmt: skip
+    return refused, {p["id"] for p in supported if names.is_plain(p["id"])}
+
+
 def report(port: dict[str, Any], ifname: str, bound: set[str], chassis: str) -> PortReport:
     """ACTIVE once ovn-controller has bound the port here (DOWN when its admin state is), BUILD until then."""
     status = "BUILD" if port["id"] not in bound else "ACTIVE" if port["admin_state_up"] else "DOWN"
@@ -60,13 +71,8 @@ class InstancePorts:
 
     def _instance(self, run: OvnPass, inst: dict[str, Any]) -> list[PortReport]:
         ports = run.state["ports"]
-        given = [(position, ports[pid]) for position, pid in enumerate(inst["ports"]) if pid in ports]
-        refused = [failed(p["id"], UNSUPPORTED.format(p["binding:vnic_type"])) for _pos, p in given
-                   if p.get("binding:vnic_type") in UNSUPPORTED_VNIC_TYPES]  # fmt: skip
-        mine = [(pos, p) for pos, p in given if p.get("binding:vnic_type") not in UNSUPPORTED_VNIC_TYPES]
-        refused += [failed(p["id"], "its id is not a plain name: not plugged into OVN") for _pos, p in mine
-                    if not names.is_plain(p["id"])]  # fmt: skip
-        mine = [(pos, p) for pos, p in mine if names.is_plain(p["id"])]
+        refused, plain = pluggable([ports[pid] for pid in inst["ports"] if pid in ports])
+        mine = [(pos, ports[pid]) for pos, pid in enumerate(inst["ports"]) if pid in plain]
         run.wanted.update(names.tap(p["id"]) for _pos, p in mine)
         run.vif_networks.update(p["network_id"] for _pos, p in mine)
         prints = [addressing.fingerprint(inst, pos, p, run.state["networks"][p["network_id"]], run.state)

@@ -24,7 +24,7 @@ from cloudnet.dataplane.base import DesiredState, PortReport, failed
 from cloudnet.dataplane.kernel import netns, tuntap
 from cloudnet.dataplane.ovn import names, tapdev
 from cloudnet.dataplane.ovn.passes import OvnPass
-from cloudnet.dataplane.ovn.ports import UNSUPPORTED, UNSUPPORTED_VNIC_TYPES
+from cloudnet.dataplane.ovn.ports import pluggable
 from cloudnet.dataplane.steps import StepFailed
 from cloudnet.wire.guest_net import vm_device
 
@@ -60,27 +60,28 @@ class VmPorts:
         except Exception as exc:  # (the switch away: every step below fails with its reason too)
             log.warning("br-int's datapath type unknown (%s)", exc)
             datapath = ""
+        have: set[str] | None = None  # this host's taps, read once for a full pass
+        if run.full:
+            with netns.iproute(run.host_ns) as host:
+                have = set(tuntap.marked(host, self.host))
         reports: list[PortReport] = []
         for inst in vms:
-            reports += self._instance(run, inst, datapath)
+            reports += self._instance(run, inst, datapath, have)
         self.applied = {k: v for k, v in self.applied.items() if k in {r.port_id for r in reports}}
         return reports
 
-    def _instance(self, run: OvnPass, inst: dict[str, Any], datapath: str) -> list[PortReport]:
+    def _instance(self, run: OvnPass, inst: dict[str, Any], datapath: str, have: set[str] | None
+                  ) -> list[PortReport]:  # fmt: skip
         ports = run.state["ports"]
-        given = [ports[pid] for pid in inst["ports"] if pid in ports]
-        refused = [failed(p["id"], UNSUPPORTED.format(p["binding:vnic_type"])) for p in given
-                   if p.get("binding:vnic_type") in UNSUPPORTED_VNIC_TYPES]  # fmt: skip
-        mine = [p for p in given if p.get("binding:vnic_type") not in UNSUPPORTED_VNIC_TYPES]
-        refused += [failed(p["id"], "its id is not a plain name: not plugged into OVN") for p in mine
-                    if not names.is_plain(p["id"])]  # fmt: skip
-        mine = [p for p in mine if names.is_plain(p["id"])]
+        refused, plain = pluggable([ports[pid] for pid in inst["ports"] if pid in ports])
+        mine = [ports[pid] for pid in inst["ports"] if pid in plain]
         run.wanted.update(vm_device(p["id"]) for p in mine)
         run.vif_networks.update(p["network_id"] for p in mine)
         prints = [self._fingerprint(run, p) for p in mine]
         current = all(self.applied.get(p["id"]) == fp and (not run.full or run.ours.get(vm_device(p["id"])) == p["id"])
                       for p, fp in zip(mine, prints, strict=True))  # fmt: skip
-        if not current or (run.full and mine and not self._taps_there(run, mine)):
+        there = have is None or all(vm_device(p["id"]) in have for p in mine)
+        if not current or not there:
             try:
                 run.steps.run(f"vm:{inst['id']}", lambda: self._plug(run, inst, mine, prints), tuple(prints))
             except StepFailed as exc:
@@ -90,11 +91,6 @@ class VmPorts:
     def _fingerprint(self, run: OvnPass, port: dict[str, Any]) -> tuple[Any, ...]:
         mtu = run.state["networks"][port["network_id"]]["mtu"]
         return port["network_id"], port["mac_address"].lower(), mtu, self.owner
-
-    def _taps_there(self, run: OvnPass, mine: list[dict[str, Any]]) -> bool:
-        with netns.iproute(run.host_ns) as host:
-            have = tuntap.marked(host, self.host)
-        return all(vm_device(p["id"]) in have for p in mine)
 
     def _plug(self, run: OvnPass, inst: dict[str, Any], mine: list[dict[str, Any]], prints: list[Any]) -> None:
         for port, fingerprint in zip(mine, prints, strict=True):
