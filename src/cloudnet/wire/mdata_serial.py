@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from cloudnet.wire.qemu_args import escape
+
 CHARDEV_ID = "cnmd"
 # QEMU 9.2 added `reconnect-ms` and deprecated `reconnect` (seconds); 10.0 (Debian 13) still takes both,
 # 7.2 (Debian 12) only `reconnect`.
@@ -32,9 +34,7 @@ def parse_qemu_version(text: str) -> tuple[int, int]:
 def serial_qemu_args(path: str | Path, qemu_version: str | tuple[int, ...]) -> list[str]:
     """`-chardev` (a reconnecting client of the agent's socket at `path`) and `-device isa-serial` (COM2)."""
     version = parse_qemu_version(qemu_version) if isinstance(qemu_version, str) else tuple(qemu_version[:2])
-    text = str(path)
-    if "," in text:  # QEMU's option syntax would split the path there ("," must be doubled)
-        text = text.replace(",", ",,")
+    text = escape(str(path))  # (QEMU's option syntax would split the path at a comma)
     if version >= RECONNECT_MS_SINCE:
         reconnect = f"reconnect-ms={RECONNECT_SECONDS * 1000}"
     else:
