@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import random
 import select
 import socket
 import struct
@@ -116,6 +117,24 @@ def dhcp_reply(frame: bytes, xid: int) -> DhcpReply | None:
         options[code] = bootp[i + 2 : i + 2 + size]
         i += 2 + size
     return DhcpReply(options.get(53, b"\0")[0], socket.inet_ntoa(bootp[16:20]), options)
+
+
+def ask_dhcp(tap: TapEnd, mac: str, within: float = 5.0) -> DhcpReply | None:
+    """DISCOVER until an OFFER comes (ovn-controller may not have its flows yet on the first), then REQUEST/ACK."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        xid = random.getrandbits(32)
+        tap.send(dhcp(DISCOVER, mac, xid))
+        frame = tap.wait_for(lambda f, x=xid: dhcp_reply(f, x) is not None, 1.0)
+        if frame is None:
+            continue
+        offer = dhcp_reply(frame, xid)
+        assert offer is not None and offer.kind == OFFER
+        tap.send(dhcp(REQUEST, mac, xid, requested=offer.yiaddr, server=offer.address(54)))
+        frame = tap.wait_for(lambda f, x=xid: dhcp_reply(f, x) is not None, 2.0)
+        assert frame is not None, "an OFFER but no ACK"
+        return dhcp_reply(frame, xid)
+    return None
 
 
 def link_local(mac: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from cloudnet.northbound import desired_dhcp
 from cloudnet.northbound.sync import NorthboundSync
 from tests.ovn.nb import as_list, keyed, rows
 from tests.support.api import create, create_network, create_subnet
@@ -85,6 +86,14 @@ def test_policy_rows_and_repair(api: httpx.Client, ovn: OvnSandbox, nb_sync: Nor
     lsps = keyed(ovn, "Logical_Switch_Port")
     linked = {k.removeprefix("lsp/") for k, p in lsps.items() if as_list(p["dhcpv4_options"]) == [row["_uuid"]]}
     assert linked == {p1["id"], p2["id"], s["p3"]["id"]}
+    # each of those ports' DHCP asks has a budget of its own (a QoS row on the switch: a meter per row)
+    budgets = {k.removeprefix("qos/dhcp/"): q for k, q in keyed(ovn, "QoS").items()}
+    assert set(budgets) == linked
+    switch = next(ls for ls in rows(ovn, "Logical_Switch") if ls["name"] == f"cloudnet-{s['net']['id']}")
+    assert {q["_uuid"] for q in budgets.values()} == set(as_list(switch["qos_rules"]))
+    assert budgets[p1["id"]]["match"] == f'inport == "{p1["id"]}" && {desired_dhcp.DHCP_ASKS}'
+    assert (budgets[p1["id"]]["direction"], budgets[p1["id"]]["bandwidth"]) == ("from-lport", {
+        "rate": desired_dhcp.BUDGET_RATE_KBPS, "burst": desired_dhcp.BUDGET_BURST_KBIT})  # fmt: skip
 
     # security groups: the drop group holds the filtered port only; the group's ACLs, one per rule
     groups = {g["name"]: g for g in rows(ovn, "Port_Group")}
@@ -167,6 +176,9 @@ def test_policy_rows_and_repair(api: httpx.Client, ovn: OvnSandbox, nb_sync: Nor
     assert not any(k.startswith(f"acl/{web['id']}/") for k in keyed(ovn, "ACL"))  # (no member: no group)
     assert {g["name"] for g in rows(ovn, "Port_Group")} == {"cloudnet_pg_drop"}
     assert rows(ovn, "Load_Balancer") == [] and not any(n["type"] == "dnat_and_snat" for n in rows(ovn, "NAT"))
+    assert api.delete(f"/ports/{p2['id']}").status_code == 204
+    nb_sync.wait_synced()
+    assert f"qos/dhcp/{p2['id']}" not in keyed(ovn, "QoS") and f"qos/dhcp/{p1['id']}" in keyed(ovn, "QoS")
 
 
 def _forward_id(lbs: dict[str, Any]) -> str:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import random
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -69,24 +67,6 @@ def _link(vm_rig: Rig, name: str) -> dict[str, Any] | None:
         return {"tap": found, "mtu": link.get_attr("IFLA_MTU"), "mac": link.get_attr("IFLA_ADDRESS")}
 
 
-def _ask_dhcp(tap: tapio.TapEnd, mac: str, within: float = 5.0) -> tapio.DhcpReply | None:
-    """DISCOVER until an OFFER comes (ovn-controller may not have its flows yet on the first), then REQUEST/ACK."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        xid = random.getrandbits(32)
-        tap.send(tapio.dhcp(tapio.DISCOVER, mac, xid))
-        frame = tap.wait_for(lambda f, x=xid: tapio.dhcp_reply(f, x) is not None, 1.0)
-        if frame is None:
-            continue
-        offer = tapio.dhcp_reply(frame, xid)
-        assert offer is not None and offer.kind == tapio.OFFER
-        tap.send(tapio.dhcp(tapio.REQUEST, mac, xid, requested=offer.yiaddr, server=offer.address(54)))
-        frame = tap.wait_for(lambda f, x=xid: tapio.dhcp_reply(f, x) is not None, 2.0)
-        assert frame is not None, "an OFFER but no ACK"
-        return tapio.dhcp_reply(frame, xid)
-    return None
-
-
 # -- the tap ------------------------------------------------------------------------------------------------------
 
 
@@ -122,7 +102,7 @@ def test_a_vmm_on_the_tap_gets_ovn_dhcp_with_the_ports_address_and_options(
     assert vm_rig.chassis.netns is not None
     tap = tapio.TapEnd(vm_rig.chassis.netns, vm["nets"][0]["device"])
     try:
-        ack = _ask_dhcp(tap, port["mac_address"])
+        ack = tapio.ask_dhcp(tap, port["mac_address"])
         assert ack is not None, f"no DHCP answer: {vm_rig.log('agent')}"
         gateway = vm_net["v4"]["gateway_ip"]
         assert ack.kind == tapio.ACK and ack.yiaddr == r.v4(port)
@@ -265,7 +245,7 @@ def test_a_vm_a_compute_service_plugs_with_a_plain_port_gets_a_tap(
     assert vm_rig.chassis.netns is not None
     end = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
-        ack = _ask_dhcp(end, port["mac_address"])
+        ack = tapio.ask_dhcp(end, port["mac_address"])
         assert ack is not None and ack.yiaddr == r.v4(port)
     finally:
         end.close()
@@ -284,14 +264,14 @@ def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
     vmm = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
         vm_rig.kill("agent")
-        assert (_ask_dhcp(vmm, port["mac_address"]) or tapio.DhcpReply(0, "", {})).yiaddr == r.v4(port)  # (OVN's)
+        assert (tapio.ask_dhcp(vmm, port["mac_address"]) or tapio.DhcpReply(0, "", {})).yiaddr == r.v4(port)  # (OVN's)
         gone = _vm_instance_while_away(vm_api, vm_rig, vm_net)
         vm_rig.restart("agent")
         r.until(lambda: _link(vm_rig, gone) is None, "the VM deleted while the agent was away: its tap collected")
         after = _link(vm_rig, tap)
         assert after is not None and after["tap"].index == before["tap"].index, "the tap was made again"
         assert r.port_of(vm_api, port["id"])["status"] == "ACTIVE"
-        ack = _ask_dhcp(vmm, port["mac_address"])
+        ack = tapio.ask_dhcp(vmm, port["mac_address"])
         assert ack is not None and ack.yiaddr == r.v4(port), "the running VMM lost its network"
         store = Store(vm_rig.db_url)
         try:

@@ -10,7 +10,8 @@ expression. User text (names) travels only in external_ids, as data.
 - a port: a Logical_Switch_Port named by its id (an instance's iface-id), addresses "MAC IP..." and port_security
   from its fixed IPs and allowed address pairs, `requested-chassis` its binding host; the network's metadata port
   is its `localport`;
-- a subnet with DHCP: a DHCP_Options row its ports link (desired_dhcp.py);
+- a subnet with DHCP: a DHCP_Options row its ports link, and each such port a QoS row, its budget of DHCP asks
+  (desired_dhcp.py);
 - a router: desired_routers.py; security groups: desired_acls.py; forwards and floating IPs: desired_forwards.py.
 """
 
@@ -170,6 +171,8 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
         router_port = p.device_owner in ROUTER_LSP_OWNERS and p.device_id in routers
         lsp = port_row(p, fixed.get(p.id, []), pairs.get(p.id, []), subnets, dhcp, router_port)
         out.rows.append(lsp)
+        if (budget := desired_dhcp.budget(lsp)) is not None:
+            out.rows.append(budget)
         if router_port and p.device_owner != ROUTER_GATEWAY:
             router_ports[p.device_id].append(p)
         if lsp.columns["type"] == "":

@@ -23,6 +23,14 @@ LEASE_TIME = 43200  # seconds (Neutron's dhcp_lease_duration default is a day; h
 METADATA_ROUTE = "169.254.169.254/32"
 DHCPV6_MODES = ("dhcpv6-stateful", "dhcpv6-stateless")
 DOMAIN = "openstacklocal"  # Neutron's dns_domain default (the Linux dataplane's dnsmasq: --domain)
+# A port's budget of DHCP asks, as the Linux dataplane's (fw_render.DHCP_RATE): a guest that floods ovn-controller's
+# DHCP (each ask is a packet-in) does not starve the others. OVN meters QoS rows by bandwidth, not packets: about 20
+# discovers a second of 300 bytes, a burst of about 60 (a client asks a handful of times a lease). Each row's
+# `set_meter` is a meter of its own (ovn-controller names it by the logical flow), so the budget is per port.
+BUDGET_RATE_KBPS = 48
+BUDGET_BURST_KBIT = 144
+BUDGET_PRIORITY = 32700  # (QoS rows' range is 0-32767: above any policy's rule, which DHCP asks need not meet)
+DHCP_ASKS = "((udp.src == 68 && udp.dst == 67) || (udp.src == 546 && udp.dst == 547))"
 
 
 def server_mac(subnet_id: str) -> str:
@@ -90,3 +98,18 @@ def _v6(s: Any) -> dict[str, str] | None:
     if servers:
         options["dns_server"] = _set(servers)
     return options
+
+
+def budget(lsp: Row) -> Row | None:
+    """The port's budget of DHCP asks: a QoS row metering what it sends to DHCP servers, v4 and v6 together (None
+    for a port that gets no DHCP answer from OVN). The match names the port by its id (checked: a plain name)."""
+    if lsp.columns["type"] != "" or not (lsp.refs.get("dhcpv4_options") or lsp.refs.get("dhcpv6_options")):
+        return None
+    port = lsp.columns["name"]
+    key = f"qos/dhcp/{port}"
+    return Row("QoS", key, {
+        "priority": BUDGET_PRIORITY, "direction": "from-lport", "action": {},
+        "match": f'inport == "{port}" && {DHCP_ASKS}',
+        "bandwidth": {"rate": BUDGET_RATE_KBPS, "burst": BUDGET_BURST_KBIT},
+        "external_ids": ids(key, port_id=port),
+    }, parent=lsp.parent, parent_column="qos_rules")  # fmt: skip

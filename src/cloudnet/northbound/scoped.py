@@ -4,7 +4,8 @@ A full read (desired.build_with_basis) keeps its rows by key, with its Basis. A 
 since then in the same snapshot as the data (one event per revision, so a gap shows). When every event is of a port,
 or of something the desired rows never read (instances, quotas), only the rows that depend on those ports are built
 again, by the full build's own code, from the ports' rows read now and the Basis:
-- each port's Logical_Switch_Port and metadata identity ACLs (desired.port_row, desired_acls.identity_rules);
+- each port's Logical_Switch_Port, its DHCP budget and metadata identity ACLs (desired.port_row,
+  desired_dhcp.budget, desired_acls.identity_rules);
 - `cloudnet_pg_drop` and the Port_Group of every group the port was or is a filtered member of (their members);
 - the Address_Sets of every group in use as a remote group that the port was or is in (their addresses, read again).
 Anything that may reach further is read in full instead (`advance` says None): any other event (networks, subnets,
@@ -22,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from cloudnet.northbound import desired_acls
+from cloudnet.northbound import desired_acls, desired_dhcp
 from cloudnet.northbound.desired import AP, PAIRS, ROUTER_LSP_OWNERS, Basis, port_row
 from cloudnet.northbound.rows import SAFE_NAME, Desired, Row, ip_key
 from cloudnet.services import metadata_ports
@@ -35,7 +36,7 @@ DROP_KEY = "pg/drop"
 
 
 def _own_keys(port_id: str) -> tuple[str, ...]:
-    return f"lsp/{port_id}", f"acl/identity/{port_id}/4", f"acl/identity/{port_id}/6"
+    return f"lsp/{port_id}", f"qos/dhcp/{port_id}", f"acl/identity/{port_id}/4", f"acl/identity/{port_id}/6"
 
 
 @dataclass
@@ -131,6 +132,8 @@ class Cache:
             fixed[port_id].sort(key=lambda item: ip_key(item[1]))
             lsp = port_row(p, fixed[port_id], pairs[port_id], basis.subnets, basis.dhcp, False)
             out.rows.append(lsp)
+            if (budget := desired_dhcp.budget(lsp)) is not None:
+                out.rows.append(budget)
             identity = (p.network_id, p.mac_address, [address for _subnet, address in fixed[port_id]])
             if desired_acls.identity_rules(out, {port_id: identity}):
                 return None  # (a refusal: read in full, so that the report stays the full read's)
