@@ -63,11 +63,12 @@ run: deps
 	@$(BIN)/cloudnet up --state-dir $(STATE_DIR) $(UP_ARGS)
 
 # Lint first: ruff's checks and its formatting are part of the suite. The tests run on every core, up to 4 (each
-# module on one worker, so that its fixtures are shared as written); TEST_WORKERS=0 runs them in this process.
+# module on one worker, so that its fixtures are shared as written; the slowest modules first: tests/conftest.py);
+# TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
 test: lint
 	@./scripts/platform.sh
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
 		[ $$rc -eq 5 ] && echo "no tests collected" && rc=0; exit $$rc
 
 lint: deps
