@@ -201,6 +201,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
             store.dispose()
             sock.close()
             raise StartupError(f"OVN did not start: {exc}") from None
+        config.ovn_gateway_chassis = list(ovn.sync.gateway_chassis)  # (what the API shows is what NB gets)
         print(f"OVN: ovn-nbctl --db={ovn.nb_url} show  (SB {ovn.sb_url})", flush=True)
         if ovn.remote_sb:
             print(f"  other hosts: cloudnet agent --dataplane ovn --ovn-sb {ovn.remote_sb} ...", flush=True)
