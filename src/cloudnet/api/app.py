@@ -30,7 +30,6 @@ from cloudnet.api import (
     events,
     extensions,
     forwards,
-    gateways,
     hosts,
     identity,
     instance_metadata,
@@ -179,7 +178,7 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     app = Starlette(
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
                        hosts.router, forwards.router, port_forwardings.router, instance_metadata.router, quotas.router,
-                       identity.router, keystone.router, gateways.router]),
+                       identity.router, keystone.router]),
         exception_handlers=handlers,
         middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size)],  # type: ignore[arg-type]
         lifespan=lifespan,
