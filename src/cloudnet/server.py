@@ -204,6 +204,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         print(f"OVN: ovn-nbctl --db={ovn.nb_url} show  (SB {ovn.sb_url})", flush=True)
         if ovn.remote_sb:
             print(f"  other hosts: cloudnet agent --dataplane ovn --ovn-sb {ovn.remote_sb} ...", flush=True)
+        config.ovn_gateway_chassis = list(ovn.sync.gateway_chassis)  # (what the API shows is what NB gets)
         if agent is not None and ovn.chassis is not None:  # this host's agent drives its chassis
             agent.dataplane, agent.ovn_sb, agent.ovs_db = "ovn", ovn.sb_url, ovn.chassis.ovs_url
     if agent is not None:

@@ -7,6 +7,7 @@ on the given address only."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -17,6 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +84,36 @@ class Hosts:
 
 @pytest.fixture
 def hosts() -> Iterator[Hosts]:
+    with running_hosts() as h:
+        yield h
+
+
+def ns_of(h: Hosts, letter: str) -> str:
+    """Host `letter`'s namespace (a: the server's, b: the agent's, c...: more agents; also u, o: the underlay and
+    the outside; i1...: instances)."""
+    return f"cn-join-{h.suffix}-{letter}"
+
+
+def host_of(h: Hosts, letter: str) -> str:
+    return f"ch-join-{h.suffix}-{letter}"
+
+
+def chassis_dir(h: Hosts, letter: str) -> Path:
+    return h.root / letter / ("ovn" if letter == "a" else "ovn-chassis")
+
+
+@contextmanager
+def running_hosts(count: int = 2) -> Iterator[Hosts]:
+    """Hosts a, b, ... (`count` of them) on one underlay; every process and namespace of theirs gone afterwards."""
     root = Path(tempfile.mkdtemp(prefix="cn-join-", dir="/tmp"))  # (short: unix socket paths)
     h = Hosts(uuid.uuid4().hex[:6], root)
+    letters = "abcdefgh"[:count]
     try:
         underlay_bridge(h.underlay)
-        for index, ns in ((1, h.server_ns), (2, h.agent_ns)):
-            netns.create(ns)
-            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
-            underlay_port(h.underlay, ns, index)
+        for index, letter in enumerate(letters, start=1):
+            netns.create(ns_of(h, letter))
+            subprocess.run(["ip", "-n", ns_of(h, letter), "link", "set", "lo", "up"], check=True)
+            underlay_port(h.underlay, ns_of(h, letter), index)
         yield h
     finally:
         # All at once (as the test's own stop does): an agent ends its long poll of the API when the server stops.
@@ -102,15 +126,15 @@ def hosts() -> Iterator[Hosts]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        daemons.stop(root / "b" / "ovn-chassis", h.agent_ns, (daemons.INTEGRATION_BRIDGE, daemons.ENCAP_BRIDGE))
-        daemons.stop(root / "a" / "ovn", h.server_ns, (daemons.INTEGRATION_BRIDGE, daemons.ENCAP_BRIDGE))
-        # Namespaces the two processes made inside their own mount namespaces (left behind as plain files here).
-        for host in (h.server_host, h.agent_host):
-            for prefix in (metadata_ns_prefix(host), managed_ns_prefix(host)):
+        for letter in letters:
+            daemons.stop(chassis_dir(h, letter), ns_of(h, letter), (daemons.INTEGRATION_BRIDGE, daemons.ENCAP_BRIDGE))
+        # Namespaces the processes made inside their own mount namespaces (left behind as plain files here).
+        for letter in letters:
+            for prefix in (metadata_ns_prefix(host_of(h, letter)), managed_ns_prefix(host_of(h, letter))):
                 for name in netns.names(prefix):
                     netns.remove(name)
-        for ns in (h.agent_ns, h.server_ns, h.underlay, h.outside, *(f"cn-join-{h.suffix}-i{i}" for i in (1, 2))):
-            netns.remove(ns)
+        for name in netns.names(ns_of(h, "")):  # (the hosts', the underlay, the outside, instances: the run's own)
+            netns.remove(name)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -137,7 +161,7 @@ def _listening(ns: str, port: int) -> list[str]:
 def _join(h: Hosts, up_extra: tuple[str, ...] = (), agent_extra: tuple[str, ...] = ()) -> tuple[Path, Path]:
     """Host A's `cloudnet up` (API, OVN's databases, A's chassis), then host B's `cloudnet agent` joining it; their
     state directories once both agents are alive."""
-    state_a, state_b = h.root / "a", h.root / "b"
+    state_a = h.root / "a"
     state_a.mkdir(mode=0o700)
     # A non-loopback API needs a tokens file: the remote agent's admin token.
     (state_a / "tokens.json").write_text(json.dumps({"tokens": {h.token: {"project_id": "admin", "role": "admin"}}}))
@@ -147,14 +171,23 @@ def _join(h: Hosts, up_extra: tuple[str, ...] = (), agent_extra: tuple[str, ...]
                           "--encap-ip", f"{SERVER_IP}/{UNDERLAY.prefixlen}", *up_extra], "up.log")  # fmt: skip
     h.until("host A is up, its chassis and OVN's TCP listeners with it", lambda: _listening(h.server_ns, 6642))
     h.until("host A's agent registered", lambda: _alive(h, h.server_host))
-    h.start(h.agent_ns, ["agent", "--dataplane", "ovn", "--ovn-sb", f"tcp:{SERVER_IP}:6642", "--host", h.agent_host,
-                         "--state-dir", str(state_b), "--server", f"http://{SERVER_IP}:{API_PORT}",
-                         "--metadata-url", f"http://{SERVER_IP}:{METADATA_PORT}",
-                         "--metadata-secret-file", str(state_a / "metadata_secret"),
-                         "--encap-iface", UNDERLAY_PORT, "--encap-ip", f"{AGENT_IP}/{UNDERLAY.prefixlen}",
-                         *agent_extra], "agent.log")  # fmt: skip
-    h.until("host B's agent registered", lambda: _alive(h, h.agent_host))
+    _, state_b = start_agent(h, "b", agent_extra, "agent.log")
     return state_a, state_b
+
+
+def start_agent(h: Hosts, letter: str, extra: tuple[str, ...] = (), log: str = "") -> tuple[Any, Path]:
+    """Host `letter`'s `cloudnet agent` joining A (the letter's underlay address, A's SB and API); (its process, its
+    state directory) once the agent is alive."""
+    state = h.root / letter
+    address = f"{UNDERLAY['abcdefgh'.index(letter) + 1]}/{UNDERLAY.prefixlen}"
+    proc = h.start(ns_of(h, letter), [
+        "agent", "--dataplane", "ovn", "--ovn-sb", f"tcp:{SERVER_IP}:6642", "--host", host_of(h, letter),
+        "--state-dir", str(state), "--server", f"http://{SERVER_IP}:{API_PORT}",
+        "--metadata-url", f"http://{SERVER_IP}:{METADATA_PORT}",
+        "--metadata-secret-file", str(h.root / "a" / "metadata_secret"),
+        "--encap-iface", UNDERLAY_PORT, "--encap-ip", address, *extra], log or f"agent-{letter}.log")  # fmt: skip
+    h.until(f"host {letter.upper()}'s agent registered", lambda: _alive(h, host_of(h, letter)))
+    return proc, state
 
 
 def test_a_second_host_joins_with_cloudnet_agent_and_its_instance_talks_across(hosts: Hosts) -> None:
@@ -213,23 +246,34 @@ def _outside(h: Hosts, *uplinks: tuple[str, str]) -> None:
                        capture_output=True)  # fmt: skip
 
 
-def _routed_out(h: Hosts, host: str) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """An external network on physnet1, a router with its gateway there and a network behind it, and an instance
-    on `host` in that network: (router, instance, the router's address outside)."""
-    pub = h.create("networks", "network", {"name": "pub", "router:external": True, "provider:network_type": "flat",
-                                           "provider:physical_network": "physnet1"})  # fmt: skip
-    h.create("subnets", "subnet", {"network_id": pub["id"], "cidr": "192.0.2.0/24", "gateway_ip": OUT,
-                                   "allocation_pools": [{"start": "192.0.2.2", "end": "192.0.2.19"}]})  # fmt: skip
-    net = h.create("networks", "network", {"name": "inner"})
-    sub = h.create("subnets", "subnet", {"network_id": net["id"], "cidr": "10.77.0.0/24"})
-    router = h.create("routers", "router", {"name": "edge", "external_gateway_info": {"network_id": pub["id"]}})
+def external_network(h: Hosts, physnet: str = "physnet1", cidr: str = "192.0.2.0/24") -> dict[str, Any]:
+    """A flat external network on `physnet` (its first address, the outside's, its gateway)."""
+    first = ipaddress.ip_network(cidr)[1]
+    network = {"name": f"pub-{physnet}", "router:external": True, "provider:network_type": "flat",
+               "provider:physical_network": physnet}  # fmt: skip
+    pub = h.create("networks", "network", network)
+    pool = {"start": str(first + 1), "end": str(first + 18)}
+    h.create("subnets", "subnet", {"network_id": pub["id"], "cidr": cidr, "gateway_ip": str(first),
+                                   "allocation_pools": [pool]})  # fmt: skip
+    return pub
+
+
+def _routed_out(h: Hosts, host: str, pub: dict[str, Any] | None = None,
+                index: int = 1) -> tuple[dict[str, Any], dict[str, Any], str]:  # fmt: skip
+    """A router with its gateway on the external network (physnet1's, made, unless given) and a network behind it
+    (10.7<6+index>.0.0/24), and an instance on `host` in that network: (router, instance, the router's address
+    outside)."""
+    pub = pub or external_network(h)
+    net = h.create("networks", "network", {"name": f"inner{index}"})
+    sub = h.create("subnets", "subnet", {"network_id": net["id"], "cidr": f"10.{76 + index}.0.0/24"})
+    router = h.create("routers", "router", {"name": f"edge{index}", "external_gateway_info": {"network_id": pub["id"]}})
     r = h.api("PUT", f"/routers/{router['id']}/add_router_interface", {"subnet_id": sub["id"]})
     assert r.status_code == 200, r.text
     router = h.api("GET", f"/routers/{router['id']}").json()["router"]
     gateway = router["external_gateway_info"]["external_fixed_ips"][0]["ip_address"]
-    ns = f"cn-join-{h.suffix}-i1"
+    ns = ns_of(h, f"i{index}")
     netns.create(ns)
-    inst = h.create("instances", "instance", {"name": "i1", "host": host, "netns": ns,
+    inst = h.create("instances", "instance", {"name": f"i{index}", "host": host, "netns": ns,
                                               "nets": [{"network": net["id"]}]})  # fmt: skip
     h.until("the instance ACTIVE", lambda: _active(h, inst["id"]))
     return router, inst, gateway

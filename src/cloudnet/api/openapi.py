@@ -147,6 +147,8 @@ def _table() -> dict[tuple[str, str], Op]:
         ("DELETE", pf_base + "/{pf_id}"): Op(204, None),
         ("PUT", "/v2.0/routers/{router_id}/add_extraroutes"): Op(200, router, ROUTES_BODY),
         ("PUT", "/v2.0/routers/{router_id}/remove_extraroutes"): Op(200, router, ROUTES_BODY),
+        ("GET", "/v2.0/routers/{router_id}/gateway_chassis"): Op(200, envelope("gateway_chassis",
+                                                                                 schemas.GATEWAY_CHASSIS)),
         ("POST", "/v2.0/{collection}/{resource_id}/tags"): Op(201, tag_list, tag_list),
         ("POST", "/v3/auth/tokens"): Op(201, token, AUTH_BODY, keystone=True),
         ("GET", "/v3/auth/tokens"): Op(200, token, keystone=True),

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, quick, state
 from cloudnet.api.events import long_poll
+from cloudnet.northbound import gateway_ha
 from cloudnet.services import (
     events,
     floating_ips,
@@ -166,8 +167,17 @@ def build() -> APIRouter:
 
         return change
 
+    async def gateway_chassis(request: Request, router_id: str) -> Response:
+        """The router's gateway chassis on OVN and whether its gateway can fail over (northbound/gateway_ha.py)."""
+        neutron.check_id("router", router_id)
+        st = state(request)
+        item = await call(gateway_ha.show, st.store, context(request), router_id, list(st.config.ovn_gateway_chassis),
+                          st.config.dataplane)  # fmt: skip
+        return neutron.JSON({"gateway_chassis": item})
+
     router.add_api_route("/v2.0/routers/{router_id}/add_router_interface", add_interface, methods=["PUT"])
     router.add_api_route("/v2.0/routers/{router_id}/remove_router_interface", remove_interface, methods=["PUT"])
     router.add_api_route("/v2.0/routers/{router_id}/add_extraroutes", extraroutes(True), methods=["PUT"])
     router.add_api_route("/v2.0/routers/{router_id}/remove_extraroutes", extraroutes(False), methods=["PUT"])
+    router.add_api_route("/v2.0/routers/{router_id}/gateway_chassis", gateway_chassis, methods=["GET"])
     return router
