@@ -19,8 +19,8 @@ SHARED = ["cloudnet", "cloudnet.errors", "cloudnet.namespaces", "cloudnet.config
           "cloudnet.pki"]  # fmt: skip
 CONTROL = ["cloudnet.store", "cloudnet.services", "cloudnet.northbound", "cloudnet.metadata", "cloudnet.api"]
 HOST = ["cloudnet.dataplane", "cloudnet.dataplane.drivers", "cloudnet.agent"]
-ENTRY = ["cloudnet.api_socket", "cloudnet.api_tls", "cloudnet.ovn_stack", "cloudnet.server", "cloudnet.docker", "cloudnet.cli",
-         "cloudnet.cni", "cloudnet.netavark"]  # fmt: skip
+ENTRY = ["cloudnet.api_socket", "cloudnet.api_tls", "cloudnet.ovn_stack", "cloudnet.server", "cloudnet.docker",
+         "cloudnet.cli", "cloudnet.cni", "cloudnet.netavark"]  # fmt: skip
 # Drivers sit between the generic dataplane and the selector; they never import each other.
 DRIVERS = ["cloudnet.dataplane.linux", "cloudnet.dataplane.sriov", "cloudnet.dataplane.ovn"]
 
