@@ -10,13 +10,12 @@ import ipaddress
 import logging
 import socket
 import ssl
-from pathlib import Path
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cloudnet.config import ServerConfig
-from cloudnet.pki import x509
+from cloudnet.pki import cloud, x509
 from cloudnet.pki.tls import PEER_KEY, Peer, ServerFiles
 
 log = logging.getLogger("cloudnet.server")
@@ -39,19 +38,6 @@ class PeerProtocol(HttpToolsProtocol):
         super().on_message_begin()
         if self.peer is not None:
             self.scope[PEER_KEY] = self.peer  # type: ignore[literal-required]
-
-
-def authority(config: ServerConfig) -> x509.Authority:
-    """The cloud's CA: --ca-cert/--ca-key, else <state>/pki/ca.{crt,key} (made at first start)."""
-    if (config.ca_cert is None) != (config.ca_key is None):
-        raise x509.PkiError("--ca-cert and --ca-key go together")
-    if config.ca_cert is not None and config.ca_key is not None:
-        return x509.load_authority(config.ca_cert, config.ca_key)
-    return x509.load_or_create_authority(config.pki_dir / "ca.crt", config.pki_dir / "ca.key")
-
-
-def ca_file(config: ServerConfig) -> Path:
-    return config.ca_cert or config.pki_dir / "ca.crt"
 
 
 def server_names(config: ServerConfig) -> list[str]:
@@ -82,11 +68,11 @@ def server_files(config: ServerConfig, ca: x509.Authority) -> ServerFiles | None
     if (config.tls_cert is None) != (config.tls_key is None):
         raise x509.PkiError("--tls-cert and --tls-key go together")
     if config.tls_cert is not None and config.tls_key is not None:
-        return ServerFiles(config.tls_cert, config.tls_key, ca_file(config))
+        return ServerFiles(config.tls_cert, config.tls_key, cloud.ca_file(config))
     # Made at every start: the names follow the command line, and nothing needs renewing by hand.
     key = x509.new_key()
     cert = ca.server_cert(server_names(config), key)
-    files = ServerFiles(config.pki_dir / "server.crt", config.pki_dir / "server.key", ca_file(config))
+    files = ServerFiles(config.pki_dir / "server.crt", config.pki_dir / "server.key", cloud.ca_file(config))
     x509.write_private(files.key, x509.key_pem(key))
     x509.write_private(files.cert, x509.cert_pem(cert))
     return files

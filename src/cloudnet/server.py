@@ -25,6 +25,7 @@ from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.metadata import service as metadata_service
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.ovn.daemons import OvnError
+from cloudnet.pki import cloud
 from cloudnet.pki.tls import ServerFiles
 from cloudnet.pki.x509 import Authority, PkiError
 from cloudnet.services.context import Context, Role
@@ -131,7 +132,7 @@ def prepare(config: ServerConfig, internal: dict[str, Context] | None = None) ->
 def prepare_tls(config: ServerConfig) -> tuple[Authority, ServerFiles | None]:
     """The cloud's CA (made at first start), and the listener's certificate when TLS is on."""
     try:
-        ca = api_tls.authority(config)
+        ca = cloud.authority(config)
         files = api_tls.server_files(config, ca)
     except (PkiError, OSError) as exc:
         raise StartupError(str(exc)) from None

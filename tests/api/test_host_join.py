@@ -152,4 +152,4 @@ def test_joins_need_https(tmp_path: Path) -> None:
         with pytest.raises(join.JoinError, match="must be https"):
             join.join(url, "0" * 12 + "." + "x" * 43 + "." + "0" * 64, B, tmp_path / "b")
         r = httpx.post(url + join_token.JOIN_PATH, json={"join": {}}, timeout=10)
-        assert r.status_code == 503 and "TLS" in r.text
+        assert r.status_code == 403 and "TLS" in r.text

@@ -12,9 +12,10 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
-from cloudnet.errors import NotFound, ServiceUnavailable
+from cloudnet.errors import Forbidden, NotFound, ServiceUnavailable
+from cloudnet.pki import cloud
 from cloudnet.pki.join_token import CA_PATH, JOIN_PATH
-from cloudnet.pki.x509 import Authority
+from cloudnet.pki.x509 import Authority, PkiError
 from cloudnet.services import host_join, hosts
 from cloudnet.wire import signing
 
@@ -23,9 +24,19 @@ router = APIRouter()
 PEM_TYPE = "application/x-pem-file"
 
 
+class TlsRequired(Forbidden):
+    type = "TlsRequired"
+
+
 def _authority(st: AppState) -> Authority:
-    if st.authority is None:
-        raise ServiceUnavailable("This server has no CA: hosts cannot join it with a token", type="NoAuthority")
+    if st.authority is None:  # (an app made without one, as tests make them: the state dir's, made on first use)
+        try:
+            st.authority = cloud.authority(st.config)
+        except (PkiError, OSError) as exc:
+            log.error("no CA: %s", exc)
+            raise ServiceUnavailable(
+                "This server's CA cannot be read: hosts cannot join it", type="NoAuthority"
+            ) from None
     return st.authority
 
 
@@ -47,7 +58,7 @@ async def join(request: Request) -> Response:
     st = state(request)
     authority = _authority(st)
     if request.url.scheme != "https":  # a token and a secret are never answered in clear
-        raise ServiceUnavailable("Joins need the API over TLS (cloudnet serve --tls)", type="NoTls")
+        raise TlsRequired("Joins need the API over TLS (cloudnet serve --tls)")
     body = neutron.unwrap_one(await neutron.body_of(request), "join")
     item = await call(host_join.redeem, st.store, body, authority)
     config = st.config
