@@ -10,6 +10,7 @@ import ipaddress
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -78,10 +79,30 @@ def server_files(config: ServerConfig, ca: x509.Authority) -> ServerFiles | None
     return files
 
 
+class LoggedHandshake(ssl.SSLObject):
+    """A server-side TLS session that logs a client certificate it refused (another CA's, an expired one): the event
+    loop drops failed handshakes without a word."""
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except ssl.SSLCertVerificationError as exc:
+            log.warning("TLS handshake refused: the client's certificate did not verify against the CA (%s)",
+                        exc.verify_message)  # fmt: skip
+            raise
+
+
+def _logged(_config: object, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    context = default()
+    context.sslobject_class = LoggedHandshake
+    return context
+
+
 def uvicorn_options(files: ServerFiles | None) -> dict[str, Any]:
     """uvicorn.Config's TLS arguments: client certificates optional (users' bearer tokens work from any client),
-    but one that is sent must chain to the CA or the handshake fails."""
+    but one that is sent must chain to the CA or the handshake fails (and is logged)."""
     if files is None:
         return {"http": "httptools"}
     return {"http": PeerProtocol, "ssl_certfile": str(files.cert), "ssl_keyfile": str(files.key),
-            "ssl_ca_certs": str(files.ca), "ssl_cert_reqs": ssl.CERT_OPTIONAL}  # fmt: skip
+            "ssl_ca_certs": str(files.ca), "ssl_cert_reqs": ssl.CERT_OPTIONAL,
+            "ssl_context_factory": _logged}  # fmt: skip

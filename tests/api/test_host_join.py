@@ -99,6 +99,7 @@ def test_a_certificate_of_another_ca_fails_the_handshake(server: TlsServer, tmp_
     assert got.returncode != 0 and "HTTP/1" not in out and "unexpected eof" in out, out
     # The server's own certificate verified (openssl got that far): the refusal is the client certificate's.
     assert "Verification: OK" in out, out
+    server.until_logged("TLS handshake refused: the client's certificate did not verify against the CA")
 
 
 def test_a_removed_host_is_refused(server: TlsServer, tmp_path: Path) -> None:
