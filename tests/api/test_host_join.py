@@ -15,7 +15,7 @@ import pytest
 
 from cloudnet.agent import join
 from cloudnet.pki import join_token, x509
-from tests.support.process import serve
+from tests.support.process import CLOUDNET, serve
 from tests.support.tls import TlsServer, foreign_cert, tls_serve
 
 A, B = "host-a", "host-b"
@@ -154,3 +154,39 @@ def test_joins_need_https(tmp_path: Path) -> None:
             join.join(url, "0" * 12 + "." + "x" * 43 + "." + "0" * 64, B, tmp_path / "b")
         r = httpx.post(url + join_token.JOIN_PATH, json={"join": {}}, timeout=10)
         assert r.status_code == 403 and "TLS" in r.text
+
+
+def test_a_given_ca_and_server_certificate_are_used(tmp_path: Path) -> None:
+    """--ca-cert/--ca-key: the cloud's CA is the operator's (tokens pin it); --tls-cert/--tls-key: so is the API's
+    certificate. A mismatched pair does not start."""
+    ca, key = x509.new_authority(), x509.new_key()
+    files = {name: tmp_path / name for name in ("ca.crt", "ca.key", "api.crt", "api.key")}
+    x509.write_private(files["ca.crt"], ca.pem)
+    x509.write_private(files["ca.key"], x509.key_pem(ca.key))
+    x509.write_private(files["api.crt"], x509.cert_pem(ca.server_cert(["127.0.0.1"], key)))
+    x509.write_private(files["api.key"], x509.key_pem(key))
+    given = ("--ca-cert", str(files["ca.crt"]), "--ca-key", str(files["ca.key"]), "--tls-cert", str(files["api.crt"]),
+             "--tls-key", str(files["api.key"]))  # fmt: skip
+    with tls_serve(tmp_path / "server", *given, ca=files["ca.crt"]) as server:
+        assert not (server.state / "pki" / "ca.crt").exists()  # (nothing made: the given CA serves)
+        token = server.join_token(B)
+        assert join_token.parse(token).ca_fingerprint == ca.fingerprint
+        state = tmp_path / "b"
+        join.join(server.url, token, B, state)
+        assert x509.signed_by(x509.load_cert(join.Joined.files(state)[1]), ca.cert)
+    other = x509.new_authority()
+    x509.write_private(files["ca.key"], x509.key_pem(other.key))  # (not the key of ca.crt)
+    got = subprocess.run([CLOUDNET, "serve", "--tls", "--state-dir", str(tmp_path / "s2"), "--port", "1",
+                          "--ca-cert", str(files["ca.crt"]), "--ca-key", str(files["ca.key"])],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert got.returncode == 1 and "is not the key of" in got.stderr, got.stderr
+
+
+def test_plain_http_off_loopback_warns(tmp_path: Path) -> None:
+    state = tmp_path / "plain"
+    state.mkdir(mode=0o700)
+    (state / "tokens.json").write_text('{"tokens": {"t": {"project_id": "admin", "role": "admin"}}}')
+    with serve(state, "--host", "0.0.0.0", "--metadata-listen", "off") as (proc, _url):
+        proc.kill()
+        out = proc.communicate()[0]
+    assert "in plain HTTP: tokens and agents' traffic cross the network in clear" in out, out
