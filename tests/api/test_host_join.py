@@ -67,8 +67,11 @@ def test_a_joined_host_acts_for_itself_only(server: TlsServer, tmp_path: Path) -
             r = b.request(method, path, json={"host": {}} if method == "PUT" else None)
             assert r.status_code == 403, (method, path, r.text)
             assert r.json()["NeutronError"]["type"] == "HostCertificateRefused"
-        # A certificate alone is no admin: nothing but its agent's routes.
+        # A certificate alone is no admin: nothing but its agent's calls, even on its own host.
         assert b.get("/networks").status_code == 403
+        assert b.post(f"/hosts/{B}/join-tokens", json={"join_token": {}}).status_code == 403
+        assert b.post(f"/hosts/{B}/remove", json={}).status_code == 403
+        assert b.delete(f"/hosts/{B}").status_code == 403
     server.until_logged(f"over host {B}'s certificate: host {B}'s certificate may not act for host {A}")
     server.until_logged(f"host {B} may not act for instance {other}")
     # Whatever token comes with it: an admin's token with B's certificate still acts for B only.

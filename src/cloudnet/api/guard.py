@@ -37,12 +37,19 @@ PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/", "/v3/auth/token
 # Keystone's face authenticates these for itself too, to answer Keystone's error body (api/keystone.py).
 SELF_AUTHENTICATED = ("/v3/users/",)
 CONTEXT_KEY = "cloudnet.context"
-# What a host's agent does for its host (api/hosts.py, api/instance_metadata.py): the host is in the path, or the
-# instance is (it must be bound to the host). A host certificate may act for its own host only, whatever token
-# comes with it; without a token it may do nothing else (but follow the event log).
+# What is done for a host (api/hosts.py, api/instance_metadata.py): the host is in the path, or the instance is
+# (it must be bound to the host). A host certificate may act for its own host only, whatever token comes with it.
 HOST_SCOPED = re.compile(r"^/v2\.0/hosts/([^/]+)(?:/|$)")
 INSTANCE_SCOPED = re.compile(r"^/v2\.0/instances/([^/]+)/(?:metadata|config-drive)(?:/|$)")
-AGENT_ONLY = frozenset({"/v2.0/events"})
+# What a certificate alone may do: its agent's calls (agent/client.py), nothing else (not even an admin's call on
+# its own host, such as minting a join token for it or removing it).
+AGENT_CALLS = [
+    ({"GET", "PUT"}, re.compile(r"^/v2\.0/hosts/[^/]+$")),
+    ({"GET"}, re.compile(r"^/v2\.0/hosts/[^/]+/state$")),
+    ({"PUT"}, re.compile(r"^/v2\.0/hosts/[^/]+/ports$")),
+    ({"GET"}, re.compile(r"^/v2\.0/events$")),
+    ({"GET", "PUT", "DELETE"}, re.compile(r"^/v2\.0/instances/[^/]+/metadata(?:/.+)?$")),
+]
 # Why a request over this client certificate is refused (revoked, unknown, an instance of another host), or None.
 PeerCheck = Callable[[Peer, str | None], Awaitable[str | None]]
 
@@ -90,8 +97,8 @@ class Guard:
         if host is not None and host.group(1) != peer.host:
             raise _refuse(peer, scope, f"host {peer.host}'s certificate may not act for host {host.group(1)}")
         instance = INSTANCE_SCOPED.match(path)
-        if token is None and host is None and instance is None and path not in AGENT_ONLY:
-            raise _refuse(peer, scope, f"a host certificate alone acts only for its host's agent ({peer.host})")
+        if token is None and not any(scope["method"] in methods and p.match(path) for methods, p in AGENT_CALLS):
+            raise _refuse(peer, scope, f"a host certificate alone makes only its agent's calls ({peer.host})")
         why = "no revocation list here" if self.peer_check is None else await self.peer_check(
             peer, None if instance is None else instance.group(1))  # fmt: skip
         if why is not None:
