@@ -234,7 +234,8 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         url = f"{scheme}://{config.host}:{config.port}"
         print(
             f"cloudnet is up: API {url}/v2.0, agent for host {agent.host}\n"
-            f"  CLI:  cloudnet --url {url} network list   (or set CLOUDNET_URL)\n"
+            f"  CLI:  cloudnet --url {url}{'' if tls is None else f' --cacert {tls.ca}'} network list   (or set "
+            f"CLOUDNET_URL{'' if tls is None else ', CLOUDNET_CACERT'})\n"
             f"  SDK:  clouds.yaml with auth_type: password and auth_url {url}/v3 (users: cloudnet user set)",
             flush=True,
         )

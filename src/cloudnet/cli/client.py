@@ -110,7 +110,10 @@ def _tls_context(url: str, cacert: Path | None = None) -> ssl.SSLContext | bool:
     (verification on, no trusted CAs) fails the handshake instead of trusting it.
     """
     if url.startswith("https://"):
-        return True if cacert is None else ssl.create_default_context(cafile=cacert)
+        try:
+            return True if cacert is None else ssl.create_default_context(cafile=cacert)
+        except (OSError, ssl.SSLError) as exc:
+            raise CliError(f"cannot read the CA certificate {cacert}: {exc}") from None
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
