@@ -25,11 +25,13 @@ from tests.ovn.test_join import (  # noqa: F401 (hosts: the fixture)
     Hosts,
     _active,
     _alive,
+    _listening,
     hosts,
 )
 from tests.support.cloud import ns_run
 from tests.support.ovn import UNDERLAY, UNDERLAY_PORT
 from tests.support.process import CLOUDNET
+from tests.support.tls import foreign_cert
 
 
 def _serving(h: Hosts, ca: Path) -> bool:
@@ -75,6 +77,12 @@ def agent_b(h: Hosts, state_b: Path, *extra: str) -> subprocess.Popen[bytes]:
                    token=False)  # fmt: skip
 
 
+def foreign_ssl(root: Path, host: str) -> list[str]:
+    """OVS's SSL options with a certificate of another CA (trusting the cloud's CA would not help it)."""
+    cert, key = foreign_cert(root, host)
+    return [f"--private-key={key}", f"--certificate={cert}", f"--ca-cert={cert}"]
+
+
 def _instance_on_b(h: Hosts, net_id: str, index: int) -> dict[str, object]:
     ns = f"cn-join-{h.suffix}-i{index}"
     netns.create(ns)
@@ -97,8 +105,17 @@ def test_a_host_joins_with_a_token_and_needs_nothing_else(hosts: Hosts) -> None:
     agent = agent_b(h, state_b, "--join", f"https://{SERVER_IP}:{API_PORT}", token, "--host", h.agent_host)
     h.until("host B joined and its agent registered", lambda: _alive(h, h.agent_host), timeout=60)
     saved = join.load(state_b)
-    assert saved is not None and saved.ovn_sb == f"tcp:{SERVER_IP}:6642", saved
+    assert saved is not None and saved.ovn_sb == f"ssl:{SERVER_IP}:6642", saved
     assert saved.metadata_url == f"http://{SERVER_IP}:{METADATA_PORT}", saved
+    # OVN's databases: SSL on the given address only; a plain TCP client, or one without a certificate of the
+    # cloud's CA, gets nothing from them.
+    assert _listening(h.server_ns, 6641) == [f"{SERVER_IP}:6641"]
+    assert _listening(h.server_ns, 6642) == [f"{SERVER_IP}:6642"]
+    for client in (["ovsdb-client", "--timeout=5", "list-dbs", f"tcp:{SERVER_IP}:6642"],
+                   ["ovsdb-client", "--timeout=5", *foreign_ssl(h.root, h.agent_host), "list-dbs",
+                    f"ssl:{SERVER_IP}:6642"]):  # fmt: skip
+        got = subprocess.run(["ip", "netns", "exec", h.agent_ns, *client], capture_output=True, text=True, timeout=30)
+        assert got.returncode != 0 and "OVN_Southbound" not in got.stdout, (client, got.stdout, got.stderr)
 
     net = h.create("networks", "network", {"name": "joined"})
     h.create("subnets", "subnet", {"network_id": net["id"], "cidr": "10.78.0.0/24"})

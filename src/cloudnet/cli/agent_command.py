@@ -32,7 +32,7 @@ from cloudnet.cli.daemons import (
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.ovn_options import EncapIface, EncapIp, set_encap
 from cloudnet.config import DEFAULT_BIND, DEFAULT_METADATA_LISTEN, DEFAULT_PORT, AgentConfig
-from cloudnet.ovn.daemons import OvnError, bridge_mappings, start_chassis, stop
+from cloudnet.ovn.daemons import OvnError, Ssl, bridge_mappings, start_chassis, stop
 
 DEFAULT_SERVER = f"http://{DEFAULT_BIND}:{DEFAULT_PORT}"
 DEFAULT_METADATA_URL = f"http://{DEFAULT_METADATA_LISTEN}"
@@ -65,6 +65,15 @@ def _joined(config: AgentConfig, join: tuple[str, str] | None, explicit_host: st
     config.metadata_secret_file = config.metadata_secret_file or secret
     config.ovn_sb = saved.ovn_sb
     return True
+
+
+def _ssl(config: AgentConfig, ovn_sb: str) -> Ssl | None:
+    """This host's certificate for an `ssl:` SB database (a joined host's), else None."""
+    if not ovn_sb.startswith("ssl:"):
+        return None
+    if config.key_file is None or config.cert_file is None or config.ca_file is None:
+        raise CliError(f"{ovn_sb} is SSL: this host needs a certificate of the cloud's CA (join with a token)")
+    return Ssl(config.key_file, config.cert_file, config.ca_file)
 
 
 def register(app: typer.Typer) -> None:
@@ -167,7 +176,7 @@ def register(app: typer.Typer) -> None:
         try:
             if ovn_sb is not None and ovs_db is None:  # this host's ovs-vswitchd and ovn-controller, started here
                 chassis = start_chassis(state_dir / "ovn-chassis", config.host, ovn_sb, encap_ip=config.encap_ip,
-                                        encap_port=config.encap_port,
+                                        encap_port=config.encap_port, ssl=_ssl(config, ovn_sb),
                                         bridge_mappings=bridge_mappings(config.uplinks))  # fmt: skip
                 config.ovs_db = chassis.ovs_url
             run(config)

@@ -149,8 +149,9 @@ class Authority:
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
         )
 
-    def server_cert(self, names: list[str], key: Key) -> x509.Certificate:
-        """A serverAuth certificate for the API listener: DNS names and IP addresses as SANs."""
+    def server_cert(self, names: list[str], key: Key, client: bool = False) -> x509.Certificate:
+        """A serverAuth certificate for the API listener (`client`: clientAuth too, as OVN's databases need: their
+        host's own tools connect with it): DNS names and IP addresses as SANs."""
         sans: list[x509.GeneralName] = []
         for name in dict.fromkeys(names):
             try:
@@ -159,7 +160,8 @@ class Authority:
                 sans.append(x509.DNSName(name))
         builder = self._leaf(_name(names[0] if names else "cloudnet"), key.public_key(), SERVER_DAYS)
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH, *([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])]
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         return builder.sign(self.key, hashes.SHA256())
 
     def host_cert(self, host: str, csr: x509.CertificateSigningRequest) -> x509.Certificate:
