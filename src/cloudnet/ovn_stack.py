@@ -61,6 +61,9 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
     chassis: daemons.Chassis | None = None
     remote_sb: str | None = None
     ssl = _ssl(config) if config.tls and config.ovn_listen else None
+    if config.ovn_listen and ssl is None:
+        log.warning("OVN's databases listen on %s in plain TCP: whoever reaches it can rewrite the cloud's flows; "
+                    "use --tls (SSL with the cloud's CA) or a trusted underlay", config.ovn_listen)  # fmt: skip
     try:
         if config.ovn_nb is not None and config.ovn_sb is not None:
             nb_url, sb_url = config.ovn_nb, config.ovn_sb
