@@ -53,6 +53,16 @@ class ServerConfig:
     # An address of this host where the NB/SB databases started here also listen (TCP 6641/6642) for other hosts'
     # chassis (None: unix sockets only).
     ovn_listen: str | None = None
+    # The SB URL other hosts' chassis join (set when OVN's databases start with ovn_listen): joins hand it out.
+    ovn_remote_sb: str | None = None
+    # TLS on the API listener (tls_cert/tls_key given, or made at start, signed by the CA, with tls_sans as SANs
+    # beside the bound address, this host's name and loopback). The CA: ca_cert/ca_key, default <state>/pki/.
+    tls: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_sans: list[str] = field(default_factory=list)
+    ca_cert: Path | None = None
+    ca_key: Path | None = None
     # Chassis that host router gateways, highest priority first (`cloudnet up`: this host).
     ovn_gateway_chassis: list[str] = field(default_factory=list)
 
@@ -70,6 +80,10 @@ class ServerConfig:
     def metadata_secret_file(self) -> Path:
         # Shared with the agents, which sign instance identities with it (wire/signing.py).
         return self.state_dir / "metadata_secret"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
 
     @property
     def keystone_secret_file(self) -> Path:
@@ -98,8 +112,14 @@ class AgentConfig:
     # The metadata API the per-network proxies forward to (http://HOST:PORT, HOST:PORT or unix:/PATH);
     # None: no metadata proxy on this host.
     metadata_url: str | None = f"http://{DEFAULT_METADATA_LISTEN}"
-    # The server's shared secret (a copy on other hosts); default <state_dir>/metadata_secret.
+    # The server's shared secret (a copy on other hosts, or what a join handed over); default
+    # <state_dir>/metadata_secret.
     metadata_secret_file: Path | None = None
+    # TLS to the API: the CA the server must chain to (None: plain HTTP, or the system's store for https), and this
+    # host's certificate and key (a joined host's: it then needs no token, and acts for this host only).
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
     # SR-IOV: physical network -> PFs whose VFs direct ports get (--sriov), VFs never handed out per PF
     # (--sriov-exclude, PCI slots), and where sysfs is (tests point it at a tree they build).
     sriov: dict[str, list[str]] = field(default_factory=dict)

@@ -11,6 +11,7 @@ from pathlib import Path
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.ovn import daemons
+from cloudnet.pki import cloud, x509
 from cloudnet.store.db import Store
 
 log = logging.getLogger("cloudnet.ovn")
@@ -34,6 +35,18 @@ class OvnStack:
             daemons.stop(self.rundir)
 
 
+def _ssl(config: ServerConfig) -> daemons.Ssl:
+    """OVN's databases' key and certificate (made at every start, as the API's: the CA signs them for the listen
+    address), and the CA: with --tls their remotes for other hosts are `pssl:`, chassis connect with their own."""
+    assert config.ovn_listen is not None
+    key = x509.new_key()
+    cert = cloud.authority(config).server_cert([config.ovn_listen, "ovsdb"], key, client=True)
+    ssl = daemons.Ssl(config.pki_dir / "ovsdb.key", config.pki_dir / "ovsdb.crt", cloud.ca_file(config))
+    x509.write_private(ssl.key, x509.key_pem(key))
+    x509.write_private(ssl.cert, x509.cert_pem(cert))
+    return ssl
+
+
 def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnStack:
     """Start (or connect to) OVN and the northbound writer; with `agent`, also make this host a chassis (with the
     bridges of its uplinks, which its agent connects)."""
@@ -47,18 +60,22 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
     central: daemons.Central | None = None
     chassis: daemons.Chassis | None = None
     remote_sb: str | None = None
+    ssl = _ssl(config) if config.tls and config.ovn_listen else None
+    if config.ovn_listen and ssl is None:
+        log.warning("OVN's databases listen on %s in plain TCP: whoever reaches it can rewrite the cloud's flows; "
+                    "use --tls (SSL with the cloud's CA) or a trusted underlay", config.ovn_listen)  # fmt: skip
     try:
         if config.ovn_nb is not None and config.ovn_sb is not None:
             nb_url, sb_url = config.ovn_nb, config.ovn_sb
         else:
-            central = daemons.start_central(rundir)
+            central = daemons.start_central(rundir, ssl=ssl)
             nb_url, sb_url = central.nb_url, central.sb_url
         if agent is not None:
             chassis = daemons.start_chassis(rundir, agent.host, sb_url, encap_ip=agent.encap_ip,
                                             encap_port=agent.encap_port,
                                             bridge_mappings=daemons.bridge_mappings(agent.uplinks))  # fmt: skip
         if central is not None and config.ovn_listen:  # (after the chassis: its encap address may be the one)
-            _nb, remote_sb = daemons.listen(central, config.ovn_listen)
+            _nb, remote_sb = daemons.listen(central, config.ovn_listen, ssl=ssl)
     except BaseException:
         daemons.stop(rundir)
         raise

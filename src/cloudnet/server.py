@@ -17,7 +17,7 @@ from types import FrameType
 
 import uvicorn
 
-from cloudnet import api_socket, ovn_stack
+from cloudnet import api_socket, api_tls, ovn_stack
 from cloudnet.agent.run import start_in_thread
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
@@ -25,6 +25,9 @@ from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.metadata import service as metadata_service
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.ovn.daemons import OvnError
+from cloudnet.pki import cloud
+from cloudnet.pki.tls import ServerFiles
+from cloudnet.pki.x509 import Authority, PkiError
 from cloudnet.services.context import Context, Role
 from cloudnet.services.keystone import TokenSigner
 from cloudnet.store.db import Store
@@ -126,6 +129,21 @@ def prepare(config: ServerConfig, internal: dict[str, Context] | None = None) ->
     return store, auth
 
 
+def prepare_tls(config: ServerConfig) -> tuple[Authority, ServerFiles | None]:
+    """The cloud's CA (made at first start), and the listener's certificate when TLS is on."""
+    try:
+        ca = cloud.authority(config)
+        files = api_tls.server_files(config, ca)
+    except (PkiError, OSError) as exc:
+        raise StartupError(str(exc)) from None
+    if files is None and not config.loopback_bind:
+        log.warning(
+            "the API listens on %s in plain HTTP: tokens and agents' traffic cross the network in clear; "
+            "use --tls (agents then join with `cloudnet host join-token`)", config.host,
+        )  # fmt: skip
+    return ca, files
+
+
 def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
     """The metadata API of this process (None when `metadata_listen` is off): secret, settings, socket."""
     try:
@@ -177,6 +195,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     try:
         store, auth = prepare(config, internal)
         try:
+            ca, tls = prepare_tls(config)
             metadata = prepare_metadata(config, store)
         except StartupError:
             store.dispose()
@@ -184,14 +203,15 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     except StartupError:
         sock.close()
         raise
-    app = create_app(config, store, auth)
-    log.info("cloudnet API on http://%s:%d/v2.0 (state %s, db %s)", config.host, config.port, config.state_dir,
-             store.dialect)  # fmt: skip
+    app = create_app(config, store, auth, ca)
+    scheme = "https" if tls else "http"
+    log.info("cloudnet API on %s://%s:%d/v2.0 (state %s, db %s)", scheme, config.host, config.port,
+             config.state_dir, store.dialect)  # fmt: skip
     if metadata is not None:
         log.info("metadata API on %s (signed requests from agents only)", metadata.listen)
     server = _Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
-                       http="httptools", loop="uvloop", timeout_graceful_shutdown=5)
+                       loop="uvloop", timeout_graceful_shutdown=5, **api_tls.uvicorn_options(tls))
     )  # fmt: skip
     running = ovn = None
     if config.dataplane == "ovn":
@@ -201,6 +221,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
             store.dispose()
             sock.close()
             raise StartupError(f"OVN did not start: {exc}") from None
+        config.ovn_remote_sb = ovn.remote_sb  # (what joining hosts are told)
         print(f"OVN: ovn-nbctl --db={ovn.nb_url} show  (SB {ovn.sb_url})", flush=True)
         if ovn.remote_sb:
             print(f"  other hosts: cloudnet agent --dataplane ovn --ovn-sb {ovn.remote_sb} ...", flush=True)
@@ -208,14 +229,20 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         if agent is not None and ovn.chassis is not None:  # this host's agent drives its chassis
             agent.dataplane, agent.ovn_sb, agent.ovs_db = "ovn", ovn.sb_url, ovn.chassis.ovs_url
     if agent is not None:
+        if tls is not None:  # this host's agent verifies the API as any other (its token is the server's own)
+            agent.server, agent.ca_file = agent.server.replace("http://", "https://", 1), tls.ca
         running, _thread = start_in_thread(agent)
+        url = f"{scheme}://{config.host}:{config.port}"
         print(
-            f"cloudnet is up: API http://{config.host}:{config.port}/v2.0, agent for host {agent.host}\n"
-            f"  CLI:  cloudnet --url http://{config.host}:{config.port} network list   (or set CLOUDNET_URL)\n"
-            f"  SDK:  clouds.yaml with auth_type: password and auth_url http://{config.host}:{config.port}/v3 "
-            "(users: cloudnet user set)",
+            f"cloudnet is up: API {url}/v2.0, agent for host {agent.host}\n"
+            f"  CLI:  cloudnet --url {url}{'' if tls is None else f' --cacert {tls.ca}'} network list   (or set "
+            f"CLOUDNET_URL{'' if tls is None else ', CLOUDNET_CACERT'})\n"
+            f"  SDK:  clouds.yaml with auth_type: password and auth_url {url}/v3 (users: cloudnet user set)",
             flush=True,
         )
+    if tls is not None:
+        print(f"  TLS:  CA {tls.ca} (fingerprint sha256:{ca.fingerprint}); other hosts join with "
+              "`cloudnet host join-token NAME`, then `cloudnet agent --join URL TOKEN`", flush=True)  # fmt: skip
     stops: list[Callable[[], None]] = []
     freeze_startup_heap()
     try:

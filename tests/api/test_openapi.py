@@ -12,7 +12,11 @@ from cloudnet.config import ServerConfig
 from cloudnet.store.db import Store
 from tests.support.server import RunningServer
 
-BODYLESS = {("put", "/v2.0/{collection}/{resource_id}/tags/{tag}"), ("post", "/v2.0/hosts/{name}/check")}
+BODYLESS = {
+    ("put", "/v2.0/{collection}/{resource_id}/tags/{tag}"),
+    ("post", "/v2.0/hosts/{name}/check"),
+    ("post", "/v2.0/hosts/{name}/remove"),
+}
 
 
 def test_served_without_a_token(server: RunningServer, tokens: dict[str, object]) -> None:

@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -49,11 +50,14 @@ class Hosts:
         self.server_host, self.agent_host = f"ch-join-{suffix}-a", f"ch-join-{suffix}-b"
         self.token = secrets.token_urlsafe(16)
         self.procs: list[subprocess.Popen[bytes]] = []
+        # Where A's API answers inside A, and what verifies it (https with the cloud's CA: test_join_tls.py).
+        self.api_base = f"http://127.0.0.1:{API_PORT}"
+        self.verify: ssl.SSLContext | bool = True
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         """A request to host A's API from inside A (the API listens on the underlay, A's loopback included)."""
-        with netns.entered(self.server_ns), httpx.Client(timeout=30) as client:
-            return client.request(method, f"http://127.0.0.1:{API_PORT}/v2.0{path}", json=body,
+        with netns.entered(self.server_ns), httpx.Client(timeout=30, verify=self.verify) as client:
+            return client.request(method, f"{self.api_base}/v2.0{path}", json=body,
                                   headers={"X-Auth-Token": self.token})  # fmt: skip
 
     def create(self, collection: str, member: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -61,9 +65,12 @@ class Hosts:
         assert r.status_code == 201, r.text
         return dict(r.json()[member])
 
-    def start(self, ns: str, argv: list[str], log: str) -> subprocess.Popen[bytes]:
-        out = (self.root / log).open("wb")
+    def start(self, ns: str, argv: list[str], log: str, token: bool = True) -> subprocess.Popen[bytes]:
+        """`cloudnet ARGV` in namespace `ns`, with the admin token in its environment unless not `token`."""
+        out = (self.root / log).open("ab")  # (appended: a restarted process keeps its first run's log)
         env = {**os.environ, "CLOUDNET_TOKEN": self.token}  # (not on the command line, for every user to read)
+        if not token:
+            del env["CLOUDNET_TOKEN"]
         proc = subprocess.Popen(["ip", "netns", "exec", ns, CLOUDNET, *argv], stdout=out, stderr=subprocess.STDOUT,
                                 env=env)  # fmt: skip
         out.close()

@@ -3,6 +3,7 @@ instance metadata writes guests make over their SmartOS metadata sockets."""
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -40,11 +41,12 @@ def _item_path(instance_id: str, key: str) -> str:
 
 
 class ApiClient:
-    def __init__(self, server: str, host: str, token: str = "agent", timeout: float = 30.0) -> None:
+    def __init__(self, server: str, host: str, token: str = "agent", timeout: float = 30.0,
+                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
+        """`token` "": none sent (a host certificate in `tls` is the credential)."""
         self.host = host
-        self._http = httpx.Client(
-            base_url=server.rstrip("/") + "/v2.0", headers={"X-Auth-Token": token}, timeout=timeout
-        )
+        self._http = httpx.Client(base_url=server.rstrip("/") + "/v2.0", headers={"X-Auth-Token": token} if token
+                                  else {}, timeout=timeout, verify=True if tls is None else tls)  # fmt: skip
 
     def close(self) -> None:
         self._http.close()

@@ -12,13 +12,15 @@ from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.config import AgentConfig, group_id
 from cloudnet.dataplane import drivers
+from cloudnet.pki import tls
 from cloudnet.wire import signing
 
 log = logging.getLogger("cloudnet.agent")
 
 
 def build(config: AgentConfig) -> Agent:
-    client = ApiClient(config.server, config.host, config.token)
+    context = None if config.ca_file is None else tls.client_context(config.ca_file, config.cert_file, config.key_file)
+    client = ApiClient(config.server, config.host, config.token, tls=context)
     report = drivers.host_report(config)
     dataplane = drivers.build(config, report)  # shares `report` with the Agent (the driver may refresh parts)
     observers: list[StateObserver] = []

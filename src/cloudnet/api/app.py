@@ -30,6 +30,7 @@ from cloudnet.api import (
     events,
     extensions,
     forwards,
+    host_join,
     hosts,
     identity,
     instance_metadata,
@@ -42,12 +43,15 @@ from cloudnet.api import (
     tags,
 )
 from cloudnet.api.auth import Authenticator
-from cloudnet.api.deps import AppState
+from cloudnet.api.deps import AppState, call
 from cloudnet.api.guard import Guard
 from cloudnet.api.neutron import JSON, error_response
 from cloudnet.config import ServerConfig
 from cloudnet.errors import BadRequest, CloudnetError, ServiceUnavailable
 from cloudnet.metadata import service as metadata_service
+from cloudnet.pki.tls import Peer
+from cloudnet.pki.x509 import Authority
+from cloudnet.services import host_join as host_join_service
 from cloudnet.services import quotas as quota_service
 from cloudnet.services import single_host
 from cloudnet.store import errors as store_errors
@@ -114,7 +118,8 @@ def routes(routers: Iterable[APIRouter]) -> list[BaseRoute]:
     return sorted(table, key=rank)  # stable: every other route keeps its place
 
 
-def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = None) -> Starlette:
+def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = None,
+               authority: Authority | None = None) -> Starlette:  # fmt: skip
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         notifier = events.Notifier(asyncio.get_running_loop())
@@ -173,15 +178,22 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         Exception: unexpected,
     }
     auth = auth or Authenticator(config.tokens_file)
+
+    async def peer_check(peer: Peer, instance_id: str | None) -> str | None:
+        # (a read per request over a host certificate: agents' requests are few; users' carry none)
+        return await call(host_join_service.peer_refusal, store, peer.serial, peer.host, instance_id)
+
     quota_service.configure(store, config.quotas)
     single_host.configure(store, config.dataplane)
     app = Starlette(
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
-                       hosts.router, forwards.router, port_forwardings.router, instance_metadata.router, quotas.router,
-                       identity.router, keystone.router]),
+                       hosts.router, host_join.router, forwards.router, port_forwardings.router,
+                       instance_metadata.router, quotas.router, identity.router, keystone.router]),
         exception_handlers=handlers,
-        middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size)],  # type: ignore[arg-type]
+        middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size,  # type: ignore[arg-type]
+                               peer_check=peer_check)],
         lifespan=lifespan,
     )  # fmt: skip
-    app.state.cloudnet = AppState(config=config, store=store, auth=auth, metadata=metadata_service.settings(config))
+    app.state.cloudnet = AppState(config=config, store=store, auth=auth, metadata=metadata_service.settings(config),
+                                  authority=authority)  # fmt: skip
     return app

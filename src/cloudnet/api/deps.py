@@ -16,6 +16,7 @@ from cloudnet.api.auth import Authenticator
 from cloudnet.api.guard import context_of
 from cloudnet.config import ServerConfig
 from cloudnet.metadata.model import Settings
+from cloudnet.pki.x509 import Authority
 from cloudnet.services.context import Context
 from cloudnet.store.db import Store
 
@@ -30,6 +31,8 @@ class AppState:
     auth: Authenticator
     # What the metadata API answers beside each instance's own data (vendor data, domain): config drives hold it.
     metadata: Settings
+    # The cloud's CA (None: this app signs nothing, as in tests that build it without one): joins need it.
+    authority: Authority | None = None
 
 
 def state(request: Request) -> AppState:

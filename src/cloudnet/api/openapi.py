@@ -27,6 +27,7 @@ from cloudnet.api.neutron import JSON
 from cloudnet.api.schemas import BOOL, INT, OBJ, STR, STRS, Schema, array, envelope, listing, obj
 from cloudnet.services import (
     floating_ips,
+    host_join,
     hosts,
     instance_metadata,
     instances,
@@ -72,7 +73,13 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
 OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,
                                              pools.ReleaseSpec, hosts.HostReport, hosts.PortStatusReport,
                                              instance_metadata.MetadataItem,
-                                             port_forwardings.PortForwardingBody)  # fmt: skip
+                                             port_forwardings.PortForwardingBody, host_join.TokenRequest,
+                                             host_join.JoinRequest)  # fmt: skip
+JOIN_TOKEN = obj({"token": STR, "host": STR, "expires_at": STR}, ("token", "host", "expires_at"))
+JOINED = obj({"host": STR, "certificate": STR, "ca": STR, "ovn_sb": {"type": ["string", "null"]},
+              "metadata_listen": STR, "metadata_secret": {"type": ["string", "null"]}},
+             ("host", "certificate", "ca"))  # fmt: skip
+REMOVED = obj({"name": STR, "certificates_revoked": INT, "pool_ports_freed": INT}, ("name",))
 FORWARD_BODY = obj({
     "listen_address": STR, "description": STR, "config": {"type": "object", "additionalProperties": STR},
     "ports": array(obj({"description": STR, "protocol": {"enum": ["tcp", "udp"]}, "listen_port": STR,
@@ -176,6 +183,11 @@ def _table() -> dict[tuple[str, str], Op]:
         ("POST", "/v2.0/hosts/{name}/check"): Op(202, envelope("check", OBJ)),
         ("GET", "/v2.0/hosts/{name}/state"): Op(200, obj({"revision": INT, "host": STR}, ("revision",))),
         ("PUT", "/v2.0/hosts/{name}/ports"): Op(200, OBJ, hosts.PortStatusReport),
+        ("POST", "/v2.0/hosts/{name}/join-tokens"): Op(201, envelope("join_token", JOIN_TOKEN),
+                                                       _wrapped("join_token", host_join.TokenRequest)),
+        ("POST", "/v2.0/hosts/{name}/remove"): Op(200, envelope("host", REMOVED)),
+        ("GET", "/v2.0/host-join/ca"): Op(200, STR, media="application/x-pem-file"),
+        ("POST", "/v2.0/host-join"): Op(201, envelope("join", JOINED), _wrapped("join", host_join.JoinRequest)),
         ("GET", fwd_base): Op(200, listing("forwards", schemas.FORWARD, False)),
         ("POST", fwd_base): Op(201, forward, FORWARD_BODY),
         ("GET", fwd_base + "/{listen_address}"): Op(200, forward),

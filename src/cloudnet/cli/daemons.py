@@ -11,6 +11,7 @@ import typer
 
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.ovn_options import EncapIface, EncapIp, OvnListen, listen_address, set_encap
+from cloudnet.cli.tls_options import CaCert, CaKey, Tls, TlsCert, TlsKey, TlsSan, apply_tls
 from cloudnet.config import (
     DEFAULT_BIND,
     DEFAULT_METADATA_LISTEN,
@@ -23,7 +24,6 @@ from cloudnet.config import (
 )
 from cloudnet.docker.command import DEFAULT_SOCKET
 from cloudnet.errors import CloudnetError
-from cloudnet.ovn.daemons import OvnError, bridge_mappings, start_chassis, stop
 
 if TYPE_CHECKING:  # (loaded only when `up` runs: see _docker)
     from cloudnet.server import Companion
@@ -132,14 +132,14 @@ VendorData = Annotated[
 ]
 
 
-def _uplinks(values: list[str] | None) -> dict[str, str]:
+def uplinks_of(values: list[str] | None) -> dict[str, str]:
     try:
         return parse_mappings(values or [], "--uplink")
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
 
-def _vm_owner(config: AgentConfig, user: str, group: str | None) -> None:
+def vm_owner(config: AgentConfig, user: str, group: str | None) -> None:
     config.vm_user, config.vm_group = user, group
     try:
         config.vm_owner  # noqa: B018 (resolved now: an unknown name is the command line's error, not the agent's)
@@ -147,7 +147,7 @@ def _vm_owner(config: AgentConfig, user: str, group: str | None) -> None:
         raise CliError(f"--vm-user/--vm-group: {exc}") from None
 
 
-def _sriov(sriov: list[str] | None, exclude: list[str] | None) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+def sriov_of(sriov: list[str] | None, exclude: list[str] | None) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
     from cloudnet.dataplane.sriov.inventory import parse_exclude, parse_sriov
 
     try:
@@ -184,7 +184,7 @@ def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | N
     return config
 
 
-def _no_sriov_on_ovn(dataplane: str, sriov: list[str] | None) -> None:
+def no_sriov_on_ovn(dataplane: str, sriov: list[str] | None) -> None:
     if dataplane == "ovn" and sriov:
         raise CliError("--sriov: SR-IOV direct ports are not supported on the OVN dataplane (use --dataplane linux)")
 
@@ -233,6 +233,12 @@ def register(app: typer.Typer) -> None:
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
         ovn_listen: OvnListen = None,
+        tls: Tls = False,
+        tls_cert: TlsCert = None,
+        tls_key: TlsKey = None,
+        tls_san: TlsSan = None,
+        ca_cert: CaCert = None,
+        ca_key: CaKey = None,
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
@@ -240,94 +246,8 @@ def register(app: typer.Typer) -> None:
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
                             pool_update_interval=pool_update_interval, instance_pools=instance_pools,
                             quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
+        apply_tls(config, tls, tls_cert, tls_key, tls_san, ca_cert, ca_key)
         _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen))
-
-    @app.command("agent")
-    def agent(
-        host: Annotated[str | None, typer.Option(help="This host's name (default: hostname).")] = None,
-        server: Annotated[str, typer.Option(help="cloudnet API URL.")] = f"http://{DEFAULT_BIND}:{DEFAULT_PORT}",
-        token: Annotated[str, typer.Option(envvar="CLOUDNET_TOKEN", help="Admin token for the API.")] = "agent",
-        state_dir: StateDir = DEFAULT_STATE_DIR,
-        uplink: Uplink = None,
-        metadata_url: Annotated[
-            str, typer.Option(help="Metadata API for the proxies: http://HOST:PORT, unix:/PATH, or 'off'.")
-        ] = f"http://{DEFAULT_METADATA_LISTEN}",
-        metadata_secret_file: Annotated[
-            Path | None,
-            typer.Option(help="Copy of the server's metadata secret (default: <state-dir>/metadata_secret)."),
-        ] = None,
-        sriov: Sriov = None,
-        sriov_exclude: SriovExclude = None,
-        sysfs_root: SysfsRoot = Path("/sys"),
-        park_pool_devices: ParkPoolDevices = False,
-        vm_user: VmUser = AgentConfig.vm_user,
-        vm_group: VmGroup = None,
-        step_timeout: StepTimeout = AgentConfig.step_timeout,
-        mdata_idle_timeout: MdataIdle = AgentConfig.mdata_idle_timeout,
-        mdata_max_line: MdataMaxLine = AgentConfig.mdata_max_line,
-        mdata_max_connections: MdataMaxConnections = AgentConfig.mdata_max_connections,
-        dataplane: Annotated[
-            str,
-            typer.Option(
-                metavar="linux|ovn",
-                help="linux: this host's namespaces and bridges; ovn: this host is an OVN chassis (--ovn-sb).",
-            ),
-        ] = "linux",
-        ovn_sb: Annotated[str | None, typer.Option(metavar="URL", help="OVN SB database this chassis joins.")] = None,
-        ovs_db: Annotated[
-            str | None,
-            typer.Option(
-                metavar="URL",
-                help="A running Open_vSwitch database (with "
-                "ovs-vswitchd and ovn-controller) instead of starting them under <state-dir>/ovn-chassis/.",
-            ),
-        ] = None,
-        encap_ip: EncapIp = AgentConfig.encap_ip,
-        encap_iface: EncapIface = None,
-        ovs_netns: Annotated[
-            str | None,
-            typer.Option(
-                metavar="NAME",
-                help="The network namespace the running ovs-vswitchd of --ovs-db is in "
-                "(where br-int's ports go; default the agent's own).",
-            ),
-        ] = None,
-    ) -> None:
-        """Run the host agent: converge this host's dataplane to the API's desired state."""
-        from cloudnet.agent.run import run
-        from cloudnet.wire.signing import SecretError
-
-        config = AgentConfig(host=host or socket.gethostname(), server=server, token=token, state_dir=state_dir,
-                             uplinks=_uplinks(uplink), metadata_url=None if metadata_url == "off" else metadata_url,
-                             metadata_secret_file=metadata_secret_file)  # fmt: skip
-        config.sriov, config.sriov_exclude = _sriov(sriov, sriov_exclude)
-        config.sysfs_root = sysfs_root
-        config.park_pool_devices = park_pool_devices
-        _vm_owner(config, vm_user, vm_group)
-        config.step_timeout, config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
-        config.mdata_max_line, config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        if dataplane not in ("linux", "ovn") or (dataplane == "ovn") != (ovn_sb is not None):
-            raise CliError("--dataplane is linux or ovn, and ovn goes with --ovn-sb URL (linux without)")
-        _no_sriov_on_ovn(dataplane, sriov)
-        set_encap(config, encap_ip, encap_iface, dataplane)
-        if ovs_netns is not None and ovs_db is None:
-            raise CliError("--ovs-netns goes with --ovs-db (a chassis started here runs in the agent's namespace)")
-        config.dataplane, config.ovn_sb, config.ovs_db, config.ovs_netns = dataplane, ovn_sb, ovs_db, ovs_netns
-        chassis = None
-        try:
-            if ovn_sb is not None and ovs_db is None:  # this host's ovs-vswitchd and ovn-controller, started here
-                chassis = start_chassis(state_dir / "ovn-chassis", config.host, ovn_sb, encap_ip=config.encap_ip,
-                                        encap_port=config.encap_port,
-                                        bridge_mappings=bridge_mappings(config.uplinks))  # fmt: skip
-                config.ovs_db = chassis.ovs_url
-            run(config)
-        except SecretError as exc:
-            raise CliError(f"cannot start the metadata proxy: {exc}") from None
-        except OvnError as exc:
-            raise CliError(f"cannot start this chassis: {exc}") from None
-        finally:
-            if chassis is not None:
-                stop(chassis.rundir, bridges=chassis.bridges)
 
     @app.command("up")
     def up(
@@ -367,6 +287,12 @@ def register(app: typer.Typer) -> None:
         docker_driver: DockerDriver = False,
         docker_socket: DockerSocket = DEFAULT_SOCKET,
         docker_project: DockerProject = "admin",
+        tls: Tls = False,
+        tls_cert: TlsCert = None,
+        tls_key: TlsKey = None,
+        tls_san: TlsSan = None,
+        ca_cert: CaCert = None,
+        ca_key: CaKey = None,
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup), and the Docker driver
         with --docker-driver."""
@@ -378,15 +304,16 @@ def register(app: typer.Typer) -> None:
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
                                    token="", state_dir=state_dir,  # the server gives it a token of its own
-                                   uplinks=_uplinks(uplink), metadata_url=metadata_url_of(metadata_listen),
+                                   uplinks=uplinks_of(uplink), metadata_url=metadata_url_of(metadata_listen),
                                    metadata_secret_file=config.metadata_secret_file)  # fmt: skip
-        agent_config.sriov, agent_config.sriov_exclude = _sriov(sriov, sriov_exclude)
+        agent_config.sriov, agent_config.sriov_exclude = sriov_of(sriov, sriov_exclude)
         agent_config.sysfs_root = sysfs_root
         agent_config.park_pool_devices = park_pool_devices
-        _vm_owner(agent_config, vm_user, vm_group)
+        vm_owner(agent_config, vm_user, vm_group)
         agent_config.step_timeout, agent_config.mdata_idle_timeout = step_timeout, mdata_idle_timeout
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
-        _no_sriov_on_ovn(dataplane, sriov)
+        no_sriov_on_ovn(dataplane, sriov)
         set_encap(agent_config, encap_ip, encap_iface, dataplane)
+        apply_tls(config, tls, tls_cert, tls_key, tls_san, ca_cert, ca_key)
         _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen), agent_config,
                _docker(docker_driver, agent_config, docker_socket, docker_project))  # fmt: skip

@@ -13,7 +13,8 @@ from cloudnet.cli.common import client_of, delete_each
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show
 
-app = typer.Typer(help="Show hosts (agents), check them for drift, delete decommissioned ones.", no_args_is_help=True)
+app = typer.Typer(help="Show hosts (agents), check them for drift, join new ones with a token, remove or delete "
+                  "decommissioned ones.", no_args_is_help=True)  # fmt: skip
 COLUMNS = [
     Column("Name", "name"),
     Column("Alive", lambda h: "yes" if h.get("alive") else "no"),
@@ -46,6 +47,37 @@ def delete(
     """Delete hosts whose agent has stopped, with their port pools and ready pool ports."""
     # A host's name is its id: no lookup by name.
     delete_each(client_of(ctx), HOST, names, by_name=False)
+
+
+@app.command("join-token")
+def join_token(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The name of the host that will join (its certificate's name).")],
+    ttl: Annotated[int, typer.Option(min=10, metavar="S", help="Seconds the token is valid.")] = 900,
+    fmt: FormatOption = Format.table,
+) -> None:
+    """Issue a single-use join token for host NAME: on that host, `cloudnet agent --join URL TOKEN` (the API over
+    TLS) gets its certificate and everything else its agent needs."""
+    item = client_of(ctx).post(f"/hosts/{quote(name, safe='')}/join-tokens", {"join_token": {"ttl": ttl}})
+    token = item["join_token"]
+    if fmt is Format.table:
+        typer.echo(token["token"])
+        typer.echo(f"(for host {token['host']}, single use, until {token['expires_at']})", err=True)
+        return
+    print_show(token, fmt)
+
+
+@app.command("remove")
+def remove(
+    ctx: typer.Context,
+    names: Annotated[list[str], typer.Argument(metavar="NAME", help="Host names.")],
+) -> None:
+    """Revoke the hosts' certificates (refused on every request from then on) and their unused join tokens, and
+    delete them as `host delete` does, alive or not."""
+    client = client_of(ctx)
+    for name in names:
+        host = client.post(f"/hosts/{quote(name, safe='')}/remove", {})["host"]
+        typer.echo(f"Removed host {name}: {host['certificates_revoked']} certificate(s) revoked")
 
 
 CHECK_COLUMNS = [Column("Object", "object"), Column("Difference", "difference")]

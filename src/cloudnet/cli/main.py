@@ -7,6 +7,7 @@ or with `env={"CLOUDNET_URL": url}`. To skip the network entirely, pass an `http
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import click
@@ -15,6 +16,7 @@ import typer
 from typer.core import TyperGroup, TyperOption
 
 from cloudnet.cli import (
+    agent_command,
     daemons,
     hosts,
     instances,
@@ -78,12 +80,20 @@ def main(
     ctx: typer.Context,
     url: Annotated[str, typer.Option(envvar="CLOUDNET_URL", help="cloudnet API endpoint.")] = DEFAULT_URL,
     token: Annotated[str, typer.Option(envvar="CLOUDNET_TOKEN", help="Token sent as X-Auth-Token.")] = DEFAULT_TOKEN,
+    cacert: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="CLOUDNET_CACERT",
+            help="CA certificate an https API must chain to (the cloud's CA: <state-dir>/pki/ca.crt on the server).",
+        ),
+    ] = None,
 ) -> None:
     http = ctx.obj if isinstance(ctx.obj, httpx.Client) else None
-    client = Client(url, token, http=http)
+    client = Client(url, token, http=http, cacert=cacert)
     ctx.obj = client
     ctx.call_on_close(client.close)
 
 
 daemons.register(app)
+agent_command.register(app)
 docker_command.register(app)

@@ -14,6 +14,7 @@ from cloudnet.dataplane.ovn import tapdev
 from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.dataplane.sriov import inventory
 from cloudnet.dataplane.sriov.driver import SriovDataplane
+from cloudnet.ovn import idl
 
 # A driver from the agent's configuration and its heartbeat report (the same dict the agent sends: a driver may
 # refresh its own members, e.g. report["sriov"] after each plug or release).
@@ -46,6 +47,10 @@ def _linux(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
 def _ovn(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
     if not config.ovn_sb or not config.ovs_db:
         raise ValueError("the ovn dataplane needs the SB database (--ovn-sb) and this chassis' Open_vSwitch database")
+    if config.ovn_sb.startswith("ssl:"):  # (a joined host's: SB over SSL with its certificate)
+        if config.key_file is None or config.cert_file is None or config.ca_file is None:
+            raise ValueError("an ssl: SB database needs this host's certificate (join with a token)")
+        idl.use_ssl(config.key_file, config.cert_file, config.ca_file)
     return OvnDataplane(config.host, config.ovs_db, config.ovn_sb, host_ns=config.ovs_netns, uplinks=config.uplinks,
                         step_timeout=config.step_timeout,
                         vm_owner=tapdev.Owner(*config.vm_owner))  # fmt: skip

@@ -19,7 +19,9 @@ tunnels, and the address simply goes on the interface.
 Other hosts' chassis reach the SB database (and a remote server the NB database) over TCP: `listen` adds
 `ptcp:6641:ADDR` / `ptcp:6642:ADDR` remotes to the running databases, on that one address, once it exists here (a
 chassis started with `encap_port` may be what puts it there). Plain TCP, as OVN's own recipes use: anyone who
-reaches those ports can rewrite the databases, so the address must be on a trusted underlay.
+reaches those ports can rewrite the databases, so the address must be on a trusted underlay. With `ssl` (the
+cloud's CA, a certificate for the databases: `cloudnet up|serve --tls`) the remotes are `pssl:` instead: only a
+peer with a certificate the CA signed gets an answer, and chassis connect with theirs (`ovs-vsctl set-ssl`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,23 @@ def bridge_mappings(uplinks: dict[str, str]) -> dict[str, str]:
 
 class OvnError(RuntimeError):
     """An OVN command or daemon failed; the message carries its stderr."""
+
+
+@dataclass(frozen=True)
+class Ssl:
+    """A private key, its certificate, and the CA certificate the peer's must chain to (OVS's -p/-c/-C)."""
+
+    key: Path
+    cert: Path
+    ca: Path
+
+    @property
+    def args(self) -> list[str]:
+        return [f"--private-key={self.key}", f"--certificate={self.cert}", f"--ca-cert={self.ca}"]
+
+
+def ssl_args(ssl: Ssl | None) -> list[str]:
+    return [] if ssl is None else ssl.args
 
 
 @dataclass(frozen=True)
@@ -133,21 +152,24 @@ def _database(rundir: Path, name: str, schema: Path) -> Path:
     return path
 
 
-def _ovsdb_server(rundir: Path, name: str, db: Path, remotes: list[str], netns: str | None) -> None:
+def _ovsdb_server(rundir: Path, name: str, db: Path, remotes: list[str], netns: str | None,
+                  ssl: Ssl | None = None) -> None:  # fmt: skip
     run(rundir, ["ovsdb-server", *DETACH, f"--pidfile={rundir / name}.pid", f"--log-file={rundir / name}.log",
-                 f"--unixctl={rundir / name}.ctl", *[f"--remote={r}" for r in remotes], str(db)], netns)  # fmt: skip
+                 f"--unixctl={rundir / name}.ctl", *[f"--remote={r}" for r in remotes], *ssl_args(ssl), str(db)],
+        netns)  # fmt: skip
 
 
 def start_central(rundir: Path, *, nb_tcp: str | None = None, sb_tcp: str | None = None,
-                  netns: str | None = None) -> Central:  # fmt: skip
-    """NB/SB ovsdb-servers on unix sockets in `rundir` (plus `ptcp:PORT:ADDR` remotes if given) and ovn-northd."""
+                  netns: str | None = None, ssl: Ssl | None = None) -> Central:  # fmt: skip
+    """NB/SB ovsdb-servers on unix sockets in `rundir` (plus `ptcp:PORT:ADDR` remotes if given) and ovn-northd;
+    `ssl`: the databases' key, certificate and CA, for `pssl:` remotes (`listen`)."""
     rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
     central = Central(rundir)
     for kind, tcp, table in (("nb", nb_tcp, "OVN_Northbound,NB_Global"), ("sb", sb_tcp, "OVN_Southbound,SB_Global")):
         name = f"ovn{kind}_db"
         db = _database(rundir, f"{name}.db", OVN_SCHEMAS / f"ovn-{kind}.ovsschema")
         remotes = [f"punix:{rundir / name}.sock", f"db:{table},connections", *([tcp] if tcp else [])]
-        _ovsdb_server(rundir, name, db, remotes, netns)
+        _ovsdb_server(rundir, name, db, remotes, netns, ssl)
     run(rundir, ["ovn-nbctl", f"--db={central.nb_url}", "init"], netns)
     run(rundir, ["ovn-sbctl", f"--db={central.sb_url}", "init"], netns)
     start_northd(central, netns)
@@ -162,18 +184,21 @@ def start_northd(central: Central, netns: str | None = None) -> None:
                  f"--ovnsb-db={central.sb_url}"], netns)  # fmt: skip
 
 
-def tcp_remotes(port: int, address: str) -> tuple[str, str]:
+def tcp_remotes(port: int, address: str, ssl: bool = False) -> tuple[str, str]:
     """(passive, active) OVSDB remotes of `address`:`port`: `ptcp:PORT:ADDR` to listen, `tcp:ADDR:PORT` to connect
-    (an IPv6 address in brackets)."""
+    (an IPv6 address in brackets); `pssl:`/`ssl:` with `ssl`."""
     ip = ipaddress.ip_address(address)
     host = f"[{ip}]" if ip.version == 6 else str(ip)
-    return f"ptcp:{port}:{host}", f"tcp:{host}:{port}"
+    kind = "ssl" if ssl else "tcp"
+    return f"p{kind}:{port}:{host}", f"{kind}:{host}:{port}"
 
 
-def listen(central: Central, address: str, netns: str | None = None, timeout: float = 10.0) -> tuple[str, str]:
-    """Make the running NB and SB databases also listen on TCP at `address` (NB_PORT, SB_PORT); returns the
-    (NB, SB) URLs other hosts use, once both answer there (else OvnError, the remotes taken back)."""
-    remotes = [(central.rundir / f"{name}.ctl", *tcp_remotes(port, address))
+def listen(central: Central, address: str, netns: str | None = None, timeout: float = 10.0,
+           ssl: Ssl | None = None) -> tuple[str, str]:  # fmt: skip
+    """Make the running NB and SB databases also listen on TCP at `address` (NB_PORT, SB_PORT; SSL with `ssl`, the
+    central's own, which it was started with); returns the (NB, SB) URLs other hosts use, once both answer there
+    (else OvnError, the remotes taken back)."""
+    remotes = [(central.rundir / f"{name}.ctl", *tcp_remotes(port, address, ssl is not None))
                for name, port in (("ovnnb_db", NB_PORT), ("ovnsb_db", SB_PORT))]  # fmt: skip
     for ctl, passive, _active in remotes:
         run(central.rundir, ["ovs-appctl", "-t", str(ctl), "ovsdb-server/add-remote", passive], netns)
@@ -181,7 +206,7 @@ def listen(central: Central, address: str, netns: str | None = None, timeout: fl
     for _ctl, _passive, active in remotes:  # (ovsdb-server retries a listen that failed, with a backoff)
         while True:
             try:
-                run(central.rundir, ["ovsdb-client", "list-dbs", active], netns, timeout=5)
+                run(central.rundir, ["ovsdb-client", *ssl_args(ssl), "list-dbs", active], netns, timeout=5)
                 break
             except OvnError:
                 if time.monotonic() > deadline:
@@ -196,10 +221,12 @@ def listen(central: Central, address: str, netns: str | None = None, timeout: fl
 
 def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "127.0.0.1", netns: str | None = None,
                   bridge_mappings: dict[str, str] | None = None, encap_port: tuple[str, int] | None = None,
-                  timeout: float = 10.0) -> Chassis:  # fmt: skip
+                  timeout: float = 10.0, ssl: Ssl | None = None) -> Chassis:  # fmt: skip
     """This host's Open_vSwitch database, ovs-vswitchd with the integration bridge, and ovn-controller joined to the
     SB database at `sb_remote`; returns once the chassis has registered there. `encap_port`: (interface, prefix
-    length) of the underlay the other chassis are reached through, given `encap_ip` here (see the module's doc)."""
+    length) of the underlay the other chassis are reached through, given `encap_ip` here (see the module's doc).
+    `ssl`: this host's key and certificate, and the CA, for an `ssl:` SB remote (`ovs-vsctl set-ssl`: ovn-controller
+    reads them from its Open_vSwitch database)."""
     rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
     dp = datapath_type()
     mappings = bridge_mappings or {}
@@ -222,6 +249,8 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
            "ovn-bridge-mappings": ",".join(f"{k}:{v}" for k, v in sorted(mappings.items()))}  # fmt: skip
     settings = [f'external_ids:{k}="{v}"' for k, v in ids.items() if v]
     run(rundir, [*vsctl, *bridges, "--", "set", "Open_vSwitch", ".", *settings], netns)
+    if ssl is not None:
+        run(rundir, [*vsctl, "set-ssl", str(ssl.key), str(ssl.cert), str(ssl.ca)], netns)
     if encap_port:
         port, prefixlen = encap_port
         device = ENCAP_BRIDGE if tunnel else port
@@ -233,8 +262,8 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
             run(rundir, ["ip", "link", "set", link, "up"], netns)
     start_controller(chassis)
     deadline = time.monotonic() + timeout
-    query = ["ovn-sbctl", f"--db={sb_remote}", "--timeout=5", "--bare", "--columns=name", "find", "Chassis",
-             f'name="{name}"']  # fmt: skip
+    query = ["ovn-sbctl", f"--db={sb_remote}", *ssl_args(ssl), "--timeout=5", "--bare", "--columns=name", "find",
+             "Chassis", f'name="{name}"']  # fmt: skip
     while not run(rundir, query, netns).strip():
         if time.monotonic() > deadline:
             raise OvnError(f"chassis {name} did not register in {timeout:g} s; see {rundir / 'ovn-controller.log'}")

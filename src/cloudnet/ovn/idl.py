@@ -7,8 +7,10 @@ one's database. These subclasses keep it per instance.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from ovs.stream import Stream
 from ovsdbapp.backend.ovs_idl import connection, idlutils
 from ovsdbapp.backend.ovs_idl import event as row_event
 from ovsdbapp.schema.open_vswitch import impl_idl as ovs_impl
@@ -35,6 +37,13 @@ class VswitchApi(_OwnConnection, ovs_impl.OvsdbIdl):  # type: ignore[misc]
 
 class SouthboundApi(_OwnConnection, sb_impl.OvnSbApiIdlImpl):  # type: ignore[misc]
     """OVN's southbound database, mirroring only the tables given at connect."""
+
+
+def use_ssl(key: Path, cert: Path, ca: Path) -> None:
+    """This process's key, certificate and CA for `ssl:` remotes (the OVS library keeps one set per process)."""
+    Stream.ssl_set_private_key_file(str(key))
+    Stream.ssl_set_certificate_file(str(cert))
+    Stream.ssl_set_ca_cert_file(str(ca))
 
 
 def connect_vswitch(url: str, timeout: float = 10.0) -> VswitchApi:

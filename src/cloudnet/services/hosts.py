@@ -116,12 +116,13 @@ def get_host(store: Store, ctx: Context, name: str, down_time: float) -> dict[st
         return _with_sriov(conn, row, _host_dict(row, utcnow(), down_time))
 
 
-def delete_host(store: Store, ctx: Context, name: str, down_time: float) -> int:
+def delete_host(store: Store, ctx: Context, name: str, down_time: float, force: bool = False) -> int:
     """Forget a decommissioned host (Neutron's `DELETE /v2.0/agents/{id}`, Kuryr's removed-node cleanup): its
     port pools and their ready ports go, so that their addresses are free again; returns how many ports that
     deleted. Only a host whose agent stopped heart-beating: a live one would register again at its next
-    heartbeat. Instances bound to the host (and their ports, pooled or not) and its SR-IOV VF reservations are
-    left alone: they belong to their owners, who delete or move them."""
+    heartbeat (`force`: one whose certificates were just revoked, which cannot). Instances bound to the host (and
+    their ports, pooled or not) and its SR-IOV VF reservations are left alone: they belong to their owners, who
+    delete or move them."""
     admin_only(ctx)
     with store.write() as tx:
         stmt = select(H).where(H.c.name == name)
@@ -130,7 +131,7 @@ def delete_host(store: Store, ctx: Context, name: str, down_time: float) -> int:
         row = tx.conn.execute(stmt).first()
         if row is None:
             raise not_found("host", name)
-        if _alive(row, tx.now, down_time):
+        if not force and _alive(row, tx.now, down_time):
             raise Conflict(
                 f"Host {name} is alive (heartbeat at {common.fmt_time(row.heartbeat_at)}): stop its agent first, "
                 f"else it registers again at its next heartbeat; delete it once it has been silent for "

@@ -228,6 +228,30 @@ hosts = Table(
     Column("report", JSON, nullable=False),
 )
 
+# Join tokens (`cloudnet host join-token`): single use, short-lived, for one host name; the secret's SHA-256 only.
+join_tokens = Table(
+    "join_tokens",
+    metadata,
+    Column("id", String(12), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("secret_hash", String(64), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("used_at", DateTime(timezone=True), nullable=True),
+)
+
+# Every host certificate the CA signed (serial in hex): a client certificate is accepted only while its row is here
+# unrevoked (`cloudnet host remove` revokes a host's), so this is the revocation list and an allow list in one.
+host_certificates = Table(
+    "host_certificates",
+    metadata,
+    Column("serial", String(40), primary_key=True),
+    Column("host", String(255), nullable=False, index=True),
+    Column("issued_at", DateTime(timezone=True), nullable=False),
+    Column("not_after", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
 # A network forward is also a floating IP (services/floating_ips.py): one external address, whole or per port.
 forwards = Table(
     "forwards",
@@ -362,10 +386,12 @@ __all__ = [
     "allowed_address_pairs",
     "events",
     "forwards",
+    "host_certificates",
     "hosts",
     "instance_ports",
     "instances",
     "ip_allocations",
+    "join_tokens",
     "metadata",
     "networks",
     "pool_ports",

@@ -1,0 +1,144 @@
+"""Joining hosts: single-use join tokens, the host certificates the CA signs for them, and their revocation.
+
+A token is issued by an admin for one host name and lives `ttl` seconds; redeeming it spends it (one UPDATE that
+matches only an unspent, unexpired token of that name, so two redeemers racing get one certificate between them)
+and signs the joining host's key for that name. Every signed certificate is recorded: the API accepts a client
+certificate only while its row is here unrevoked.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from pydantic import Field
+from sqlalchemy import select, update
+
+from cloudnet.errors import BadRequest, CloudnetError
+from cloudnet.pki import join_token, x509
+from cloudnet.services import common
+from cloudnet.services.context import Context
+from cloudnet.services.hosts import admin_only
+from cloudnet.services.validation import Body, parse
+from cloudnet.store import tables as t
+from cloudnet.store.db import Store
+
+log = logging.getLogger(__name__)
+J = t.join_tokens
+C = t.host_certificates
+DEFAULT_TTL = 900
+MAX_TTL = 7 * 86400
+
+
+class JoinRefused(CloudnetError):
+    status = 403
+    type = "JoinRefused"
+
+
+class TokenRequest(Body):
+    ttl: int = Field(DEFAULT_TTL, ge=10, le=MAX_TTL)
+
+
+class JoinRequest(Body):
+    host: str = Field(max_length=63)
+    token: str = Field(max_length=200)
+    csr: str = Field(max_length=8192)
+
+
+def check_host_name(name: str) -> None:
+    if not x509.HOST_NAME.match(name):
+        raise BadRequest(f"Invalid host name {name!r}: letters, digits, '.', '-' and '_', at most 63, a letter or "
+                         "digit first (it goes into the host's certificate)")  # fmt: skip
+
+
+def serial_key(serial: int) -> str:
+    return format(serial, "x")
+
+
+def issue_token(store: Store, ctx: Context, host: str, body: dict[str, Any], ca_fingerprint: str) -> dict[str, Any]:
+    """A new join token for `host` (its secret shown this once: the store keeps its hash)."""
+    admin_only(ctx)
+    check_host_name(host)
+    spec = parse(TokenRequest, body)
+    token = join_token.new(ca_fingerprint)
+    with store.write() as tx:
+        expires = tx.now + timedelta(seconds=spec.ttl)
+        tx.conn.execute(J.insert().values(id=token.id, host=host, secret_hash=token.secret_hash, created_at=tx.now,
+                                          expires_at=expires, used_at=None))  # fmt: skip
+    log.info("join token %s issued for host %s, expires %s", token.id, host, common.fmt_time(expires))
+    return {"token": str(token), "host": host, "expires_at": common.fmt_time(expires)}
+
+
+def _refuse(token_id: str, host: str, why: str) -> JoinRefused:
+    log.warning("join refused: token %s for host %s: %s", token_id, host, why)
+    return JoinRefused(f"Join refused: {why}")
+
+
+def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, Any]:
+    """Spend the token and sign the request's key for the token's host: {"host", "certificate"}. Refused (403,
+    logged) when the token is unknown, spent, expired, for another host, or not for this CA."""
+    spec = parse(JoinRequest, body)
+    check_host_name(spec.host)
+    try:
+        token = join_token.parse(spec.token)
+    except join_token.TokenFormatError as exc:
+        raise _refuse("?", spec.host, str(exc)) from None
+    if token.ca_fingerprint != ca.fingerprint:
+        raise _refuse(token.id, spec.host, "the token was issued by another CA")
+    try:
+        csr = x509.load_csr(spec.csr)
+    except x509.PkiError as exc:
+        raise BadRequest(str(exc)) from None
+    with store.write() as tx:
+        row = tx.conn.execute(select(J).where(J.c.id == token.id)).first()
+        if row is None or not join_token.matches(token.secret, row.secret_hash):
+            raise _refuse(token.id, spec.host, "unknown token")
+        if row.host != spec.host:
+            raise _refuse(token.id, spec.host, f"the token was issued for host {row.host}, not {spec.host}")
+        if row.used_at is not None:
+            raise _refuse(token.id, spec.host, f"the token was used already (at {common.fmt_time(row.used_at)})")
+        if row.expires_at.replace(tzinfo=None) <= tx.now:
+            raise _refuse(token.id, spec.host, f"the token expired at {common.fmt_time(row.expires_at)}")
+        spent = tx.conn.execute(
+            update(J).where(J.c.id == token.id, J.c.used_at.is_(None)).values(used_at=tx.now)
+        ).rowcount
+        if not spent:  # another redeemer won the race
+            raise _refuse(token.id, spec.host, "the token was used already")
+        try:
+            cert = ca.host_cert(spec.host, csr)
+        except x509.PkiError as exc:
+            raise BadRequest(str(exc)) from None
+        tx.conn.execute(C.insert().values(serial=serial_key(cert.serial_number), host=spec.host, issued_at=tx.now,
+                                          not_after=cert.not_valid_after_utc.replace(tzinfo=None),
+                                          revoked_at=None))  # fmt: skip
+    log.info("host %s joined with token %s: certificate %x", spec.host, token.id, cert.serial_number)
+    return {"host": spec.host, "certificate": x509.cert_pem(cert).decode()}
+
+
+def revoke_host(store: Store, ctx: Context, host: str) -> int:
+    """Revoke every certificate of `host` and spend its unused join tokens; how many certificates were revoked."""
+    admin_only(ctx)
+    with store.write() as tx:
+        revoked = tx.conn.execute(
+            update(C).where(C.c.host == host, C.c.revoked_at.is_(None)).values(revoked_at=tx.now)
+        ).rowcount
+        tx.conn.execute(update(J).where(J.c.host == host, J.c.used_at.is_(None)).values(used_at=tx.now))
+    log.warning("host %s removed: %d certificate(s) revoked", host, revoked)
+    return int(revoked)
+
+
+def peer_refusal(store: Store, serial: int, host: str, instance_id: str | None) -> str | None:
+    """Why a request over a client certificate (of `host`, serial `serial`) is refused, or None: the certificate
+    must be one the CA signed for a host and not revoked; an instance it names must be bound to that host."""
+    with store.read() as conn:
+        row = conn.execute(select(C.c.host, C.c.revoked_at).where(C.c.serial == serial_key(serial))).first()
+        if row is None or row.host != host:
+            return f"certificate {serial:x} of host {host} was not issued to a host by this cloud"
+        if row.revoked_at is not None:
+            return f"certificate {serial:x} of host {host} was revoked at {common.fmt_time(row.revoked_at)}"
+        if instance_id is not None:
+            bound = conn.execute(select(t.instances.c.host).where(t.instances.c.id == instance_id)).scalar()
+            if bound is not None and bound != host:
+                return f"host {host} may not act for instance {instance_id} (bound to another host)"
+    return None
