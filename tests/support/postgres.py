@@ -22,6 +22,10 @@ def _bindir() -> Path:
     return Path(found[-1]).parent
 
 
+# Fast and unsafe: the suite's databases are thrown away (a test of durability asks for synchronous_commit=on).
+FAST = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off", "max_connections": "200"}
+
+
 @dataclass
 class PostgresServer:
     root: Path
@@ -45,7 +49,25 @@ class PostgresServer:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
 
     @classmethod
-    def start(cls) -> PostgresServer:
+    def start(cls, settings: dict[str, str] | None = None) -> PostgresServer:
+        """A new server (initdb), fast and unsafe by default (`settings` override: e.g. synchronous_commit=on)."""
+        server = cls._make()
+        server._run([str(server.bindir / "initdb"), "-D", str(server.data), "-A", "trust", "-U", server.user,
+                     "--no-sync", "-E", "UTF8"])  # fmt: skip
+        server.run_server({**FAST, **(settings or {})})
+        return server
+
+    @classmethod
+    def standby_of(cls, primary: PostgresServer) -> PostgresServer:
+        """A streaming replica of `primary` (pg_basebackup -R: it follows the primary until promoted)."""
+        server = cls._make()
+        server._run([str(server.bindir / "pg_basebackup"), "-h", str(primary.socket_dir), "-U", server.user,
+                     "-D", str(server.data), "-R", "-X", "stream", "--no-sync"])  # fmt: skip
+        server.run_server(FAST)
+        return server
+
+    @classmethod
+    def _make(cls) -> PostgresServer:
         bindir = _bindir()
         # initdb refuses to run as root: run the server as the `postgres` account Debian creates.
         user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
@@ -57,19 +79,22 @@ class PostgresServer:
             shutil.chown(root / "sock", user)
             (root / "data").mkdir(mode=0o700)
             shutil.chown(root / "data", user)
-        server._run([str(bindir / "initdb"), "-D", str(root / "data"), "-A", "trust", "-U", user, "--no-sync",
-                     "-E", "UTF8"])  # fmt: skip
-        server._run(
-            [
-                str(bindir / "pg_ctl"), "-D", str(root / "data"), "-l", str(root / "sock" / "log"), "-w", "start",
-                "-o", f"-c listen_addresses='' -k {root / 'sock'} -c fsync=off -c full_page_writes=off "
-                "-c synchronous_commit=off -c max_connections=200",
-            ]
-        )  # fmt: skip
         return server
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def run_server(self, settings: dict[str, str]) -> None:
+        options = " ".join(f"-c {k}={v}" for k, v in settings.items())
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.socket_dir / "log"), "-w",
+                   "start", "-o", f"-c listen_addresses='' -k {self.socket_dir} {options}"])  # fmt: skip
+
+    def pg_ctl(self, *args: str) -> None:
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", *args])
 
     def stop(self) -> None:
         try:
-            self._run([str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop"])
+            self.pg_ctl("-m", "immediate", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)

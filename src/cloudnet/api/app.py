@@ -162,9 +162,12 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
             return await unexpected(request, exc)
         # a full disk, a read-only database: the service's trouble, for a while
         log.error("database unavailable on %s %s: %s (%s)", request.method, request.url.path, why, exc)
-        return error_response(ServiceUnavailable(
-            f"The request could not be stored: {why}. Nothing was changed; try again once the operator has "
-            "fixed it.", retry_after=5, type="DatabaseUnavailable"))  # fmt: skip
+        if store_errors.outcome_unknown(exc):
+            changed = "It may have been stored as the connection went: look before you try again."
+        else:
+            changed = "Nothing was changed; try again once the operator has fixed it."
+        return error_response(ServiceUnavailable(f"The request could not be stored: {why}. {changed}",
+                                                 retry_after=5, type="DatabaseUnavailable"))  # fmt: skip
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
