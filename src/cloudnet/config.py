@@ -53,6 +53,9 @@ class ServerConfig:
     # An address of this host where the NB/SB databases started here also listen (TCP 6641/6642) for other hosts'
     # chassis (None: unix sockets only).
     ovn_listen: str | None = None
+    # Every server host's address, the same list on each (the first creates the clusters): NB and SB run as Raft
+    # clusters, this host's members at ovn_listen (ovn/cluster.py). Empty: standalone databases.
+    ovn_cluster: tuple[str, ...] = ()
     # Chassis that host router gateways, highest priority first (`cloudnet up`: this host).
     ovn_gateway_chassis: list[str] = field(default_factory=list)
 

@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.ovn_options import EncapIface, EncapIp, OvnListen, listen_address, set_encap
+from cloudnet.cli.ovn_options import (
+    ChassisSb,
+    EncapIface,
+    EncapIp,
+    OvnCluster,
+    OvnListen,
+    cluster_members,
+    listen_address,
+    set_encap,
+)
 from cloudnet.config import (
     DEFAULT_BIND,
     DEFAULT_METADATA_LISTEN,
@@ -172,7 +181,7 @@ def _quotas(values: list[str] | None) -> dict[str, int]:
 
 
 def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | None,
-               listen: str | None = None) -> ServerConfig:  # fmt: skip
+               listen: str | None = None, members: str | None = None) -> ServerConfig:  # fmt: skip
     if dataplane not in ("linux", "ovn"):
         raise CliError(f"--dataplane must be linux or ovn, not {dataplane!r}")
     if dataplane == "linux" and (nb or sb):
@@ -181,6 +190,7 @@ def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | N
         raise CliError("--ovn-nb and --ovn-sb go together (or neither: OVN's databases start in the state dir)")
     config.dataplane, config.ovn_nb, config.ovn_sb = dataplane, nb, sb
     config.ovn_listen = listen_address(listen, dataplane, nb is not None)
+    config.ovn_cluster = cluster_members(members, config.ovn_listen)
     return config
 
 
@@ -233,6 +243,7 @@ def register(app: typer.Typer) -> None:
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
         ovn_listen: OvnListen = None,
+        ovn_cluster: OvnCluster = None,
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
@@ -240,7 +251,7 @@ def register(app: typer.Typer) -> None:
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
                             pool_update_interval=pool_update_interval, instance_pools=instance_pools,
                             quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
-        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen))
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen, ovn_cluster))
 
     @app.command("agent")
     def agent(
@@ -273,7 +284,7 @@ def register(app: typer.Typer) -> None:
                 help="linux: this host's namespaces and bridges; ovn: this host is an OVN chassis (--ovn-sb).",
             ),
         ] = "linux",
-        ovn_sb: Annotated[str | None, typer.Option(metavar="URL", help="OVN SB database this chassis joins.")] = None,
+        ovn_sb: ChassisSb = None,
         ovs_db: Annotated[
             str | None,
             typer.Option(
@@ -362,6 +373,7 @@ def register(app: typer.Typer) -> None:
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
         ovn_listen: OvnListen = None,
+        ovn_cluster: OvnCluster = None,
         encap_ip: EncapIp = AgentConfig.encap_ip,
         encap_iface: EncapIface = None,
         docker_driver: DockerDriver = False,
@@ -388,5 +400,5 @@ def register(app: typer.Typer) -> None:
         agent_config.mdata_max_line, agent_config.mdata_max_connections = mdata_max_line, mdata_max_connections
         _no_sriov_on_ovn(dataplane, sriov)
         set_encap(agent_config, encap_ip, encap_iface, dataplane)
-        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen), agent_config,
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen, ovn_cluster), agent_config,
                _docker(docker_driver, agent_config, docker_socket, docker_project))  # fmt: skip
