@@ -36,6 +36,7 @@ from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
 from cloudnet.northbound.mirror import Mirror, NbIdl
+from cloudnet.ovn.idl import follow_leader
 from cloudnet.ovn.jsonparser import use_c_parser
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -45,7 +46,12 @@ MAX_BACKOFF = 5.0
 WRITER_LOCK = "cloudnet_northbound_writer"
 STANDBY = f"standby: another server process holds NB's writer lock ({WRITER_LOCK})"
 ROW_BUDGET = 0.002  # seconds a pass's transaction may take a row, beyond `timeout` (a first pass writes them all)
+RECONNECT_POLL = 0.1  # seconds between looks at an IDL that is reconnecting
 FULL_EVERY = 600.0  # seconds: a pass reads and compares every row at least this often (besides start, reconnect)
+
+
+class _Reconnecting(ConnectionError):
+    """The IDL's session is down: it reconnects by itself (to the next remote of a cluster's list)."""
 
 
 class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
@@ -148,6 +154,7 @@ class NorthboundSync:
         use_c_parser()  # (big rows: parsing their updates in Python would dominate every pass)
         idl = NbIdl.from_server(self.nb_url, "OVN_Northbound")
         idl.set_lock(WRITER_LOCK)  # (before the connection's thread runs the IDL; asked again on every reconnect)
+        follow_leader(idl)  # (NB may be a cluster: every member's remote, its leader found again within a second)
         return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
 
     def _run(self) -> None:
@@ -171,7 +178,7 @@ class NorthboundSync:
                 # (the IDL keeps its state while the session is down: the session says whether it is connected)
                 if idl.state != idl.IDL_S_MONITORING or not idl._session.is_connected():
                     seen_seqno = None  # a full pass once it is back
-                    raise ConnectionError(f"NB database at {self.nb_url} is unreachable (reconnecting)")
+                    raise _Reconnecting(f"NB database at {self.nb_url} is unreachable (reconnecting)")
                 if not idl.has_lock:
                     seen_seqno = None  # a full pass once it is ours
                     if self.status.reason != STANDBY:
@@ -213,7 +220,9 @@ class NorthboundSync:
             except Exception as exc:  # every failure is reported and retried: the server must keep serving
                 self._fail(f"{type(exc).__name__}: {exc}"[:500])
                 failed = True  # (what the failed pass took as changed may not have been compared)
-                backoff = min(MAX_BACKOFF, max(0.2, backoff * 2))
+                # (reconnecting is the IDL's to pace: look again soon, so the first pass runs once it is back)
+                reconnecting = isinstance(exc, _Reconnecting)
+                backoff = RECONNECT_POLL if reconnecting else min(MAX_BACKOFF, max(0.2, backoff * 2))
 
     def _read(self, cache: scoped.Cache | None, full: bool) -> tuple[scoped.Cache, set[str] | None]:
         """The desired rows now, from what changed since `cache` if that is all it takes (not on a full pass), and
