@@ -124,8 +124,8 @@ class ClusterRig:
             yield client
 
     def nbctl(self, *args: str) -> str:
-        """ovn-nbctl on the NB leader's socket (OVN 23.03's one-shot clients try each remote of a list once, and
-        a list whose first member is down fails them)."""
+        """ovn-nbctl on the NB leader's socket, once there is one (a one-shot client given the list tries each
+        remote once: during an election every member refuses it, and it fails)."""
         return self._ctl("nb", args)
 
     def sbctl(self, *args: str) -> str:
