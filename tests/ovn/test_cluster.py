@@ -96,6 +96,8 @@ def test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_
     assert set(created) <= have and not set(deleted) & have
     new = rig.leader("nb")
     assert new is not None and new != killed
+    log = (rig.root / "server.log").read_text()
+    assert "resync after reconnecting" in log, log[-3000:]  # (it was the writer's leader)
     # The killed member comes back on its file: the same server of the same cluster, a follower, caught up.
     rig.restart(killed, "nb")
     rig.until("the killed NB member is back in its cluster", rig.formed)

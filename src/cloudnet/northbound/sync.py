@@ -160,6 +160,7 @@ class NorthboundSync:
     def _run(self) -> None:
         backoff = 0.0
         seen_seqno: int | None = None
+        seen_session: int | None = None  # the session's seqno at the last pass (it moves on every reconnect)
         cached: scoped.Cache | None = None
         last_full = 0.0
         failed = False
@@ -179,6 +180,10 @@ class NorthboundSync:
                 if idl.state != idl.IDL_S_MONITORING or not idl._session.is_connected():
                     seen_seqno = None  # a full pass once it is back
                     raise _Reconnecting(f"NB database at {self.nb_url} is unreachable (reconnecting)")
+                if idl._session.get_seqno() != seen_session:
+                    # Reconnected since the last pass, maybe to another member of a cluster (a pass in flight then
+                    # is retried there, unseen here): compare everything, as after any reconnect.
+                    seen_seqno, seen_session = None, idl._session.get_seqno()
                 if not idl.has_lock:
                     seen_seqno = None  # a full pass once it is ours
                     if self.status.reason != STANDBY:
@@ -212,7 +217,7 @@ class NorthboundSync:
                     last_full, failed = started, False
                 committed = time.monotonic()
                 seen_seqno = before
-                self._report(report, full=reconnected or drift, first=self.status.passes == 0)
+                self._report(report, reconnected=reconnected, drift=drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
                                  tuple(cached.refused), took=committed - started, read_took=read_done - started,
                                  committed_at=committed, read=read or self.status.read))  # fmt: skip
@@ -241,10 +246,13 @@ class NorthboundSync:
             command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
         return command.result if isinstance(command.result, Report) else Report()
 
-    def _report(self, report: Report, *, full: bool, first: bool) -> None:
+    def _report(self, report: Report, *, reconnected: bool, drift: bool, first: bool) -> None:
         if first:
             log.info("northbound resync: %s", report.summary())
-        elif report and full:
+        elif report and reconnected and not drift:  # (a new NB leader, or the lock: changes since then count too)
+            log.warning("northbound resync after reconnecting (what changed meanwhile, here or in NB): %s",
+                        report.summary())  # fmt: skip
+        elif report and (reconnected or drift):
             log.warning("northbound rows changed outside cloudnet, repaired: %s", report.summary())
         elif report:
             log.debug("northbound: %s", report.summary())
