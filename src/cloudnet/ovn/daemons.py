@@ -246,20 +246,17 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
     deadline = time.monotonic() + timeout
     query = ["ovn-sbctl", f"--db={sb_remote}", "--timeout=5", "--bare", "--columns=name", "find", "Chassis",
              f'name="{name}"']  # fmt: skip
-    while not _answer(rundir, query, netns):
+    unanswered = ""  # (SB may not answer yet: a cluster's members may still be taking their addresses)
+    while True:
+        try:
+            if run(rundir, query, netns).strip():
+                return chassis
+        except OvnError as exc:
+            unanswered = f" ({exc})"
         if time.monotonic() > deadline:
-            raise OvnError(f"chassis {name} did not register in {timeout:g} s; see {rundir / 'ovn-controller.log'}")
+            raise OvnError(f"chassis {name} did not register in {timeout:g} s{unanswered}; see "
+                           f"{rundir / 'ovn-controller.log'}")  # fmt: skip
         time.sleep(0.05)
-    return chassis
-
-
-def _answer(rundir: Path, query: list[str], netns: str | None) -> str:
-    """A query's output, "" while SB does not answer yet (a cluster's members may still be taking their addresses;
-    a one-shot client tries each remote once)."""
-    try:
-        return run(rundir, query, netns).strip()
-    except OvnError:
-        return ""
 
 
 def start_controller(chassis: Chassis) -> None:
