@@ -47,10 +47,11 @@ WRITER_LOCK = "cloudnet_northbound_writer"
 STANDBY = f"standby: another server process holds NB's writer lock ({WRITER_LOCK})"
 ROW_BUDGET = 0.002  # seconds a pass's transaction may take a row, beyond `timeout` (a first pass writes them all)
 RECONNECT_POLL = 0.1  # seconds between looks at an IDL that is reconnecting
+RETRY = 0.25  # seconds between the IDL's connection attempts (a few writers: each member sees 4 a second at most)
 FULL_EVERY = 600.0  # seconds: a pass reads and compares every row at least this often (besides start, reconnect)
 
 
-class _Reconnecting(ConnectionError):
+class Reconnecting(ConnectionError):
     """The IDL's session is down: it reconnects by itself (to the next remote of a cluster's list)."""
 
 
@@ -154,7 +155,7 @@ class NorthboundSync:
         use_c_parser()  # (big rows: parsing their updates in Python would dominate every pass)
         idl = NbIdl.from_server(self.nb_url, "OVN_Northbound")
         idl.set_lock(WRITER_LOCK)  # (before the connection's thread runs the IDL; asked again on every reconnect)
-        follow_leader(idl)  # (NB may be a cluster: every member's remote, its leader found again within a second)
+        follow_leader(idl, RETRY)  # (NB may be a cluster: every member's remote, its new leader found at once)
         return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
 
     def _run(self) -> None:
@@ -179,7 +180,7 @@ class NorthboundSync:
                 # (the IDL keeps its state while the session is down: the session says whether it is connected)
                 if idl.state != idl.IDL_S_MONITORING or not idl._session.is_connected():
                     seen_seqno = None  # a full pass once it is back
-                    raise _Reconnecting(f"NB database at {self.nb_url} is unreachable (reconnecting)")
+                    raise Reconnecting(f"NB database at {self.nb_url} is unreachable (reconnecting)")
                 if idl._session.get_seqno() != seen_session:
                     # Reconnected since the last pass, maybe to another member of a cluster (a pass in flight then
                     # is retried there, unseen here): compare everything, as after any reconnect.
@@ -226,7 +227,7 @@ class NorthboundSync:
                 self._fail(f"{type(exc).__name__}: {exc}"[:500])
                 failed = True  # (what the failed pass took as changed may not have been compared)
                 # (reconnecting is the IDL's to pace: look again soon, so the first pass runs once it is back)
-                reconnecting = isinstance(exc, _Reconnecting)
+                reconnecting = isinstance(exc, Reconnecting)
                 backoff = RECONNECT_POLL if reconnecting else min(MAX_BACKOFF, max(0.2, backoff * 2))
 
     def _read(self, cache: scoped.Cache | None, full: bool) -> tuple[scoped.Cache, set[str] | None]:

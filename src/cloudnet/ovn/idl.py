@@ -16,8 +16,6 @@ from ovsdbapp.schema.ovn_southbound import impl_idl as sb_impl
 
 from cloudnet.ovn.jsonparser import use_c_parser
 
-RETRY_MS = 1000
-
 
 class _OwnConnection:
     _own: Any = None
@@ -39,12 +37,14 @@ class SouthboundApi(_OwnConnection, sb_impl.OvnSbApiIdlImpl):  # type: ignore[mi
     """OVN's southbound database, mirroring only the tables given at connect."""
 
 
-def follow_leader(idl: Any) -> None:
-    """Retry a lost connection every second (the ovs library's floor), not with its growing backoff. A clustered
-    database's leader moves: while the election runs, every member refuses a leader-only IDL, which, once it has
-    tried each remote, backs off as from a server that is down (1, 2, 4, 8 s): with a 3-member NB the writer found
-    its new leader 3-16 s after the old one was killed (election: 1-1.6 s; bench/ovn_cluster.py)."""
-    idl._session.reconnect.set_backoff(RETRY_MS, RETRY_MS)
+def follow_leader(idl: Any, retry: float = 1.0) -> None:
+    """Retry a lost connection every `retry` seconds, not with the library's growing backoff. A clustered database's
+    leader moves: while the election runs, every member refuses a leader-only IDL, which, once it has tried each
+    remote, backs off as from a server that is down (1, 2, 4, 8 s): with a 3-member NB the writer found its new
+    leader 3-16 s after the old one was killed (the election: 1-1.6 s; bench/ovn_cluster.py). Set on the
+    reconnect FSM itself: its set_backoff() floors at 1 s."""
+    reconnect = idl._session.reconnect
+    reconnect.min_backoff = reconnect.max_backoff = int(retry * 1000)
 
 
 def connect_vswitch(url: str, timeout: float = 10.0) -> VswitchApi:
