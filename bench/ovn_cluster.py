@@ -8,8 +8,10 @@ ovn-northd); no chassis. Each try, from a settled cluster: kill -9 the NB leader
   new NB leader      until a surviving member says it leads (`cluster/status`, polled every 20 ms)
   write committed    until the port's Logical_Switch_Port is in NB (read on the leader, polled every 50 ms): the
                      writer noticed its leader gone, found the new one, and committed the pass with the port
-then restart the killed member on its file and wait for it to be back before the next try. Raft's election timer
-is OVN's default (1 s: a follower waits 1-2 s of silence before it stands).
+then restart the killed member on its file and wait until every member is in the same term under the same leader
+before the next try (one restarted a moment ago may be a term behind, and a leader killed then makes elections of
+several seconds on OVS 3.5). Raft's election timer is OVN's default (1 s: a follower waits 1-2 s of silence before
+it stands).
 
 Usage (root): .venv/bin/python bench/ovn_cluster.py [--tries 10]
 """

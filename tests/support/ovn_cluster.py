@@ -161,8 +161,10 @@ class ClusterRig:
         cluster.start_member(self.rundir(index), kind, self.members(index), self.ns(index))
 
     def formed(self) -> bool:
-        """Every member of both clusters a member knowing 3 servers, and each cluster one leader."""
+        """Every member of both clusters a member knowing 3 servers, all in the same term under the same leader (a
+        member restarted a moment ago may still be a term behind: a leader killed then makes a slow election)."""
         for kind in cluster.KINDS:
+            seen = set()
             for index in SERVERS:
                 try:
                     text = self.status(index, kind)
@@ -170,7 +172,8 @@ class ClusterRig:
                     return False
                 if "Status: cluster member" not in text or len(servers(text)) != len(SERVERS):
                     return False
-            if self.leader(kind) is None:
+                seen.add((_field(text, "Term"), _field(text, "Leader").replace("self", server_id(text))))
+            if len(seen) != 1 or self.leader(kind) is None:
                 return False
         return True
 
@@ -192,6 +195,10 @@ def servers(status: str) -> dict[str, str]:
         if len(parts) >= 4 and parts[2] == "at":
             found[parts[0]] = parts[3].rstrip(")")
     return found
+
+
+def _field(status: str, name: str) -> str:
+    return next((line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith(f"{name}:")), "")
 
 
 def server_id(status: str) -> str:
