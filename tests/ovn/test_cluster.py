@@ -16,9 +16,10 @@ import pytest
 
 from cloudnet.dataplane.kernel import netns
 from cloudnet.ovn import cluster, daemons
+from cloudnet.ovn.cluster import servers
 from cloudnet.store.db import Store
 from tests.ovn.converged import nb_differences
-from tests.support.ovn_cluster import SERVERS, ClusterRig, bound_here, cluster_id, cluster_rig, server_id, servers
+from tests.support.ovn_cluster import SERVERS, ClusterRig, bound_here, cluster_id, cluster_rig, server_id
 from tests.support.process import CLOUDNET
 
 
@@ -164,6 +165,27 @@ def test_a_member_host_restarted_rejoins_on_its_files_and_one_that_leaves_can_jo
     rig.start_join(3)
     rig.until("host 3 joined afresh", rig.formed)
     assert all(server_id(rig.status(3, kind)) != ids[kind] for kind in cluster.KINDS)
+
+
+def test_the_first_host_with_its_files_lost_joins_the_running_clusters_instead_of_making_new_ones(
+    rig: ClusterRig,
+) -> None:
+    """Host 1 created the clusters; its disk is replaced: started again with the same command line, it must not
+    create a second NB and SB (an empty NB the writer would fill while the others keep the real one), but join."""
+    before = {kind: (cluster_id(rig.status(2, kind)), server_id(rig.status(1, kind))) for kind in cluster.KINDS}
+    assert rig.stop_proc("server") == 0
+    for kind in cluster.KINDS:
+        (rig.rundir(1) / f"ovn{kind}_db.db").unlink()
+    rig.start_server()
+    rig.until("host 1 back in the running clusters, its earlier server taken out", rig.formed)
+    for kind, (cid, old_sid) in before.items():
+        text = rig.status(1, kind)
+        assert cluster_id(text) == cid and server_id(text) != old_sid, text
+        assert old_sid not in servers(rig.status(2, kind))
+    store = Store(rig.db_url)
+    _in_step(rig, store, "after host 1 joined again")  # (NB's rows came back from the cluster, none lost)
+    assert rig.nbctl("--bare", "--columns=name", "list", "Logical_Switch").split()
+    store.dispose()
 
 
 def test_a_standalone_database_file_is_refused_as_a_member(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from cloudnet.dataplane.base import metadata_ns_prefix
 from cloudnet.dataplane.kernel import netns
 from cloudnet.namespaces import managed_ns_prefix
 from cloudnet.ovn import cluster, daemons
+from cloudnet.ovn.cluster import servers
 from tests.support.ovn import UNDERLAY, UNDERLAY_PORT, underlay_bridge, underlay_port
 from tests.support.process import CLOUDNET
 
@@ -172,7 +173,7 @@ class ClusterRig:
                     return False
                 if "Status: cluster member" not in text or len(servers(text)) != len(SERVERS):
                     return False
-                seen.add((_field(text, "Term"), _field(text, "Leader").replace("self", server_id(text))))
+                seen.add((field(text, "Term"), field(text, "Leader").replace("self", server_id(text))))
             if len(seen) != 1 or self.leader(kind) is None:
                 return False
         return True
@@ -186,27 +187,16 @@ class ClusterRig:
         return r.status_code == 200 and bool(r.json()["host"]["alive"])
 
 
-def servers(status: str) -> dict[str, str]:
-    """`cluster/status`'s Servers section: server id -> its Raft address."""
-    found = {}
-    lines = status.split("Servers:", 1)[1].splitlines() if "Servers:" in status else []
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 4 and parts[2] == "at":
-            found[parts[0]] = parts[3].rstrip(")")
-    return found
-
-
-def _field(status: str, name: str) -> str:
+def field(status: str, name: str) -> str:
     return next((line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith(f"{name}:")), "")
 
 
 def server_id(status: str) -> str:
-    return next(line.split()[2] for line in status.splitlines() if line.startswith("Server ID:"))
+    return field(status, "Server ID").split()[0]
 
 
 def cluster_id(status: str) -> str:
-    return next(line.split()[2] for line in status.splitlines() if line.startswith("Cluster ID:"))
+    return field(status, "Cluster ID").split()[0]
 
 
 def bound_here(rig: ClusterRig) -> set[str]:
