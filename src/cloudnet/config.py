@@ -63,6 +63,9 @@ class ServerConfig:
     tls_sans: list[str] = field(default_factory=list)
     ca_cert: Path | None = None
     ca_key: Path | None = None
+    # Every server host's address, the same list on each (the first creates the clusters): NB and SB run as Raft
+    # clusters, this host's members at ovn_listen (ovn/cluster.py). Empty: standalone databases.
+    ovn_cluster: tuple[str, ...] = ()
     # Chassis that host router gateways, highest priority first (`cloudnet up`: this host).
     ovn_gateway_chassis: list[str] = field(default_factory=list)
 

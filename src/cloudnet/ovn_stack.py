@@ -1,6 +1,7 @@
 """OVN for `cloudnet up|serve --dataplane ovn`: NB/SB databases and ovn-northd under <state-dir>/ovn/ (or, with
---ovn-nb/--ovn-sb, existing ones; with --ovn-listen ADDR also on TCP there, for other hosts' chassis), this host's
-chassis for `up`, and the server's northbound writer."""
+--ovn-nb/--ovn-sb, existing ones; with --ovn-listen ADDR also on TCP there, for other hosts' chassis; with
+--ovn-cluster, this host's members of the NB and SB Raft clusters), this host's chassis for `up`, and the server's
+northbound writer."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.northbound.sync import NorthboundSync
-from cloudnet.ovn import daemons
+from cloudnet.ovn import cluster, daemons
 from cloudnet.pki import cloud, x509
 from cloudnet.store.db import Store
 
@@ -25,7 +26,7 @@ class OvnStack:
     sync: NorthboundSync
     chassis: daemons.Chassis | None = None
     own_central: bool = False
-    remote_sb: str | None = None  # the SB URL other hosts' chassis join (--ovn-listen)
+    remote_sb: str | None = None  # the SB URL other hosts' chassis join (--ovn-listen; clustered: every member)
 
     def stop(self) -> None:
         self.sync.stop()
@@ -55,6 +56,9 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
         raise daemons.OvnError("--ovn-nb and --ovn-sb go together (or neither: OVN's databases start here)")
     if config.ovn_listen and config.ovn_nb is not None:
         raise daemons.OvnError("--ovn-listen is for OVN's databases started here, not with --ovn-nb/--ovn-sb")
+    if config.ovn_cluster and config.tls:
+        raise daemons.OvnError("--ovn-cluster with --tls: clustered databases run on plain TCP only so far (their Raft "
+                               "and client remotes); use one or the other")  # fmt: skip
     # Daemons a killed earlier run of this state dir left (found by their pidfiles here, nothing else).
     daemons.stop(rundir)
     central: daemons.Central | None = None
@@ -67,6 +71,11 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
     try:
         if config.ovn_nb is not None and config.ovn_sb is not None:
             nb_url, sb_url = config.ovn_nb, config.ovn_sb
+        elif config.ovn_cluster:
+            assert config.ovn_listen is not None  # (the command line makes --ovn-listen one of the members)
+            central = cluster.start(rundir, cluster.Members(config.ovn_listen, config.ovn_cluster))
+            nb_url, sb_url = central.nb_clients, central.sb_clients
+            remote_sb = sb_url
         else:
             central = daemons.start_central(rundir, ssl=ssl)
             nb_url, sb_url = central.nb_url, central.sb_url
@@ -74,7 +83,10 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
             chassis = daemons.start_chassis(rundir, agent.host, sb_url, encap_ip=agent.encap_ip,
                                             encap_port=agent.encap_port,
                                             bridge_mappings=daemons.bridge_mappings(agent.uplinks))  # fmt: skip
-        if central is not None and config.ovn_listen:  # (after the chassis: its encap address may be the one)
+        # (after the chassis: its encap address may be the one listened on, and members retry until it is there)
+        if central is not None and central.cluster is not None:
+            cluster.wait_joined(central)
+        elif central is not None and config.ovn_listen:
             _nb, remote_sb = daemons.listen(central, config.ovn_listen, ssl=ssl)
     except BaseException:
         daemons.stop(rundir)

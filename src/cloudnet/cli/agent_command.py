@@ -30,7 +30,7 @@ from cloudnet.cli.daemons import (
     vm_owner,
 )
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.ovn_options import EncapIface, EncapIp, set_encap
+from cloudnet.cli.ovn_options import ChassisSb, EncapIface, EncapIp, set_encap
 from cloudnet.config import DEFAULT_BIND, DEFAULT_METADATA_LISTEN, DEFAULT_PORT, AgentConfig
 from cloudnet.ovn.daemons import OvnError, Ssl, bridge_mappings, start_chassis, stop
 
@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
                 "default: ovn when the joined server has OVN, else linux).",
             ),
         ] = None,
-        ovn_sb: Annotated[str | None, typer.Option(metavar="URL", help="OVN SB database this chassis joins.")] = None,
+        ovn_sb: ChassisSb = None,
         ovs_db: Annotated[
             str | None,
             typer.Option(

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.ovn_options import EncapIface, EncapIp, OvnListen, listen_address, set_encap
+from cloudnet.cli.ovn_options import (
+    EncapIface,
+    EncapIp,
+    OvnCluster,
+    OvnListen,
+    cluster_members,
+    listen_address,
+    set_encap,
+)
 from cloudnet.cli.tls_options import CaCert, CaKey, Tls, TlsCert, TlsKey, TlsSan, apply_tls
 from cloudnet.config import (
     DEFAULT_BIND,
@@ -172,7 +180,7 @@ def _quotas(values: list[str] | None) -> dict[str, int]:
 
 
 def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | None,
-               listen: str | None = None) -> ServerConfig:  # fmt: skip
+               listen: str | None = None, members: str | None = None) -> ServerConfig:  # fmt: skip
     if dataplane not in ("linux", "ovn"):
         raise CliError(f"--dataplane must be linux or ovn, not {dataplane!r}")
     if dataplane == "linux" and (nb or sb):
@@ -181,6 +189,7 @@ def _dataplane(config: ServerConfig, dataplane: str, nb: str | None, sb: str | N
         raise CliError("--ovn-nb and --ovn-sb go together (or neither: OVN's databases start in the state dir)")
     config.dataplane, config.ovn_nb, config.ovn_sb = dataplane, nb, sb
     config.ovn_listen = listen_address(listen, dataplane, nb is not None)
+    config.ovn_cluster = cluster_members(members, config.ovn_listen)
     return config
 
 
@@ -239,6 +248,7 @@ def register(app: typer.Typer) -> None:
         tls_san: TlsSan = None,
         ca_cert: CaCert = None,
         ca_key: CaKey = None,
+        ovn_cluster: OvnCluster = None,
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
@@ -247,7 +257,7 @@ def register(app: typer.Typer) -> None:
                             pool_update_interval=pool_update_interval, instance_pools=instance_pools,
                             quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
         apply_tls(config, tls, tls_cert, tls_key, tls_san, ca_cert, ca_key)
-        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen))
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen, ovn_cluster))
 
     @app.command("up")
     def up(
@@ -282,6 +292,7 @@ def register(app: typer.Typer) -> None:
         ovn_nb: OvnNb = None,
         ovn_sb: OvnSb = None,
         ovn_listen: OvnListen = None,
+        ovn_cluster: OvnCluster = None,
         encap_ip: EncapIp = AgentConfig.encap_ip,
         encap_iface: EncapIface = None,
         docker_driver: DockerDriver = False,
@@ -315,5 +326,5 @@ def register(app: typer.Typer) -> None:
         no_sriov_on_ovn(dataplane, sriov)
         set_encap(agent_config, encap_ip, encap_iface, dataplane)
         apply_tls(config, tls, tls_cert, tls_key, tls_san, ca_cert, ca_key)
-        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen), agent_config,
+        _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen, ovn_cluster), agent_config,
                _docker(docker_driver, agent_config, docker_socket, docker_project))  # fmt: skip

@@ -21,6 +21,7 @@ from cloudnet.cli import (
     hosts,
     instances,
     networks,
+    ovn_cluster,
     pools,
     ports,
     routers,
@@ -71,6 +72,7 @@ app.add_typer(security_groups.app, name="security-group")
 app.add_typer(instances.app, name="instance")
 app.add_typer(hosts.app, name="host")
 app.add_typer(pools.app, name="pool")
+app.add_typer(ovn_cluster.app, name="ovn")
 app.add_typer(users.user_app, name="user")
 app.add_typer(users.token_app, name="token")
 

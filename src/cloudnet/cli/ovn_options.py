@@ -1,5 +1,6 @@
 """Options of `cloudnet up|serve|agent --dataplane ovn` for more than one host: where OVN's databases listen for
-other hosts' chassis (--ovn-listen), and the underlay a chassis tunnels over (--encap-ip, --encap-iface)."""
+other hosts' chassis (--ovn-listen), the server hosts whose databases form Raft clusters (--ovn-cluster), and the
+underlay a chassis tunnels over (--encap-ip, --encap-iface)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ OvnListen = Annotated[
     typer.Option(metavar="ADDR", help=f"Also serve OVN's NB/SB databases started here on TCP {NB_PORT}/{SB_PORT} at "
                  "this address of this host, for other hosts' chassis (plain TCP: a trusted underlay only)."),
 ]  # fmt: skip
+OvnCluster = Annotated[
+    str | None,
+    typer.Option(metavar="ADDR,ADDR,ADDR", help="Run OVN's NB and SB databases as Raft clusters of these server "
+                 "hosts (3 or 5 underlay addresses, the same list on each host, this one's own --ovn-listen): the "
+                 "first creates the clusters, the others join them; clients get every member and follow the leader."),
+]  # fmt: skip
+ChassisSb = Annotated[
+    str | None,
+    typer.Option(metavar="URL", help="OVN SB database this chassis joins (a cluster: every member, comma-separated, "
+                 "as the server prints it)."),
+]  # fmt: skip
 EncapIp = Annotated[
     str,
     typer.Option(metavar="ADDR[/PREFIX]", help="This chassis' Geneve tunnel address (with --encap-iface: and the "
@@ -29,6 +41,7 @@ EncapIface = Annotated[
                  f"becomes a port of OVS bridge {ENCAP_BRIDGE}, which takes the address; use a dedicated one)."),
 ]  # fmt: skip
 
+MAX_MEMBERS = 7
 IFACE = re.compile(r"[A-Za-z0-9_.@:-]{1,15}")  # (a Linux interface name: IFNAMSIZ, no '/' or blanks)
 
 
@@ -38,13 +51,33 @@ def listen_address(value: str | None, dataplane: str, external: bool) -> str | N
         return None
     if dataplane != "ovn" or external:
         raise CliError("--ovn-listen needs --dataplane ovn with OVN's databases started here (not --ovn-nb/--ovn-sb)")
+    return _unicast(value, "--ovn-listen")
+
+
+def _unicast(value: str, option: str) -> str:
     try:
         address = ipaddress.ip_address(value)
     except ValueError:
-        raise CliError(f"--ovn-listen must be an IP address of this host, not {value!r}") from None
+        raise CliError(f"{option} must be an IP address of this host, not {value!r}") from None
     if address.is_unspecified or address.is_multicast:
-        raise CliError(f"--ovn-listen must name one address of this host (the underlay's), not {value}")
+        raise CliError(f"{option} must name one address of this host (the underlay's), not {value}")
     return str(address)
+
+
+def cluster_members(value: str | None, listen: str | None) -> tuple[str, ...]:
+    """--ovn-cluster A,B,C: every member's address, distinct, an odd number of them (an even one survives no more
+    failures than one fewer), this host's own (--ovn-listen, already checked) among them. () without."""
+    if value is None:
+        return ()
+    members = tuple(_unicast(a.strip(), "each address of --ovn-cluster") for a in value.split(","))
+    if len(set(members)) != len(members):
+        raise CliError(f"--ovn-cluster names an address twice: {value}")
+    if len(members) % 2 == 0 or len(members) > MAX_MEMBERS:
+        raise CliError(f"--ovn-cluster takes an odd number of members, at most {MAX_MEMBERS} (3 survive one "
+                       f"failure, 5 two), not {len(members)}")  # fmt: skip
+    if listen is None or listen not in members:
+        raise CliError("--ovn-cluster needs --ovn-listen ADDR, this host's own address in the list")
+    return members
 
 
 def set_encap(config: AgentConfig, ip: str, iface: str | None, dataplane: str) -> None:

@@ -36,6 +36,7 @@ from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
 from cloudnet.northbound.mirror import Mirror, NbIdl
+from cloudnet.ovn.idl import follow_leader
 from cloudnet.ovn.jsonparser import use_c_parser
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -45,7 +46,13 @@ MAX_BACKOFF = 5.0
 WRITER_LOCK = "cloudnet_northbound_writer"
 STANDBY = f"standby: another server process holds NB's writer lock ({WRITER_LOCK})"
 ROW_BUDGET = 0.002  # seconds a pass's transaction may take a row, beyond `timeout` (a first pass writes them all)
+RECONNECT_POLL = 0.1  # seconds between looks at an IDL that is reconnecting
+RETRY = 0.25  # seconds between the IDL's connection attempts (a few writers: each member sees 4 a second at most)
 FULL_EVERY = 600.0  # seconds: a pass reads and compares every row at least this often (besides start, reconnect)
+
+
+class Reconnecting(ConnectionError):
+    """The IDL's session is down: it reconnects by itself (to the next remote of a cluster's list)."""
 
 
 class _NbApi(ovs_idl.Backend, ovsdbapp_api.API):  # type: ignore[misc]
@@ -148,11 +155,13 @@ class NorthboundSync:
         use_c_parser()  # (big rows: parsing their updates in Python would dominate every pass)
         idl = NbIdl.from_server(self.nb_url, "OVN_Northbound")
         idl.set_lock(WRITER_LOCK)  # (before the connection's thread runs the IDL; asked again on every reconnect)
+        follow_leader(idl, RETRY)  # (NB may be a cluster: every member's remote, its new leader found at once)
         return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
 
     def _run(self) -> None:
         backoff = 0.0
         seen_seqno: int | None = None
+        seen_session: int | None = None  # the session's seqno at the last pass (it moves on every reconnect)
         cached: scoped.Cache | None = None
         last_full = 0.0
         failed = False
@@ -171,7 +180,11 @@ class NorthboundSync:
                 # (the IDL keeps its state while the session is down: the session says whether it is connected)
                 if idl.state != idl.IDL_S_MONITORING or not idl._session.is_connected():
                     seen_seqno = None  # a full pass once it is back
-                    raise ConnectionError(f"NB database at {self.nb_url} is unreachable (reconnecting)")
+                    raise Reconnecting(f"NB database at {self.nb_url} is unreachable (reconnecting)")
+                if idl._session.get_seqno() != seen_session:
+                    # Reconnected since the last pass, maybe to another member of a cluster (a pass in flight then
+                    # is retried there, unseen here): compare everything, as after any reconnect.
+                    seen_seqno, seen_session = None, idl._session.get_seqno()
                 if not idl.has_lock:
                     seen_seqno = None  # a full pass once it is ours
                     if self.status.reason != STANDBY:
@@ -205,7 +218,7 @@ class NorthboundSync:
                     last_full, failed = started, False
                 committed = time.monotonic()
                 seen_seqno = before
-                self._report(report, full=reconnected or drift, first=self.status.passes == 0)
+                self._report(report, reconnected=reconnected, drift=drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
                                  tuple(cached.refused), took=committed - started, read_took=read_done - started,
                                  committed_at=committed, read=read or self.status.read))  # fmt: skip
@@ -213,7 +226,9 @@ class NorthboundSync:
             except Exception as exc:  # every failure is reported and retried: the server must keep serving
                 self._fail(f"{type(exc).__name__}: {exc}"[:500])
                 failed = True  # (what the failed pass took as changed may not have been compared)
-                backoff = min(MAX_BACKOFF, max(0.2, backoff * 2))
+                # (reconnecting is the IDL's to pace: look again soon, so the first pass runs once it is back)
+                reconnecting = isinstance(exc, Reconnecting)
+                backoff = RECONNECT_POLL if reconnecting else min(MAX_BACKOFF, max(0.2, backoff * 2))
 
     def _read(self, cache: scoped.Cache | None, full: bool) -> tuple[scoped.Cache, set[str] | None]:
         """The desired rows now, from what changed since `cache` if that is all it takes (not on a full pass), and
@@ -232,10 +247,13 @@ class NorthboundSync:
             command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
         return command.result if isinstance(command.result, Report) else Report()
 
-    def _report(self, report: Report, *, full: bool, first: bool) -> None:
+    def _report(self, report: Report, *, reconnected: bool, drift: bool, first: bool) -> None:
         if first:
             log.info("northbound resync: %s", report.summary())
-        elif report and full:
+        elif report and reconnected and not drift:  # (a new NB leader, or the lock: changes since then count too)
+            log.warning("northbound resync after reconnecting (what changed meanwhile, here or in NB): %s",
+                        report.summary())  # fmt: skip
+        elif report and (reconnected or drift):
             log.warning("northbound rows changed outside cloudnet, repaired: %s", report.summary())
         elif report:
             log.debug("northbound: %s", report.summary())

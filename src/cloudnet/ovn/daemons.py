@@ -86,9 +86,20 @@ def ssl_args(ssl: Ssl | None) -> list[str]:
 
 @dataclass(frozen=True)
 class Central:
-    """NB and SB databases (one standalone ovsdb-server each) and ovn-northd."""
+    """NB and SB databases (one standalone ovsdb-server each, or this host's members of clusters: cluster.py) and
+    ovn-northd."""
 
     rundir: Path
+    cluster: tuple[str, str] | None = None  # clustered: the (NB, SB) remote lists of every member (cluster.py)
+
+    @property
+    def nb_clients(self) -> str:
+        """What clients of NB dial: this host's socket, or every member of the cluster (they follow the leader)."""
+        return self.cluster[0] if self.cluster else self.nb_url
+
+    @property
+    def sb_clients(self) -> str:
+        return self.cluster[1] if self.cluster else self.sb_url
 
     @property
     def nb_url(self) -> str:
@@ -180,8 +191,8 @@ def start_northd(central: Central, netns: str | None = None) -> None:
     """ovn-northd between the central's NB and SB (also to restart one that died: it recomputes SB from NB)."""
     rundir = central.rundir
     run(rundir, ["ovn-northd", *DETACH, f"--pidfile={rundir / 'ovn-northd.pid'}",
-                 f"--log-file={rundir / 'ovn-northd.log'}", f"--ovnnb-db={central.nb_url}",
-                 f"--ovnsb-db={central.sb_url}"], netns)  # fmt: skip
+                 f"--log-file={rundir / 'ovn-northd.log'}", f"--ovnnb-db={central.nb_clients}",
+                 f"--ovnsb-db={central.sb_clients}"], netns)  # fmt: skip
 
 
 def tcp_remotes(port: int, address: str, ssl: bool = False) -> tuple[str, str]:
@@ -264,11 +275,17 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
     deadline = time.monotonic() + timeout
     query = ["ovn-sbctl", f"--db={sb_remote}", *ssl_args(ssl), "--timeout=5", "--bare", "--columns=name", "find",
              "Chassis", f'name="{name}"']  # fmt: skip
-    while not run(rundir, query, netns).strip():
+    unanswered = ""  # (SB may not answer yet: a cluster's members may still be taking their addresses)
+    while True:
+        try:
+            if run(rundir, query, netns).strip():
+                return chassis
+        except OvnError as exc:
+            unanswered = f" ({exc})"
         if time.monotonic() > deadline:
-            raise OvnError(f"chassis {name} did not register in {timeout:g} s; see {rundir / 'ovn-controller.log'}")
+            raise OvnError(f"chassis {name} did not register in {timeout:g} s{unanswered}; see "
+                           f"{rundir / 'ovn-controller.log'}")  # fmt: skip
         time.sleep(0.05)
-    return chassis
 
 
 def start_controller(chassis: Chassis) -> None:

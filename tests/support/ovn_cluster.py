@@ -1,0 +1,272 @@
+"""Three OVN server hosts and one chassis host, each a network namespace of the rig's own on one underlay, running
+cloudnet from the command line as an operator does: host 1 `cloudnet serve --dataplane ovn --ovn-cluster A,B,C
+--ovn-listen A` (the API, its NB writer, this host's NB and SB members, ovn-northd), hosts 2 and 3 `cloudnet ovn join
+--ovn-cluster A,B,C --ovn-listen B|C`, the chassis host `cloudnet agent --dataplane ovn --ovn-sb <every member>`.
+Names carry a random suffix; the stop ends the processes, then every daemon by its pidfiles, and removes the
+namespaces and the directory. Shared by tests/ovn/test_cluster.py and bench/ovn_cluster.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cloudnet.dataplane.base import metadata_ns_prefix
+from cloudnet.dataplane.kernel import netns
+from cloudnet.namespaces import managed_ns_prefix
+from cloudnet.ovn import cluster, daemons
+from cloudnet.ovn.cluster import servers
+from tests.support.ovn import UNDERLAY, UNDERLAY_PORT, underlay_bridge, underlay_port
+from tests.support.process import CLOUDNET
+
+SERVERS = (1, 2, 3)
+CHASSIS = 10  # the chassis host's index on the underlay
+API_PORT = 9696  # (in the rig's own namespace: nothing else listens there)
+
+
+class ClusterRig:
+    def __init__(self, root: Path) -> None:
+        self.root, self.suffix = root, uuid.uuid4().hex[:6]
+        self.token = secrets.token_urlsafe(16)
+        self.addresses = tuple(str(UNDERLAY[i]) for i in SERVERS)
+        self.underlay = f"cn-raft-{self.suffix}-u"
+        self.chassis_ns = f"cn-raft-{self.suffix}-c"
+        self.host = f"ch-raft-{self.suffix}"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def ns(self, index: int) -> str:
+        return f"cn-raft-{self.suffix}-{index}"
+
+    def state(self, index: int) -> Path:
+        return self.root / f"s{index}"
+
+    def rundir(self, index: int) -> Path:
+        return self.state(index) / "ovn"
+
+    def members(self, index: int) -> cluster.Members:
+        return cluster.Members(self.addresses[index - 1], self.addresses)
+
+    @property
+    def nb(self) -> str:
+        return self.members(1).clients("nb")
+
+    @property
+    def sb(self) -> str:
+        return self.members(1).clients("sb")
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.state(1) / 'cloudnet.db'}"
+
+    # -- processes ------------------------------------------------------------------------------------------------
+
+    def _start(self, name: str, ns: str, argv: list[str]) -> None:
+        with (self.root / f"{name}.log").open("ab") as out:
+            env = {**os.environ, "CLOUDNET_TOKEN": self.token}
+            self.procs[name] = subprocess.Popen(["ip", "netns", "exec", ns, CLOUDNET, *argv], stdout=out,
+                                                stderr=subprocess.STDOUT, env=env)  # fmt: skip
+
+    def cluster_args(self, index: int) -> list[str]:
+        return ["--ovn-cluster", ",".join(self.addresses), "--ovn-listen", self.addresses[index - 1],
+                "--state-dir", str(self.state(index))]  # fmt: skip
+
+    def start_server(self) -> None:
+        self._start("server", self.ns(1), ["serve", "--dataplane", "ovn", "--host", "0.0.0.0", "--port",
+                                           str(API_PORT), "--metadata-listen", "127.0.0.1:8775",
+                                           *self.cluster_args(1)])  # fmt: skip
+
+    def start_join(self, index: int) -> None:
+        self._start(f"join{index}", self.ns(index), ["ovn", "join", *self.cluster_args(index)])
+
+    def start_agent(self) -> None:
+        server = f"http://{self.addresses[0]}:{API_PORT}"
+        self._start("agent", self.chassis_ns, ["agent", "--dataplane", "ovn", "--ovn-sb", self.sb, "--host",
+                                               self.host, "--state-dir", str(self.root / "c"), "--server", server,
+                                               "--metadata-url", "off"])  # fmt: skip
+
+    def stop_proc(self, name: str) -> int:
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=30)
+
+    def until(self, what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while not (got := check()):
+            for name, proc in self.procs.items():
+                assert proc.poll() is None, f"{name} exited early ({what}): {self.logs()}"
+            assert time.monotonic() < deadline, f"timed out: {what}; {self.logs()}"
+            time.sleep(0.1)
+        return got
+
+    def logs(self) -> str:
+        found = sorted(self.root.glob("*.log")) + sorted(self.root.glob("s*/ovn/ovn*_db.log"))
+        return "".join(f"\n--- {p}\n{p.read_text(errors='replace')[-2500:]}" for p in found)
+
+    # -- the API (in host 1's namespace), OVN's databases ----------------------------------------------------------
+
+    @contextmanager
+    def api(self) -> Iterator[httpx.Client]:
+        """A client of host 1's API; requests go from inside its namespace (keep the block to API calls)."""
+        with netns.entered(self.ns(1)), httpx.Client(base_url=f"http://127.0.0.1:{API_PORT}/v2.0", timeout=30,
+                                                      headers={"X-Auth-Token": self.token}) as client:  # fmt: skip
+            yield client
+
+    def nbctl(self, *args: str) -> str:
+        """ovn-nbctl on the NB leader's socket, once there is one (a one-shot client given the list tries each
+        remote once: during an election every member refuses it, and it fails)."""
+        return self._ctl("nb", args)
+
+    def sbctl(self, *args: str) -> str:
+        return self._ctl("sb", args)
+
+    def _ctl(self, kind: str, args: tuple[str, ...]) -> str:
+        index = self.until(f"a {kind} leader", lambda: self.leader(kind), timeout=30)
+        db = f"unix:{self.rundir(index) / f'ovn{kind}_db.sock'}"
+        return daemons.run(self.root, [f"ovn-{kind}ctl", f"--db={db}", "--timeout=20", *args], timeout=25)
+
+    def status(self, index: int, kind: str) -> str:
+        return cluster.status(self.rundir(index), kind)
+
+    def leader(self, kind: str) -> int | None:
+        """The host whose `kind` member says it leads (None during an election)."""
+        for index in SERVERS:
+            with contextlib.suppress(daemons.OvnError):  # (a killed member has no control socket)
+                if cluster.role(self.rundir(index), kind) == "leader":
+                    return index
+        return None
+
+    def kill(self, index: int, kind: str) -> None:
+        """SIGKILL host `index`'s `kind` member; returns once it is gone."""
+        pid = daemons.pids(self.rundir(index))[f"ovn{kind}_db"]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while daemons.alive(pid):
+            assert time.monotonic() < deadline, f"pid {pid} still alive after SIGKILL"
+            time.sleep(0.01)
+
+    def restart(self, index: int, kind: str) -> None:
+        """Host `index`'s `kind` member again, on its file (it rejoins: no create or join)."""
+        cluster.start_member(self.rundir(index), kind, self.members(index), self.ns(index))
+
+    def formed(self) -> bool:
+        """Every member of both clusters a member knowing 3 servers, all in the same term under the same leader (a
+        member restarted a moment ago may still be a term behind: a leader killed then makes a slow election)."""
+        for kind in cluster.KINDS:
+            seen = set()
+            for index in SERVERS:
+                try:
+                    text = self.status(index, kind)
+                except daemons.OvnError:
+                    return False
+                if "Status: cluster member" not in text or len(servers(text)) != len(SERVERS):
+                    return False
+                seen.add((field(text, "Term"), field(text, "Leader").replace("self", server_id(text))))
+            if len(seen) != 1 or self.leader(kind) is None:
+                return False
+        return True
+
+    def alive(self, host: str) -> bool:
+        try:
+            with self.api() as api:
+                r = api.get(f"/hosts/{host}")
+        except httpx.TransportError:
+            return False
+        return r.status_code == 200 and bool(r.json()["host"]["alive"])
+
+
+def field(status: str, name: str) -> str:
+    return next((line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith(f"{name}:")), "")
+
+
+def server_id(status: str) -> str:
+    return field(status, "Server ID").split()[0]
+
+
+def cluster_id(status: str) -> str:
+    return field(status, "Cluster ID").split()[0]
+
+
+def bound_here(rig: ClusterRig) -> set[str]:
+    """Logical ports SB says are bound to the rig's chassis and up."""
+    chassis = json.loads(rig.sbctl("--format=json", "--columns=_uuid", "find", "Chassis", f"name={rig.host}"))
+    if not chassis["data"]:
+        return set()
+    ours = chassis["data"][0][0][1]
+    data = json.loads(rig.sbctl("--format=json", "--columns=logical_port,chassis,up", "list", "Port_Binding"))
+    return {lp for lp, ch, up in data["data"] if ch == ["uuid", ours] and up is True}
+
+
+@contextmanager
+def cluster_rig(agent: bool = True) -> Iterator[ClusterRig]:
+    """The rig, its clusters formed, its API answering, its chassis' agent (with `agent`) registered."""
+    rig = ClusterRig(Path(tempfile.mkdtemp(prefix="cn-raft-", dir="/tmp")))  # (short: unix socket paths)
+    try:
+        underlay_bridge(rig.underlay)
+        for index in (*SERVERS, CHASSIS):
+            ns = rig.ns(index) if index != CHASSIS else rig.chassis_ns
+            netns.create(ns)
+            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+            underlay_port(rig.underlay, ns, index)
+            # (the underlay address on the port, as a server host's interface has it; the chassis tunnels over
+            # loopback: one chassis, no Geneve)
+            subprocess.run(["ip", "-n", ns, "addr", "add", f"{UNDERLAY[index]}/{UNDERLAY.prefixlen}", "dev",
+                            UNDERLAY_PORT], check=True)  # fmt: skip
+            subprocess.run(["ip", "-n", ns, "link", "set", UNDERLAY_PORT, "up"], check=True)
+        rig.state(1).mkdir(mode=0o700)
+        (rig.state(1) / "tokens.json").write_text(
+            json.dumps({"tokens": {rig.token: {"project_id": "admin", "role": "admin"}}})
+        )
+        rig.start_server()
+        for index in SERVERS[1:]:
+            rig.start_join(index)
+        rig.until("the NB and SB clusters formed", rig.formed)
+        rig.until("the API answers", lambda: _answers(rig))
+        if agent:
+            rig.start_agent()
+            rig.until("the chassis' agent registered", lambda: rig.alive(rig.host))
+        yield rig
+    finally:
+        _stop(rig)
+
+
+def _answers(rig: ClusterRig) -> bool:
+    try:
+        with rig.api() as api:
+            return api.get("/networks").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _stop(rig: ClusterRig) -> None:
+    for proc in rig.procs.values():  # (all at once: an agent ends its long poll of the API when the server stops)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in rig.procs.values():
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    daemons.stop(rig.root / "c" / "ovn-chassis", rig.chassis_ns)
+    for index in SERVERS:
+        daemons.stop(rig.rundir(index), rig.ns(index))
+    for prefix in (metadata_ns_prefix(rig.host), managed_ns_prefix(rig.host)):
+        for name in netns.names(prefix):
+            netns.remove(name)
+    instances = netns.names(f"cn-raft-{rig.suffix}-i")  # (the tests' instance namespaces)
+    for ns in (*instances, *(rig.ns(i) for i in SERVERS), rig.chassis_ns, rig.underlay):
+        netns.remove(ns)
+    shutil.rmtree(rig.root, ignore_errors=True)
