@@ -12,12 +12,10 @@ import time
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.ovn import vm_site as r
 from tests.ovn.restart_rig import Rig
 from tests.support.guest_init import LEASE_RE, SHELL_MARKER
-from tests.support.ovn import ovn_version
 from tests.support.qemu import VM
 from tests.support.tap_lan import nic_args
 from tests.support.vm_fixtures import StartVM
@@ -59,11 +57,6 @@ def test_the_tiny_guest_gets_its_addresses_from_ovn_and_reads_its_metadata(
     assert status == 0 and "200 OK" in answer, answer
     body = json.loads(answer[answer.index("{") : answer.rindex("}") + 1])
     assert body["uuid"] == inst["id"] and body["name"] == "ovn-guest"
-    if ovn_version() >= (24, 0):  # (the IPv4 lease and the metadata above are checked there too)
-        pytest.xfail(
-            "OVN 25.03: OVN's router advertisement (multicast) does not reach a VM's tap on the userspace "
-            "datapath, nor does a neighbour's broadcast (unicast does): no SLAAC address"
-        )
     # SLAAC from the router's RA (the subnet's ipv6_ra_mode slaac): the address the port was given.
     r.until(lambda: r.v6(port) in vm.run("ip -6 addr show dev eth0 scope global"), "the guest's SLAAC address", 60)
 

@@ -394,13 +394,40 @@ def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(vm_rig: Rig, vm_api: ht
         victim.close()
 
 
+def _to_all(pa: dict[str, Any], marker: bytes) -> list[bytes]:
+    """What a guest sends to all its neighbours: an IPv4 broadcast and an IPv6 multicast to ff02::1 (from its
+    own addresses, which the neighbours' group lets in)."""
+    mac = pa["mac_address"]
+    v4 = frames.ethernet(frames.BROADCAST, mac, 0x0800, frames.ipv4_udp(r.v4(pa), "255.255.255.255", 4000, 4001,
+                                                                        marker + b"-4"))  # fmt: skip
+    v6 = frames.ethernet("33:33:00:00:00:01", mac, 0x86DD, frames.ipv6_udp(r.v6(pa), "ff02::1", 4000, 4001,
+                                                                           marker + b"-6"))  # fmt: skip
+    return [v4, v6]
+
+
+def _reaches(sender: tapio.TapEnd, receiver: tapio.TapEnd, frame: bytes, marker: bytes, what: str) -> None:
+    r.until(lambda: (sender.send(frame), receiver.wait_for(lambda f: marker in f, 0.5))[1], what)
+
+
+def test_a_neighbours_broadcast_and_multicast_reach_a_vm(vm_rig: Rig, vm_api: httpx.Client, vm_net: Any) -> None:
+    """(OVN 25.03 left a port out of its switch's flood groups when it was added with its ACLs: northbound/staging.py;
+    the second VM of a network then got no broadcast, multicast, nor OVN's periodic RAs)"""
+    pa, pb, sender, receiver = _pair(vm_api, vm_rig, vm_net, ("vm-bcast", "vm-bcast-peer"))
+    try:
+        v4, v6 = _to_all(pa, b"to-all")
+        _reaches(sender, receiver, v4, b"to-all-4", "an IPv4 broadcast")
+        _reaches(sender, receiver, v6, b"to-all-6", "an IPv6 multicast to ff02::1")
+        _reaches(receiver, sender, _to_all(pb, b"back")[0], b"back-4", "a broadcast the other way")
+    finally:
+        sender.close()
+        receiver.close()
+
+
 NO_RA_GUARD = ("OVN 23.03 lets every nd_ra through its ACL stage (ls_in_acl priority 65532: `nd || nd_ra || "
                "nd_rs || mldv1 || mldv2` -> next, above any ACL) and port security does not look at RAs: no NB row "
                "can stop a guest's RA")  # fmt: skip
 
 
-# (OVN 25.03: a neighbour's broadcast or multicast does not reach a VM's tap at all, see test_vm_guest.py, so this
-# test passes there without telling an RA guard from that)
 @pytest.mark.xfail(ovn_version() < (24, 0), strict=True, raises=AssertionError, reason=NO_RA_GUARD)
 def test_a_vm_sending_router_advertisements_reaches_no_neighbour(
     vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
@@ -408,6 +435,8 @@ def test_a_vm_sending_router_advertisements_reaches_no_neighbour(
     pa, _pb, rogue, victim = _pair(vm_api, vm_rig, vm_net, ("vm-ra", "vm-ra-victim"))
     try:
         mac = pa["mac_address"]
+        # Its multicast to all nodes arrives (polled: flows settle), so the RA that does not is dropped, not lost.
+        _reaches(rogue, victim, _to_all(pa, b"honest")[1], b"honest-6", "an IPv6 multicast to ff02::1")
         ra = frames.ipv6_icmp(tapio.link_local(mac), "ff02::1", frames.router_advert(mac, b"rogue-ra"))
         rogue.send(frames.ethernet("33:33:00:00:00:01", mac, 0x86DD, ra))
         assert victim.wait_for(lambda f: b"rogue-ra" in f, BLOCKED) is None

@@ -36,6 +36,7 @@ from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
 from cloudnet.northbound.mirror import Mirror, NbIdl
+from cloudnet.northbound.staging import StageNewPorts
 from cloudnet.ovn.jsonparser import use_c_parser
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -45,6 +46,7 @@ MAX_BACKOFF = 5.0
 WRITER_LOCK = "cloudnet_northbound_writer"
 STANDBY = f"standby: another server process holds NB's writer lock ({WRITER_LOCK})"
 ROW_BUDGET = 0.002  # seconds a pass's transaction may take a row, beyond `timeout` (a first pass writes them all)
+LSP_KEY = "lsp/"  # (desired.port_row's keys)
 FULL_EVERY = 600.0  # seconds: a pass reads and compares every row at least this often (besides start, reconnect)
 
 
@@ -228,6 +230,9 @@ class NorthboundSync:
     def _commit(self, rows: list[desired_rows.Row], full: bool, hint: set[str] | None) -> Report:
         assert self._api is not None
         timeout = self.timeout + ROW_BUDGET * len(rows)
+        if hint is None or any(key.startswith(LSP_KEY) for key in hint):  # (new ports first: staging.py says why)
+            with self._api.transaction(check_error=True, timeout=timeout) as txn:
+                txn.add(StageNewPorts(self._api, rows, self._mirror))
         with self._api.transaction(check_error=True, timeout=timeout) as txn:
             command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
         return command.result if isinstance(command.result, Report) else Report()
