@@ -12,6 +12,8 @@ import fcntl
 import json
 import os
 import random
+import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -23,7 +25,7 @@ import pytest
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.kernel import netns, tuntap
-from cloudnet.dataplane.ovn import names, tapdev
+from cloudnet.dataplane.ovn import guard, hybrid, names, tapdev
 from cloudnet.ovn import daemons
 from cloudnet.store.db import Store
 from cloudnet.wire.guest_net import vm_device
@@ -32,7 +34,6 @@ from tests.ovn import vm_site as r
 from tests.ovn.converged import chassis_differences, nb_differences
 from tests.ovn.restart_rig import Rig
 from tests.support import frames
-from tests.support.ovn import ovn_version
 
 BLOCKED = 1.0  # how long a frame that must not arrive is waited for (one that must is polled for)
 
@@ -100,14 +101,26 @@ def test_a_vm_nic_is_a_persistent_tap_on_br_int_bound_and_active(
     port = r.port_of(vm_api, nic["port_id"])
     assert port["status"] == "ACTIVE" and port["binding:vif_type"] == "ovs"
     assert port["binding:vif_details"] == {
-        "port_filter": True, "connectivity": "l2", "bridge_name": "br-int", "datapath_type": "netdev", "mtu": r.MTU,
-        "device": tap, "netns": vm_rig.chassis.netns, "chassis": vm_rig.host,
+        "port_filter": True, "ovs_hybrid_plug": True, "connectivity": "l2", "bridge_name": "br-int",
+        "datapath_type": "netdev", "mtu": r.MTU, "device": tap, "netns": vm_rig.chassis.netns, "chassis": vm_rig.host,
     }  # fmt: skip
+    mark = tuntap.mark(vm_rig.host, port["id"])
     link = _link(vm_rig, tap)
-    assert link is not None and link["tap"].is_tap and link["mtu"] == r.MTU
-    assert link["tap"].alias == tuntap.mark(vm_rig.host, port["id"])
+    assert link is not None and link["tap"].is_tap and link["mtu"] == r.MTU and link["tap"].alias == mark
     assert link["mac"] == "fe" + port["mac_address"][2:]  # (never the guest's own)
-    iface = _interface(vm_rig, tap)
+    # The hybrid plug, in Nova's names: the tap on a bridge of its own, a veth from it to br-int; all marked ours.
+    devices = hybrid.nic(port["id"])
+    assert [len(n) for n in devices.all()] == [14] * 4 and devices.bridge == "qbr" + port["id"][:11]
+    assert vm_rig.chassis.netns is not None
+    with netns.iproute(vm_rig.chassis.netns) as ipr:
+        found = {name: ipr.get_links(ipr.link_lookup(ifname=name)[0])[0] for name in devices.all()}
+    bridge = found[devices.bridge]["index"]
+    assert found[devices.tap].get_attr("IFLA_MASTER") == bridge == found[devices.bridge_leg].get_attr("IFLA_MASTER")
+    assert found[devices.tap].get_attr("IFLA_GROUP") == names.VM_TAP_GROUP  # (what the guard matches)
+    assert all(f.get_attr("IFLA_IFALIAS") == mark and f.get_attr("IFLA_MTU") == r.MTU for f in found.values())
+    assert guard.present(vm_rig.chassis.netns)
+    assert tap not in _on_br_int(vm_rig) and devices.switch_leg in _on_br_int(vm_rig)
+    iface = _interface(vm_rig, devices.switch_leg)
     assert iface is not None and iface["type"] == "" and iface["ofport"] > 0 and iface["error"] == ["set", []]
     ids = iface["external_ids"]
     assert ids[names.IFACE_ID] == port["id"] and ids["attached-mac"] == port["mac_address"]
@@ -243,7 +256,9 @@ def test_deleting_a_vm_takes_its_tap_though_a_vmm_holds_it(vm_rig: Rig, vm_api: 
     held = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
         assert vm_api.delete(f"/instances/{vm['id']}").status_code == 204
-        r.until(lambda: _link(vm_rig, tap) is None and tap not in _on_br_int(vm_rig), "the held tap gone")
+        devices = hybrid.nic(vm["nets"][0]["port_id"])
+        r.until(lambda: all(_link(vm_rig, n) is None for n in devices.all()), "the held tap and its bridge gone")
+        assert devices.switch_leg not in _on_br_int(vm_rig)
         with pytest.raises(OSError):
             held.send(b"\xff" * 60)  # (the VMM's descriptor is detached: EBADFD)
         # The agent is not held up: the next VM is plugged as usual.
@@ -261,7 +276,7 @@ def test_a_vm_a_compute_service_plugs_with_a_plain_port_gets_a_tap(
     got = r.until(lambda: (p := r.port_of(vm_api, port["id"]))["status"] == "ACTIVE" and p, "the compute port ACTIVE")
     tap = vm_device(port["id"])
     assert got["binding:vif_type"] == "ovs" and got["binding:vif_details"]["device"] == tap
-    assert (_interface(vm_rig, tap) or {})["external_ids"]["vm-uuid"] == device
+    assert (_interface(vm_rig, hybrid.nic(port["id"]).switch_leg) or {})["external_ids"]["vm-uuid"] == device
     assert vm_rig.chassis.netns is not None
     end = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
@@ -279,8 +294,8 @@ def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
     vm = r.launch(vm_api, vm_rig, "vm-survivor", [{"network": vm_net["id"]}])
     port = r.port_of(vm_api, vm["nets"][0]["port_id"])
     tap = vm["nets"][0]["device"]
-    before = _link(vm_rig, tap)
-    assert before is not None and vm_rig.chassis.netns is not None
+    before = _indexes(vm_rig, port["id"])
+    assert vm_rig.chassis.netns is not None
     vmm = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
         vm_rig.kill("agent")
@@ -288,8 +303,7 @@ def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
         gone = _vm_instance_while_away(vm_api, vm_rig, vm_net)
         vm_rig.restart("agent")
         r.until(lambda: _link(vm_rig, gone) is None, "the VM deleted while the agent was away: its tap collected")
-        after = _link(vm_rig, tap)
-        assert after is not None and after["tap"].index == before["tap"].index, "the tap was made again"
+        assert _indexes(vm_rig, port["id"]) == before, "the tap, its bridge or its veth was made again"
         assert r.port_of(vm_api, port["id"])["status"] == "ACTIVE"
         ack = _ask_dhcp(vmm, port["mac_address"])
         assert ack is not None and ack.yiaddr == r.v4(port), "the running VMM lost its network"
@@ -300,6 +314,13 @@ def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
             store.dispose()
     finally:
         vmm.close()
+
+
+def _indexes(vm_rig: Rig, port_id: str) -> dict[str, int | None]:
+    """The ifindex of each device of the port's NIC (None: missing)."""
+    assert vm_rig.chassis.netns is not None
+    with netns.iproute(vm_rig.chassis.netns) as ipr:
+        return {name: next(iter(ipr.link_lookup(ifname=name)), None) for name in hybrid.nic(port_id).all()}
 
 
 def _vm_instance_while_away(vm_api: httpx.Client, vm_rig: Rig, vm_net: Any) -> str:
@@ -369,7 +390,11 @@ def _pair(vm_api: httpx.Client, vm_rig: Rig, vm_net: Any, names_: tuple[str, str
 
 
 def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(vm_rig: Rig, vm_api: httpx.Client, vm_net: Any) -> None:
+    """Its server's answers do not even leave its bridge (the guard, guard.py), and OVN drops them too for a port
+    with port security (NB: 67 -> 68, 547 -> 546 at 1003)."""
     pa, pb, rogue, victim = _pair(vm_api, vm_rig, vm_net, ("vm-rogue", "vm-victim"))
+    assert vm_rig.chassis.netns is not None
+    uplink = tapio.Sniffer(vm_rig.chassis.netns, hybrid.nic(pa["id"]).switch_leg)
     try:
 
         def v4(sport: int, dport: int, marker: bytes) -> bytes:  # (unicast, as a server offers to a client's MAC)
@@ -386,10 +411,16 @@ def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(vm_rig: Rig, vm_api: ht
         # What it sends honestly reaches the neighbour (polled: flows settle); its server's answers do not.
         r.until(lambda: (rogue.send(v4(4000, 4001, b"hello4")), seen(b"hello4", 0.5))[1], "an IPv4 datagram")
         r.until(lambda: (rogue.send(v6(4000, 4001, b"hello6")), seen(b"hello6", 0.5))[1], "an IPv6 datagram")
+        assert uplink.wait_for(lambda f: b"hello6" in f, BLOCKED) is not None  # (the sniffer sees what leaves)
+        # A broadcast offer (as a server answers a client with no address yet) and a unicast one.
+        offer = frames.ipv4_udp(r.v4(pa), "255.255.255.255", 67, 68, b"rogue-offer-bcast")
+        rogue.send(frames.ethernet(frames.BROADCAST, pa["mac_address"], 0x0800, offer))
         rogue.send(v4(67, 68, b"rogue-offer"))
         rogue.send(v6(547, 546, b"rogue-advertise"))
         assert not seen(b"rogue-", BLOCKED)
+        assert uplink.wait_for(lambda f: b"rogue-" in f, 0.1) is None, "a server answer left the VM's bridge"
     finally:
+        uplink.close()
         rogue.close()
         victim.close()
 
@@ -423,23 +454,32 @@ def test_a_neighbours_broadcast_and_multicast_reach_a_vm(vm_rig: Rig, vm_api: ht
         receiver.close()
 
 
-NO_RA_GUARD = ("OVN 23.03 lets every nd_ra through its ACL stage (ls_in_acl priority 65532: `nd || nd_ra || "
-               "nd_rs || mldv1 || mldv2` -> next, above any ACL) and port security does not look at RAs: no NB row "
-               "can stop a guest's RA")  # fmt: skip
-
-
-@pytest.mark.xfail(ovn_version() < (24, 0), strict=True, raises=AssertionError, reason=NO_RA_GUARD)
 def test_a_vm_sending_router_advertisements_reaches_no_neighbour(
     vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
 ) -> None:
-    pa, _pb, rogue, victim = _pair(vm_api, vm_rig, vm_net, ("vm-ra", "vm-ra-victim"))
+    """OVN lets a guest's RA through (23.03: ls_in_acl 65532 `nd || nd_ra || ...` -> next, above any ACL; port
+    security looks at no RA, on 25.03 neither: both delivered it to the neighbour's tap): the guard on the VM's
+    bridge drops it, and its redirects (guard.py)."""
+    pa, pb, rogue, victim = _pair(vm_api, vm_rig, vm_net, ("vm-ra", "vm-ra-victim"))
+    assert vm_rig.chassis.netns is not None
+    uplink = tapio.Sniffer(vm_rig.chassis.netns, hybrid.nic(pa["id"]).switch_leg)
     try:
         mac = pa["mac_address"]
         # Its multicast to all nodes arrives (polled: flows settle), so the RA that does not is dropped, not lost.
         _reaches(rogue, victim, _to_all(pa, b"honest")[1], b"honest-6", "an IPv6 multicast to ff02::1")
+        assert uplink.wait_for(lambda f: b"honest-6" in f, BLOCKED) is not None  # (the sniffer sees what leaves)
         ra = frames.ipv6_icmp(tapio.link_local(mac), "ff02::1", frames.router_advert(mac, b"rogue-ra"))
         rogue.send(frames.ethernet("33:33:00:00:00:01", mac, 0x86DD, ra))
-        assert victim.wait_for(lambda f: b"rogue-ra" in f, BLOCKED) is None
+        redirect = struct.pack("!BBHI16s16s", 137, 0, 0, 0, socket.inet_pton(socket.AF_INET6, "fd00:81::1"),
+                               socket.inet_pton(socket.AF_INET6, r.v6(pb))) + b"rogue-redirect"  # fmt: skip
+        rogue.send(frames.ethernet(pb["mac_address"], mac, 0x86DD,
+                                   frames.ipv6_icmp(tapio.link_local(mac), r.v6(pb), redirect)))  # fmt: skip
+        # A VLAN tag does not carry it past the guard.
+        tagged = frames.ethernet("33:33:00:00:00:01", mac, 0x86DD, ra.replace(b"rogue-ra", b"rogue-vlan"), vlan=5)
+        rogue.send(tagged)
+        assert victim.wait_for(lambda f: b"rogue-" in f, BLOCKED) is None
+        assert uplink.wait_for(lambda f: b"rogue-" in f, 0.1) is None, "an RA left the VM's bridge"
     finally:
+        uplink.close()
         rogue.close()
         victim.close()
