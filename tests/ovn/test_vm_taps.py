@@ -246,6 +246,26 @@ def test_the_clash_gone_the_vm_is_plugged(vm_rig: Rig, vm_api: httpx.Client, vm_
     assert _link(vm_rig, clash)["tap"].alias == tuntap.mark(vm_rig.host, port["id"])  # type: ignore[index]
 
 
+def test_a_bridge_named_like_a_vms_qbr_fails_that_vm_alone_and_is_left_alone(
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
+) -> None:
+    ch = vm_rig.chassis
+    port = r.create(vm_api, "ports", "port", {"network_id": vm_net["id"]})
+    devices = hybrid.nic(port["id"])
+    subprocess.run(["ip", "-n", ch.netns, "link", "add", devices.bridge, "type", "bridge"], check=True)
+    try:
+        r.create(vm_api, "instances", "instance", {"name": "vm-qbr-clash", "kind": "vm", "host": vm_rig.host,
+                                                   "nets": [{"port": port["id"]}]})  # fmt: skip
+        failed = r.until(lambda: (p := r.port_of(vm_api, port["id"]))["binding:vif_type"] == "binding_failed" and p,
+                         "the clash reported")  # fmt: skip
+        assert f"a bridge named {devices.bridge} that cloudnet did not make" in failed["binding:vif_details"]["reason"]
+        r.launch(vm_api, vm_rig, "vm-qbr-bystander", [{"network": vm_net["id"]}])  # (the others converge)
+        assert _link(vm_rig, devices.tap) is None, "a tap was made though its NIC was refused"
+        assert _link(vm_rig, devices.bridge) is not None and (_link(vm_rig, devices.bridge) or {})["tap"].alias == ""
+    finally:
+        subprocess.run(["ip", "-n", ch.netns, "link", "del", devices.bridge], capture_output=True)
+
+
 # -- deletion, a compute service's VM, kill -9 --------------------------------------------------------------------
 
 
@@ -302,7 +322,8 @@ def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
         assert (_ask_dhcp(vmm, port["mac_address"]) or tapio.DhcpReply(0, "", {})).yiaddr == r.v4(port)  # (OVN's)
         gone = _vm_instance_while_away(vm_api, vm_rig, vm_net)
         vm_rig.restart("agent")
-        r.until(lambda: _link(vm_rig, gone) is None, "the VM deleted while the agent was away: its tap collected")
+        r.until(lambda: set(_indexes(vm_rig, gone).values()) == {None},
+                "the VM deleted while the agent was away: its tap, bridge and veth collected")  # fmt: skip
         assert _indexes(vm_rig, port["id"]) == before, "the tap, its bridge or its veth was made again"
         assert r.port_of(vm_api, port["id"])["status"] == "ACTIVE"
         ack = _ask_dhcp(vmm, port["mac_address"])
@@ -324,16 +345,15 @@ def _indexes(vm_rig: Rig, port_id: str) -> dict[str, int | None]:
 
 
 def _vm_instance_while_away(vm_api: httpx.Client, vm_rig: Rig, vm_net: Any) -> str:
-    """A VM whose tap is made by hand as the killed agent would have left it (marked, unplugged), then deleted
-    through the API while the agent is away: the restarted agent must collect it."""
+    """A VM whose NIC is made by hand as the killed agent would have left it (marked, not on br-int), then deleted
+    through the API while the agent is away: the restarted agent must collect it. Its port id."""
     inst = r.create(vm_api, "instances", "instance", {"name": "vm-ghost", "kind": "vm", "host": vm_rig.host,
                                                   "nets": [{"network": vm_net["id"]}]})  # fmt: skip
     port = r.port_of(vm_api, inst["nets"][0]["port_id"])
     assert vm_rig.chassis.netns is not None
-    tapdev.ensure(vm_rig.chassis.netns, vm_device(port["id"]), vm_rig.host, port["id"], port["mac_address"], r.MTU,
-                  tapdev.Owner())  # fmt: skip
+    hybrid.ensure(vm_rig.chassis.netns, vm_rig.host, port["id"], port["mac_address"], r.MTU, tapdev.Owner())
     assert vm_api.delete(f"/instances/{inst['id']}").status_code == 204
-    return vm_device(port["id"])
+    return port["id"]
 
 
 def _differences(vm_rig: Rig, vm_api: httpx.Client, store: Store) -> list[str]:

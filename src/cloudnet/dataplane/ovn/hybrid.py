@@ -11,7 +11,7 @@ are completed by the kernel as frames leave the bridge, which the userspace data
 Every device is cloudnet's by its alias (kernel/tuntap.mark, the same mark as the tap's): a device of one of these
 names without this host's mark for this port is somebody else's, and the whole NIC is refused (NotOurs) before
 anything is touched. The kernel takes no alias when it makes a bridge or a veth, so they are made under a name of
-cloudnet's (the `cnq` prefixes), marked, then renamed: a device with a Nova name is never unmarked. Everything is
+cloudnet's (the `cnh` prefixes), marked, then renamed: a device with a Nova name is never unmarked. Everything is
 made down, with IPv6 off (no link-local address of the host's own talking to the guest or the network), joined,
 and set up last; applying again changes nothing but what differs (the MTU, a lost bridge membership, a down link).
 """
@@ -27,7 +27,7 @@ from cloudnet.dataplane.kernel import netns, tuntap
 from cloudnet.dataplane.ovn import names, tapdev, veth
 from cloudnet.wire.guest_net import vm_device
 
-TEMP_BRIDGE, TEMP_BRIDGE_LEG, TEMP_SWITCH_LEG = "cnqb-", "cnqv-", "cnqo-"
+TEMP_BRIDGE, TEMP_BRIDGE_LEG, TEMP_SWITCH_LEG = "cnhb-", "cnhv-", "cnho-"
 KINDS = {"tap": "tun", "bridge": "bridge", "bridge_leg": "veth", "switch_leg": "veth"}
 
 
