@@ -18,6 +18,7 @@ and set up last; applying again changes nothing but what differs (the MTU, a los
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
@@ -93,7 +94,8 @@ def ensure(ns: str, host: str, port_id: str, mac: str, mtu: int, owner: tapdev.O
             made = True
         if made:
             for name in devices.all():
-                netns.write_sysctl(ns, f"net/ipv6/conf/{name}/disable_ipv6", "1")
+                with contextlib.suppress(FileNotFoundError):  # (IPv6 off in the kernel: nothing to turn off)
+                    netns.write_sysctl(ns, f"net/ipv6/conf/{name}/disable_ipv6", "1")
         bridge = _index(ipr, devices.bridge)
         for name in (devices.bridge_leg, devices.tap):
             found = _link(ipr, name)
