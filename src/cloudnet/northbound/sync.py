@@ -230,9 +230,12 @@ class NorthboundSync:
     def _commit(self, rows: list[desired_rows.Row], full: bool, hint: set[str] | None) -> Report:
         assert self._api is not None
         timeout = self.timeout + ROW_BUDGET * len(rows)
-        if hint is None or any(key.startswith(LSP_KEY) for key in hint):  # (new ports first: staging.py says why)
+        # New ports first (staging.py says why): on any pass that may add one (a full one: a retry, a repair too).
+        if full or hint is None or any(key.startswith(LSP_KEY) for key in hint):
             with self._api.transaction(check_error=True, timeout=timeout) as txn:
-                txn.add(StageNewPorts(self._api, rows, self._mirror))
+                staged = txn.add(StageNewPorts(self._api, rows, self._mirror))
+            if staged.result:
+                log.debug("northbound: %d new port(s) staged, disabled", staged.result)
         with self._api.transaction(check_error=True, timeout=timeout) as txn:
             command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
         return command.result if isinstance(command.result, Report) else Report()
