@@ -80,6 +80,10 @@ class NbIdl(connection.OvsdbIdl):  # type: ignore[misc]
         self._tables, self._whole, self._inserted, self._deleted, self._columns = {}, set(), set(), set(), {}
         return changed
 
+    def inserted(self) -> set[uuid.UUID]:
+        """The rows inserted since the changes were last taken (not yet in a Mirror's index)."""
+        return set(self._inserted)
+
     def forget_insert(self, row_id: uuid.UUID) -> None:
         """Drop the news of a row's insert (the echo of our own commit; updates since are kept)."""
         if row_id in self._inserted and row_id not in self._deleted:

@@ -20,20 +20,26 @@ from typing import Any
 
 from ovsdbapp.backend.ovs_idl.command import BaseCommand
 
-from cloudnet.northbound.mirror import Mirror
-from cloudnet.northbound.rows import Row
+from cloudnet.northbound.mirror import Mirror, NbIdl
+from cloudnet.northbound.rows import KEY, Row
 
 TABLE = "Logical_Switch_Port"
 
 
-def to_stage(rows: list[Row], mirror: Mirror, tables: dict[str, Any]) -> list[tuple[Row, Any]]:
-    """The LSP specs NB has no row for yet whose switch it has: (spec, the switch's IDL row)."""
+def to_stage(rows: list[Row], mirror: Mirror, tables: dict[str, Any], idl: Any = None) -> list[tuple[Row, Any]]:
+    """The LSP specs NB has no row for yet whose switch it has: (spec, the switch's IDL row). Rows inserted since
+    the mirror's index was last brought up to date (a staging whose pass then failed) count as there."""
     present: dict[str, Any] = {}
     for row_id, (table, key) in mirror.index.items():
         if table in (TABLE, "Logical_Switch"):
             idl_row = tables[table].rows.get(row_id)
             if idl_row is not None:
                 present[key] = idl_row
+    for row_id in idl.inserted() if isinstance(idl, NbIdl) else ():
+        idl_row = tables[TABLE].rows.get(row_id)
+        key = None if idl_row is None else idl_row.external_ids.get(KEY)
+        if key is not None:
+            present[key] = idl_row
     return [(spec, present[spec.parent]) for spec in rows
             if spec.table == TABLE and spec.key not in present and spec.parent in present]  # fmt: skip
 
@@ -47,7 +53,7 @@ class StageNewPorts(BaseCommand):  # type: ignore[misc]
 
     def run_idl(self, txn: Any) -> None:
         tables = self.api.tables
-        staged = to_stage(self.rows, self.mirror, tables)
+        staged = to_stage(self.rows, self.mirror, tables, self.api.idl)
         for spec, switch in staged:
             idl_row = txn.insert(tables[TABLE])
             for column, value in spec.columns.items():
