@@ -36,7 +36,7 @@ from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
 from cloudnet.northbound.mirror import Mirror, NbIdl
-from cloudnet.northbound.staging import StageNewPorts
+from cloudnet.northbound.staging import FENCE_WAIT, StageNewPorts, needed, wait_northd
 from cloudnet.ovn.jsonparser import use_c_parser
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -103,6 +103,7 @@ class NorthboundSync:
         self._done = threading.Condition()
         self._api: _NbApi | None = None
         self._mirror = Mirror()
+        self._staging = False  # (staging.needed(): set on each connect, from NB's schema)
         self._thread = threading.Thread(target=self._run, name="northbound-sync", daemon=True)
         store.changes.watch(self._changed)
 
@@ -149,6 +150,7 @@ class NorthboundSync:
     def _connect(self) -> _NbApi:
         use_c_parser()  # (big rows: parsing their updates in Python would dominate every pass)
         idl = NbIdl.from_server(self.nb_url, "OVN_Northbound")
+        self._staging = needed(idl._db.version)
         idl.set_lock(WRITER_LOCK)  # (before the connection's thread runs the IDL; asked again on every reconnect)
         return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
 
@@ -231,11 +233,16 @@ class NorthboundSync:
         assert self._api is not None
         timeout = self.timeout + ROW_BUDGET * len(rows)
         # New ports first (staging.py says why): on any pass that may add one (a full one: a retry, a repair too).
-        if full or hint is None or any(key.startswith(LSP_KEY) for key in hint):
-            with self._api.transaction(check_error=True, timeout=timeout) as txn:
-                staged = txn.add(StageNewPorts(self._api, rows, self._mirror))
-            if staged.result:
-                log.debug("northbound: %d new port(s) staged, disabled", staged.result)
+        if self._staging and (full or hint is None or any(key.startswith(LSP_KEY) for key in hint)):
+            for insert in (False, True):  # (a fence, then the ports alone)
+                with self._api.transaction(check_error=True, timeout=timeout) as txn:
+                    step = txn.add(StageNewPorts(self._api, rows, self._mirror, insert))
+                if not step.result:
+                    break
+                if step.target is not None and not wait_northd(self._api, self._api.idl.global_changed, step.target):
+                    log.warning("northbound: ovn-northd did not take in NB changes within %g s", FENCE_WAIT)
+            if step.result:
+                log.debug("northbound: %d new port(s) staged, disabled", step.result)
         with self._api.transaction(check_error=True, timeout=timeout) as txn:
             command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
         return command.result if isinstance(command.result, Report) else Report()

@@ -19,6 +19,7 @@ port of one of the NIC's names that is not this host's) fails that instance alon
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -32,6 +33,7 @@ from cloudnet.wire.guest_net import vm_device
 
 log = logging.getLogger(__name__)
 VM = "vm"
+GUARD_STEP = "vm-guard"
 FOREIGN_PORT = "a port named {} that cloudnet did not make is on the switch (left alone)"
 
 
@@ -40,7 +42,7 @@ def is_vm(inst: dict[str, Any]) -> bool:
 
 
 class VmPorts:
-    """The ports job for VM instances' NICs (taps on br-int), one step per instance."""
+    """The ports job for VM instances' NICs (hybrid-plugged taps), one step per instance, and the guard's."""
 
     def __init__(self, host: str, chassis: str, host_ns: str, owner: tapdev.Owner) -> None:
         self.host = host
@@ -51,7 +53,8 @@ class VmPorts:
         self.applied: dict[str, tuple[Any, ...]] = {}  # port id -> fingerprint of what was plugged
 
     def step_keys(self, state: DesiredState) -> list[str]:
-        return [f"vm:{i['id']}" for i in state["instances"] if is_vm(i)]
+        keys = [f"vm:{i['id']}" for i in state["instances"] if is_vm(i)]
+        return [GUARD_STEP, *keys] if keys else []
 
     def apply(self, run: OvnPass) -> list[PortReport]:
         vms = [i for i in run.state["instances"] if is_vm(i)]
@@ -65,6 +68,9 @@ class VmPorts:
             datapath = ""
         have: set[str] | None = None  # this host's taps, read once for a full pass
         if run.full:
+            # The guard as it should be, though no NIC needs plugging (a plug ensures it too, and fails without it).
+            with contextlib.suppress(StepFailed):
+                run.steps.run(GUARD_STEP, lambda: guard.ensure(run.host_ns))
             with netns.iproute(run.host_ns) as host:
                 have = set(tuntap.marked(host, self.host))
         reports: list[PortReport] = []
