@@ -99,7 +99,8 @@ def ensure(ns: str, host: str, port_id: str, mac: str, mtu: int, owner: tapdev.O
         bridge = _index(ipr, devices.bridge)
         for name in (devices.bridge_leg, devices.tap):
             found = _link(ipr, name)
-            assert found is not None
+            if found is None:
+                raise tapdev.NotOurs(f"{name} went away while it was plugged")
             if found[3] != bridge:
                 ipr.link("set", index=found[0], master=bridge)
         for name in (devices.bridge, devices.bridge_leg, devices.switch_leg, devices.tap):
