@@ -22,7 +22,6 @@ import contextlib
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.kernel import netns, tuntap
 from cloudnet.dataplane.ovn import names, tapdev, veth
@@ -54,28 +53,37 @@ def _temp(prefix: str, port_id: str) -> str:
     return (prefix + port_id.replace("-", ""))[: names.IFNAMSIZ]
 
 
-def _link(ipr: IPRoute, name: str) -> tuple[int, str, str, int] | None:
-    """(index, alias, kind, master index or 0) of the device `name`, or None."""
-    found = veth.index(ipr, name)
-    if found is None:
-        return None
-    try:
-        link = ipr.get_links(found)[0]
-    except NetlinkError as exc:
-        if exc.code == tapdev.ENODEV:  # (gone between the two reads)
-            return None
-        raise
-    info = link.get_attr("IFLA_LINKINFO")
-    kind = str(info.get_attr("IFLA_INFO_KIND") or "") if info is not None else ""
-    return found, str(link.get_attr("IFLA_IFALIAS") or ""), kind, int(link.get_attr("IFLA_MASTER") or 0)
+@dataclass(frozen=True)
+class Link:
+    index: int
+    alias: str
+    kind: str  # IFLA_INFO_KIND ("" for none)
+    master: int  # 0: none
+    mtu: int
+    up: bool
 
 
-def refuse_foreign(ipr: IPRoute, devices: Nic, alias: str) -> None:
+IFF_UP = 0x1
+
+
+def _links(ipr: IPRoute) -> dict[str, Link]:
+    """Every device of the namespace, read in one dump (a lookup by name costs a dump of its own in pyroute2)."""
+    found: dict[str, Link] = {}
+    for msg in ipr.get_links():
+        info = msg.get_attr("IFLA_LINKINFO")
+        kind = str(info.get_attr("IFLA_INFO_KIND") or "") if info is not None else ""
+        found[str(msg.get_attr("IFLA_IFNAME"))] = Link(
+            int(msg["index"]), str(msg.get_attr("IFLA_IFALIAS") or ""), kind, int(msg.get_attr("IFLA_MASTER") or 0),
+            int(msg.get_attr("IFLA_MTU") or 0), bool(msg["flags"] & IFF_UP))  # fmt: skip
+    return found
+
+
+def refuse_foreign(links: dict[str, Link], devices: Nic, alias: str) -> None:
     """NotOurs when any device of the NIC's names is not one this host marked for this port (of the kind made)."""
     for role, name in zip(KINDS, devices.all(), strict=True):
-        found = _link(ipr, name)
-        if found is not None and (found[1] != alias or found[2] != KINDS[role]):
-            what = "a tap" if found[2] == "tun" else f"a {found[2] or 'device'}"
+        found = links.get(name)
+        if found is not None and (found.alias != alias or found.kind != KINDS[role]):
+            what = "a tap" if found.kind == "tun" else f"a {found.kind or 'device'}"
             raise tapdev.NotOurs(f"{what} named {name} that cloudnet did not make is in the way (left alone)")
 
 
@@ -84,27 +92,32 @@ def ensure(ns: str, host: str, port_id: str, mac: str, mtu: int, owner: tapdev.O
     filtered from the moment it joins its bridge). True when something was made."""
     devices, alias = nic(port_id), tuntap.mark(host, port_id)
     with netns.iproute(ns) as ipr:
-        refuse_foreign(ipr, devices, alias)
+        links = _links(ipr)
+        refuse_foreign(links, devices, alias)
         made = tapdev.ensure(ns, devices.tap, host, port_id, mac, mtu, owner)
-        if _link(ipr, devices.bridge) is None:
-            _bridge(ipr, _temp(TEMP_BRIDGE, port_id), devices.bridge, alias, mtu)
+        if devices.bridge not in links:
+            _bridge(ipr, links, _temp(TEMP_BRIDGE, port_id), devices.bridge, alias, mtu)
             made = True
-        if _link(ipr, devices.bridge_leg) is None or _link(ipr, devices.switch_leg) is None:
-            _pair(ns, ipr, port_id, devices, alias, mtu)
+        if devices.bridge_leg not in links or devices.switch_leg not in links:
+            _pair(ns, ipr, links, port_id, devices, alias, mtu)
             made = True
         if made:
-            for name in devices.all():
-                with contextlib.suppress(FileNotFoundError):  # (IPv6 off in the kernel: nothing to turn off)
-                    netns.write_sysctl(ns, f"net/ipv6/conf/{name}/disable_ipv6", "1")
-        bridge = _index(ipr, devices.bridge)
-        for name in (devices.bridge_leg, devices.tap):
-            found = _link(ipr, name)
-            if found is None:
+            links = _links(ipr)
+            with netns.entered(ns):
+                for name in devices.all():
+                    with contextlib.suppress(FileNotFoundError):  # (IPv6 off in the kernel: nothing to turn off)
+                        netns.write_sysctl(None, f"net/ipv6/conf/{name}/disable_ipv6", "1")
+        got = {name: links[name] for name in devices.all() if name in links}
+        for name in devices.all():
+            if name not in got:
                 raise tapdev.NotOurs(f"{name} went away while it was plugged")
-            if found[3] != bridge:
-                ipr.link("set", index=found[0], master=bridge)
+        bridge = got[devices.bridge].index
+        for name in (devices.bridge_leg, devices.tap):
+            if got[name].master != bridge:
+                ipr.link("set", index=got[name].index, master=bridge)
         for name in (devices.bridge, devices.bridge_leg, devices.switch_leg, devices.tap):
-            ipr.link("set", index=_index(ipr, name), mtu=mtu, state="up")
+            if got[name].mtu != mtu or not got[name].up:
+                ipr.link("set", index=got[name].index, mtu=mtu, state="up")
     return made
 
 
@@ -115,19 +128,21 @@ def _index(ipr: IPRoute, name: str) -> int:
     return found
 
 
-def _bridge(ipr: IPRoute, temp: str, name: str, alias: str, mtu: int) -> None:
+def _bridge(ipr: IPRoute, links: dict[str, Link], temp: str, name: str, alias: str, mtu: int) -> None:
     """The NIC's bridge: no STP, no forwarding delay, no multicast snooping (one guest, one uplink: flood all)."""
-    veth.delete(ipr, temp)  # (an interrupted make's, unmarked)
+    if temp in links:
+        veth.delete(ipr, temp)  # (an interrupted make's, unmarked)
     ipr.link("add", ifname=temp, kind="bridge", mtu=mtu, br_stp_state=0, br_forward_delay=0, br_mcast_snooping=0)
     ipr.link("set", index=_index(ipr, temp), ifalias=alias)
     ipr.link("set", index=_index(ipr, temp), ifname=name)
 
 
-def _pair(ns: str, ipr: IPRoute, port_id: str, devices: Nic, alias: str, mtu: int) -> None:
+def _pair(ns: str, ipr: IPRoute, links: dict[str, Link], port_id: str, devices: Nic, alias: str, mtu: int) -> None:
     """The veth between the bridge and br-int (a half left by an interrupted make is replaced)."""
     temps = _temp(TEMP_BRIDGE_LEG, port_id), _temp(TEMP_SWITCH_LEG, port_id)
     for name in (*temps, devices.bridge_leg, devices.switch_leg):
-        veth.delete(ipr, name)  # (ours: refuse_foreign checked the Nova names, the temporary ones are cloudnet's)
+        if name in links:
+            veth.delete(ipr, name)  # (ours: refuse_foreign checked the Nova names, the temporary ones are cloudnet's)
     ipr.link("add", ifname=temps[0], kind="veth", mtu=mtu, peer={"ifname": temps[1], "mtu": mtu})
     for temp in temps:
         ipr.link("set", index=_index(ipr, temp), ifalias=alias)
