@@ -9,12 +9,13 @@ lsp-add ... -- acl-add ...` against 25.03's northd, and with two writer transact
 pass's ACLs, then the next pass's new ports). A port northd takes in alone is put in the groups, and stays there
 when the next transaction enables it and adds its ACLs.
 
-So on a pass that creates LSPs on switches NB already has, the writer first waits until northd has taken in every
-earlier change (a fence: NB_Global's nb_cfg bumped, until northd's sb_cfg reaches it, as `ovn-nbctl --wait=sb`
-does), then inserts those ports with their columns but `enabled` false (OVN drops all their traffic meanwhile:
-nothing passes before its filter is in), linked into their switches, with a fence again; the pass that follows
-(apply.py) finds the rows by their keys as any other, enables them and writes their ACLs and group memberships in
-one transaction. A port whose switch is new is left to that pass (a new switch makes northd recompute). A northd
+So the writer keeps new ports out of any northd run that takes in other changes: each pass that wrote something
+ends with a fence (NB_Global's nb_cfg bumped, then a wait until northd's sb_cfg reaches it, as `ovn-nbctl
+--wait=sb` does; a full pass, after a failed one, fences first too); a pass that creates LSPs on switches NB
+already has first inserts them alone, with their columns but `enabled` false (OVN drops all their traffic
+meanwhile: nothing passes before its filter is in), linked into their switches, and waits for northd again; the
+transaction that follows (apply.py) finds the rows by their keys as any other, enables them and writes their ACLs
+and group memberships. A port whose switch is new is left to that pass (a new switch makes northd recompute). A northd
 that recomputes in full on every change (OVN 23.03, NB schema 7.0) does not need this and is spared the fences.
 """
 
@@ -78,10 +79,27 @@ class StageNewPorts(BaseCommand):  # type: ignore[misc]
                 setattr(idl_row, column, value)
             idl_row.enabled = [False]
             switch.addvalue(spec.parent_column, idl_row)
-        # (set, not the IDL's increment: the Python IDL drops an increment from a transaction with nothing else)
-        nb_global = next(iter(tables["NB_Global"].rows.values()))
-        self.target = int(nb_global.nb_cfg) + 1
-        nb_global.nb_cfg = self.target
+        self.target = bump(tables)
+
+
+class Fence(BaseCommand):  # type: ignore[misc]
+    """NB_Global's nb_cfg bumped, nothing else: `target` the value to wait for."""
+
+    def __init__(self, api: Any) -> None:
+        super().__init__(api)
+        self.target: int | None = None
+
+    def run_idl(self, txn: Any) -> None:
+        self.target = self.result = bump(self.api.tables)
+
+
+def bump(tables: dict[str, Any]) -> int:
+    """nb_cfg one up (set, not the IDL's increment: the Python IDL drops an increment from a transaction with nothing
+    else); the new value."""
+    nb_global = next(iter(tables["NB_Global"].rows.values()))
+    value = int(nb_global.nb_cfg) + 1
+    nb_global.nb_cfg = value
+    return value
 
 
 class NorthdCfg(BaseCommand):  # type: ignore[misc]

@@ -36,7 +36,7 @@ from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
 from cloudnet.northbound.mirror import Mirror, NbIdl
-from cloudnet.northbound.staging import FENCE_WAIT, StageNewPorts, needed, wait_northd
+from cloudnet.northbound.staging import FENCE_WAIT, Fence, StageNewPorts, needed, wait_northd
 from cloudnet.ovn.jsonparser import use_c_parser
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
@@ -234,18 +234,26 @@ class NorthboundSync:
         timeout = self.timeout + ROW_BUDGET * len(rows)
         # New ports first (staging.py says why): on any pass that may add one (a full one: a retry, a repair too).
         if self._staging and (full or hint is None or any(key.startswith(LSP_KEY) for key in hint)):
-            for insert in (False, True):  # (a fence, then the ports alone)
-                with self._api.transaction(check_error=True, timeout=timeout) as txn:
-                    step = txn.add(StageNewPorts(self._api, rows, self._mirror, insert))
-                if not step.result:
-                    break
-                if step.target is not None and not wait_northd(self._api, self._api.idl.global_changed, step.target):
-                    log.warning("northbound: ovn-northd did not take in NB changes within %g s", FENCE_WAIT)
-            if step.result:
-                log.debug("northbound: %d new port(s) staged, disabled", step.result)
+            if full:  # (what a failed pass or someone else wrote: taken in by northd before the new ports)
+                self._fence(StageNewPorts(self._api, rows, self._mirror, insert=False), timeout)
+            staged = self._fence(StageNewPorts(self._api, rows, self._mirror, insert=True), timeout)
+            if staged:
+                log.debug("northbound: %d new port(s) staged, disabled", staged)
         with self._api.transaction(check_error=True, timeout=timeout) as txn:
             command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
-        return command.result if isinstance(command.result, Report) else Report()
+        report = command.result if isinstance(command.result, Report) else Report()
+        if self._staging and report:  # (northd takes these in before the next pass's new ports)
+            self._fence(Fence(self._api), timeout)
+        return report
+
+    def _fence(self, command: StageNewPorts | Fence, timeout: float) -> int:
+        """Run a staging step or a fence; wait until northd has taken it in (when it wrote anything). Its result."""
+        assert self._api is not None
+        with self._api.transaction(check_error=True, timeout=timeout) as txn:
+            txn.add(command)
+        if command.target is not None and not wait_northd(self._api, self._api.idl.global_changed, command.target):
+            log.warning("northbound: ovn-northd did not take in NB changes within %g s", FENCE_WAIT)
+        return int(command.result or 0)
 
     def _report(self, report: Report, *, full: bool, first: bool) -> None:
         if first:
