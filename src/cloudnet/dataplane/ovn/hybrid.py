@@ -22,6 +22,7 @@ import contextlib
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.kernel import netns, tuntap
 from cloudnet.dataplane.ovn import names, tapdev, veth
@@ -66,13 +67,19 @@ class Link:
 IFF_UP = 0x1
 
 
-def _links(ipr: IPRoute) -> dict[str, Link]:
-    """Every device of the namespace, read in one dump (a lookup by name costs a dump of its own in pyroute2)."""
+def _links(ipr: IPRoute, names_: tuple[str, ...]) -> dict[str, Link]:
+    """The devices of these names that exist, each read by its name (one request each: not a dump of them all)."""
     found: dict[str, Link] = {}
-    for msg in ipr.get_links():
+    for name in names_:
+        try:
+            msg = ipr.link("get", ifname=name)[0]
+        except NetlinkError as exc:
+            if exc.code == tapdev.ENODEV:
+                continue
+            raise
         info = msg.get_attr("IFLA_LINKINFO")
         kind = str(info.get_attr("IFLA_INFO_KIND") or "") if info is not None else ""
-        found[str(msg.get_attr("IFLA_IFNAME"))] = Link(
+        found[name] = Link(
             int(msg["index"]), str(msg.get_attr("IFLA_IFALIAS") or ""), kind, int(msg.get_attr("IFLA_MASTER") or 0),
             int(msg.get_attr("IFLA_MTU") or 0), bool(msg["flags"] & IFF_UP))  # fmt: skip
     return found
@@ -91,18 +98,19 @@ def ensure(ns: str, host: str, port_id: str, mac: str, mtu: int, owner: tapdev.O
     """The NIC's devices in namespace `ns`, joined and up, with this MTU (guard.ensure first: the tap's frames are
     filtered from the moment it joins its bridge). True when something was made."""
     devices, alias = nic(port_id), tuntap.mark(host, port_id)
+    temps = (_temp(TEMP_BRIDGE, port_id), _temp(TEMP_BRIDGE_LEG, port_id), _temp(TEMP_SWITCH_LEG, port_id))
     with netns.iproute(ns) as ipr:
-        links = _links(ipr)
+        links = _links(ipr, devices.all() + temps)
         refuse_foreign(links, devices, alias)
         made = tapdev.ensure(ns, devices.tap, host, port_id, mac, mtu, owner)
         if devices.bridge not in links:
-            _bridge(ipr, links, _temp(TEMP_BRIDGE, port_id), devices.bridge, alias, mtu)
+            _bridge(ipr, links, temps[0], devices.bridge, alias, mtu)
             made = True
         if devices.bridge_leg not in links or devices.switch_leg not in links:
             _pair(ns, ipr, links, port_id, devices, alias, mtu)
             made = True
         if made:
-            links = _links(ipr)
+            links = _links(ipr, devices.all())
             with netns.entered(ns):
                 for name in devices.all():
                     with contextlib.suppress(FileNotFoundError):  # (IPv6 off in the kernel: nothing to turn off)
@@ -122,10 +130,10 @@ def ensure(ns: str, host: str, port_id: str, mac: str, mtu: int, owner: tapdev.O
 
 
 def _index(ipr: IPRoute, name: str) -> int:
-    found = veth.index(ipr, name)
+    found = _links(ipr, (name,)).get(name)
     if found is None:
         raise tapdev.NotOurs(f"{name} went away while it was plugged")
-    return found
+    return found.index
 
 
 def _bridge(ipr: IPRoute, links: dict[str, Link], temp: str, name: str, alias: str, mtu: int) -> None:
