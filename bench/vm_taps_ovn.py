@@ -9,7 +9,10 @@ after the other and timed:
                      its own, every millisecond) to the instance reading ACTIVE in the API (ovn-controller bound the
                      port in SB, the agent reported it): what a VMM waits once the device is there
   POST -> ACTIVE     the whole attach as a compute service sees it
-  ACTIVE -> DHCP     a DHCPDISCOVER written on the tap (as its VMM would) until OVN's offer comes back
+  ACTIVE -> DHCP     a DHCPDISCOVER written on the tap (as its VMM would) until OVN's offer comes back, one every
+                     200 ms (the tap is on its bridge, hybrid plug: a frame written within the first ~20 ms after
+                     a VMM attaches can be lost while the bridge takes in the tap's carrier, as measured here, so
+                     this is often one retry; a guest's first frame comes far later than that)
 
 Usage (root): .venv/bin/python bench/vm_taps_ovn.py [--vms 30]
 """

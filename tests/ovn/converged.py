@@ -17,13 +17,13 @@ from typing import Any
 
 from cloudnet.dataplane.base import metadata_ns, metadata_ns_prefix
 from cloudnet.dataplane.kernel import netns
-from cloudnet.dataplane.ovn import names
+from cloudnet.dataplane.ovn import hybrid, names
 from cloudnet.namespaces import managed_ns_prefix
 from cloudnet.northbound import apply, desired
 from cloudnet.northbound.rows import KEY
 from cloudnet.ovn import daemons
 from cloudnet.store.db import Store
-from cloudnet.wire.guest_net import VM_DEVICE_PREFIX, vm_device
+from cloudnet.wire.guest_net import VM_DEVICE_PREFIX
 from tests.ovn.nb import as_list, decode, rows
 from tests.support.ovn import OvnSandbox
 
@@ -85,27 +85,34 @@ def _sb(ovn: OvnSandbox, table: str, columns: str) -> list[Json]:
     return [dict(zip(data["headings"], [decode(v) for v in row], strict=True)) for row in data["data"]]
 
 
-def _host_wants(state: Json) -> tuple[dict[str, str], set[str], dict[str, str]]:
-    """(br-int port name -> iface-id, the instance ports, network -> its metadata port) that `state` implies."""
+def _host_wants(state: Json) -> tuple[dict[str, str], set[str], dict[str, str], set[str]]:
+    """(br-int port name -> iface-id, the instance ports, network -> its metadata port, the devices besides the
+    br-int ports: a VM's tap, bridge and veth end) that `state` implies."""
     ports: dict[str, str] = {}
     instance_ports: set[str] = set()
     served: dict[str, str] = {}
+    devices: set[str] = set()
     for inst in state["instances"]:
         for port_id in inst["ports"]:
             port = state["ports"][port_id]
             instance_ports.add(port_id)
-            ports[vm_device(port_id) if inst.get("kind") == "vm" else names.tap(port_id)] = port_id
+            if inst.get("kind") == "vm":
+                nic = hybrid.nic(port_id)
+                ports[nic.switch_leg] = port_id
+                devices |= {nic.tap, nic.bridge, nic.bridge_leg}
+            else:
+                ports[names.tap(port_id)] = port_id
             meta = state["networks"][port["network_id"]].get("metadata_port")
             if meta:
                 served[port["network_id"]] = meta["id"]
                 ports[names.metadata_leg(meta["id"])] = meta["id"]
-    return ports, instance_ports, served
+    return ports, instance_ports, served, devices
 
 
 def chassis_differences(ovn: OvnSandbox, chassis: daemons.Chassis, state: Json) -> list[str]:
     found: list[str] = []
     host = chassis.name
-    want_ports, instance_ports, served = _host_wants(state)
+    want_ports, instance_ports, served, want_devices = _host_wants(state)
 
     # SB: who is bound where, one Chassis and Chassis_Private (ours), saying which metadata it serves
     chassis_rows = _sb(ovn, "Chassis", "name")
@@ -143,11 +150,12 @@ def chassis_differences(ovn: OvnSandbox, chassis: daemons.Chassis, state: Json) 
               for name, pid in sorted(want_ports.items())
               if name in on_bridge and ifaces.get(name, {}).get(names.IFACE_ID) != pid]  # fmt: skip
     links = json.loads(daemons.run(chassis.rundir, ["ip", "-j", "link", "show"], chassis.netns))
-    prefixes = (names.TAP, names.METADATA_LEG, VM_DEVICE_PREFIX)
+    prefixes = (names.TAP, names.METADATA_LEG, VM_DEVICE_PREFIX, names.VM_BRIDGE, names.VM_BRIDGE_LEG,
+                names.VM_SWITCH_LEG, hybrid.TEMP_BRIDGE, hybrid.TEMP_BRIDGE_LEG, hybrid.TEMP_SWITCH_LEG)  # fmt: skip
     devices = {link["ifname"] for link in links if link["ifname"].startswith(prefixes)}
-    if devices != set(want_ports):
-        found.append(f"devices: extra {sorted(devices - set(want_ports))}, "
-                     f"missing {sorted(set(want_ports) - devices)}")  # fmt: skip
+    wanted = set(want_ports) | want_devices
+    if devices != wanted:
+        found.append(f"devices: extra {sorted(devices - wanted)}, missing {sorted(wanted - devices)}")
     want_ns = {metadata_ns(host, n) for n in served}
     have_ns = set(netns.names(metadata_ns_prefix(host)))
     if have_ns != want_ns:

@@ -19,6 +19,7 @@ from cloudnet.dataplane.kernel import netns
 from tests.support import frames
 from tests.support.tap_guest import attach
 
+ETH_P_ALL = 0x0003
 DHCP_MAGIC = 0x63825363
 DISCOVER, OFFER, REQUEST, ACK = 1, 2, 3, 5
 ASKED = (1, 3, 6, 15, 26, 51, 54, 121)  # netmask, router, DNS, domain, MTU, lease, server id, classless routes
@@ -36,21 +37,42 @@ class TapEnd:
 
     def wait_for(self, match: Callable[[bytes], bool], within: float) -> bytes | None:
         """The first frame that `match`es arriving within `within` seconds (others are dropped), or None."""
-        deadline = time.monotonic() + within
-        while (left := deadline - time.monotonic()) > 0:
-            ready, _w, _x = select.select([self.fd], [], [], left)
-            if not ready:
-                break
-            try:
-                frame = os.read(self.fd, 65536)
-            except BlockingIOError:
-                continue
-            if match(frame):
-                return frame
-        return None
+        return _wait_for(self.fd, match, within)
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+class Sniffer:
+    """Every frame a device of namespace `ns` receives or sends (an AF_PACKET socket bound to it): e.g. a VM's qvo,
+    to see what leaves its bridge for br-int."""
+
+    def __init__(self, ns: str, name: str) -> None:
+        with netns.entered(ns):
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            self.sock.bind((name, 0))
+        self.sock.setblocking(False)
+
+    def wait_for(self, match: Callable[[bytes], bool], within: float) -> bytes | None:
+        return _wait_for(self.sock.fileno(), match, within)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _wait_for(fd: int, match: Callable[[bytes], bool], within: float) -> bytes | None:
+    deadline = time.monotonic() + within
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _w, _x = select.select([fd], [], [], left)
+        if not ready:
+            break
+        try:
+            frame = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if match(frame):
+            return frame
+    return None
 
 
 def dhcp(kind: int, mac: str, xid: int, requested: str | None = None, server: str | None = None) -> bytes:

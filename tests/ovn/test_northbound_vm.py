@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from cloudnet.northbound.sync import NorthboundSync
-from tests.ovn.nb import keyed
+from tests.ovn.nb import as_list, keyed
 from tests.support.api import create, create_network, create_subnet
 from tests.support.ovn import OvnSandbox
 
@@ -121,3 +121,33 @@ def test_a_guest_may_ask_dhcp_but_not_answer_it(api: httpx.Client, ovn: OvnSandb
     allowed = [a for a in acls.values() if a["action"] != "drop" and ("udp.src == 547" in a["match"]
                or "udp.src == 67" in a["match"])]  # fmt: skip
     assert not allowed
+
+
+def _flood_members(ovn: OvnSandbox) -> set[str]:
+    """The logical ports in any switch's `_MC_flood` group (SB), by name."""
+    names = dict(line.split() for line in ovn.sbctl("--bare", "--format=csv", "--no-headings",
+                                                    "--columns=_uuid,logical_port", "list", "Port_Binding")
+                 .replace(",", " ").splitlines() if line.strip())  # fmt: skip
+    members = ovn.sbctl("--bare", "--columns=ports", "find", "Multicast_Group", "name=_MC_flood").split()
+    return {names[m] for m in members if m in names}
+
+
+def test_each_port_a_pass_adds_is_in_its_switchs_flood_group(
+    api: httpx.Client, ovn: OvnSandbox, nb_sync: NorthboundSync
+) -> None:
+    """OVN 25.03's northd left a port out of its switch's flood groups when the NB transaction that added it also
+    changed ACLs (northbound/staging.py): no broadcast, multicast or RA reached it. Each port here comes with such
+    changes (its group's port group, its metadata identity ACLs), in a pass of its own."""
+    net = create_network(api, name="flood")
+    create_subnet(api, net["id"], "10.64.0.0/24")
+    _metadata_port(api, net["id"])
+    nb_sync.wait_synced()
+    ports = []
+    for _ in range(3):
+        ports.append(create(api, "ports", "port", network_id=net["id"]))
+        nb_sync.wait_synced()
+    ovn.nbctl("--wait=sb", "sync")
+    missing = {p["id"] for p in ports} - _flood_members(ovn)
+    assert not missing, f"ports left out of _MC_flood: {missing}"
+    lsps = keyed(ovn, "Logical_Switch_Port")
+    assert all(as_list(lsps[f"lsp/{p['id']}"]["enabled"]) == [True] for p in ports)  # (staged disabled, then enabled)

@@ -21,7 +21,7 @@ import pytest
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.kernel import netns, tuntap
-from cloudnet.dataplane.ovn import names, tapdev
+from cloudnet.dataplane.ovn import guard, hybrid, names, tapdev
 from cloudnet.ovn import daemons
 from cloudnet.store.db import Store
 from cloudnet.wire.guest_net import vm_device
@@ -30,7 +30,6 @@ from tests.ovn import vm_site as r
 from tests.ovn.converged import chassis_differences, nb_differences
 from tests.ovn.restart_rig import Rig
 from tests.support import frames
-from tests.support.ovn import ovn_version
 
 BLOCKED = 1.0  # how long a frame that must not arrive is waited for (one that must is polled for)
 
@@ -80,14 +79,26 @@ def test_a_vm_nic_is_a_persistent_tap_on_br_int_bound_and_active(
     port = r.port_of(vm_api, nic["port_id"])
     assert port["status"] == "ACTIVE" and port["binding:vif_type"] == "ovs"
     assert port["binding:vif_details"] == {
-        "port_filter": True, "connectivity": "l2", "bridge_name": "br-int", "datapath_type": "netdev", "mtu": r.MTU,
-        "device": tap, "netns": vm_rig.chassis.netns, "chassis": vm_rig.host,
+        "port_filter": True, "ovs_hybrid_plug": True, "connectivity": "l2", "bridge_name": "br-int",
+        "datapath_type": "netdev", "mtu": r.MTU, "device": tap, "netns": vm_rig.chassis.netns, "chassis": vm_rig.host,
     }  # fmt: skip
+    mark = tuntap.mark(vm_rig.host, port["id"])
     link = _link(vm_rig, tap)
-    assert link is not None and link["tap"].is_tap and link["mtu"] == r.MTU
-    assert link["tap"].alias == tuntap.mark(vm_rig.host, port["id"])
+    assert link is not None and link["tap"].is_tap and link["mtu"] == r.MTU and link["tap"].alias == mark
     assert link["mac"] == "fe" + port["mac_address"][2:]  # (never the guest's own)
-    iface = _interface(vm_rig, tap)
+    # The hybrid plug, in Nova's names: the tap on a bridge of its own, a veth from it to br-int; all marked ours.
+    devices = hybrid.nic(port["id"])
+    assert [len(n) for n in devices.all()] == [14] * 4 and devices.bridge == "qbr" + port["id"][:11]
+    assert vm_rig.chassis.netns is not None
+    with netns.iproute(vm_rig.chassis.netns) as ipr:
+        found = {name: ipr.get_links(ipr.link_lookup(ifname=name)[0])[0] for name in devices.all()}
+    bridge = found[devices.bridge]["index"]
+    assert found[devices.tap].get_attr("IFLA_MASTER") == bridge == found[devices.bridge_leg].get_attr("IFLA_MASTER")
+    assert found[devices.tap].get_attr("IFLA_GROUP") == names.VM_TAP_GROUP  # (what the guard matches)
+    assert all(f.get_attr("IFLA_IFALIAS") == mark and f.get_attr("IFLA_MTU") == r.MTU for f in found.values())
+    assert guard.present(vm_rig.chassis.netns)
+    assert tap not in _on_br_int(vm_rig) and devices.switch_leg in _on_br_int(vm_rig)
+    iface = _interface(vm_rig, devices.switch_leg)
     assert iface is not None and iface["type"] == "" and iface["ofport"] > 0 and iface["error"] == ["set", []]
     ids = iface["external_ids"]
     assert ids[names.IFACE_ID] == port["id"] and ids["attached-mac"] == port["mac_address"]
@@ -213,6 +224,26 @@ def test_the_clash_gone_the_vm_is_plugged(vm_rig: Rig, vm_api: httpx.Client, vm_
     assert _link(vm_rig, clash)["tap"].alias == tuntap.mark(vm_rig.host, port["id"])  # type: ignore[index]
 
 
+def test_a_bridge_named_like_a_vms_qbr_fails_that_vm_alone_and_is_left_alone(
+    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
+) -> None:
+    ch = vm_rig.chassis
+    port = r.create(vm_api, "ports", "port", {"network_id": vm_net["id"]})
+    devices = hybrid.nic(port["id"])
+    subprocess.run(["ip", "-n", ch.netns, "link", "add", devices.bridge, "type", "bridge"], check=True)
+    try:
+        r.create(vm_api, "instances", "instance", {"name": "vm-qbr-clash", "kind": "vm", "host": vm_rig.host,
+                                                   "nets": [{"port": port["id"]}]})  # fmt: skip
+        failed = r.until(lambda: (p := r.port_of(vm_api, port["id"]))["binding:vif_type"] == "binding_failed" and p,
+                         "the clash reported")  # fmt: skip
+        assert f"a bridge named {devices.bridge} that cloudnet did not make" in failed["binding:vif_details"]["reason"]
+        r.launch(vm_api, vm_rig, "vm-qbr-bystander", [{"network": vm_net["id"]}])  # (the others converge)
+        assert _link(vm_rig, devices.tap) is None, "a tap was made though its NIC was refused"
+        assert _link(vm_rig, devices.bridge) is not None and (_link(vm_rig, devices.bridge) or {})["tap"].alias == ""
+    finally:
+        subprocess.run(["ip", "-n", ch.netns, "link", "del", devices.bridge], capture_output=True)
+
+
 # -- deletion, a compute service's VM, kill -9 --------------------------------------------------------------------
 
 
@@ -223,7 +254,9 @@ def test_deleting_a_vm_takes_its_tap_though_a_vmm_holds_it(vm_rig: Rig, vm_api: 
     held = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
         assert vm_api.delete(f"/instances/{vm['id']}").status_code == 204
-        r.until(lambda: _link(vm_rig, tap) is None and tap not in _on_br_int(vm_rig), "the held tap gone")
+        devices = hybrid.nic(vm["nets"][0]["port_id"])
+        r.until(lambda: all(_link(vm_rig, n) is None for n in devices.all()), "the held tap and its bridge gone")
+        assert devices.switch_leg not in _on_br_int(vm_rig)
         with pytest.raises(OSError):
             held.send(b"\xff" * 60)  # (the VMM's descriptor is detached: EBADFD)
         # The agent is not held up: the next VM is plugged as usual.
@@ -241,7 +274,7 @@ def test_a_vm_a_compute_service_plugs_with_a_plain_port_gets_a_tap(
     got = r.until(lambda: (p := r.port_of(vm_api, port["id"]))["status"] == "ACTIVE" and p, "the compute port ACTIVE")
     tap = vm_device(port["id"])
     assert got["binding:vif_type"] == "ovs" and got["binding:vif_details"]["device"] == tap
-    assert (_interface(vm_rig, tap) or {})["external_ids"]["vm-uuid"] == device
+    assert (_interface(vm_rig, hybrid.nic(port["id"]).switch_leg) or {})["external_ids"]["vm-uuid"] == device
     assert vm_rig.chassis.netns is not None
     end = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
@@ -259,17 +292,17 @@ def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
     vm = r.launch(vm_api, vm_rig, "vm-survivor", [{"network": vm_net["id"]}])
     port = r.port_of(vm_api, vm["nets"][0]["port_id"])
     tap = vm["nets"][0]["device"]
-    before = _link(vm_rig, tap)
-    assert before is not None and vm_rig.chassis.netns is not None
+    before = _indexes(vm_rig, port["id"])
+    assert vm_rig.chassis.netns is not None
     vmm = tapio.TapEnd(vm_rig.chassis.netns, tap)
     try:
         vm_rig.kill("agent")
         assert (tapio.ask_dhcp(vmm, port["mac_address"]) or tapio.DhcpReply(0, "", {})).yiaddr == r.v4(port)  # (OVN's)
         gone = _vm_instance_while_away(vm_api, vm_rig, vm_net)
         vm_rig.restart("agent")
-        r.until(lambda: _link(vm_rig, gone) is None, "the VM deleted while the agent was away: its tap collected")
-        after = _link(vm_rig, tap)
-        assert after is not None and after["tap"].index == before["tap"].index, "the tap was made again"
+        r.until(lambda: set(_indexes(vm_rig, gone).values()) == {None},
+                "the VM deleted while the agent was away: its tap, bridge and veth collected")  # fmt: skip
+        assert _indexes(vm_rig, port["id"]) == before, "the tap, its bridge or its veth was made again"
         assert r.port_of(vm_api, port["id"])["status"] == "ACTIVE"
         ack = tapio.ask_dhcp(vmm, port["mac_address"])
         assert ack is not None and ack.yiaddr == r.v4(port), "the running VMM lost its network"
@@ -282,17 +315,23 @@ def test_after_kill_9_of_the_agent_running_vms_keep_their_taps_and_are_adopted(
         vmm.close()
 
 
+def _indexes(vm_rig: Rig, port_id: str) -> dict[str, int | None]:
+    """The ifindex of each device of the port's NIC (None: missing)."""
+    assert vm_rig.chassis.netns is not None
+    with netns.iproute(vm_rig.chassis.netns) as ipr:
+        return {name: next(iter(ipr.link_lookup(ifname=name)), None) for name in hybrid.nic(port_id).all()}
+
+
 def _vm_instance_while_away(vm_api: httpx.Client, vm_rig: Rig, vm_net: Any) -> str:
-    """A VM whose tap is made by hand as the killed agent would have left it (marked, unplugged), then deleted
-    through the API while the agent is away: the restarted agent must collect it."""
+    """A VM whose NIC is made by hand as the killed agent would have left it (marked, not on br-int), then deleted
+    through the API while the agent is away: the restarted agent must collect it. Its port id."""
     inst = r.create(vm_api, "instances", "instance", {"name": "vm-ghost", "kind": "vm", "host": vm_rig.host,
                                                   "nets": [{"network": vm_net["id"]}]})  # fmt: skip
     port = r.port_of(vm_api, inst["nets"][0]["port_id"])
     assert vm_rig.chassis.netns is not None
-    tapdev.ensure(vm_rig.chassis.netns, vm_device(port["id"]), vm_rig.host, port["id"], port["mac_address"], r.MTU,
-                  tapdev.Owner())  # fmt: skip
+    hybrid.ensure(vm_rig.chassis.netns, vm_rig.host, port["id"], port["mac_address"], r.MTU, tapdev.Owner())
     assert vm_api.delete(f"/instances/{inst['id']}").status_code == 204
-    return vm_device(port["id"])
+    return port["id"]
 
 
 def _differences(vm_rig: Rig, vm_api: httpx.Client, store: Store) -> list[str]:
@@ -338,59 +377,3 @@ def _open_as_nobody(ns: str, name: str) -> int:
             os._exit(code)
     _pid, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
-
-
-def _pair(vm_api: httpx.Client, vm_rig: Rig, vm_net: Any, names_: tuple[str, str]) -> tuple[Any, Any, Any, Any]:
-    """Two VMs on the network: (rogue's port, victim's port, rogue's tap end, victim's tap end)."""
-    a, b = (r.launch(vm_api, vm_rig, name, [{"network": vm_net["id"]}]) for name in names_)
-    assert vm_rig.chassis.netns is not None
-    ends = [tapio.TapEnd(vm_rig.chassis.netns, vm["nets"][0]["device"]) for vm in (a, b)]
-    return r.port_of(vm_api, a["nets"][0]["port_id"]), r.port_of(vm_api, b["nets"][0]["port_id"]), ends[0], ends[1]
-
-
-def test_a_vm_running_a_dhcp_server_reaches_no_neighbour(vm_rig: Rig, vm_api: httpx.Client, vm_net: Any) -> None:
-    pa, pb, rogue, victim = _pair(vm_api, vm_rig, vm_net, ("vm-rogue", "vm-victim"))
-    try:
-
-        def v4(sport: int, dport: int, marker: bytes) -> bytes:  # (unicast, as a server offers to a client's MAC)
-            udp = frames.ipv4_udp(r.v4(pa), r.v4(pb), sport, dport, marker)
-            return frames.ethernet(pb["mac_address"], pa["mac_address"], 0x0800, udp)
-
-        def v6(sport: int, dport: int, marker: bytes) -> bytes:  # (to its global address: its group lets it in)
-            udp = frames.ipv6_udp(r.v6(pa), r.v6(pb), sport, dport, marker)
-            return frames.ethernet(pb["mac_address"], pa["mac_address"], 0x86DD, udp)
-
-        def seen(marker: bytes, within: float) -> bool:
-            return victim.wait_for(lambda f: marker in f, within) is not None
-
-        # What it sends honestly reaches the neighbour (polled: flows settle); its server's answers do not.
-        r.until(lambda: (rogue.send(v4(4000, 4001, b"hello4")), seen(b"hello4", 0.5))[1], "an IPv4 datagram")
-        r.until(lambda: (rogue.send(v6(4000, 4001, b"hello6")), seen(b"hello6", 0.5))[1], "an IPv6 datagram")
-        rogue.send(v4(67, 68, b"rogue-offer"))
-        rogue.send(v6(547, 546, b"rogue-advertise"))
-        assert not seen(b"rogue-", BLOCKED)
-    finally:
-        rogue.close()
-        victim.close()
-
-
-NO_RA_GUARD = ("OVN 23.03 lets every nd_ra through its ACL stage (ls_in_acl priority 65532: `nd || nd_ra || "
-               "nd_rs || mldv1 || mldv2` -> next, above any ACL) and port security does not look at RAs: no NB row "
-               "can stop a guest's RA")  # fmt: skip
-
-
-# (OVN 25.03: a neighbour's broadcast or multicast does not reach a VM's tap at all, see test_vm_guest.py, so this
-# test passes there without telling an RA guard from that)
-@pytest.mark.xfail(ovn_version() < (24, 0), strict=True, raises=AssertionError, reason=NO_RA_GUARD)
-def test_a_vm_sending_router_advertisements_reaches_no_neighbour(
-    vm_rig: Rig, vm_api: httpx.Client, vm_net: Any
-) -> None:
-    pa, _pb, rogue, victim = _pair(vm_api, vm_rig, vm_net, ("vm-ra", "vm-ra-victim"))
-    try:
-        mac = pa["mac_address"]
-        ra = frames.ipv6_icmp(tapio.link_local(mac), "ff02::1", frames.router_advert(mac, b"rogue-ra"))
-        rogue.send(frames.ethernet("33:33:00:00:00:01", mac, 0x86DD, ra))
-        assert victim.wait_for(lambda f: b"rogue-ra" in f, BLOCKED) is None
-    finally:
-        rogue.close()
-        victim.close()

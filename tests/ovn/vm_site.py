@@ -1,7 +1,7 @@
-"""The site of the OVN VM tests (test_vm_taps.py, test_vm_guest.py; root): `cloudnet serve` and `cloudnet agent
---dataplane ovn` as processes on a sandbox chassis (userspace datapath, in a namespace of its own; restart_rig.Rig,
-so that the agent can be killed -9), a network with IPv4 and SLAAC IPv6 behind a router (module fixtures `vm_rig`,
-`vm_api`, `vm_net`, through tests/ovn/conftest.py), and API helpers."""
+"""The site of the OVN VM tests (test_vm_taps.py, test_vm_guard.py, test_vm_guest.py; root): `cloudnet serve` and
+`cloudnet agent --dataplane ovn` as processes on a sandbox chassis (userspace datapath, in a namespace of its own;
+restart_rig.Rig, so that the agent can be killed -9), a network with IPv4 and SLAAC IPv6 behind a router (module
+fixtures `vm_rig`, `vm_api`, `vm_net`, through tests/ovn/conftest.py), and API helpers."""
 
 from __future__ import annotations
 

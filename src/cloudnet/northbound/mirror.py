@@ -11,6 +11,7 @@ or when the caller asks for it.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -42,9 +43,12 @@ class NbIdl(connection.OvsdbIdl):  # type: ignore[misc]
         self._deleted: set[uuid.UUID] = set()
         self._columns: dict[uuid.UUID, set[str]] = {}  # updated: the columns that changed
         self._yielded = time.monotonic()
+        self.global_changed = threading.Event()  # NB_Global changed (northd's sb_cfg: staging.wait_northd)
 
     def notify(self, event: str, row: Any, updates: Any = None) -> None:
         self._tables[row.uuid] = row._table.name
+        if row._table.name == "NB_Global":
+            self.global_changed.set()
         if event == ROW_UPDATE and updates is not None:
             self._columns.setdefault(row.uuid, set()).update(updates._data)
         else:
@@ -79,6 +83,10 @@ class NbIdl(connection.OvsdbIdl):  # type: ignore[misc]
                             for row_id, table in self._tables.items()}  # fmt: skip
         self._tables, self._whole, self._inserted, self._deleted, self._columns = {}, set(), set(), set(), {}
         return changed
+
+    def inserted(self) -> set[uuid.UUID]:
+        """The rows inserted since the changes were last taken (not yet in a Mirror's index)."""
+        return set(self._inserted)
 
     def forget_insert(self, row_id: uuid.UUID) -> None:
         """Drop the news of a row's insert (the echo of our own commit; updates since are kept)."""

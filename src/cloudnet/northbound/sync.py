@@ -36,6 +36,7 @@ from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
 from cloudnet.northbound.mirror import Mirror, NbIdl
+from cloudnet.northbound.staging import FENCE_WAIT, Fence, StageNewPorts, needed, wait_northd
 from cloudnet.ovn.idl import follow_leader
 from cloudnet.ovn.jsonparser import use_c_parser
 from cloudnet.store import tables as t
@@ -48,6 +49,7 @@ STANDBY = f"standby: another server process holds NB's writer lock ({WRITER_LOCK
 ROW_BUDGET = 0.002  # seconds a pass's transaction may take a row, beyond `timeout` (a first pass writes them all)
 RECONNECT_POLL = 0.1  # seconds between looks at an IDL that is reconnecting
 RETRY = 0.25  # seconds between the IDL's connection attempts (a few writers: each member sees 4 a second at most)
+LSP_KEY = "lsp/"  # (desired.port_row's keys)
 FULL_EVERY = 600.0  # seconds: a pass reads and compares every row at least this often (besides start, reconnect)
 
 
@@ -108,6 +110,7 @@ class NorthboundSync:
         self._done = threading.Condition()
         self._api: _NbApi | None = None
         self._mirror = Mirror()
+        self._staging = False  # (staging.needed(): set on each connect, from NB's schema)
         self._thread = threading.Thread(target=self._run, name="northbound-sync", daemon=True)
         store.changes.watch(self._changed)
 
@@ -154,6 +157,7 @@ class NorthboundSync:
     def _connect(self) -> _NbApi:
         use_c_parser()  # (big rows: parsing their updates in Python would dominate every pass)
         idl = NbIdl.from_server(self.nb_url, "OVN_Northbound")
+        self._staging = needed(idl._db.version)
         idl.set_lock(WRITER_LOCK)  # (before the connection's thread runs the IDL; asked again on every reconnect)
         follow_leader(idl, RETRY)  # (NB may be a cluster: every member's remote, its new leader found at once)
         return _NbApi(connection.Connection(idl=idl, timeout=self.timeout))
@@ -243,9 +247,28 @@ class NorthboundSync:
     def _commit(self, rows: list[desired_rows.Row], full: bool, hint: set[str] | None) -> Report:
         assert self._api is not None
         timeout = self.timeout + ROW_BUDGET * len(rows)
+        # New ports first (staging.py says why): on any pass that may add one (a full one: a retry, a repair too).
+        if self._staging and (full or hint is None or any(key.startswith(LSP_KEY) for key in hint)):
+            if full:  # (what a failed pass or someone else wrote: taken in by northd before the new ports)
+                self._fence(StageNewPorts(self._api, rows, self._mirror, insert=False), timeout)
+            staged = self._fence(StageNewPorts(self._api, rows, self._mirror, insert=True), timeout)
+            if staged:
+                log.debug("northbound: %d new port(s) staged, disabled", staged)
         with self._api.transaction(check_error=True, timeout=timeout) as txn:
             command = txn.add(ApplyRows(self._api, rows, self._mirror, full, hint))
-        return command.result if isinstance(command.result, Report) else Report()
+        report = command.result if isinstance(command.result, Report) else Report()
+        if self._staging and report:  # (northd takes these in before the next pass's new ports)
+            self._fence(Fence(self._api), timeout)
+        return report
+
+    def _fence(self, command: StageNewPorts | Fence, timeout: float) -> int:
+        """Run a staging step or a fence; wait until northd has taken it in (when it wrote anything). Its result."""
+        assert self._api is not None
+        with self._api.transaction(check_error=True, timeout=timeout) as txn:
+            txn.add(command)
+        if command.target is not None and not wait_northd(self._api, self._api.idl.global_changed, command.target):
+            log.warning("northbound: ovn-northd did not take in NB changes within %g s", FENCE_WAIT)
+        return int(command.result or 0)
 
     def _report(self, report: Report, *, reconnected: bool, drift: bool, first: bool) -> None:
         if first:

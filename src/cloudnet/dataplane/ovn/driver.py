@@ -5,7 +5,7 @@ what is left to a chassis is the edge:
 
     instance netns:  ethN (MAC, MTU, addresses, routes) --veth-- cno-<port>  ┐ br-int (iface-id = port id)
     metadata netns:  md0 (metadata port's IPs, 169.254.169.254) --veth-- cnl-<port>  ┤ (the network's localport)
-    VM (its VMM):    virtio NIC (MAC) --tap<port id>: a persistent tap (vm_ports.py) ┘
+    VM (its VMM):    virtio NIC (MAC) --tap<port id> -[qbr<port id>]- qvb ==veth== qvo<port id> ┘ (vm_ports.py)
     --uplink PHYSNET:IFACE:  IFACE a port of br-PHYSNET, named in ovn-bridge-mappings (uplinks.py)
 
 Everything is applied from the desired state, idempotently, each instance and each network a step (steps.py);

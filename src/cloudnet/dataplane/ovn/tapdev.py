@@ -1,8 +1,9 @@
 """Persistent tap devices for VM NICs: made with the tun driver's ioctls (as `ip tuntap add` and Nova's
 create_tap_dev do), owned by a configured user and group so that an unprivileged VMM may open them, and marked as
-cloudnet's by their alias (kernel/tuntap.mark, as the Linux driver's): the mark is set before the device is made
-persistent, so a crash in between leaves nothing (a non-persistent tap goes with the descriptor that made it), and
-a device without it is never taken, reused or removed, whatever its name.
+cloudnet's by their alias (kernel/tuntap.mark, as the Linux driver's) and put in the VM tap group (names.VM_TAP_GROUP,
+which the guard matches: guard.py), both while the tap is down and before it is made persistent, so a crash in
+between leaves nothing (a non-persistent tap goes with the descriptor that made it), and a device without the mark
+is never taken, reused or removed, whatever its name.
 
 The device is made without multiqueue and without a vnet header: a VMM attaches with the flags it wants (the
 vnet header is chosen per attach; multiqueue must match, and QEMU asks for it only with `queues=`).
@@ -18,6 +19,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cloudnet.dataplane.kernel import netns, tuntap
+from cloudnet.dataplane.ovn import names
 
 TUN_TYPE_TAP = 2
 ENODEV = 19
@@ -73,15 +75,16 @@ def find(ipr: IPRoute, name: str) -> Tap | None:
 
 
 def ensure(ns: str, name: str, host: str, port_id: str, mac: str, mtu: int, owner: Owner) -> bool:
-    """The tap `name` in namespace `ns`, marked for (host, port), up, with this MTU; made when missing (True then).
-    NotOurs when a device of that name is not one this host marked for this port."""
+    """The tap `name` in namespace `ns`, marked for (host, port), in the VM tap group (the guard's), with this MTU;
+    made down when missing (True then; hybrid.py sets it up once it is filtered). NotOurs when a device of that name
+    is not one this host marked for this port."""
     with netns.iproute(ns) as ipr:
         found = find(ipr, name)
         if found is not None:
             if not (found.is_tap and found.alias == tuntap.mark(host, port_id)):
                 what = "a tap" if found.is_tap else "a device"
                 raise NotOurs(f"{what} named {name} that cloudnet did not make is in the way (left alone)")
-            ipr.link("set", index=found.index, mtu=mtu, state="up")
+            ipr.link("set", index=found.index, mtu=mtu, group=names.VM_TAP_GROUP)
             return False
         _create(ns, ipr, name, tuntap.mark(host, port_id), host_mac(mac), mtu, owner)
         return True
@@ -90,7 +93,7 @@ def ensure(ns: str, name: str, host: str, port_id: str, mac: str, mtu: int, owne
 def _create(ns: str, ipr: IPRoute, name: str, alias: str, mac: str, mtu: int, owner: Owner) -> None:
     def mark_it() -> None:  # (marked before it persists: an unmarked tap of ours never outlives the make)
         (index,) = ipr.link_lookup(ifname=name)
-        ipr.link("set", index=index, ifalias=alias, address=mac, mtu=mtu, state="up")
+        ipr.link("set", index=index, ifalias=alias, address=mac, mtu=mtu, group=names.VM_TAP_GROUP)
 
     tuntap.make_persistent(name, owner.uid, owner.gid, ns=ns, exclusive=False, before_persist=mark_it)
 
