@@ -16,7 +16,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cloudnet.config import ServerConfig
-from cloudnet.pki import cloud, x509
+from cloudnet.pki import cloud, tls, x509
 from cloudnet.pki.tls import PEER_KEY, Peer, ServerFiles
 
 log = logging.getLogger("cloudnet.server")
@@ -47,6 +47,9 @@ def server_names(config: ServerConfig) -> list[str]:
     names = list(config.tls_sans)
     if config.host not in WILDCARDS:
         names.append(config.host)
+    metadata_host = config.metadata_listen.rpartition(":")[0].strip("[]")  # (relays verify its listener by name)
+    if metadata_host not in WILDCARDS and not config.metadata_listen.startswith("unix:"):
+        names.append(metadata_host)
     names += [socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", "::1"]
     if config.host in WILDCARDS:
         with contextlib.suppress(OSError):
@@ -90,6 +93,16 @@ class LoggedHandshake(ssl.SSLObject):
             log.warning("TLS handshake refused: the client's certificate did not verify against the CA (%s)",
                         exc.verify_message)  # fmt: skip
             raise
+
+
+def metadata_context(files: ServerFiles) -> ssl.SSLContext:
+    """The metadata listener's TLS: the API's certificate, and a host certificate of the CA required of every client.
+    Its only clients are agents' relays (each has its host's certificate), and it hands out user_data and
+    passwords: a client the CA never signed for does not get past the handshake, whatever it knows of the
+    shared signing secret (the HMAC check on each request stays)."""
+    context = tls.server_context(files, ssl.CERT_REQUIRED)
+    context.sslobject_class = LoggedHandshake
+    return context
 
 
 def _logged(_config: object, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:

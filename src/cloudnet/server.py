@@ -10,6 +10,7 @@ import logging
 import secrets
 import signal
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,12 +23,14 @@ from cloudnet.agent.run import start_in_thread
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
+from cloudnet.errors import CloudnetError
 from cloudnet.metadata import service as metadata_service
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.ovn.daemons import OvnError
-from cloudnet.pki import cloud
+from cloudnet.pki import cloud, x509
 from cloudnet.pki.tls import ServerFiles
 from cloudnet.pki.x509 import Authority, PkiError
+from cloudnet.services import host_join
 from cloudnet.services.context import Context, Role
 from cloudnet.services.keystone import TokenSigner
 from cloudnet.store.db import Store
@@ -96,6 +99,7 @@ class _Metadata:
     server: HttpServer
     sock: socket.socket
     listen: metadata_service.Listen
+    tls: ssl.SSLContext | None  # (TLS when the API has it, on TCP: it crosses the underlay)
 
     def close(self) -> None:
         self.sock.close()
@@ -144,7 +148,7 @@ def prepare_tls(config: ServerConfig) -> tuple[Authority, ServerFiles | None]:
     return ca, files
 
 
-def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
+def prepare_metadata(config: ServerConfig, store: Store, files: ServerFiles | None) -> _Metadata | None:
     """The metadata API of this process (None when `metadata_listen` is off): secret, settings, socket."""
     try:
         # Read even with the metadata API off: the API's config drives answer the same (create_app reads it too).
@@ -153,10 +157,29 @@ def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
         if listen is None:
             return None
         secret = signing.load_or_create_secret(config.metadata_secret_file)
+        context = None if files is None or listen.path is not None else api_tls.metadata_context(files)
         sock = metadata_service.bind(listen)
-    except (signing.SecretError, metadata_service.MetadataConfigError) as exc:
+    except (signing.SecretError, metadata_service.MetadataConfigError, ssl.SSLError) as exc:
         raise StartupError(str(exc)) from None
-    return _Metadata(HttpServer(MetadataApp(store, secret, settings)), sock, listen)
+    return _Metadata(HttpServer(MetadataApp(store, secret, settings)), sock, listen, context)
+
+
+def own_agent_tls(config: ServerConfig, store: Store, ca: Authority, files: ServerFiles, agent: AgentConfig,
+                  metadata_tls: bool) -> None:  # fmt: skip
+    """This host's agent verifies the API as any other (its token is the server's own); with the metadata listener
+    on TLS its relay needs a host certificate too: signed (and recorded, so revocable) at every start."""
+    agent.server, agent.ca_file = agent.server.replace("http://", "https://", 1), files.ca
+    if not metadata_tls or agent.metadata_url is None or not agent.metadata_url.startswith("http://"):
+        return
+    try:
+        key = x509.new_key()
+        cert = host_join.sign_own(store, ca, agent.host, x509.load_csr(x509.new_csr(agent.host, key).decode()))
+    except (PkiError, CloudnetError) as exc:
+        raise StartupError(f"cannot make a certificate for host {agent.host}'s agent: {exc}") from None
+    agent.cert_file, agent.key_file = config.pki_dir / "agent.crt", config.pki_dir / "agent.key"
+    x509.write_private(agent.key_file, x509.key_pem(key))
+    x509.write_private(agent.cert_file, x509.cert_pem(cert))
+    agent.metadata_url = agent.metadata_url.replace("http://", "https://", 1)
 
 
 def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None) -> None:
@@ -168,7 +191,7 @@ def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None) -> No
 
     async def both() -> None:
         tasks = [asyncio.ensure_future(server.serve(sockets=[sock])),
-                 asyncio.ensure_future(metadata.server.serve(metadata.sock))]  # fmt: skip
+                 asyncio.ensure_future(metadata.server.serve(metadata.sock, metadata.tls))]  # fmt: skip
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         server.should_exit = True
         metadata.server.stop()
@@ -196,7 +219,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         store, auth = prepare(config, internal)
         try:
             ca, tls = prepare_tls(config)
-            metadata = prepare_metadata(config, store)
+            metadata = prepare_metadata(config, store, tls)
         except StartupError:
             store.dispose()
             raise
@@ -208,7 +231,8 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     log.info("cloudnet API on %s://%s:%d/v2.0 (state %s, db %s)", scheme, config.host, config.port,
              config.state_dir, store.dialect)  # fmt: skip
     if metadata is not None:
-        log.info("metadata API on %s (signed requests from agents only)", metadata.listen)
+        log.info("metadata API on %s (signed requests from agents only%s)", metadata.listen,
+                 ", over TLS with their host certificates" if metadata.tls else "")  # fmt: skip
     server = _Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
                        loop="uvloop", timeout_graceful_shutdown=5, **api_tls.uvicorn_options(tls))
@@ -229,8 +253,8 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         if agent is not None and ovn.chassis is not None:  # this host's agent drives its chassis
             agent.dataplane, agent.ovn_sb, agent.ovs_db = "ovn", ovn.sb_url, ovn.chassis.ovs_url
     if agent is not None:
-        if tls is not None:  # this host's agent verifies the API as any other (its token is the server's own)
-            agent.server, agent.ca_file = agent.server.replace("http://", "https://", 1), tls.ca
+        if tls is not None:
+            own_agent_tls(config, store, ca, tls, agent, metadata is not None and metadata.tls is not None)
         running, _thread = start_in_thread(agent)
         url = f"{scheme}://{config.host}:{config.port}"
         print(

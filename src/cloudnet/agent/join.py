@@ -61,14 +61,15 @@ def load(state_dir: Path) -> Joined | None:
 
 
 def _metadata_url(listen: str | None, server: str) -> str | None:
-    """The metadata API as this host reaches it: the server's HOST:PORT, a wildcard host being the API's host."""
+    """The metadata API as this host reaches it: the server's HOST:PORT, a wildcard host being the API's host; over
+    TLS (a server that takes joins has TLS, and its metadata listener too)."""
     if not listen or listen == "off" or listen.startswith("unix:"):
         return None  # (a unix socket is the server host's own)
     host, _, port = listen.rpartition(":")
     if host in WILDCARD_HOSTS:
         host = urlsplit(server).hostname or ""
         host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{port}"
+    return f"https://{host}:{port}"
 
 
 def _refusal(r: httpx.Response) -> str:

@@ -12,6 +12,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from cryptography.x509 import Certificate, CertificateSigningRequest
 from pydantic import Field
 from sqlalchemy import select, update
 
@@ -22,7 +23,7 @@ from cloudnet.services.context import Context
 from cloudnet.services.hosts import admin_only
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
-from cloudnet.store.db import Store
+from cloudnet.store.db import Store, Tx
 
 log = logging.getLogger(__name__)
 J = t.join_tokens
@@ -105,15 +106,28 @@ def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, 
         ).rowcount
         if not spent:  # another redeemer won the race
             raise _refuse(token.id, spec.host, "the token was used already")
-        try:
-            cert = ca.host_cert(spec.host, csr)
-        except x509.PkiError as exc:
-            raise BadRequest(str(exc)) from None
-        tx.conn.execute(C.insert().values(serial=serial_key(cert.serial_number), host=spec.host, issued_at=tx.now,
-                                          not_after=cert.not_valid_after_utc.replace(tzinfo=None),
-                                          revoked_at=None))  # fmt: skip
+        cert = _sign(tx, ca, spec.host, csr)
     log.info("host %s joined with token %s: certificate %x", spec.host, token.id, cert.serial_number)
     return {"host": spec.host, "certificate": x509.cert_pem(cert).decode()}
+
+
+def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest) -> Certificate:
+    """Sign `csr`'s key for `host` and record the certificate (the API accepts it while its row is unrevoked)."""
+    try:
+        cert = ca.host_cert(host, csr)
+    except x509.PkiError as exc:
+        raise BadRequest(str(exc)) from None
+    tx.conn.execute(C.insert().values(serial=serial_key(cert.serial_number), host=host, issued_at=tx.now,
+                                      not_after=cert.not_valid_after_utc.replace(tzinfo=None),
+                                      revoked_at=None))  # fmt: skip
+    return cert
+
+
+def sign_own(store: Store, ca: x509.Authority, host: str, csr: CertificateSigningRequest) -> Certificate:
+    """The certificate of the agent `cloudnet up` runs beside the server (it joins with no token: it is the
+    server's own)."""
+    with store.write() as tx:
+        return _sign(tx, ca, host, csr)
 
 
 def revoke_host(store: Store, ctx: Context, host: str) -> int:

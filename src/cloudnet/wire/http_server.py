@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 
 from cloudnet.wire.http1 import MAX_HEAD
 from cloudnet.wire.http_connection import Application, Connection, Gate
@@ -81,8 +82,8 @@ class HttpServer:
             with contextlib.suppress(RuntimeError):  # the loop already closed: nothing is serving
                 self._loop.call_soon_threadsafe(self._stopping.set)
 
-    async def serve(self, sock: socket.socket) -> None:
-        """Serve connections on the listening socket (TCP or Unix) until `stop()`."""
+    async def serve(self, sock: socket.socket, tls: ssl.SSLContext | None = None) -> None:
+        """Serve connections on the listening socket (TCP or Unix; over TLS with `tls`) until `stop()`."""
         loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._loop = loop
@@ -91,7 +92,7 @@ class HttpServer:
         listener: asyncio.Server | None = None
         sweeper = loop.create_task(self._sweep())
         try:
-            listener = await loop.create_server(lambda: Connection(self), sock=sock, backlog=BACKLOG)
+            listener = await loop.create_server(lambda: Connection(self), sock=sock, backlog=BACKLOG, ssl=tls)
             self._serving = True
             if not self._stop_requested:
                 await self._stopping.wait()
