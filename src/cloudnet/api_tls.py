@@ -16,7 +16,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cloudnet.config import ServerConfig
-from cloudnet.pki import cloud, tls, x509
+from cloudnet.pki import cloud, rotation, tls, x509
 from cloudnet.pki.tls import PEER_KEY, Peer, ServerFiles
 
 log = logging.getLogger("cloudnet.server")
@@ -105,17 +105,29 @@ def metadata_context(files: ServerFiles) -> ssl.SSLContext:
     return context
 
 
-def _logged(_config: object, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    context = default()
-    context.sslobject_class = LoggedHandshake
-    return context
-
-
-def uvicorn_options(files: ServerFiles | None) -> dict[str, Any]:
+def uvicorn_options(files: ServerFiles | None, reloader: rotation.Reloader | None = None) -> dict[str, Any]:
     """uvicorn.Config's TLS arguments: client certificates optional (users' bearer tokens work from any client),
-    but one that is sent must chain to the CA or the handshake fails (and is logged)."""
+    but one that is sent must chain to the CA or the handshake fails (and is logged). The context uvicorn makes goes
+    to `reloader`, which loads a renewed certificate into it in place."""
     if files is None:
         return {"http": "httptools"}
+
+    def logged(_config: object, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        context = default()
+        context.sslobject_class = LoggedHandshake
+        if reloader is not None:
+            reloader.contexts.append(context)
+        return context
+
     return {"http": PeerProtocol, "ssl_certfile": str(files.cert), "ssl_keyfile": str(files.key),
             "ssl_ca_certs": str(files.ca), "ssl_cert_reqs": ssl.CERT_OPTIONAL,
-            "ssl_context_factory": _logged}  # fmt: skip
+            "ssl_context_factory": logged}  # fmt: skip
+
+
+def renew_if_due(config: ServerConfig, ca: x509.Authority, files: ServerFiles) -> bool:
+    """Make the listener's certificate again once 2/3 of its lifetime is gone (only one made here: a given one is
+    its maker's to renew); the reloader then takes it in."""
+    if config.tls_cert is not None or rotation.seconds_to_renewal(x509.load_cert(files.cert)) > 0:
+        return False
+    server_files(config, ca)
+    return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import secrets
@@ -28,6 +29,7 @@ from cloudnet.metadata import service as metadata_service
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.ovn.daemons import OvnError
 from cloudnet.pki import cloud, x509
+from cloudnet.pki.rotation import Reloader
 from cloudnet.pki.tls import ServerFiles
 from cloudnet.pki.x509 import Authority, PkiError
 from cloudnet.services import host_join
@@ -39,6 +41,8 @@ from cloudnet.wire import signing
 from cloudnet.wire.http_server import HttpServer
 
 log = logging.getLogger("cloudnet.server")
+RELOAD_INTERVAL = 1.0  # seconds: how soon a renewed certificate file is taken in (or after SIGHUP)
+RENEW_INTERVAL = 3600.0  # seconds between checks whether a certificate made here is due for renewal
 
 
 class StartupError(RuntimeError):
@@ -61,6 +65,7 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, companions: list[Callable[[], None]] | None = None) -> None:
         super().__init__(config)
         self.companions = companions or []
+        self.reloader: Reloader | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -68,6 +73,8 @@ class _Server(uvicorn.Server):
             yield
             return
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if self.reloader is not None:  # re-read the certificate files now (the rotation task does it)
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: self.reloader and self.reloader.request())
         try:
             yield
         finally:
@@ -182,19 +189,44 @@ def own_agent_tls(config: ServerConfig, store: Store, ca: Authority, files: Serv
     agent.metadata_url = agent.metadata_url.replace("http://", "https://", 1)
 
 
-def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None) -> None:
-    """Both servers on one loop until a signal (or either one failing) stops them both."""
-    if metadata is None:
-        server.run(sockets=[sock])
-        return
-    server.companions.append(metadata.server.stop)
+async def _rotate(reloader: Reloader, renewals: list[Callable[[], bool]]) -> None:
+    """Take renewed certificates into the live listeners: re-read when their files change or on SIGHUP (checked
+    every RELOAD_INTERVAL), and the certificates made here made again when due (checked every RENEW_INTERVAL)."""
+    ticks = 0
+    while True:
+        await asyncio.sleep(RELOAD_INTERVAL)
+        ticks += 1
+        if ticks * RELOAD_INTERVAL >= RENEW_INTERVAL:
+            ticks = 0
+            for renew in renewals:
+                try:
+                    if renew():
+                        log.info("a certificate made here was due for renewal: made again")
+                except (PkiError, OSError) as exc:
+                    log.warning("certificate renewal failed (retried in %g s): %s", RENEW_INTERVAL, exc)
+        reloader.check()
+
+
+def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None, rotate: Reloader | None,
+         renewals: list[Callable[[], bool]]) -> None:  # fmt: skip
+    """Both servers on one loop until a signal (or either one failing) stops them both; beside them the rotation
+    of their certificate (with `rotate`)."""
+    if metadata is not None:
+        server.companions.append(metadata.server.stop)
+    if rotate is not None:
+        server.reloader = rotate  # (SIGHUP)
 
     async def both() -> None:
-        tasks = [asyncio.ensure_future(server.serve(sockets=[sock])),
-                 asyncio.ensure_future(metadata.server.serve(metadata.sock, metadata.tls))]  # fmt: skip
+        tasks = [asyncio.ensure_future(server.serve(sockets=[sock]))]
+        if metadata is not None:
+            tasks.append(asyncio.ensure_future(metadata.server.serve(metadata.sock, metadata.tls)))
+        rotating = None if rotate is None else asyncio.ensure_future(_rotate(rotate, renewals))
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         server.should_exit = True
-        metadata.server.stop()
+        if metadata is not None:
+            metadata.server.stop()
+        if rotating is not None:
+            rotating.cancel()
         await asyncio.gather(*tasks)
 
     with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
@@ -233,9 +265,12 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     if metadata is not None:
         log.info("metadata API on %s (signed requests from agents only%s)", metadata.listen,
                  ", over TLS with their host certificates" if metadata.tls else "")  # fmt: skip
+    reloader = None if tls is None else Reloader(tls.cert, tls.key)  # the API's and the metadata listener's
+    if reloader is not None and metadata is not None and metadata.tls is not None:
+        reloader.contexts.append(metadata.tls)
     server = _Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
-                       loop="uvloop", timeout_graceful_shutdown=5, **api_tls.uvicorn_options(tls))
+                       loop="uvloop", timeout_graceful_shutdown=5, **api_tls.uvicorn_options(tls, reloader))
     )  # fmt: skip
     running = ovn = None
     if config.dataplane == "ovn":
@@ -275,7 +310,12 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
                 stops.append(companion.start(tokens[companion.name]))
             except OSError as exc:
                 raise StartupError(f"{companion.name} did not start: {exc.strerror or exc}") from None
-        _run(server, sock, metadata)
+        renewals: list[Callable[[], bool]] = []
+        if tls is not None:
+            renewals.append(functools.partial(api_tls.renew_if_due, config, ca, tls))
+            if ovn is not None and ovn.own_central:
+                renewals.append(functools.partial(ovn_stack.renew_ssl_if_due, config))
+        _run(server, sock, metadata, reloader, renewals)
     finally:
         for stop in stops:
             stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -128,3 +129,33 @@ def join(server: str, token_text: str, host: str, state_dir: Path, timeout: floa
     x509.write_private(Joined.dir(state_dir) / "joined.json", json.dumps(asdict(joined)).encode())
     log.info("joined %s as host %s (certificate %x)", server, host, cert.serial_number)
     return joined
+
+
+def renew(state_dir: Path, context: ssl.SSLContext, timeout: float = 30.0) -> x509.Certificate:
+    """A new certificate for a new key of this host, asked over its current certificate (in `context`, the one the
+    agent's connections use): the pair replaces the files under <state>/join/ (ovn-controller re-reads them when they
+    change), then `context` takes it in place, so new handshakes present it and open connections go on."""
+    saved = load(state_dir)
+    if saved is None:
+        raise JoinError("this host never joined with a token: it has no certificate to renew")
+    ca_path, cert_path, key_path, _secret = Joined.files(state_dir)
+    key = x509.new_key()
+    body = {"certificate": {"csr": x509.new_csr(saved.host, key).decode()}}
+    url = saved.server + join_token.RENEW_PATH.format(name=saved.host)
+    try:
+        r = httpx.post(url, json=body, verify=context, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise JoinError(f"cannot reach {saved.server} to renew: {exc}") from None
+    if r.status_code != 201:
+        raise JoinError(f"the server refused the renewal: {_refusal(r)}")
+    cert = x509.parse_cert(str(r.json()["certificate"]["certificate"]).encode())
+    if not x509.signed_by(cert, x509.load_cert(ca_path)) or cert.public_key() != key.public_key():
+        raise JoinError("the renewed certificate is not the CA's, or not for the key sent")
+    x509.write_private(key_path.with_name("host.key.new"), x509.key_pem(key))
+    x509.write_private(cert_path.with_name("host.crt.new"), x509.cert_pem(cert))
+    context.load_cert_chain(cert_path.with_name("host.crt.new"), key_path.with_name("host.key.new"))
+    key_path.with_name("host.key.new").replace(key_path)  # (each file replaced whole: never half of either)
+    cert_path.with_name("host.crt.new").replace(cert_path)
+    log.info("host %s renewed its certificate: now %x, valid until %s", saved.host, cert.serial_number,
+             cert.not_valid_after_utc)  # fmt: skip
+    return cert

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from cryptography.x509 import Certificate, CertificateSigningRequest
+from cryptography.x509.oid import NameOID
 from pydantic import Field
 from sqlalchemy import select, update
 
@@ -35,6 +36,11 @@ MAX_TTL = 7 * 86400
 class JoinRefused(CloudnetError):
     status = 403
     type = "JoinRefused"
+
+
+class RenewalRefused(CloudnetError):
+    status = 403
+    type = "RenewalRefused"
 
 
 class TokenRequest(Body):
@@ -74,6 +80,11 @@ def issue_token(store: Store, ctx: Context, host: str, body: dict[str, Any], ca_
 def _refuse(token_id: str, host: str, why: str) -> JoinRefused:
     log.warning("join refused: token %s for host %s: %s", token_id, host, why)
     return JoinRefused(f"Join refused: {why}")
+
+
+def _refuse_renewal(host: str, why: str) -> RenewalRefused:
+    log.warning("certificate renewal refused: host %s: %s", host, why)
+    return RenewalRefused(f"Renewal refused: {why}")
 
 
 def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, Any]:
@@ -121,6 +132,34 @@ def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest)
                                       not_after=cert.not_valid_after_utc.replace(tzinfo=None),
                                       revoked_at=None))  # fmt: skip
     return cert
+
+
+class RenewRequest(Body):
+    csr: str = Field(max_length=8192)
+
+
+def renew(store: Store, ca: x509.Authority, peer_host: str, peer_serial: int, host: str, body: dict[str, Any]
+          ) -> dict[str, Any]:  # fmt: skip
+    """A new certificate of `host` for the request's key, asked over the host's current certificate (`peer_*`):
+    refused (403, logged) for another host, a CSR naming another host, or a certificate that is unknown or revoked
+    by now. The current certificate stays valid until it expires: connections made with it go on."""
+    spec = parse(RenewRequest, body)
+    if peer_host != host:
+        raise _refuse_renewal(host, f"host {peer_host}'s certificate may not renew host {host}'s")
+    try:
+        csr = x509.load_csr(spec.csr)
+    except x509.PkiError as exc:
+        raise BadRequest(str(exc)) from None
+    names = [a.value for a in csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if names != [host]:
+        raise _refuse_renewal(host, f"the certificate request names {names or 'no host'}, not {host}")
+    with store.write() as tx:
+        row = tx.conn.execute(select(C.c.host, C.c.revoked_at).where(C.c.serial == serial_key(peer_serial))).first()
+        if row is None or row.host != host or row.revoked_at is not None:
+            raise _refuse_renewal(host, f"certificate {peer_serial:x} is not a valid certificate of {host}")
+        cert = _sign(tx, ca, host, csr)
+    log.info("host %s renewed its certificate %x: now %x", host, peer_serial, cert.serial_number)
+    return {"host": host, "certificate": x509.cert_pem(cert).decode()}
 
 
 def sign_own(store: Store, ca: x509.Authority, host: str, csr: CertificateSigningRequest) -> Certificate:
