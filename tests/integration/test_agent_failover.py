@@ -16,7 +16,7 @@ import pytest
 from cloudnet.agent.client import servers_of
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
-from tests.support.process import CLOUDNET, serve
+from tests.support.process import CLOUDNET, serve, stop
 
 OPTIONS = ("--metadata-listen", "off", "--pool-min", "0")
 
@@ -78,12 +78,7 @@ def test_the_agent_converges_through_the_other_server_when_one_is_killed(db_url:
 
             _until("the deleted instance was not unplugged", unplugged, agent, log)
         finally:
-            agent.terminate()
-            try:
-                agent.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
+            stop(agent)
             LinuxDataplane(host).teardown()
             for ns in namespaces:
                 netns.remove(ns)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +24,17 @@ def free_port() -> int:
 
 
 @contextmanager
+def stop(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within `timeout` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def serve(state: Path, *extra: str, command: str = "serve") -> Iterator[tuple[subprocess.Popen[str], str]]:
     """Start `cloudnet serve` (or `up`) on a free loopback port; yields (process, base URL) once the API answers."""
     port = free_port()
