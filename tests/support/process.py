@@ -23,7 +23,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextmanager
 def stop(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
     """SIGTERM, and SIGKILL if it has not exited within `timeout` seconds."""
     if proc.poll() is None:
@@ -35,6 +34,7 @@ def stop(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
             proc.wait()
 
 
+@contextmanager
 def serve(state: Path, *extra: str, command: str = "serve") -> Iterator[tuple[subprocess.Popen[str], str]]:
     """Start `cloudnet serve` (or `up`) on a free loopback port; yields (process, base URL) once the API answers."""
     port = free_port()
