@@ -26,6 +26,7 @@ from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.errors import CloudnetError
 from cloudnet.metadata import service as metadata_service
+from cloudnet.metadata.peers import HostCertificates
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.ovn.daemons import OvnError
 from cloudnet.pki import cloud, x509
@@ -107,8 +108,15 @@ class _Metadata:
     sock: socket.socket
     listen: metadata_service.Listen
     tls: ssl.SSLContext | None  # (TLS when the API has it, on TCP: it crosses the underlay)
+    certificates: HostCertificates | None
+
+    def start(self) -> None:
+        if self.certificates is not None:
+            self.certificates.start()
 
     def close(self) -> None:
+        if self.certificates is not None:
+            self.certificates.stop()
         self.sock.close()
         if self.listen.path is not None:
             self.listen.path.unlink(missing_ok=True)
@@ -168,7 +176,9 @@ def prepare_metadata(config: ServerConfig, store: Store, files: ServerFiles | No
         sock = metadata_service.bind(listen)
     except (signing.SecretError, metadata_service.MetadataConfigError, ssl.SSLError) as exc:
         raise StartupError(str(exc)) from None
-    return _Metadata(HttpServer(MetadataApp(store, secret, settings)), sock, listen, context)
+    certificates = None if context is None else HostCertificates(store)  # (revoked hosts refused here too)
+    server = HttpServer(MetadataApp(store, secret, settings), certificates=certificates)
+    return _Metadata(server, sock, listen, context, certificates)
 
 
 def own_agent_tls(config: ServerConfig, store: Store, ca: Authority, files: ServerFiles, agent: AgentConfig,
@@ -219,6 +229,7 @@ def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None, rotat
     async def both() -> None:
         tasks = [asyncio.ensure_future(server.serve(sockets=[sock]))]
         if metadata is not None:
+            metadata.start()
             tasks.append(asyncio.ensure_future(metadata.server.serve(metadata.sock, metadata.tls)))
         rotating = None if rotate is None else asyncio.ensure_future(_rotate(rotate, renewals))
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

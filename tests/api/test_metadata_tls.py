@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -156,3 +157,30 @@ def test_signed_requests_without_a_certificate_or_in_plain_http_get_nothing(site
         s.sendall(request)
         got = _read_all(s)
     assert got.startswith(b"HTTP/1.1 200") and b"over-tls" in got, got
+
+
+def test_a_removed_hosts_relay_is_refused_its_open_connections_too(site: Site) -> None:
+    _ca, crt, key, _secret = site.files
+    proxy = site.relay(site.relay_context((crt, key)))
+    try:
+        assert guest_get(site.guest_ns, "/openstack/latest/user_data") == (200, USER_DATA.encode())
+        with site.server.client() as admin:  # revoked while the relay holds a kept-alive connection
+            assert admin.post(f"/hosts/{site.host}/remove").status_code == 200
+        deadline = time.monotonic() + 15
+        while (got := guest_get(site.guest_ns, "/openstack/latest/user_data"))[0] != 503:
+            assert got == (200, USER_DATA.encode()), got
+            assert time.monotonic() < deadline, "a removed host's relay is still served"
+            time.sleep(0.1)
+    finally:
+        proxy.close()
+    site.server.until_logged(f"of host {site.host} was revoked")
+    addr = urlsplit(site.metadata_url)
+    assert addr.hostname is not None and addr.port is not None
+    with socket.create_connection((addr.hostname, addr.port), timeout=10) as raw:  # a new connection: nothing
+        try:
+            with site.relay_context((crt, key)).wrap_socket(raw, server_hostname=addr.hostname) as s:
+                s.sendall(_signed_request(site))
+                got_raw = _read_all(s)
+        except (ssl.SSLError, OSError):
+            got_raw = b""
+    assert b"HTTP/" not in got_raw and b"over-tls" not in got_raw, got_raw

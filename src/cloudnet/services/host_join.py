@@ -195,3 +195,10 @@ def peer_refusal(store: Store, serial: int, host: str, instance_id: str | None) 
             if bound is not None and bound != host:
                 return f"host {host} may not act for instance {instance_id} (bound to another host)"
     return None
+
+
+def certificate_table(store: Store) -> dict[int, tuple[str, bool]]:
+    """Every certificate the CA signed for a host: serial -> (host, revoked)."""
+    with store.read() as conn:
+        rows = conn.execute(select(C.c.serial, C.c.host, C.c.revoked_at)).all()
+    return {int(row.serial, 16): (row.host, row.revoked_at is not None) for row in rows}

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+from collections.abc import Callable
 
 from cloudnet.wire.http1 import MAX_HEAD
 from cloudnet.wire.http_connection import Application, Connection, Gate
@@ -55,9 +56,11 @@ class HttpServer:
         max_head: int = MAX_HEAD,
         max_body: int = MAX_BODY,
         gate: Gate | None = None,
+        certificates: Callable[[bytes | None], str | None] | None = None,
     ) -> None:
         self.app = app
         self.gate = gate
+        self.certificates = certificates  # (see http_connection.Serving)
         self.idle_timeout = idle_timeout
         self.grace = grace
         self.max_head = max_head
@@ -130,7 +133,10 @@ class HttpServer:
         while True:
             await asyncio.sleep(interval)
             self.now = now = loop.time()
+            check = self.certificates
             for connection in list(self.connections):
                 since = connection.waiting_since
                 if since is not None and now - since > self.idle_timeout:
                     connection.expire()
+                elif check is not None and connection.peer_cert is not None and check(connection.peer_cert):
+                    connection.abort()  # its certificate was revoked since: its connections go too
