@@ -300,7 +300,14 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
             agent.dataplane, agent.ovn_sb, agent.ovs_db = "ovn", ovn.sb_url, ovn.chassis.ovs_url
     if agent is not None:
         if tls is not None:
-            own_agent_tls(config, store, ca, tls, agent, metadata is not None and metadata.tls is not None)
+            try:
+                own_agent_tls(config, store, ca, tls, agent, metadata is not None and metadata.tls is not None)
+            except StartupError:
+                if ovn is not None:
+                    ovn.stop()
+                store.dispose()
+                sock.close()
+                raise
         running, _thread = start_in_thread(agent)
         url = f"{scheme}://{config.host}:{config.port}"
         print(

@@ -184,3 +184,12 @@ def test_a_removed_hosts_relay_is_refused_its_open_connections_too(site: Site) -
         except (ssl.SSLError, OSError):
             got_raw = b""
     assert b"HTTP/" not in got_raw and b"over-tls" not in got_raw, got_raw
+
+
+def test_a_join_written_before_the_metadata_listener_had_tls_is_read_as_https(tmp_path: Path) -> None:
+    saved = join.Joined.dir(tmp_path) / "joined.json"
+    saved.parent.mkdir()
+    saved.write_text('{"server": "https://10.0.0.1:9696", "host": "h", "ovn_sb": null, '
+                     '"metadata_url": "http://10.0.0.1:8775"}')  # fmt: skip
+    loaded = join.load(tmp_path)
+    assert loaded is not None and loaded.metadata_url == "https://10.0.0.1:8775"

@@ -54,7 +54,11 @@ def load(state_dir: Path) -> Joined | None:
     path = Joined.dir(state_dir) / "joined.json"
     try:
         data = json.loads(path.read_text())
-        return Joined(str(data["server"]), str(data["host"]), data.get("ovn_sb"), data.get("metadata_url"))
+        metadata_url = data.get("metadata_url")
+        if isinstance(metadata_url, str) and metadata_url.startswith("http://"):
+            # Written by a join before the metadata listener took TLS: a server that takes joins serves it over TLS.
+            metadata_url = "https://" + metadata_url.removeprefix("http://")
+        return Joined(str(data["server"]), str(data["host"]), data.get("ovn_sb"), metadata_url)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
