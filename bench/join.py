@@ -7,8 +7,11 @@ targets; asserts nothing.
   port create  POST /v2.0/ports p50 over HTTPS (certificate verified against the cloud's CA) beside plain HTTP, each
                on a fresh `cloudnet serve` (SQLite) in this run: on a kept-alive connection (TLS's record cost) and
                on a new connection per request (the handshake too)
+  metadata     a guest's GET of meta_data.json through the agent's relay (agent/metadata/proxy.py, in this process;
+               the guest and the metadata namespace plumbed as a driver does) p50: to the TLS metadata listener with
+               a joined host's certificate beside plain HTTP, each on the same fresh servers, interleaved
 
-Usage (root): .venv/bin/python bench/join.py [--tries 5] [--ports 300]
+Usage (root): .venv/bin/python bench/join.py [--tries 5] [--ports 300] [--reads 300]
 """
 
 from __future__ import annotations
@@ -27,10 +30,15 @@ from pathlib import Path
 
 import httpx
 from common import ROOT, UNLIMITED, free_port, machine_load, ms, percentile, pin_client, row
+from tests.support.relay_guest import guest_get, plumb_guest
 
+from cloudnet.agent import join
+from cloudnet.agent.client import ApiClient
+from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.pki import tls
+from cloudnet.wire import signing
 
 CLOUDNET = str(ROOT / ".venv/bin/cloudnet")
 ADMIN = "bench-admin"
@@ -38,14 +46,14 @@ WAYS = ("kept-alive", "new connection")
 
 
 @contextmanager
-def server(state: Path, with_tls: bool) -> Iterator[tuple[str, httpx.Client, ssl.SSLContext | bool]]:
+def server(state: Path, with_tls: bool) -> Iterator[tuple[str, httpx.Client, ssl.SSLContext | bool, int]]:
     """`cloudnet serve` (pinned to core 0) with an admin token; (URL, a kept-alive admin client, what verifies the
-    server) once it answers."""
+    server, the metadata API's port) once it answers."""
     state.mkdir(mode=0o700)
     (state / "tokens.json").write_text(json.dumps({"tokens": {ADMIN: {"project_id": "admin", "role": "admin"}}}))
-    port = free_port()
+    port, metadata_port = free_port(), free_port()
     cmd = ["taskset", "-c", "0", CLOUDNET, "serve", "--state-dir", str(state), "--port", str(port),
-           "--metadata-listen", f"127.0.0.1:{free_port()}", *UNLIMITED, *(["--tls"] if with_tls else [])]  # fmt: skip
+           "--metadata-listen", f"127.0.0.1:{metadata_port}", *UNLIMITED, *(["--tls"] if with_tls else [])]  # fmt: skip
     log = (state / "server.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"{'https' if with_tls else 'http'}://127.0.0.1:{port}"
@@ -63,7 +71,7 @@ def server(state: Path, with_tls: bool) -> Iterator[tuple[str, httpx.Client, ssl
                     raise SystemExit((state / "server.log").read_text()) from None
                 time.sleep(0.05)  # waiting for the child to bind: polled, with a deadline
         try:
-            yield url, client, verify
+            yield url, client, verify, metadata_port
         finally:
             client.close()
     finally:
@@ -94,10 +102,59 @@ def port_creates(servers: dict[str, tuple[httpx.Client, ssl.SSLContext | bool]],
     return times
 
 
-def _until(what: str, check: object, proc: subprocess.Popen[bytes], log: Path, limit: float = 60) -> None:
+@contextmanager
+def relay(url: str, client: httpx.Client, metadata_port: int, state: Path, root: Path) -> Iterator[str]:
+    """A host with an instance, its guest plumbed, and the agent's relay for it (a joined host's, over TLS, when
+    the server has TLS); yields the guest's namespace once the relay serves its network."""
+    host = f"bmd-{uuid.uuid4().hex[:6]}"
+    secure = url.startswith("https://")
+    if secure:
+        r = client.post(f"/hosts/{host}/join-tokens", json={"join_token": {}})
+        r.raise_for_status()
+        joined = join.join(url, r.json()["join_token"]["token"], host, root / host)
+        ca, crt, key, secret_file = join.Joined.files(root / host)
+        context, upstream = tls.client_context(ca, crt, key), str(joined.metadata_url)
+    else:
+        context, secret_file, upstream = None, state / "metadata_secret", f"http://127.0.0.1:{metadata_port}"
+    client.put(f"/hosts/{host}", json={"host": {}}).raise_for_status()
+    net = client.post("/networks", json={"network": {"name": host}}).json()["network"]
+    client.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": "10.212.0.0/24"}}).raise_for_status()
+    ns = f"cnbm-{host}"
+    nets = [{"network": net["id"], "v4-fixed-ip": "10.212.0.10"}]
+    inst = client.post("/instances", json={"instance": {"name": host, "host": host, "netns": ns, "nets": nets}})
+    inst.raise_for_status()
+    mac = inst.json()["instance"]["nets"][0]["mac_address"]
+    api = ApiClient(url, host, "" if secure else ADMIN, tls=context)
+    namespaces = plumb_guest(host, net["id"], ns, mac, "10.212.0.10/24", "10.212.0.2/24", f"v{host[4:]}")
+    proxy = MetadataProxy(host, upstream, signing.read_secret(secret_file), burst=1e9, rate=1e9, tls=context)
+    try:
+        proxy.update(api.desired_state())
+        _until("the relay never served", lambda: proxy.serving(net["id"]), None, root / "none")
+        yield ns
+    finally:
+        proxy.close()
+        api.close()
+        for name in namespaces:
+            netns.remove(name)
+
+
+def relay_fetches(guests: dict[str, str], n: int) -> dict[str, list[float]]:
+    """A guest's GET of meta_data.json through each relay (a fresh guest connection each), interleaved."""
+    times: dict[str, list[float]] = {name: [] for name in guests}
+    for _ in range(n):
+        for name, ns in guests.items():
+            t0 = time.perf_counter()
+            status, _body = guest_get(ns, "/openstack/latest/meta_data.json")
+            times[name].append(time.perf_counter() - t0)
+            if status != 200:
+                raise SystemExit(f"{name}: a guest's read through the relay answered {status}")
+    return times
+
+
+def _until(what: str, check: object, proc: subprocess.Popen[bytes] | None, log: Path, limit: float = 60) -> None:
     deadline = time.monotonic() + limit
     while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline or proc.poll() is not None:
+        if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
             raise SystemExit(f"{what}: {log.read_text()[-3000:]}")
         time.sleep(0.01)  # polled, with a deadline
 
@@ -161,14 +218,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tries", type=int, default=5)
     parser.add_argument("--ports", type=int, default=300)
+    parser.add_argument("--reads", type=int, default=300)
     args = parser.parse_args()
     pin_client(1)
     machine_load()
     root = Path(tempfile.mkdtemp(prefix="cloudnet-join-"))
     try:
         with server(root / "plain", False) as plain, server(root / "tls", True) as secure:
-            creates = port_creates({"plain HTTP": plain[1:], "HTTPS": secure[1:]}, args.ports)
-        with server(root / "join-server", True) as (url, client, _verify):
+            creates = port_creates({"plain HTTP": plain[1:3], "HTTPS": secure[1:3]}, args.ports)
+            with relay(*plain[:2], plain[3], root / "plain", root) as plain_ns, \
+                    relay(*secure[:2], secure[3], root / "tls", root) as tls_ns:  # fmt: skip
+                reads = relay_fetches({"plain HTTP": plain_ns, "TLS": tls_ns}, args.reads)
+        with server(root / "join-server", True) as (url, client, _verify, _port):
             figures = joins(url, client, root, args.tries)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -184,6 +245,12 @@ def main() -> None:
     for way in WAYS:
         row(f"TLS's cost on a port create p50, {way}", ms(p50[f"HTTPS, {way}"] - p50[f"plain HTTP, {way}"]),
             "(report)")  # fmt: skip
+    print(f"Metadata read through the relay, {args.reads} each, interleaved (guest -> relay -> metadata API):")
+    read_p50 = {key: percentile(values, 50) for key, values in reads.items()}
+    for key, value in read_p50.items():
+        row(f"relay -> metadata API over {key}: GET meta_data.json p50", ms(value), "(no target)")
+    row("TLS's cost on a metadata read through the relay p50", ms(read_p50["TLS"] - read_p50["plain HTTP"]),
+        "(report)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cloudnet.config import ServerConfig
-from cloudnet.pki import cloud, x509
+from cloudnet.pki import cloud, rotation, tls, x509
 from cloudnet.pki.tls import PEER_KEY, Peer, ServerFiles
 
 log = logging.getLogger("cloudnet.server")
@@ -47,6 +47,9 @@ def server_names(config: ServerConfig) -> list[str]:
     names = list(config.tls_sans)
     if config.host not in WILDCARDS:
         names.append(config.host)
+    metadata_host = config.metadata_listen.rpartition(":")[0].strip("[]")  # (relays verify its listener by name)
+    if metadata_host not in WILDCARDS and not config.metadata_listen.startswith("unix:"):
+        names.append(metadata_host)
     names += [socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", "::1"]
     if config.host in WILDCARDS:
         with contextlib.suppress(OSError):
@@ -92,17 +95,39 @@ class LoggedHandshake(ssl.SSLObject):
             raise
 
 
-def _logged(_config: object, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    context = default()
+def metadata_context(files: ServerFiles) -> ssl.SSLContext:
+    """The metadata listener's TLS: the API's certificate, and a host certificate of the CA required of every client.
+    Its only clients are agents' relays (each has its host's certificate), and it hands out user_data and
+    passwords: a client the CA never signed for does not get past the handshake, whatever it knows of the
+    shared signing secret (the HMAC check on each request stays)."""
+    context = tls.server_context(files, ssl.CERT_REQUIRED)
     context.sslobject_class = LoggedHandshake
     return context
 
 
-def uvicorn_options(files: ServerFiles | None) -> dict[str, Any]:
+def uvicorn_options(files: ServerFiles | None, reloader: rotation.Reloader | None = None) -> dict[str, Any]:
     """uvicorn.Config's TLS arguments: client certificates optional (users' bearer tokens work from any client),
-    but one that is sent must chain to the CA or the handshake fails (and is logged)."""
+    but one that is sent must chain to the CA or the handshake fails (and is logged). The context uvicorn makes goes
+    to `reloader`, which loads a renewed certificate into it in place."""
     if files is None:
         return {"http": "httptools"}
+
+    def logged(_config: object, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        context = default()
+        context.sslobject_class = LoggedHandshake
+        if reloader is not None:
+            reloader.contexts.append(context)
+        return context
+
     return {"http": PeerProtocol, "ssl_certfile": str(files.cert), "ssl_keyfile": str(files.key),
             "ssl_ca_certs": str(files.ca), "ssl_cert_reqs": ssl.CERT_OPTIONAL,
-            "ssl_context_factory": _logged}  # fmt: skip
+            "ssl_context_factory": logged}  # fmt: skip
+
+
+def renew_if_due(config: ServerConfig, ca: x509.Authority, files: ServerFiles) -> bool:
+    """Make the listener's certificate again once 2/3 of its lifetime is gone (only one made here: a given one is
+    its maker's to renew); the reloader then takes it in."""
+    if config.tls_cert is not None or rotation.seconds_to_renewal(x509.load_cert(files.cert)) > 0:
+        return False
+    server_files(config, ca)
+    return True

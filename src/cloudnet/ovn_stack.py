@@ -12,7 +12,7 @@ from pathlib import Path
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.ovn import cluster, daemons
-from cloudnet.pki import cloud, x509
+from cloudnet.pki import cloud, rotation, x509
 from cloudnet.store.db import Store
 
 log = logging.getLogger("cloudnet.ovn")
@@ -46,6 +46,17 @@ def _ssl(config: ServerConfig) -> daemons.Ssl:
     x509.write_private(ssl.key, x509.key_pem(key))
     x509.write_private(ssl.cert, x509.cert_pem(cert))
     return ssl
+
+
+def renew_ssl_if_due(config: ServerConfig) -> bool:
+    """Make the databases' certificate again once 2/3 of its lifetime is gone: ovsdb-server re-reads its key and
+    certificate files when they change (OVS's stream-ssl compares them at each reconfiguration), so new
+    connections get the new one and none is dropped."""
+    if not (config.tls and config.ovn_listen) or rotation.seconds_to_renewal(
+        x509.load_cert(config.pki_dir / "ovsdb.crt")) > 0:  # fmt: skip
+        return False
+    _ssl(config)
+    return True
 
 
 def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnStack:

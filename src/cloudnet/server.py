@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import secrets
 import signal
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,12 +24,16 @@ from cloudnet.agent.run import start_in_thread
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
 from cloudnet.config import AgentConfig, ServerConfig
+from cloudnet.errors import CloudnetError
 from cloudnet.metadata import service as metadata_service
+from cloudnet.metadata.peers import HostCertificates
 from cloudnet.metadata.server import MetadataApp
 from cloudnet.ovn.daemons import OvnError
-from cloudnet.pki import cloud
+from cloudnet.pki import cloud, x509
+from cloudnet.pki.rotation import Reloader
 from cloudnet.pki.tls import ServerFiles
 from cloudnet.pki.x509 import Authority, PkiError
+from cloudnet.services import host_join
 from cloudnet.services.context import Context, Role
 from cloudnet.services.keystone import TokenSigner
 from cloudnet.store.db import Store
@@ -36,6 +42,8 @@ from cloudnet.wire import signing
 from cloudnet.wire.http_server import HttpServer
 
 log = logging.getLogger("cloudnet.server")
+RELOAD_INTERVAL = 1.0  # seconds: how soon a renewed certificate file is taken in (or after SIGHUP)
+RENEW_INTERVAL = 3600.0  # seconds between checks whether a certificate made here is due for renewal
 
 
 class StartupError(RuntimeError):
@@ -58,6 +66,7 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, companions: list[Callable[[], None]] | None = None) -> None:
         super().__init__(config)
         self.companions = companions or []
+        self.reloader: Reloader | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -65,6 +74,8 @@ class _Server(uvicorn.Server):
             yield
             return
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if self.reloader is not None:  # re-read the certificate files now (the rotation task does it)
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: self.reloader and self.reloader.request())
         try:
             yield
         finally:
@@ -96,8 +107,16 @@ class _Metadata:
     server: HttpServer
     sock: socket.socket
     listen: metadata_service.Listen
+    tls: ssl.SSLContext | None  # (TLS when the API has it, on TCP: it crosses the underlay)
+    certificates: HostCertificates | None
+
+    def start(self) -> None:
+        if self.certificates is not None:
+            self.certificates.start()
 
     def close(self) -> None:
+        if self.certificates is not None:
+            self.certificates.stop()
         self.sock.close()
         if self.listen.path is not None:
             self.listen.path.unlink(missing_ok=True)
@@ -144,7 +163,7 @@ def prepare_tls(config: ServerConfig) -> tuple[Authority, ServerFiles | None]:
     return ca, files
 
 
-def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
+def prepare_metadata(config: ServerConfig, store: Store, files: ServerFiles | None) -> _Metadata | None:
     """The metadata API of this process (None when `metadata_listen` is off): secret, settings, socket."""
     try:
         # Read even with the metadata API off: the API's config drives answer the same (create_app reads it too).
@@ -153,25 +172,72 @@ def prepare_metadata(config: ServerConfig, store: Store) -> _Metadata | None:
         if listen is None:
             return None
         secret = signing.load_or_create_secret(config.metadata_secret_file)
+        context = None if files is None or listen.path is not None else api_tls.metadata_context(files)
         sock = metadata_service.bind(listen)
-    except (signing.SecretError, metadata_service.MetadataConfigError) as exc:
+    except (signing.SecretError, metadata_service.MetadataConfigError, ssl.SSLError) as exc:
         raise StartupError(str(exc)) from None
-    return _Metadata(HttpServer(MetadataApp(store, secret, settings)), sock, listen)
+    certificates = None if context is None else HostCertificates(store)  # (revoked hosts refused here too)
+    server = HttpServer(MetadataApp(store, secret, settings), certificates=certificates)
+    return _Metadata(server, sock, listen, context, certificates)
 
 
-def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None) -> None:
-    """Both servers on one loop until a signal (or either one failing) stops them both."""
-    if metadata is None:
-        server.run(sockets=[sock])
+def own_agent_tls(config: ServerConfig, store: Store, ca: Authority, files: ServerFiles, agent: AgentConfig,
+                  metadata_tls: bool) -> None:  # fmt: skip
+    """This host's agent verifies the API as any other (its token is the server's own); with the metadata listener
+    on TLS its relay needs a host certificate too: signed (and recorded, so revocable) at every start."""
+    agent.server, agent.ca_file = agent.server.replace("http://", "https://", 1), files.ca
+    if not metadata_tls or agent.metadata_url is None or not agent.metadata_url.startswith("http://"):
         return
-    server.companions.append(metadata.server.stop)
+    try:
+        key = x509.new_key()
+        cert = host_join.sign_own(store, ca, agent.host, x509.load_csr(x509.new_csr(agent.host, key).decode()))
+    except (PkiError, CloudnetError) as exc:
+        raise StartupError(f"cannot make a certificate for host {agent.host}'s agent: {exc}") from None
+    agent.cert_file, agent.key_file = config.pki_dir / "agent.crt", config.pki_dir / "agent.key"
+    x509.write_private(agent.key_file, x509.key_pem(key))
+    x509.write_private(agent.cert_file, x509.cert_pem(cert))
+    agent.metadata_url = agent.metadata_url.replace("http://", "https://", 1)
+
+
+async def _rotate(reloader: Reloader, renewals: list[Callable[[], bool]]) -> None:
+    """Take renewed certificates into the live listeners: re-read when their files change or on SIGHUP (checked
+    every RELOAD_INTERVAL), and the certificates made here made again when due (checked every RENEW_INTERVAL)."""
+    ticks = 0
+    while True:
+        await asyncio.sleep(RELOAD_INTERVAL)
+        ticks += 1
+        if ticks * RELOAD_INTERVAL >= RENEW_INTERVAL:
+            ticks = 0
+            for renew in renewals:
+                try:
+                    if renew():
+                        log.info("a certificate made here was due for renewal: made again")
+                except (PkiError, OSError) as exc:
+                    log.warning("certificate renewal failed (retried in %g s): %s", RENEW_INTERVAL, exc)
+        reloader.check()
+
+
+def _run(server: _Server, sock: socket.socket, metadata: _Metadata | None, rotate: Reloader | None,
+         renewals: list[Callable[[], bool]]) -> None:  # fmt: skip
+    """Both servers on one loop until a signal (or either one failing) stops them both; beside them the rotation
+    of their certificate (with `rotate`)."""
+    if metadata is not None:
+        server.companions.append(metadata.server.stop)
+    if rotate is not None:
+        server.reloader = rotate  # (SIGHUP)
 
     async def both() -> None:
-        tasks = [asyncio.ensure_future(server.serve(sockets=[sock])),
-                 asyncio.ensure_future(metadata.server.serve(metadata.sock))]  # fmt: skip
+        tasks = [asyncio.ensure_future(server.serve(sockets=[sock]))]
+        if metadata is not None:
+            metadata.start()
+            tasks.append(asyncio.ensure_future(metadata.server.serve(metadata.sock, metadata.tls)))
+        rotating = None if rotate is None else asyncio.ensure_future(_rotate(rotate, renewals))
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         server.should_exit = True
-        metadata.server.stop()
+        if metadata is not None:
+            metadata.server.stop()
+        if rotating is not None:
+            rotating.cancel()
         await asyncio.gather(*tasks)
 
     with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
@@ -196,7 +262,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         store, auth = prepare(config, internal)
         try:
             ca, tls = prepare_tls(config)
-            metadata = prepare_metadata(config, store)
+            metadata = prepare_metadata(config, store, tls)
         except StartupError:
             store.dispose()
             raise
@@ -208,10 +274,14 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     log.info("cloudnet API on %s://%s:%d/v2.0 (state %s, db %s)", scheme, config.host, config.port,
              config.state_dir, store.dialect)  # fmt: skip
     if metadata is not None:
-        log.info("metadata API on %s (signed requests from agents only)", metadata.listen)
+        log.info("metadata API on %s (signed requests from agents only%s)", metadata.listen,
+                 ", over TLS with their host certificates" if metadata.tls else "")  # fmt: skip
+    reloader = None if tls is None else Reloader(tls.cert, tls.key)  # the API's and the metadata listener's
+    if reloader is not None and metadata is not None and metadata.tls is not None:
+        reloader.contexts.append(metadata.tls)
     server = _Server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
-                       loop="uvloop", timeout_graceful_shutdown=5, **api_tls.uvicorn_options(tls))
+                       loop="uvloop", timeout_graceful_shutdown=5, **api_tls.uvicorn_options(tls, reloader))
     )  # fmt: skip
     running = ovn = None
     if config.dataplane == "ovn":
@@ -229,8 +299,15 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         if agent is not None and ovn.chassis is not None:  # this host's agent drives its chassis
             agent.dataplane, agent.ovn_sb, agent.ovs_db = "ovn", ovn.sb_url, ovn.chassis.ovs_url
     if agent is not None:
-        if tls is not None:  # this host's agent verifies the API as any other (its token is the server's own)
-            agent.server, agent.ca_file = agent.server.replace("http://", "https://", 1), tls.ca
+        if tls is not None:
+            try:
+                own_agent_tls(config, store, ca, tls, agent, metadata is not None and metadata.tls is not None)
+            except StartupError:
+                if ovn is not None:
+                    ovn.stop()
+                store.dispose()
+                sock.close()
+                raise
         running, _thread = start_in_thread(agent)
         url = f"{scheme}://{config.host}:{config.port}"
         print(
@@ -251,7 +328,12 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
                 stops.append(companion.start(tokens[companion.name]))
             except OSError as exc:
                 raise StartupError(f"{companion.name} did not start: {exc.strerror or exc}") from None
-        _run(server, sock, metadata)
+        renewals: list[Callable[[], bool]] = []
+        if tls is not None:
+            renewals.append(functools.partial(api_tls.renew_if_due, config, ca, tls))
+            if ovn is not None and ovn.own_central:
+                renewals.append(functools.partial(ovn_stack.renew_ssl_if_due, config))
+        _run(server, sock, metadata, reloader, renewals)
     finally:
         for stop in stops:
             stop()

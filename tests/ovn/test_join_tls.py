@@ -106,7 +106,7 @@ def test_a_host_joins_with_a_token_and_needs_nothing_else(hosts: Hosts) -> None:
     h.until("host B joined and its agent registered", lambda: _alive(h, h.agent_host), timeout=60)
     saved = join.load(state_b)
     assert saved is not None and saved.ovn_sb == f"ssl:{SERVER_IP}:6642", saved
-    assert saved.metadata_url == f"http://{SERVER_IP}:{METADATA_PORT}", saved
+    assert saved.metadata_url == f"https://{SERVER_IP}:{METADATA_PORT}", saved
     # OVN's databases: SSL on the given address only; a plain TCP client, or one without a certificate of the
     # cloud's CA, gets nothing from them.
     assert _listening(h.server_ns, 6641) == [f"{SERVER_IP}:6641"]

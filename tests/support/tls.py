@@ -17,7 +17,7 @@ from cryptography import x509 as cx
 
 from cloudnet.agent import join
 from cloudnet.pki import tls, x509
-from tests.support.process import CLOUDNET, free_port
+from tests.support.process import CLOUDNET, free_port, stop
 
 ADMIN = "admin-token"
 
@@ -88,13 +88,7 @@ def tls_serve(state: Path, *extra: str, ca: Path | None = None) -> Iterator[TlsS
             time.sleep(0.05)
         yield server
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc, timeout=20)
 
 
 def foreign_cert(root: Path, host: str) -> tuple[Path, Path]:

@@ -96,6 +96,10 @@ def test_upstream_addresses() -> None:
     Upstream("http://[::1]:8775")
     with pytest.raises(ValueError):
         Upstream("127.0.0.1")
+    with pytest.raises(ValueError, match="certificate"):  # https needs the CA and this host's certificate
+        Upstream("https://127.0.0.1:8775")
+    with pytest.raises(ValueError):
+        Upstream("ftp://127.0.0.1:8775")
 
 
 def test_rate_limiter() -> None:

@@ -3,7 +3,10 @@ instance metadata writes guests make over their SmartOS metadata sockets."""
 
 from __future__ import annotations
 
+import itertools
+import logging
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -12,6 +15,7 @@ import httpx
 
 from cloudnet import __version__
 
+log = logging.getLogger("cloudnet.agent")
 REVISION_HEADER = "X-Cloudnet-Revision"
 
 
@@ -40,13 +44,70 @@ def _item_path(instance_id: str, key: str) -> str:
     return f"/instances/{quote(instance_id, safe='')}/metadata/{segment}"
 
 
+def servers_of(server: str | Sequence[str]) -> list[str]:
+    """`URL1,URL2` (or a list) as the list of API base URLs."""
+    items = server.split(",") if isinstance(server, str) else server
+    urls = [url.strip().rstrip("/") for url in items if url.strip()]
+    if not urls:
+        raise ValueError("no API server given")
+    return urls
+
+
+class _Servers:
+    """The API servers, one httpx client each: a request goes to the one that answered last, and on a connection
+    error or a 5xx to the next in turn (any server answers any request: they share the store); when all of them
+    fail, the last failure is the caller's (the agent backs off and tries again)."""
+
+    def __init__(self, urls: list[str], headers: dict[str, str], timeout: float, verify: ssl.SSLContext | bool):
+        self.urls = urls
+        self._clients = [httpx.Client(base_url=url + "/v2.0", headers=headers, timeout=timeout, verify=verify)
+                         for url in urls]  # fmt: skip
+        self._current = 0
+
+    def request(self, method: str, path: str, **options: Any) -> httpx.Response:
+        count = len(self._clients)
+        order = [(self._current + step) % count for step in range(count)]
+        for index, after in itertools.pairwise(order):  # (all but the last: its failure is the caller's)
+            try:
+                r = self._clients[index].request(method, path, **options)
+            except httpx.TransportError as exc:
+                log.warning("API server %s failed (%s): trying %s", self.urls[index], exc or type(exc).__name__,
+                            self.urls[after])  # fmt: skip
+                continue
+            if r.status_code >= 500:
+                log.warning("API server %s answered %d: trying %s", self.urls[index], r.status_code, self.urls[after])
+                continue
+            return self._answered(index, r)
+        return self._answered(order[-1], self._clients[order[-1]].request(method, path, **options))
+
+    def _answered(self, index: int, r: httpx.Response) -> httpx.Response:
+        if index != self._current:
+            log.warning("API server now %s (was %s)", self.urls[index], self.urls[self._current])
+            self._current = index
+        return r
+
+    def get(self, path: str, **options: Any) -> httpx.Response:
+        return self.request("GET", path, **options)
+
+    def put(self, path: str, **options: Any) -> httpx.Response:
+        return self.request("PUT", path, **options)
+
+    def delete(self, path: str, **options: Any) -> httpx.Response:
+        return self.request("DELETE", path, **options)
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+
 class ApiClient:
-    def __init__(self, server: str, host: str, token: str = "agent", timeout: float = 30.0,
+    def __init__(self, server: str | Sequence[str], host: str, token: str = "agent", timeout: float = 30.0,
                  tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
-        """`token` "": none sent (a host certificate in `tls` is the credential)."""
+        """`server`: one URL, `URL1,URL2,...` or a list (failed over in turn); `token` "": none sent (a host
+        certificate in `tls` is the credential)."""
         self.host = host
-        self._http = httpx.Client(base_url=server.rstrip("/") + "/v2.0", headers={"X-Auth-Token": token} if token
-                                  else {}, timeout=timeout, verify=True if tls is None else tls)  # fmt: skip
+        self._http = _Servers(servers_of(server), {"X-Auth-Token": token} if token else {}, timeout,
+                              True if tls is None else tls)  # fmt: skip
 
     def close(self) -> None:
         self._http.close()

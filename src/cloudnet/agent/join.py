@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,11 @@ def load(state_dir: Path) -> Joined | None:
     path = Joined.dir(state_dir) / "joined.json"
     try:
         data = json.loads(path.read_text())
-        return Joined(str(data["server"]), str(data["host"]), data.get("ovn_sb"), data.get("metadata_url"))
+        metadata_url = data.get("metadata_url")
+        if isinstance(metadata_url, str) and metadata_url.startswith("http://"):
+            # Written by a join before the metadata listener took TLS: a server that takes joins serves it over TLS.
+            metadata_url = "https://" + metadata_url.removeprefix("http://")
+        return Joined(str(data["server"]), str(data["host"]), data.get("ovn_sb"), metadata_url)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -61,14 +66,15 @@ def load(state_dir: Path) -> Joined | None:
 
 
 def _metadata_url(listen: str | None, server: str) -> str | None:
-    """The metadata API as this host reaches it: the server's HOST:PORT, a wildcard host being the API's host."""
+    """The metadata API as this host reaches it: the server's HOST:PORT, a wildcard host being the API's host; over
+    TLS (a server that takes joins has TLS, and its metadata listener too)."""
     if not listen or listen == "off" or listen.startswith("unix:"):
         return None  # (a unix socket is the server host's own)
     host, _, port = listen.rpartition(":")
     if host in WILDCARD_HOSTS:
         host = urlsplit(server).hostname or ""
         host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{port}"
+    return f"https://{host}:{port}"
 
 
 def _refusal(r: httpx.Response) -> str:
@@ -127,3 +133,33 @@ def join(server: str, token_text: str, host: str, state_dir: Path, timeout: floa
     x509.write_private(Joined.dir(state_dir) / "joined.json", json.dumps(asdict(joined)).encode())
     log.info("joined %s as host %s (certificate %x)", server, host, cert.serial_number)
     return joined
+
+
+def renew(state_dir: Path, context: ssl.SSLContext, timeout: float = 30.0) -> x509.Certificate:
+    """A new certificate for a new key of this host, asked over its current certificate (in `context`, the one the
+    agent's connections use): the pair replaces the files under <state>/join/ (ovn-controller re-reads them when they
+    change), then `context` takes it in place, so new handshakes present it and open connections go on."""
+    saved = load(state_dir)
+    if saved is None:
+        raise JoinError("this host never joined with a token: it has no certificate to renew")
+    ca_path, cert_path, key_path, _secret = Joined.files(state_dir)
+    key = x509.new_key()
+    body = {"certificate": {"csr": x509.new_csr(saved.host, key).decode()}}
+    url = saved.server + join_token.RENEW_PATH.format(name=saved.host)
+    try:
+        r = httpx.post(url, json=body, verify=context, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise JoinError(f"cannot reach {saved.server} to renew: {exc}") from None
+    if r.status_code != 201:
+        raise JoinError(f"the server refused the renewal: {_refusal(r)}")
+    cert = x509.parse_cert(str(r.json()["certificate"]["certificate"]).encode())
+    if not x509.signed_by(cert, x509.load_cert(ca_path)) or cert.public_key() != key.public_key():
+        raise JoinError("the renewed certificate is not the CA's, or not for the key sent")
+    x509.write_private(key_path.with_name("host.key.new"), x509.key_pem(key))
+    x509.write_private(cert_path.with_name("host.crt.new"), x509.cert_pem(cert))
+    context.load_cert_chain(cert_path.with_name("host.crt.new"), key_path.with_name("host.key.new"))
+    key_path.with_name("host.key.new").replace(key_path)  # (each file replaced whole: never half of either)
+    cert_path.with_name("host.crt.new").replace(cert_path)
+    log.info("host %s renewed its certificate: now %x, valid until %s", saved.host, cert.serial_number,
+             cert.not_valid_after_utc)  # fmt: skip
+    return cert

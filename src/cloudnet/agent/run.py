@@ -4,29 +4,55 @@ from __future__ import annotations
 
 import logging
 import signal
+import ssl
 import threading
 
+from cloudnet.agent import join as joining
 from cloudnet.agent.agent import Agent, StateObserver
 from cloudnet.agent.client import ApiClient
 from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.config import AgentConfig, group_id
 from cloudnet.dataplane import drivers
-from cloudnet.pki import tls
+from cloudnet.pki import rotation, tls, x509
 from cloudnet.wire import signing
 
 log = logging.getLogger("cloudnet.agent")
+RENEW_RETRY = 60.0  # seconds between tries of a renewal that failed
+RENEW_CHECK = 3600.0  # seconds at most between looks at the certificate (a clock that jumped, a file replaced)
+
+
+def renew_when_due(config: AgentConfig, context: ssl.SSLContext, stop: threading.Event) -> None:
+    """A joined host's certificate renewed at 2/3 of its lifetime (agent/join.py: over the current one, taken into
+    `context` in place), retried every RENEW_RETRY seconds while the server refuses or cannot be reached."""
+    assert config.cert_file is not None
+    while not stop.is_set():
+        try:
+            wait = rotation.seconds_to_renewal(x509.load_cert(config.cert_file))
+            if wait <= 0:
+                joining.renew(config.state_dir, context)
+                continue
+        except (joining.JoinError, x509.PkiError, OSError) as exc:
+            log.warning("this host's certificate was not renewed (again in %g s): %s", RENEW_RETRY, exc)
+            wait = RENEW_RETRY
+        stop.wait(min(wait, RENEW_CHECK))
 
 
 def build(config: AgentConfig) -> Agent:
     context = None if config.ca_file is None else tls.client_context(config.ca_file, config.cert_file, config.key_file)
+    if context is not None and config.cert_file == joining.Joined.files(config.state_dir)[1]:
+        threading.Thread(target=renew_when_due, args=(config, context, threading.Event()), daemon=True,
+                         name="cloudnet-renewal").start()  # fmt: skip
     client = ApiClient(config.server, config.host, config.token, tls=context)
     report = drivers.host_report(config)
     dataplane = drivers.build(config, report)  # shares `report` with the Agent (the driver may refresh parts)
     observers: list[StateObserver] = []
     if config.metadata_url:
         # 169.254.169.254 in every network namespace of this host, signing with the server's secret.
-        observers.append(MetadataProxy(config.host, config.metadata_url, signing.read_secret(config.secret_file)))
+        # Over https (a joined host's) with the same context as the API's: the CA pinned, this host's certificate.
+        relay_tls = context if config.metadata_url.startswith("https://") else None
+        observers.append(MetadataProxy(config.host, config.metadata_url, signing.read_secret(config.secret_file),
+                                       tls=relay_tls))  # fmt: skip
     # SmartOS metadata sockets under <state>/zonecontrol/<uuid>/, and VMs' serial ports under <state>/vmserial/
     # (guests' writes go through the API).
     observers.append(

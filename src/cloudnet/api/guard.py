@@ -48,6 +48,7 @@ AGENT_CALLS = [
     ({"GET"}, re.compile(r"^/v2\.0/hosts/[^/]+/state$")),
     ({"PUT"}, re.compile(r"^/v2\.0/hosts/[^/]+/ports$")),
     ({"GET"}, re.compile(r"^/v2\.0/events$")),
+    ({"POST"}, re.compile(r"^/v2\.0/hosts/[^/]+/certificates$")),  # renewal
     ({"GET", "PUT", "DELETE"}, re.compile(r"^/v2\.0/instances/[^/]+/metadata(?:/.+)?$")),
 ]
 # Why a request over this client certificate is refused (revoked, unknown, an instance of another host), or None.

@@ -14,7 +14,8 @@ from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
 from cloudnet.errors import Forbidden, NotFound, ServiceUnavailable
 from cloudnet.pki import cloud
-from cloudnet.pki.join_token import CA_PATH, JOIN_PATH
+from cloudnet.pki.join_token import CA_PATH, JOIN_PATH, RENEW_PATH
+from cloudnet.pki.tls import PEER_KEY, Peer
 from cloudnet.pki.x509 import Authority, PkiError
 from cloudnet.services import host_join, hosts
 from cloudnet.wire import signing
@@ -26,6 +27,10 @@ PEM_TYPE = "application/x-pem-file"
 
 class TlsRequired(Forbidden):
     type = "TlsRequired"
+
+
+class CertificateRequired(Forbidden):
+    type = "HostCertificateRequired"
 
 
 def _authority(st: AppState) -> Authority:
@@ -70,6 +75,19 @@ async def join(request: Request) -> Response:
     item.update(ca=authority.pem.decode(), ovn_sb=config.ovn_remote_sb, metadata_listen=config.metadata_listen,
                 metadata_secret=secret)  # fmt: skip
     return neutron.JSON({"join": item}, status_code=201)
+
+
+@router.post(RENEW_PATH)
+async def renew(request: Request, name: str) -> Response:
+    """A new certificate for a joined host, for a key it made, authenticated by its current certificate only (the
+    guard has checked it is this host's, and not revoked): a token is not enough, nor an admin's."""
+    st = state(request)
+    peer: Peer | None = request.scope.get(PEER_KEY)
+    if peer is None:
+        raise CertificateRequired("A host renews its certificate over its current one (TLS client certificate)")
+    body = neutron.unwrap_one(await neutron.body_of(request), "certificate")
+    item = await call(host_join.renew, st.store, _authority(st), peer.host, peer.serial, name, body)
+    return neutron.JSON({"certificate": item}, status_code=201)
 
 
 @router.post("/v2.0/hosts/{name}/remove")

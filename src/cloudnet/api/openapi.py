@@ -74,11 +74,12 @@ OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.Poo
                                              pools.ReleaseSpec, hosts.HostReport, hosts.PortStatusReport,
                                              instance_metadata.MetadataItem,
                                              port_forwardings.PortForwardingBody, host_join.TokenRequest,
-                                             host_join.JoinRequest)  # fmt: skip
+                                             host_join.JoinRequest, host_join.RenewRequest)  # fmt: skip
 JOIN_TOKEN = obj({"token": STR, "host": STR, "expires_at": STR}, ("token", "host", "expires_at"))
 JOINED = obj({"host": STR, "certificate": STR, "ca": STR, "ovn_sb": {"type": ["string", "null"]},
               "metadata_listen": STR, "metadata_secret": {"type": ["string", "null"]}},
              ("host", "certificate", "ca"))  # fmt: skip
+RENEWED = obj({"host": STR, "certificate": STR}, ("host", "certificate"))
 REMOVED = obj({"name": STR, "certificates_revoked": INT, "pool_ports_freed": INT}, ("name",))
 FORWARD_BODY = obj({
     "listen_address": STR, "description": STR, "config": {"type": "object", "additionalProperties": STR},
@@ -185,6 +186,8 @@ def _table() -> dict[tuple[str, str], Op]:
         ("PUT", "/v2.0/hosts/{name}/ports"): Op(200, OBJ, hosts.PortStatusReport),
         ("POST", "/v2.0/hosts/{name}/join-tokens"): Op(201, envelope("join_token", JOIN_TOKEN),
                                                        _wrapped("join_token", host_join.TokenRequest)),
+        ("POST", "/v2.0/hosts/{name}/certificates"): Op(201, envelope("certificate", RENEWED),
+                                                         _wrapped("certificate", host_join.RenewRequest)),
         ("POST", "/v2.0/hosts/{name}/remove"): Op(200, envelope("host", REMOVED)),
         ("GET", "/v2.0/host-join/ca"): Op(200, STR, media="application/x-pem-file"),
         ("POST", "/v2.0/host-join"): Op(201, envelope("join", JOINED), _wrapped("join", host_join.JoinRequest)),

@@ -81,7 +81,11 @@ def register(app: typer.Typer) -> None:
     def agent(
         host: Annotated[str | None, typer.Option(help="This host's name (default: hostname).")] = None,
         server: Annotated[
-            str | None, typer.Option(help=f"cloudnet API URL (default: the joined one, or {DEFAULT_SERVER}).")
+            str | None,
+            typer.Option(
+                help=f"cloudnet API URL, or URL1,URL2,... (failed over in turn on connection errors and 5xx; "
+                f"default: the joined one, or {DEFAULT_SERVER})."
+            ),
         ] = None,
         token: Annotated[
             str | None,

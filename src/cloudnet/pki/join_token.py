@@ -17,6 +17,7 @@ from dataclasses import dataclass
 # its token.
 CA_PATH = "/v2.0/host-join/ca"
 JOIN_PATH = "/v2.0/host-join"
+RENEW_PATH = "/v2.0/hosts/{name}/certificates"  # a joined host's renewal, over its current certificate
 _TOKEN = re.compile(r"^([0-9a-f]{12})\.([A-Za-z0-9_-]{32,64})\.([0-9a-f]{64})$")
 
 

@@ -28,6 +28,16 @@ class ServerFiles:
     ca: Path
 
 
+def server_context(files: ServerFiles, client_certs: ssl.VerifyMode) -> ssl.SSLContext:
+    """A listener's context: its certificate, and client certificates checked against the CA only (`CERT_REQUIRED`:
+    a client without one, or with another CA's, fails the handshake)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=files.ca)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(files.cert, files.key)
+    ctx.verify_mode = client_certs
+    return ctx
+
+
 def client_context(ca: Path | bytes, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
     """Verify the server against the CA only (not the system's store), and present `cert` when given."""
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca.decode() if isinstance(ca, bytes) else None,

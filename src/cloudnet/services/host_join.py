@@ -12,6 +12,8 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from cryptography.x509 import Certificate, CertificateSigningRequest
+from cryptography.x509.oid import NameOID
 from pydantic import Field
 from sqlalchemy import select, update
 
@@ -22,7 +24,7 @@ from cloudnet.services.context import Context
 from cloudnet.services.hosts import admin_only
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
-from cloudnet.store.db import Store
+from cloudnet.store.db import Store, Tx
 
 log = logging.getLogger(__name__)
 J = t.join_tokens
@@ -34,6 +36,11 @@ MAX_TTL = 7 * 86400
 class JoinRefused(CloudnetError):
     status = 403
     type = "JoinRefused"
+
+
+class RenewalRefused(CloudnetError):
+    status = 403
+    type = "RenewalRefused"
 
 
 class TokenRequest(Body):
@@ -75,6 +82,11 @@ def _refuse(token_id: str, host: str, why: str) -> JoinRefused:
     return JoinRefused(f"Join refused: {why}")
 
 
+def _refuse_renewal(host: str, why: str) -> RenewalRefused:
+    log.warning("certificate renewal refused: host %s: %s", host, why)
+    return RenewalRefused(f"Renewal refused: {why}")
+
+
 def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, Any]:
     """Spend the token and sign the request's key for the token's host: {"host", "certificate"}. Refused (403,
     logged) when the token is unknown, spent, expired, for another host, or not for this CA."""
@@ -105,15 +117,56 @@ def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, 
         ).rowcount
         if not spent:  # another redeemer won the race
             raise _refuse(token.id, spec.host, "the token was used already")
-        try:
-            cert = ca.host_cert(spec.host, csr)
-        except x509.PkiError as exc:
-            raise BadRequest(str(exc)) from None
-        tx.conn.execute(C.insert().values(serial=serial_key(cert.serial_number), host=spec.host, issued_at=tx.now,
-                                          not_after=cert.not_valid_after_utc.replace(tzinfo=None),
-                                          revoked_at=None))  # fmt: skip
+        cert = _sign(tx, ca, spec.host, csr)
     log.info("host %s joined with token %s: certificate %x", spec.host, token.id, cert.serial_number)
     return {"host": spec.host, "certificate": x509.cert_pem(cert).decode()}
+
+
+def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest) -> Certificate:
+    """Sign `csr`'s key for `host` and record the certificate (the API accepts it while its row is unrevoked)."""
+    try:
+        cert = ca.host_cert(host, csr)
+    except x509.PkiError as exc:
+        raise BadRequest(str(exc)) from None
+    tx.conn.execute(C.insert().values(serial=serial_key(cert.serial_number), host=host, issued_at=tx.now,
+                                      not_after=cert.not_valid_after_utc.replace(tzinfo=None),
+                                      revoked_at=None))  # fmt: skip
+    return cert
+
+
+class RenewRequest(Body):
+    csr: str = Field(max_length=8192)
+
+
+def renew(store: Store, ca: x509.Authority, peer_host: str, peer_serial: int, host: str, body: dict[str, Any]
+          ) -> dict[str, Any]:  # fmt: skip
+    """A new certificate of `host` for the request's key, asked over the host's current certificate (`peer_*`):
+    refused (403, logged) for another host, a CSR naming another host, or a certificate that is unknown or revoked
+    by now. The current certificate stays valid until it expires: connections made with it go on."""
+    spec = parse(RenewRequest, body)
+    if peer_host != host:
+        raise _refuse_renewal(host, f"host {peer_host}'s certificate may not renew host {host}'s")
+    try:
+        csr = x509.load_csr(spec.csr)
+    except x509.PkiError as exc:
+        raise BadRequest(str(exc)) from None
+    names = [a.value for a in csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if names != [host]:
+        raise _refuse_renewal(host, f"the certificate request names {names or 'no host'}, not {host}")
+    with store.write() as tx:
+        row = tx.conn.execute(select(C.c.host, C.c.revoked_at).where(C.c.serial == serial_key(peer_serial))).first()
+        if row is None or row.host != host or row.revoked_at is not None:
+            raise _refuse_renewal(host, f"certificate {peer_serial:x} is not a valid certificate of {host}")
+        cert = _sign(tx, ca, host, csr)
+    log.info("host %s renewed its certificate %x: now %x", host, peer_serial, cert.serial_number)
+    return {"host": host, "certificate": x509.cert_pem(cert).decode()}
+
+
+def sign_own(store: Store, ca: x509.Authority, host: str, csr: CertificateSigningRequest) -> Certificate:
+    """The certificate of the agent `cloudnet up` runs beside the server (it joins with no token: it is the
+    server's own)."""
+    with store.write() as tx:
+        return _sign(tx, ca, host, csr)
 
 
 def revoke_host(store: Store, ctx: Context, host: str) -> int:
@@ -142,3 +195,10 @@ def peer_refusal(store: Store, serial: int, host: str, instance_id: str | None) 
             if bound is not None and bound != host:
                 return f"host {host} may not act for instance {instance_id} (bound to another host)"
     return None
+
+
+def certificate_table(store: Store) -> dict[int, tuple[str, bool]]:
+    """Every certificate the CA signed for a host: serial -> (host, revoked)."""
+    with store.read() as conn:
+        rows = conn.execute(select(C.c.serial, C.c.host, C.c.revoked_at)).all()
+    return {int(row.serial, 16): (row.host, row.revoked_at is not None) for row in rows}

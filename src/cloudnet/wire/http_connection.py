@@ -9,6 +9,7 @@ import logging
 import socket
 import struct
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import httptools
@@ -65,6 +66,9 @@ class Serving(Protocol):
 
     app: Application
     gate: Gate | None
+    # Why a client certificate (DER; None: none) may not be served now (revoked, unknown), or None: asked when a
+    # TLS connection is made and again by the server's sweep.
+    certificates: Callable[[bytes | None], str | None] | None
     max_head: int
     max_body: int
     now: float  # the loop's clock, as of the server's last sweep
@@ -80,7 +84,7 @@ class Connection(asyncio.Protocol):
         "_body", "_body_size", "_busy", "_continue_due", "_expect", "_failure", "_head_bytes", "_head_size",
         "_headers", "_in_head", "_in_message", "_keep_alive", "_last", "_max_body", "_max_head", "_out", "_parser",
         "_peer", "_queue", "_reading_paused", "_server", "_stopped", "_transport", "_url", "_version",
-        "_writing_paused", "waiting_since",
+        "_writing_paused", "peer_cert", "waiting_since",
     )  # fmt: skip
 
     def __init__(self, server: Serving) -> None:
@@ -113,6 +117,7 @@ class Connection(asyncio.Protocol):
         # Since when the connection has been waiting for the client (a request, or reading its answers); None
         # while the server is busy answering. The server's sweep disconnects clients that keep it waiting.
         self.waiting_since: float | None = server.now
+        self.peer_cert: bytes | None = None  # the client's certificate (DER), on TLS
 
     # -- asyncio.Protocol -----------------------------------------------------------------------------
 
@@ -127,6 +132,14 @@ class Connection(asyncio.Protocol):
                 self._stopped = True
                 self._transport.write(render_response(refusal.status, refusal.headers, refusal.body, False))
                 self._transport.close()
+        check = self._server.certificates
+        if check is not None and not self._stopped:
+            ssl_object = transport.get_extra_info("ssl_object")
+            self.peer_cert = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            why = check(self.peer_cert)
+            if why is not None:
+                log.warning("refused a connection from %s: %s", peer, why)
+                self.abort()  # no answer: a relay sees a lost connection and tells its guest to retry later
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stopped = True

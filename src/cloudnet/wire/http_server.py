@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
+from collections.abc import Callable
 
 from cloudnet.wire.http1 import MAX_HEAD
 from cloudnet.wire.http_connection import Application, Connection, Gate
@@ -54,9 +56,11 @@ class HttpServer:
         max_head: int = MAX_HEAD,
         max_body: int = MAX_BODY,
         gate: Gate | None = None,
+        certificates: Callable[[bytes | None], str | None] | None = None,
     ) -> None:
         self.app = app
         self.gate = gate
+        self.certificates = certificates  # (see http_connection.Serving)
         self.idle_timeout = idle_timeout
         self.grace = grace
         self.max_head = max_head
@@ -81,8 +85,8 @@ class HttpServer:
             with contextlib.suppress(RuntimeError):  # the loop already closed: nothing is serving
                 self._loop.call_soon_threadsafe(self._stopping.set)
 
-    async def serve(self, sock: socket.socket) -> None:
-        """Serve connections on the listening socket (TCP or Unix) until `stop()`."""
+    async def serve(self, sock: socket.socket, tls: ssl.SSLContext | None = None) -> None:
+        """Serve connections on the listening socket (TCP or Unix; over TLS with `tls`) until `stop()`."""
         loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._loop = loop
@@ -91,7 +95,7 @@ class HttpServer:
         listener: asyncio.Server | None = None
         sweeper = loop.create_task(self._sweep())
         try:
-            listener = await loop.create_server(lambda: Connection(self), sock=sock, backlog=BACKLOG)
+            listener = await loop.create_server(lambda: Connection(self), sock=sock, backlog=BACKLOG, ssl=tls)
             self._serving = True
             if not self._stop_requested:
                 await self._stopping.wait()
@@ -129,7 +133,10 @@ class HttpServer:
         while True:
             await asyncio.sleep(interval)
             self.now = now = loop.time()
+            check = self.certificates
             for connection in list(self.connections):
                 since = connection.waiting_since
                 if since is not None and now - since > self.idle_timeout:
                     connection.expire()
+                elif check is not None and connection.peer_cert is not None and check(connection.peer_cert):
+                    connection.abort()  # its certificate was revoked since: its connections go too

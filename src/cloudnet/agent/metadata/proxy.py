@@ -24,6 +24,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -102,6 +103,7 @@ class MetadataProxy:
         idle_timeout: float = IDLE_TIMEOUT,
         answer_timeout: float = ANSWER_TIMEOUT,
         miss_wait: float = MISS_WAIT,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not secret:
             raise signing.SecretError("the metadata proxy needs the shared secret to sign instance identities")
@@ -110,7 +112,7 @@ class MetadataProxy:
         self.retry_interval = retry_interval
         self.idle_timeout = idle_timeout
         self._secret = secret
-        self._upstream = Upstream(upstream, answer_timeout)
+        self._upstream = Upstream(upstream, answer_timeout, tls=tls)
         self._limiter = RateLimiter(burst, rate)
         self._relay = Relay(self._upstream, self._limiter, Callers({}, secret), miss_wait)
         self._listeners: dict[str, _Listener] = {}

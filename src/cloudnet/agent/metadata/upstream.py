@@ -15,6 +15,7 @@ to another connection, opened if need be (up to MAX_CONNECTIONS), so a boot stor
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from typing import Any, cast
 
@@ -168,20 +169,27 @@ def _retrieved(task: asyncio.Task[_Connection]) -> None:
 
 
 class Upstream:
-    """The metadata API (`http://host:port` or `unix:/path`), over a few kept-alive, pipelined connections."""
+    """The metadata API (`http://host:port`, `https://host:port` or `unix:/path`), over a few kept-alive, pipelined
+    connections."""
 
-    def __init__(self, url: str, answer_timeout: float = ANSWER_TIMEOUT, max_body: int = MAX_BODY) -> None:
+    def __init__(self, url: str, answer_timeout: float = ANSWER_TIMEOUT, max_body: int = MAX_BODY,
+                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
         self.url = url
         self.answer_timeout = answer_timeout
         self.max_body = max_body
+        self._tls: ssl.SSLContext | None = None
         if url.startswith("unix:"):
             self._path: str | None = url[len("unix:") :]
             self._addr: tuple[str, int] | None = None
         else:
-            hostport = url.removeprefix("http://").rstrip("/")
+            scheme, _sep, hostport = url.rstrip("/").rpartition("://")
             host, _sep, port = hostport.rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"metadata API address {url!r} must be http://HOST:PORT or unix:/PATH")
+            if scheme not in ("http", "https", "") or not host or not port.isdigit():
+                raise ValueError(f"metadata API address {url!r} must be http(s)://HOST:PORT or unix:/PATH")
+            if scheme == "https":
+                if tls is None:
+                    raise ValueError(f"metadata API {url}: https needs this host's certificate (join with a token)")
+                self._tls = tls  # the API verified against the cloud's CA, this host's certificate presented
             self._path, self._addr = None, (host.strip("[]"), int(port))
         self._connections: list[_Connection] = []
         self._opening: asyncio.Task[_Connection] | None = None  # the connection being opened, if any
@@ -195,9 +203,11 @@ class Upstream:
                 opening: Any = loop.create_unix_connection(factory, self._path)
             else:
                 assert self._addr is not None
-                opening = loop.create_connection(factory, *self._addr)
+                opening = loop.create_connection(
+                    factory, *self._addr, ssl=self._tls, server_hostname=self._addr[0] if self._tls else None
+                )
             _transport, connection = await asyncio.wait_for(opening, CONNECT_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError) as exc:  # (ssl.SSLError is an OSError: a refused handshake too)
             raise UpstreamUnavailable(str(exc) or type(exc).__name__) from None
         connection = cast(_Connection, connection)
         self._connections.append(connection)
