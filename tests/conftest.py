@@ -30,7 +30,8 @@ TEST_DB = "cloudnet_test"
 SLOW_FIRST = (
     "tests/integration/test_vm_debian.py", "tests/integration/test_readme.py", "tests/api/test_multi_server.py",
     "tests/integration/test_churn.py", "tests/api/test_schemathesis.py", "tests/api/test_ipam_concurrency.py",
-    "tests/metadata/test_service.py", "tests/integration/test_guests.py",
+    "tests/metadata/test_service.py", "tests/integration/test_guests.py", "tests/ovn/test_gateway_failover.py",
+    "tests/ovn/test_cluster.py",
 )  # fmt: skip
 PLATFORM = Path(__file__).resolve().parent.parent / "scripts" / "platform.sh"
 
