@@ -17,7 +17,7 @@ from cryptography.x509.oid import NameOID
 from pydantic import Field
 from sqlalchemy import select, update
 
-from cloudnet.errors import BadRequest, CloudnetError
+from cloudnet.errors import BadRequest, Forbidden
 from cloudnet.pki import join_token, x509
 from cloudnet.services import common
 from cloudnet.services.context import Context
@@ -33,13 +33,11 @@ DEFAULT_TTL = 900
 MAX_TTL = 7 * 86400
 
 
-class JoinRefused(CloudnetError):
-    status = 403
+class JoinRefused(Forbidden):
     type = "JoinRefused"
 
 
-class RenewalRefused(CloudnetError):
-    status = 403
+class RenewalRefused(Forbidden):
     type = "RenewalRefused"
 
 
