@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cloud import ns_run
-from tests.support.cni import CniCloud, cni_cloud, invoke
+from tests.support.cni import FETCH, CniCloud, cni_cloud, in_netns, invoke
+from tests.support.installed import DEBIAN_PYTHON
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +182,32 @@ def test_failed_add_leaves_nothing(rig: CniCloud) -> None:
     assert code == 1 and err is not None and err["code"] == 101, err
     assert not [i for i in rig.instances() if i["netns"] == host_ns]
     assert invoke("DEL", rig.conf(), cid, host_ns) == (0, None)
+
+
+def test_first_container_on_a_network_without_a_router_gets_the_metadata_route(rig: CniCloud) -> None:
+    """Issue 30's report: the first container cloudnet-cni plugs on a new network with no router must get the route
+    to 169.254.169.254 (through the network's metadata port, made by that very ADD) besides `default via` the
+    gateway nobody answers, as an instance made through the API on that network gets, and read its metadata."""
+    net = rig.cloud.create("networks", "network", {"name": f"cni-first-{rig.cloud.suffix}", "project_id": "alice"})
+    rig.cloud.create("subnets", "subnet", {"network_id": net["id"], "cidr": "10.79.0.0/24", "project_id": "alice"})
+    cid, path = container(rig, "first")
+    code, res = invoke("ADD", rig.conf(network=net["name"]), cid, path)
+    assert code == 0, res
+    inst = rig.instance_of(cid)
+    assert inst is not None
+    (nic,) = inst["nets"]
+    (hop,) = nic["metadata_hops"].values()
+    assert res is not None and res["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.79.0.1"},
+                                                 {"dst": "169.254.169.254/32", "gw": hop}]  # fmt: skip
+
+    def routes(ns: str) -> set[tuple[str, str | None]]:
+        return {(r["dst"], r.get("gateway")) for r in json.loads(ns_run(ns, "ip", "-j", "route", "show").stdout)
+                if r.get("gateway")}  # fmt: skip
+
+    plugged = routes(path.rsplit("/", 1)[1])
+    assert plugged == {("default", "10.79.0.1"), ("169.254.169.254", hop)}, plugged
+    by_api = rig.cloud.instance("first-api", [{"network": net["id"]}])
+    assert routes(by_api["netns"]) == plugged  # the same rule for both
+    own = nic["fixed_ips"][0]["ip_address"]
+    assert inst["id"] in in_netns(path, DEBIAN_PYTHON, "-c", FETCH, own).stdout  # and the proxy answers there
+    assert invoke("DEL", rig.conf(network=net["name"]), cid, path) == (0, None)

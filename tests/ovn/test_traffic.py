@@ -227,6 +227,36 @@ def test_an_uplink_that_is_missing_fails_alone(rig: Rig) -> None:
     assert ping(rig.outside, rig.gateway, count=1, wait=2)
 
 
+def test_the_agent_turns_the_uplinks_transmit_checksum_offload_off(rig: Rig) -> None:
+    """Whatever writes to the uplink, it leaves with whole checksums (the veth was made with the offload on)."""
+    assert veth.tx_checksum(rig.ovn.chassis[0].netns, rig.uplink) is False
+
+
+def test_tcp_both_ways_needs_whole_checksums_from_the_wires_side(rig: Rig) -> None:
+    """The README's OVN quick start: a veth pair stands in for the uplink's wire. A server outside answers a client in
+    an instance, and an outside client reaches an instance through a forward, once the outside end checksums what it
+    sends (`ethtool -K uplink0-peer tx off`, as the README says: the userspace datapath completes no partial
+    checksums); with that offload on, as `ip link add ... type veth` leaves it, ping still works but TCP does not."""
+    out = rig.outside
+    fwd = rig.forward({"listen_address": "192.0.2.56",
+                       "ports": [{"protocol": "tcp", "listen_port": "8080", "target_address": ip(rig.a)}]})  # fmt: skip
+    try:
+        rig.until(lambda: tcp_ask(out, "192.0.2.56", 8080, 1).startswith("A "), "the forward")
+        assert tcp_ask(out, "192.0.2.56", 8080) == f"A {OUT} 8080"  # outside -> instance
+        assert tcp_ask(rig.b["netns"], OUT, 7000) == f"OUT {rig.gateway} 7000"  # instance -> outside
+        veth.set_tx_checksum(out, "eth0", True)
+        try:
+            assert ping(out, rig.gateway, count=1, wait=2) and ping(rig.b["netns"], OUT, count=1, wait=2)
+            assert tcp_ask(out, "192.0.2.56", 8080, BLOCKED) == ""
+            assert tcp_ask(rig.b["netns"], OUT, 7000, BLOCKED) == ""
+        finally:
+            veth.tx_checksum_off(out, "eth0")
+        rig.until(lambda: tcp_ask(out, "192.0.2.56", 8080, 1) == f"A {OUT} 8080", "TCP in again")
+        assert tcp_ask(rig.b["netns"], OUT, 7000) == f"OUT {rig.gateway} 7000"
+    finally:
+        assert rig.api.delete(fwd).status_code == 204
+
+
 # -- SNAT ---------------------------------------------------------------------------------------------------------
 
 

@@ -6,10 +6,12 @@ import csv
 import io
 import json
 
+import pytest
 import yaml
 from rich.console import Console
 from rich.table import Table
 
+from cloudnet.cli.errors import CliError
 from cloudnet.cli.output import (
     Column,
     Format,
@@ -17,6 +19,7 @@ from cloudnet.cli.output import (
     list_rows,
     render_list,
     render_show,
+    select_columns,
     show_rows,
     up_down,
 )
@@ -143,3 +146,29 @@ def test_csv_quotes_multiline_and_commas() -> None:
 
 def test_json_keeps_non_ascii() -> None:
     assert "ñ" in render_show({"name": "año"}, Format.json)
+
+
+def test_value_format_has_no_header() -> None:
+    assert render_list(NETWORKS, COLUMNS, Format.value, ["name", "State"]) == "alpha UP\nbeta DOWN\n"
+    assert render_show(PORT, Format.value, ["name", "id"]) == "web\np1\n"
+    assert render_list([], COLUMNS, Format.value) == ""
+
+
+def test_columns_narrow_every_format_in_the_order_given() -> None:
+    assert render_list(NETWORKS, COLUMNS, Format.csv, ["state", "ID"]) == "State,ID\nUP,n1\nDOWN,n2\n"
+    assert json.loads(render_list(NETWORKS, COLUMNS, Format.json, ["id"])) == [{"id": "n1"}, {"id": "n2"}]
+    assert yaml.safe_load(render_show(PORT, Format.yaml, ["name"])) == {"name": "web"}
+    assert [c.header for c in select_columns(COLUMNS, None)] == ["ID", "Name", "Subnets", "State"]
+
+
+def test_unknown_column_names_the_choices() -> None:
+    with pytest.raises(CliError, match=r"'nope': no such column \(choose from ID, Name, Subnets, State\)"):
+        select_columns(COLUMNS, ["nope"])
+    with pytest.raises(CliError, match="'i': no such field"):  # no prefix matching
+        render_show(PORT, Format.value, ["i"])
+
+
+def test_views_render_a_field_in_tables_only() -> None:
+    views = {"fixed_ips": lambda ips: "\n".join(f["ip_address"] for f in ips)}
+    assert dict(show_rows(PORT, views))["fixed_ips"] == "10.0.0.5\nfd00::5"
+    assert json.loads(render_show(PORT, Format.json, None, views)) == PORT

@@ -21,7 +21,7 @@ import yaml
 from cloudnet.cli.client import NETWORK, Client, api_root
 from cloudnet.cli.common import client_of
 from cloudnet.cli.errors import ApiError, CliError
-from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show, to_yaml
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show, to_yaml
 
 app = typer.Typer(help="Manage network forwards (external addresses forwarded to instances).", no_args_is_help=True)
 port_app = typer.Typer(help="Manage the port forwards of a network forward.", no_args_is_help=True)
@@ -238,16 +238,24 @@ def _stdin_is_terminal() -> bool:
 
 
 @app.command("list")
-def list_forwards(ctx: typer.Context, network: NetworkArg, fmt: FormatOption = Format.table) -> None:
+def list_forwards(
+    ctx: typer.Context, network: NetworkArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None
+) -> None:
     """List the forwards of a network."""
-    print_list(Forwards.of(ctx, network).list(), COLUMNS, fmt)
+    print_list(Forwards.of(ctx, network).list(), COLUMNS, fmt, columns)
 
 
 @app.command("show")
-def show(ctx: typer.Context, network: NetworkArg, listen: ListenArg, fmt: FormatOption = Format.table) -> None:
+def show(
+    ctx: typer.Context,
+    network: NetworkArg,
+    listen: ListenArg,
+    fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
+) -> None:
     """Show one forward."""
     forward, _etag = Forwards.of(ctx, network).get(listen)
-    print_show(forward, fmt)
+    print_show(forward, fmt, columns)
 
 
 @app.command("create")

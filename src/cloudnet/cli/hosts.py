@@ -11,7 +11,7 @@ import typer
 from cloudnet.cli.client import HOST
 from cloudnet.cli.common import client_of, delete_each
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show
 
 app = typer.Typer(help="Show hosts (agents), check them for drift, join new ones with a token, remove or delete "
                   "decommissioned ones.", no_args_is_help=True)  # fmt: skip
@@ -24,9 +24,9 @@ COLUMNS = [
 
 
 @app.command("list")
-def list_hosts(ctx: typer.Context, fmt: FormatOption = Format.table) -> None:
+def list_hosts(ctx: typer.Context, fmt: FormatOption = Format.table, columns: ColumnsOption = None) -> None:
     """List hosts."""
-    print_list(client_of(ctx).list_all(HOST), COLUMNS, fmt)
+    print_list(client_of(ctx).list_all(HOST), COLUMNS, fmt, columns)
 
 
 @app.command("show")
@@ -34,9 +34,10 @@ def show(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Host name.")],
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Show one host."""
-    print_show(client_of(ctx).show(HOST, name), fmt)
+    print_show(client_of(ctx).show(HOST, name), fmt, columns)
 
 
 @app.command("delete")
@@ -55,16 +56,17 @@ def join_token(
     name: Annotated[str, typer.Argument(help="The name of the host that will join (its certificate's name).")],
     ttl: Annotated[int, typer.Option(min=10, metavar="S", help="Seconds the token is valid.")] = 900,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Issue a single-use join token for host NAME: on that host, `cloudnet agent --join URL TOKEN` (the API over
     TLS) gets its certificate and everything else its agent needs."""
     item = client_of(ctx).post(f"/hosts/{quote(name, safe='')}/join-tokens", {"join_token": {"ttl": ttl}})
     token = item["join_token"]
-    if fmt is Format.table:
+    if fmt is Format.table and not columns:
         typer.echo(token["token"])
         typer.echo(f"(for host {token['host']}, single use, until {token['expires_at']})", err=True)
         return
-    print_show(token, fmt)
+    print_show(token, fmt, columns)
 
 
 @app.command("remove")
@@ -89,6 +91,7 @@ def check(
     name: Annotated[str, typer.Argument(help="Host name.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the agent's answer.")] = 120.0,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Have the host's agent compare its kernel state (nftables maps and rules, routes, devices, namespaces) with
     the desired state and repair every difference; prints what differed. Exits 1 when something did."""
@@ -106,6 +109,6 @@ def check(
     if fmt is Format.table:
         typer.echo(f"{done.get('count', len(differences))} difference(s) found and repaired at {done.get('at')}")
     if differences or fmt is not Format.table:
-        print_list(differences, CHECK_COLUMNS, fmt)
+        print_list(differences, CHECK_COLUMNS, fmt, columns)
     if differences:
         raise typer.Exit(1)

@@ -13,15 +13,38 @@ from cloudnet.cli import qemu_args
 from cloudnet.cli.client import INSTANCE, NETWORK, PORT, Client
 from cloudnet.cli.common import client_of, delete_each
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show
 from cloudnet.cli.parsing import parse_assignments, parse_pairs
 
 app = typer.Typer(help="Manage instances (what ports are plugged into and metadata describes).", no_args_is_help=True)
 app.command("qemu-args")(qemu_args.qemu_args)
 
 
-def _addresses(instance: dict[str, Any]) -> list[str]:
-    return [f"{n['network_id']}={','.join(f['ip_address'] for f in n['fixed_ips'])}" for n in instance.get("nets", [])]
+def _ips(nic: dict[str, Any]) -> str:
+    return ",".join(f["ip_address"] for f in nic.get("fixed_ips") or [])
+
+
+def _addresses(instance: dict[str, Any]) -> str:
+    """One line per NIC: several NICs' addresses on one line made one unreadable cell."""
+    return "\n".join(f"{n['network_id']}={_ips(n)}" for n in instance.get("nets") or [])
+
+
+def _nic_lines(nets: Any) -> Any:
+    """`nets` in a show table: one line per NIC with what a user looks for, not every key of it (`-f json` has
+    those); the key=value dump of a NIC was a 300-character line."""
+    if not isinstance(nets, list):
+        return nets
+    lines = []
+    for nic in nets:
+        failure = f" ({nic['binding_failure']})" if nic.get("binding_failure") else ""
+        lines.append(
+            f"{nic.get('ifname')}: {_ips(nic)} {nic.get('status')}{failure} network={nic.get('network_id')} "
+            f"port={nic.get('port_id')} mac={nic.get('mac_address')}"
+        )
+    return "\n".join(lines)
+
+
+VIEWS = {"nets": _nic_lines}
 
 
 COLUMNS = [
@@ -83,6 +106,7 @@ def create(
         bool, typer.Option("--wait", help="Wait until its host has plugged it (ACTIVE); fail with the agent's reason.")
     ] = False,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Create an instance and plug its ports."""
     client = client_of(ctx)
@@ -103,7 +127,7 @@ def create(
         body["ssh_keys"] = [{"name": k, "key": _read(Path(v)).strip()}
                             for k, v in parse_assignments(ssh_key, option="--ssh-key").items()]  # fmt: skip
     created = client.create(INSTANCE, body)
-    print_show(_wait_active(client, created) if wait else created, fmt)
+    print_show(_wait_active(client, created) if wait else created, fmt, columns, VIEWS)
 
 
 WAIT_LIMIT = 120.0  # seconds: a host that takes longer is broken, and the user should hear of it
@@ -137,16 +161,19 @@ def list_instances(
     ctx: typer.Context,
     host: Annotated[str | None, typer.Option(help="Only instances on this host.")] = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """List instances."""
     params = [("host", host)] if host else []
-    print_list(client_of(ctx).list_all(INSTANCE, params), COLUMNS, fmt)
+    print_list(client_of(ctx).list_all(INSTANCE, params), COLUMNS, fmt, columns)
 
 
 @app.command("show")
-def show(ctx: typer.Context, instance: InstanceArg, fmt: FormatOption = Format.table) -> None:
+def show(
+    ctx: typer.Context, instance: InstanceArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None
+) -> None:
     """Show one instance."""
-    print_show(client_of(ctx).find(INSTANCE, instance), fmt)
+    print_show(client_of(ctx).find(INSTANCE, instance), fmt, columns, VIEWS)
 
 
 @app.command("delete")
@@ -215,20 +242,28 @@ def _items(body: Any) -> list[dict[str, Any]]:
 
 
 @metadata_app.command("list")
-def metadata_list(ctx: typer.Context, instance: InstanceArg, fmt: FormatOption = Format.table) -> None:
+def metadata_list(
+    ctx: typer.Context, instance: InstanceArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None
+) -> None:
     """List an instance's metadata: customer keys, and the internal ones you may see."""
     client = client_of(ctx)
-    print_list(_items(client.get(_metadata_path(client.find_id(INSTANCE, instance)))), METADATA_COLUMNS, fmt)
+    print_list(_items(client.get(_metadata_path(client.find_id(INSTANCE, instance)))), METADATA_COLUMNS, fmt, columns)
 
 
 @metadata_app.command("get")
-def metadata_get(ctx: typer.Context, instance: InstanceArg, key: KeyArg, fmt: FormatOption = Format.table) -> None:
+def metadata_get(
+    ctx: typer.Context,
+    instance: InstanceArg,
+    key: KeyArg,
+    fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
+) -> None:
     """Show one key, read where the guest reads it (`*_pw` and internal namespaces: internal metadata)."""
     client = client_of(ctx)
     body = client.get(_metadata_path(client.find_id(INSTANCE, instance), key))
     if not isinstance(body, dict) or not isinstance(body.get("metadata_item"), dict):
         raise CliError("cloudnet answered without a 'metadata_item' object")
-    print_show(body["metadata_item"], fmt)
+    print_show(body["metadata_item"], fmt, columns)
 
 
 @metadata_app.command("set")
@@ -240,6 +275,7 @@ def metadata_set(
     file: Annotated[Path | None, typer.Option("--file", help="Read the value from this file.")] = None,
     internal: InternalOption = False,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Set one key (`*_pw` keys go to internal metadata, as when the guest writes them)."""
     if (value is None) == (file is None):
@@ -251,7 +287,7 @@ def metadata_set(
         body["internal"] = True
     items = _items(client.put(_metadata_path(client.find_id(INSTANCE, instance), key), body))
     stored = [i for i in items if i["key"] == key and i["value"] == text]
-    print_show(stored[-1] if stored else {"key": key, "value": text}, fmt)
+    print_show(stored[-1] if stored else {"key": key, "value": text}, fmt, columns)
 
 
 @metadata_app.command("unset")

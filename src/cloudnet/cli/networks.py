@@ -11,7 +11,7 @@ from cloudnet.cli import forwards
 from cloudnet.cli.client import NETWORK
 from cloudnet.cli.common import client_of, delete_each, require_changes, set_if
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show, up_down
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show, up_down
 from cloudnet.cli.parsing import parse_assignments
 
 app = typer.Typer(help="Manage networks.", no_args_is_help=True)
@@ -69,6 +69,7 @@ def create(
     route: RouteOption = None,
     port_security: PortSecurityOption = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Create a network."""
     body: dict[str, object] = {"name": name}
@@ -84,7 +85,7 @@ def create(
     set_if(body, "cloudnet:routes", list(route) if route else None)
     set_if(body, "project_id", project)
     set_if(body, "port_security_enabled", port_security)
-    print_show(client_of(ctx).create(NETWORK, body), fmt)
+    print_show(client_of(ctx).create(NETWORK, body), fmt, columns)
 
 
 @app.command("list")
@@ -96,6 +97,7 @@ def list_networks(
     name: Annotated[str | None, typer.Option(help="Only networks with this name.")] = None,
     long: Annotated[bool, typer.Option("--long", help="More columns.")] = False,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """List networks."""
     params: list[tuple[str, str]] = []
@@ -104,13 +106,15 @@ def list_networks(
     if name is not None:
         params.append(("name", name))
     networks = client_of(ctx).list_all(NETWORK, params)
-    print_list(networks, LONG_COLUMNS if long else COLUMNS, fmt)
+    print_list(networks, LONG_COLUMNS if long else COLUMNS, fmt, columns)
 
 
 @app.command("show")
-def show(ctx: typer.Context, network: NetworkArg, fmt: FormatOption = Format.table) -> None:
+def show(
+    ctx: typer.Context, network: NetworkArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None
+) -> None:
     """Show one network."""
-    print_show(client_of(ctx).find(NETWORK, network), fmt)
+    print_show(client_of(ctx).find(NETWORK, network), fmt, columns)
 
 
 @app.command("set")

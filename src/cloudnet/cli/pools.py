@@ -8,7 +8,7 @@ import typer
 
 from cloudnet.cli.client import Kind
 from cloudnet.cli.common import client_of, require_changes, set_if
-from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show
 
 POOL = Kind("port-pools", "port_pool")
 
@@ -40,12 +40,13 @@ def list_pools(
     network: Annotated[str | None, typer.Option(help="Only pools of this network (id).")] = None,
     long: Annotated[bool, typer.Option("--long", help="More columns.")] = False,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """List port pools."""
     params = [("host", host)] if host else []
     if network:
         params.append(("network_id", network))
-    print_list(client_of(ctx).list_all(POOL, params), LONG_COLUMNS if long else COLUMNS, fmt)
+    print_list(client_of(ctx).list_all(POOL, params), LONG_COLUMNS if long else COLUMNS, fmt, columns)
 
 
 @app.command("show")
@@ -53,9 +54,10 @@ def show(
     ctx: typer.Context,
     pool: Annotated[str, typer.Argument(help="Pool id.")],
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Show one port pool."""
-    print_show(client_of(ctx).show(POOL, pool), fmt)
+    print_show(client_of(ctx).show(POOL, pool), fmt, columns)
 
 
 @app.command("set")
@@ -68,6 +70,7 @@ def set_pool(
     ttl: Annotated[int | None, typer.Option(min=0, help="Idle seconds before eviction above min (0: off).")] = None,
     update_interval: Annotated[int | None, typer.Option(min=1, help="Seconds between maintenance passes.")] = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Change a pool's sizing (each value overrides the server default for this pool)."""
     body: dict[str, object] = {}
@@ -77,4 +80,4 @@ def set_pool(
     set_if(body, "ttl", ttl)
     set_if(body, "update_interval", update_interval)
     require_changes(body, f"port pool {pool}")
-    print_show(client_of(ctx).update(POOL, pool, body), fmt)
+    print_show(client_of(ctx).update(POOL, pool, body), fmt, columns)

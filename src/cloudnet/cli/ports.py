@@ -11,7 +11,7 @@ import typer
 from cloudnet.cli.client import NETWORK, PORT, SECURITY_GROUP, SUBNET, Client
 from cloudnet.cli.common import client_of, delete_each, require_changes, resolve_fixed_ips, set_if
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show, up_down
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show, up_down
 from cloudnet.cli.parsing import parse_allowed_address, parse_assignments, parse_fixed_ip
 
 app = typer.Typer(help="Manage ports.", no_args_is_help=True)
@@ -96,6 +96,7 @@ def create(
     description: Annotated[str | None, typer.Option(help="Description.")] = None,
     tag: Annotated[list[str] | None, typer.Option(help="Tag (repeatable).")] = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Create a port."""
     if security_group and no_security_group:
@@ -120,7 +121,7 @@ def create(
     set_if(body, "admin_state_up", False if disable else None)
     set_if(body, "description", description)
     set_if(body, "tags", tag or None)
-    print_show(client.create(PORT, body), fmt)
+    print_show(client.create(PORT, body), fmt, columns)
 
 
 @app.command("list")
@@ -136,6 +137,7 @@ def list_ports(
     ] = None,
     long: Annotated[bool, typer.Option("--long", help="More columns.")] = False,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """List ports."""
     client = client_of(ctx)
@@ -151,13 +153,13 @@ def list_ports(
             params.append(("fixed_ips", f"subnet_id={client.find_id(SUBNET, pairs['subnet'])}"))
         if pairs.get("ip-address"):
             params.append(("fixed_ips", f"ip_address={pairs['ip-address']}"))
-    print_list(client.list_all(PORT, params), LONG_COLUMNS if long else COLUMNS, fmt)
+    print_list(client.list_all(PORT, params), LONG_COLUMNS if long else COLUMNS, fmt, columns)
 
 
 @app.command("show")
-def show(ctx: typer.Context, port: PortArg, fmt: FormatOption = Format.table) -> None:
+def show(ctx: typer.Context, port: PortArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None) -> None:
     """Show one port."""
-    print_show(client_of(ctx).find(PORT, port), fmt)
+    print_show(client_of(ctx).find(PORT, port), fmt, columns)
 
 
 @app.command("set")

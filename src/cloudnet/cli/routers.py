@@ -9,7 +9,7 @@ import typer
 from cloudnet.cli.client import NETWORK, PORT, ROUTER, SUBNET, Client, Kind
 from cloudnet.cli.common import client_of, delete_each, require_changes, resolve_fixed_ips, set_if
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.output import Column, Format, FormatOption, print_list, print_show, up_down
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show, up_down
 
 app = typer.Typer(help="Manage routers.", no_args_is_help=True)
 add_app = typer.Typer(help="Attach a subnet or port to a router.", no_args_is_help=True)
@@ -43,12 +43,13 @@ def create(
     disable: Annotated[bool, typer.Option("--disable", help="Create administratively down.")] = False,
     description: Annotated[str | None, typer.Option(help="Description.")] = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Create a router."""
     body: dict[str, object] = {"name": name}
     set_if(body, "admin_state_up", False if disable else None)
     set_if(body, "description", description)
-    print_show(client_of(ctx).create(ROUTER, body), fmt)
+    print_show(client_of(ctx).create(ROUTER, body), fmt, columns)
 
 
 @app.command("list")
@@ -56,15 +57,18 @@ def list_routers(
     ctx: typer.Context,
     long: Annotated[bool, typer.Option("--long", help="More columns.")] = False,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """List routers."""
-    print_list(client_of(ctx).list_all(ROUTER), LONG_COLUMNS if long else COLUMNS, fmt)
+    print_list(client_of(ctx).list_all(ROUTER), LONG_COLUMNS if long else COLUMNS, fmt, columns)
 
 
 @app.command("show")
-def show(ctx: typer.Context, router: RouterArg, fmt: FormatOption = Format.table) -> None:
+def show(
+    ctx: typer.Context, router: RouterArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None
+) -> None:
     """Show one router."""
-    print_show(client_of(ctx).find(ROUTER, router), fmt)
+    print_show(client_of(ctx).find(ROUTER, router), fmt, columns)
 
 
 @app.command("set")

@@ -10,7 +10,7 @@ import typer
 from cloudnet.cli.client import SECURITY_GROUP, SECURITY_GROUP_RULE
 from cloudnet.cli.common import client_of, delete_each, require_changes, set_if
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.output import Column, Format, FormatOption, Item, print_list, print_show
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, Item, print_list, print_show
 from cloudnet.cli.parsing import ethertype_of, parse_port_range
 
 app = typer.Typer(help="Manage security groups and their rules.", no_args_is_help=True)
@@ -69,25 +69,26 @@ def create(
     project: Annotated[str | None, typer.Option(help="Owning project id (admin only).")] = None,
     stateful: StatefulOption = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Create a security group."""
     body: dict[str, object] = {"name": name}
     set_if(body, "description", description)
     set_if(body, "project_id", project)
     set_if(body, "stateful", stateful)
-    print_show(client_of(ctx).create(SECURITY_GROUP, body), fmt)
+    print_show(client_of(ctx).create(SECURITY_GROUP, body), fmt, columns)
 
 
 @app.command("list")
-def list_groups(ctx: typer.Context, fmt: FormatOption = Format.table) -> None:
+def list_groups(ctx: typer.Context, fmt: FormatOption = Format.table, columns: ColumnsOption = None) -> None:
     """List security groups."""
-    print_list(client_of(ctx).list_all(SECURITY_GROUP), COLUMNS, fmt)
+    print_list(client_of(ctx).list_all(SECURITY_GROUP), COLUMNS, fmt, columns)
 
 
 @app.command("show")
-def show(ctx: typer.Context, group: GroupArg, fmt: FormatOption = Format.table) -> None:
+def show(ctx: typer.Context, group: GroupArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None) -> None:
     """Show one security group with its rules."""
-    print_show(client_of(ctx).find(SECURITY_GROUP, group), fmt)
+    print_show(client_of(ctx).find(SECURITY_GROUP, group), fmt, columns)
 
 
 @app.command("set")
@@ -136,6 +137,7 @@ def create_rule(
     ] = None,
     description: Annotated[str | None, typer.Option(help="Description.")] = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Add a rule to a security group."""
     if remote_ip and remote_group:
@@ -155,7 +157,7 @@ def create_rule(
     if remote_group is not None:
         body["remote_group_id"] = client.find_id(SECURITY_GROUP, remote_group)
     set_if(body, "description", description)
-    print_show(client.create(SECURITY_GROUP_RULE, body), fmt)
+    print_show(client.create(SECURITY_GROUP_RULE, body), fmt, columns)
 
 
 @rule_app.command("list")
@@ -165,6 +167,7 @@ def list_rules(
         str | None, typer.Argument(metavar="SECURITY_GROUP", help="Only this group's rules (name or id).")
     ] = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """List security group rules."""
     client = client_of(ctx)
@@ -172,13 +175,15 @@ def list_rules(
     if group is not None:
         params.append(("security_group_id", client.find_id(SECURITY_GROUP, group)))
     rules = client.list_all(SECURITY_GROUP_RULE, params)
-    print_list(rules, RULE_COLUMNS if group is not None else ALL_RULE_COLUMNS, fmt)
+    print_list(rules, RULE_COLUMNS if group is not None else ALL_RULE_COLUMNS, fmt, columns)
 
 
 @rule_app.command("show")
-def show_rule(ctx: typer.Context, rule: RuleArg, fmt: FormatOption = Format.table) -> None:
+def show_rule(
+    ctx: typer.Context, rule: RuleArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None
+) -> None:
     """Show one security group rule."""
-    print_show(client_of(ctx).show(SECURITY_GROUP_RULE, rule), fmt)
+    print_show(client_of(ctx).show(SECURITY_GROUP_RULE, rule), fmt, columns)
 
 
 @rule_app.command("delete")

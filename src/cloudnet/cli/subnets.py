@@ -10,7 +10,7 @@ import typer
 from cloudnet.cli.client import NETWORK, SUBNET
 from cloudnet.cli.common import client_of, delete_each, require_changes, set_if
 from cloudnet.cli.errors import CliError
-from cloudnet.cli.output import Column, Format, FormatOption, Item, print_list, print_show
+from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, Item, print_list, print_show
 from cloudnet.cli.parsing import ip_version_of, parse_allocation_pool, parse_gateway, parse_host_route
 
 app = typer.Typer(help="Manage subnets.", no_args_is_help=True)
@@ -72,6 +72,7 @@ def create(
     dhcp: DhcpOption = None,
     description: Annotated[str | None, typer.Option(help="Description.")] = None,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Create a subnet."""
     version = ip_version if ip_version is not None else ip_version_of(subnet_range)
@@ -90,7 +91,7 @@ def create(
     set_if(body, "host_routes", [parse_host_route(r) for r in host_route or []] or None)
     set_if(body, "enable_dhcp", dhcp)
     set_if(body, "description", description)
-    print_show(client.create(SUBNET, body), fmt)
+    print_show(client.create(SUBNET, body), fmt, columns)
 
 
 @app.command("list")
@@ -101,6 +102,7 @@ def list_subnets(
     name: Annotated[str | None, typer.Option(help="Only subnets with this name.")] = None,
     long: Annotated[bool, typer.Option("--long", help="More columns.")] = False,
     fmt: FormatOption = Format.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """List subnets."""
     client = client_of(ctx)
@@ -112,13 +114,15 @@ def list_subnets(
         params.append(("ip_version", str(ip_version)))
     if name is not None:
         params.append(("name", name))
-    print_list(client.list_all(SUBNET, params), LONG_COLUMNS if long else COLUMNS, fmt)
+    print_list(client.list_all(SUBNET, params), LONG_COLUMNS if long else COLUMNS, fmt, columns)
 
 
 @app.command("show")
-def show(ctx: typer.Context, subnet: SubnetArg, fmt: FormatOption = Format.table) -> None:
+def show(
+    ctx: typer.Context, subnet: SubnetArg, fmt: FormatOption = Format.table, columns: ColumnsOption = None
+) -> None:
     """Show one subnet."""
-    print_show(client_of(ctx).find(SUBNET, subnet), fmt)
+    print_show(client_of(ctx).find(SUBNET, subnet), fmt, columns)
 
 
 @app.command("set")
