@@ -50,7 +50,7 @@ def build(config: AgentConfig) -> Agent:
     if config.metadata_url:
         # 169.254.169.254 in every network namespace of this host, signing with the server's secret.
         # Over https (a joined host's) with the same context as the API's: the CA pinned, this host's certificate.
-        relay_tls = context if config.metadata_url.startswith("https://") else None
+        relay_tls = context if "https://" in config.metadata_url else None
         observers.append(MetadataProxy(config.host, config.metadata_url, signing.read_secret(config.secret_file),
                                        tls=relay_tls))  # fmt: skip
     # SmartOS metadata sockets under <state>/zonecontrol/<uuid>/, and VMs' serial ports under <state>/vmserial/

@@ -100,8 +100,8 @@ def register(app: typer.Typer) -> None:
         metadata_url: Annotated[
             str | None,
             typer.Option(
-                help="Metadata API for the proxies: http://HOST:PORT, unix:/PATH, or 'off' (default: the "
-                f"joined server's, or {DEFAULT_METADATA_URL})."
+                help="Metadata API for the proxies: http://HOST:PORT, unix:/PATH, or 'off'; several, comma-separated, "
+                f"are tried in order (default: the joined server's, or {DEFAULT_METADATA_URL})."
             ),
         ] = None,
         metadata_secret_file: Annotated[

@@ -23,7 +23,8 @@ from cloudnet.agent.metadata.relay import (
     unavailable,
     upstream_request,
 )
-from cloudnet.agent.metadata.upstream import Upstream, UpstreamUnavailable
+from cloudnet.agent.metadata.upstream import UpstreamUnavailable
+from cloudnet.agent.metadata.upstreams import Upstreams
 from cloudnet.wire import http1
 from cloudnet.wire.http1 import Request, Response
 from cloudnet.wire.metadata_paths import is_token_request
@@ -40,7 +41,7 @@ class Relay:
     """What every network's listener shares: who is who, the rate limit, the API and the connection counts."""
 
     def __init__(
-        self, upstream: Upstream, limiter: RateLimiter, callers: Callers, miss_wait: float = MISS_WAIT
+        self, upstream: Upstreams, limiter: RateLimiter, callers: Callers, miss_wait: float = MISS_WAIT
     ) -> None:
         self.upstream = upstream
         self.limiter = limiter

@@ -35,7 +35,8 @@ import uvloop
 from cloudnet.agent.metadata.guest import MISS_WAIT, NetworkGuests, Relay
 from cloudnet.agent.metadata.ratelimit import RateLimiter
 from cloudnet.agent.metadata.relay import Callers
-from cloudnet.agent.metadata.upstream import ANSWER_TIMEOUT, Upstream
+from cloudnet.agent.metadata.upstream import ANSWER_TIMEOUT
+from cloudnet.agent.metadata.upstreams import Upstreams
 from cloudnet.dataplane.base import metadata_ns
 from cloudnet.dataplane.kernel import netns
 from cloudnet.wire import http1, signing
@@ -112,7 +113,7 @@ class MetadataProxy:
         self.retry_interval = retry_interval
         self.idle_timeout = idle_timeout
         self._secret = secret
-        self._upstream = Upstream(upstream, answer_timeout, tls=tls)
+        self._upstream = Upstreams(upstream, answer_timeout, tls=tls)  # (one or several, comma-separated)
         self._limiter = RateLimiter(burst, rate)
         self._relay = Relay(self._upstream, self._limiter, Callers({}, secret), miss_wait)
         self._listeners: dict[str, _Listener] = {}

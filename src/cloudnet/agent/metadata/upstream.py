@@ -36,6 +36,10 @@ class UpstreamUnavailable(Exception):
     pass
 
 
+class UpstreamUnreachable(UpstreamUnavailable):
+    """No connection could be made: nothing was sent, so any request may go to another server."""
+
+
 class _Lost(Exception):
     """The connection ended before the whole answer; `started` tells whether any of it had arrived."""
 
@@ -208,7 +212,7 @@ class Upstream:
                 )
             _transport, connection = await asyncio.wait_for(opening, CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:  # (ssl.SSLError is an OSError: a refused handshake too)
-            raise UpstreamUnavailable(str(exc) or type(exc).__name__) from None
+            raise UpstreamUnreachable(str(exc) or type(exc).__name__) from None
         connection = cast(_Connection, connection)
         self._connections.append(connection)
         return connection
