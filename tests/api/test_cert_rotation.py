@@ -229,6 +229,34 @@ def test_a_host_renews_over_its_certificate_and_a_revoked_one_cannot(
     server.until_logged("over host renewer's certificate")
 
 
+def test_a_host_renews_through_another_server_when_the_one_it_joined_is_gone(
+    given: tuple[TlsServer, x509.Authority, Path, Path], tmp_path: Path
+) -> None:
+    """Any API server renews (they share the CA and the database): the agent's list is tried after the one it
+    joined; a refusal from one is not taken to the next."""
+    server, _ca, _cert, _key = given
+    state = tmp_path / "host"
+    server.join("wanderer", state)
+    ca, crt, key, _secret = join.Joined.files(state)
+    context = tls.client_context(ca, crt, key)
+    old = x509.load_cert(crt).serial_number
+    saved = join.Joined.dir(state) / "joined.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        gone = f"https://127.0.0.1:{s.getsockname()[1]}"  # (nothing listens there once the socket closes)
+    saved.write_text(saved.read_text().replace(server.url, gone))  # the server it joined is gone for good
+    with pytest.raises(join.JoinError, match=r"cannot reach https://127\.0\.0\.1:[0-9]+ to renew"):
+        join.renew(state, context)  # no other server known
+    assert x509.load_cert(crt).serial_number == old
+    renewed = join.renew(state, context, [gone, server.url])
+    assert renewed.serial_number != old and x509.load_cert(crt).serial_number == renewed.serial_number
+    server.until_logged(f"host wanderer renewed its certificate {old:x}: now {renewed.serial_number:x}")
+    with server.client() as admin:
+        assert admin.post("/hosts/wanderer/remove").status_code == 200
+    with pytest.raises(join.JoinError, match=r"refused the renewal: .*revoked"):
+        join.renew(state, context, [gone, server.url])  # refused by the one that answered: final
+
+
 def _aged(cert: cx.Certificate, ca: x509.Authority, days_gone: int, days_left: int) -> cx.Certificate:
     """`cert` (same key, serial and extensions) signed again by the CA as if issued `days_gone` days ago."""
     now = datetime.datetime.now(datetime.UTC)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -135,23 +136,36 @@ def join(server: str, token_text: str, host: str, state_dir: Path, timeout: floa
     return joined
 
 
-def renew(state_dir: Path, context: ssl.SSLContext, timeout: float = 30.0) -> x509.Certificate:
+def renew(
+    state_dir: Path, context: ssl.SSLContext, servers: Sequence[str] = (), timeout: float = 30.0
+) -> x509.Certificate:
     """A new certificate for a new key of this host, asked over its current certificate (in `context`, the one the
     agent's connections use): the pair replaces the files under <state>/join/ (ovn-controller re-reads them when they
-    change), then `context` takes it in place, so new handshakes present it and open connections go on."""
+    change), then `context` takes it in place, so new handshakes present it and open connections go on. Asked of the
+    server it joined, then of the agent's other `servers` (any server answers: they share the CA and the database)
+    when one cannot be reached or cannot answer (5xx); a refusal (4xx) is final."""
     saved = load(state_dir)
     if saved is None:
         raise JoinError("this host never joined with a token: it has no certificate to renew")
     ca_path, cert_path, key_path, _secret = Joined.files(state_dir)
     key = x509.new_key()
     body = {"certificate": {"csr": x509.new_csr(saved.host, key).decode()}}
-    url = saved.server + join_token.RENEW_PATH.format(name=saved.host)
-    try:
-        r = httpx.post(url, json=body, verify=context, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise JoinError(f"cannot reach {saved.server} to renew: {exc}") from None
-    if r.status_code != 201:
-        raise JoinError(f"the server refused the renewal: {_refusal(r)}")
+    path = join_token.RENEW_PATH.format(name=saved.host)
+    failures = []
+    for server in dict.fromkeys([saved.server, *servers]):  # (in order, once each)
+        try:
+            r = httpx.post(server + path, json=body, verify=context, timeout=timeout)
+        except httpx.HTTPError as exc:
+            failures.append(f"cannot reach {server} to renew: {exc}")
+            continue
+        if r.status_code >= 500:
+            failures.append(f"{server} could not renew: {_refusal(r)}")
+            continue
+        if r.status_code != 201:
+            raise JoinError(f"the server refused the renewal: {_refusal(r)}")
+        break
+    else:
+        raise JoinError("; ".join(failures))
     cert = x509.parse_cert(str(r.json()["certificate"]["certificate"]).encode())
     if not x509.signed_by(cert, x509.load_cert(ca_path)) or cert.public_key() != key.public_key():
         raise JoinError("the renewed certificate is not the CA's, or not for the key sent")

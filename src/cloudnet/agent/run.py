@@ -9,7 +9,7 @@ import threading
 
 from cloudnet.agent import join as joining
 from cloudnet.agent.agent import Agent, StateObserver
-from cloudnet.agent.client import ApiClient
+from cloudnet.agent.client import ApiClient, servers_of
 from cloudnet.agent.metadata.mdata_service import MdataService
 from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.config import AgentConfig, group_id
@@ -30,7 +30,7 @@ def renew_when_due(config: AgentConfig, context: ssl.SSLContext, stop: threading
         try:
             wait = rotation.seconds_to_renewal(x509.load_cert(config.cert_file))
             if wait <= 0:
-                joining.renew(config.state_dir, context)
+                joining.renew(config.state_dir, context, servers_of(config.server))
                 continue
         except (joining.JoinError, x509.PkiError, OSError) as exc:
             log.warning("this host's certificate was not renewed (again in %g s): %s", RENEW_RETRY, exc)
