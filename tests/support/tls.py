@@ -59,15 +59,16 @@ class TlsServer:
 
 
 @contextmanager
-def tls_serve(state: Path, *extra: str, ca: Path | None = None) -> Iterator[TlsServer]:
-    """`cloudnet serve --tls` on a free loopback port with a tokens file (ADMIN is an admin's token); yields once
-    the API answers over HTTPS verified against the CA it made (or `ca`, the one `extra` gives it)."""
+def tls_serve(state: Path, *extra: str, ca: Path | None = None, command: str = "serve") -> Iterator[TlsServer]:
+    """`cloudnet serve --tls` (or `up --tls`) on a free loopback port with a tokens file (ADMIN is an admin's
+    token); yields once the API answers over HTTPS verified against the CA it made (or `ca`, the one `extra`
+    gives it)."""
     state.mkdir(mode=0o700, exist_ok=True)
     (state / "tokens.json").write_text(json.dumps({"tokens": {ADMIN: {"project_id": "admin", "role": "admin"}}}))
     port = free_port()
     log_path = state / "server.log"
     with log_path.open("wb") as out:
-        proc = subprocess.Popen([CLOUDNET, "serve", "--tls", "--state-dir", str(state), "--port", str(port),
+        proc = subprocess.Popen([CLOUDNET, command, "--tls", "--state-dir", str(state), "--port", str(port),
                                  "--metadata-listen", f"127.0.0.1:{free_port()}", *extra],
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     server = TlsServer(proc, f"https://127.0.0.1:{port}", state, log_path, ca or state / "pki" / "ca.crt")

@@ -206,7 +206,7 @@ def _docker(enabled: bool, agent: AgentConfig, socket_path: Path, project: str) 
     from cloudnet.docker.beside import starter
     from cloudnet.server import Companion
 
-    start = starter(agent.server, agent.host, socket_path, agent.state_dir / "docker-driver.json")
+    start = starter(agent, socket_path, agent.state_dir / "docker-driver.json")
     return [Companion("the Docker driver", project, "service", start)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +24,12 @@ class CloudnetApi:
     """Requests against `<url>/v2.0` with the driver's token (X-Auth-Token); every failure is a PluginError
     carrying the API's own message (a 404 for another project's object reads as not found, as to any member)."""
 
-    def __init__(self, url: str, token: str, timeout: float = 20.0, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, url: str, token: str, timeout: float = 20.0, transport: httpx.AsyncBaseTransport | None = None,
+                 verify: ssl.SSLContext | bool = True) -> None:  # fmt: skip
         base = url.rstrip("/")
         base = base if base.endswith("/v2.0") else base + "/v2.0"
         self._http = httpx.AsyncClient(base_url=base, headers={"X-Auth-Token": token}, timeout=timeout,
-                                       transport=transport)  # fmt: skip
+                                       transport=transport, verify=verify)  # fmt: skip
 
     async def close(self) -> None:
         await self._http.aclose()
