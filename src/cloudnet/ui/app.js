@@ -46,16 +46,31 @@ class App {
 
   changed() {
     clearTimeout(this.timer); // a burst of events is one redraw
-    this.timer = setTimeout(() => this.refresh().catch((err) => this.error(err)), 150);
+    this.timer = setTimeout(() => this.redraw(), 150);
+  }
+
+  redraw() {
+    // Never under the user's hands: while a field of the data (a forward's ports) is being edited, the redraw
+    // waits for the focus to leave it.
+    const active = document.activeElement;
+    if (active && active.closest("#page .data") && active.matches("input, textarea, select")) {
+      active.addEventListener("focusout", () => this.changed(), { once: true });
+      return;
+    }
+    this.refresh().catch((err) => this.error(err));
   }
 
   async refresh() {
     const page = this.page;
     if (!page) return;
     const generation = ++this.generation;
+    const token = session.token;
     const data = await page.load();
-    if (generation !== this.generation || page !== this.page) return; // a newer read is on its way
+    // a newer read is on its way, or the user changed (logged out, in again): this answer is not to be shown
+    if (generation !== this.generation || page !== this.page || token !== session.token) return false;
     page.show(data);
+    $("page").dataset.rendered = page.id; // for tests and the bench: the page's data is drawn
+    return true;
   }
 
   nav() {
@@ -82,7 +97,6 @@ class App {
     this.error(null);
     try {
       await this.refresh();
-      root.dataset.rendered = id; // for tests and the bench: the page's data is drawn
     } catch (err) {
       this.error(err);
     }
@@ -113,7 +127,9 @@ class App {
     const select = $("project");
     let names = [];
     try {
-      names = (await get("/v3/projects")).projects.map((p) => p.name);
+      // the projects of the tokens file, and those that own something without a user of their own
+      const [known, owners] = await Promise.all([get("/v3/projects"), get("/v2.0/networks?fields=project_id")]);
+      names = [...new Set([...known.projects.map((p) => p.name), ...owners.networks.map((n) => n.project_id)])].sort();
     } catch (err) {
       this.error(err);
     }
@@ -128,7 +144,10 @@ class App {
     this.live.stop();
     session.clear();
     sessionStorage.removeItem(PROJECT);
+    session.project = "";
     this.page = null;
+    this.generation++; // reads still on their way are dropped
+    delete $("page").dataset.rendered;
     this.showLogin();
   }
 

@@ -24,7 +24,10 @@ export function form(app, title, fields, submit, label = "Create") {
       values[name] = control.type === "checkbox" ? control.checked : control.value.trim();
     }
     if (await app.run(() => submit(values))) {
-      for (const control of Object.values(controls)) if (control.tagName === "INPUT" && control.type !== "checkbox") control.value = "";
+      for (const control of Object.values(controls)) {
+        if (control.tagName === "TEXTAREA" || control.type === "text") control.value = "";
+        else if (control.type === "checkbox") control.checked = false;
+      }
     }
   });
   return el;
@@ -49,7 +52,11 @@ export function button(app, text, fn, confirmText, label) {
 /** A select filled from a list; keeps its choice across refreshes of the list. */
 export function select(items, valueOf, labelOf, blank) {
   const el = h("select");
+  let shown = null;
   const fill = (list) => {
+    const key = JSON.stringify(list.map((item) => [valueOf(item), labelOf(item)]));
+    if (key === shown) return; // unchanged: left alone (an open menu stays open)
+    shown = key;
     const chosen = el.value;
     el.replaceChildren();
     if (blank !== undefined) el.append(h("option", { value: "", text: blank }));
