@@ -98,6 +98,7 @@ bench: deps
 	$(BIN)/python bench/ovn_ports.py
 	$(BIN)/python bench/ovn_scale.py
 	$(BIN)/python bench/vm_boot.py
+	$(BIN)/python bench/ui_render.py
 	$(BIN)/python bench/debian_boot.py
 
 clean:

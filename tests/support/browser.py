@@ -25,7 +25,8 @@ def chromium(width: int = 1280, height: int = 800) -> webdriver.Chrome:
     options.binary_location = CHROMIUM
     # --no-sandbox: the tests run as root, where chromium's sandbox refuses to start
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                f"--window-size={width},{height}", "--disable-extensions", "--disable-background-networking"):  # fmt: skip
+                f"--window-size={width},{height}", "--disable-extensions",
+                "--disable-background-networking"):  # fmt: skip
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service(DRIVER))

@@ -45,11 +45,12 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, httpx
         subprocess.run([CLOUDNET, "user", "set", user, "--project", project, "--role", role, "--password-stdin",
                         "--state-dir", str(state)], input=PASSWORDS[user] + "\n", text=True, check=True,
                        capture_output=True)  # fmt: skip
-    with serve(state, "--metadata-listen", "off") as (_proc, url):
-        with httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": _token(url, "ada")}, timeout=30) as admin:
-            answer = admin.put("/hosts/ui-host", json={"host": {"agent_version": "test", "report": {}}})
-            assert answer.status_code == 200, answer.text
-            yield url, admin
+    with serve(state, "--metadata-listen", "off") as (_proc, url), httpx.Client(base_url=url + "/v2.0",
+                                                                                timeout=30) as admin:  # fmt: skip
+        admin.headers["X-Auth-Token"] = _token(url, "ada")
+        answer = admin.put("/hosts/ui-host", json={"host": {"agent_version": "test", "report": {}}})
+        assert answer.status_code == 200, answer.text
+        yield url, admin
 
 
 @pytest.fixture(scope="module")

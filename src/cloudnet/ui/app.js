@@ -70,6 +70,7 @@ class App {
     if (generation !== this.generation || page !== this.page || token !== session.token) return false;
     page.show(data);
     $("page").dataset.rendered = page.id; // for tests and the bench: the page's data is drawn
+    performance.mark(`cloudnet:rendered:${page.id}`);
     return true;
   }
 

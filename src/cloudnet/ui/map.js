@@ -33,11 +33,20 @@ export class TopologyMap {
     this.el = h("section", { class: "map-page" },
       h("div", { class: "toolbar" }, this.search,
         zoomButton("+", "Zoom in", () => this.zoom(0.8)), zoomButton("−", "Zoom out", () => this.zoom(1.25)),
-        zoomButton("Fit", "Fit the map", () => this.fit()), this.count),
+        zoomButton("Fit", "Fit the map", () => this.fit()),
+        zoomButton("Expand all", "Expand every group of instances", () => this.expandAll()),
+        zoomButton("Group", "Group large networks' instances again", () => { this.expanded.clear(); this.draw(); }),
+        this.count),
       this.svg);
     this.search.addEventListener("input", () => { this.term = this.search.value.trim().toLowerCase(); this.draw(); });
     this.search.addEventListener("keydown", (e) => { if (e.key === "Enter") this.centreOnMatch(); });
     this.bindKeys();
+  }
+
+  expandAll() {
+    for (const n of this.data ? this.data.networks : []) this.expanded.add(n.id);
+    this.expanded.add("(no network)");
+    this.draw();
   }
 
   update(data) {
