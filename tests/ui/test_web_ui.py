@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
@@ -25,6 +26,9 @@ from tests.support.process import CLOUDNET, serve
 
 PASSWORDS = {"ada": "ada-secret-pw-1", "mo": "mo-secret-pw-2"}  # ada: admin of ops; mo: member of alice
 HOSTILE = '<img src=x onerror="document.body.dataset.pwned=1">'
+# what an agent reports of an object it cannot converge (agent/agent.py), markup in its reason included
+REPORT = {"failure_count": 1, "failures": [{"object": "port 1234", "reason": "tap <b>gone</b>",
+                                            "since": "2026-01-01T00:00:00Z", "attempts": 3}]}  # fmt: skip
 PAGES = ("map", "networks", "ports", "routers", "instances", "security-groups", "forwards", "floatingips",
          "port-pools", "hosts", "quotas")  # fmt: skip
 
@@ -48,7 +52,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, httpx
     with serve(state, "--metadata-listen", "off") as (_proc, url), httpx.Client(base_url=url + "/v2.0",
                                                                                 timeout=30) as admin:  # fmt: skip
         admin.headers["X-Auth-Token"] = _token(url, "ada")
-        answer = admin.put("/hosts/ui-host", json={"host": {"agent_version": "test", "report": {}}})
+        answer = admin.put("/hosts/ui-host", json={"host": {"agent_version": "test", "report": REPORT}})
         assert answer.status_code == 200, answer.text
         yield url, admin
 
@@ -127,6 +131,11 @@ def test_admin_builds_a_network_router_and_forward(ui: UiPage, cloud: tuple[str,
     for page in PAGES:
         ui.go(page)
         ui.shoot(f"admin-{page}")
+        # nothing wider than the 1280-pixel window: no sideways scrolling
+        width = ui.driver.execute_script("return [document.documentElement.scrollWidth, innerWidth]")
+        assert width[0] <= width[1], f"page {page} is {width[0]} px wide in a {width[1]} px window"
+    ui.go("hosts")
+    assert "port 1234: tap <b>gone</b> (since 2026-01-01T00:00:00Z, 3 attempts)" in ui.table_text()
     ui.go("forwards")
     ui.css('button[aria-label="Delete forward 192.0.2.10"]').click()
     ui.driver.switch_to.alert.accept()
@@ -159,6 +168,13 @@ def test_an_instance_made_by_the_cli_appears_on_the_map(ui: UiPage, cloud: tuple
     # the map is drawn: a good share of its pixels are not its background
     share = drawn_share(ui.css("svg.map").screenshot_as_png)
     assert share > 0.02, f"the map is nearly empty ({share:.1%} drawn)"
+    # keyboard: the map takes focus, + zooms in (its viewBox narrows), 0 fits again
+    view = ui.css("svg.map").get_dom_attribute("viewBox")
+    assert view
+    ui.driver.execute_script("document.querySelector('svg.map').focus()")  # (where Tab brings a keyboard user)
+    ActionChains(ui.driver).send_keys("+").perform()
+    wait_for(lambda: ui.css("svg.map").get_dom_attribute("viewBox") != view, why="zoomed by the keyboard")
+    ActionChains(ui.driver).send_keys("0").perform()
     # searchable: what does not match is dimmed
     ui.css('input[aria-label="Search the map"]').send_keys("live-vm")
     wait_for(lambda: "match" in (ui.css(f'svg.map g[data-id="{instance["id"]}"]').get_attribute("class") or ""))

@@ -62,7 +62,9 @@ class UiFiles:
             await self._answer(send, 308, b"", "text/plain", [(b"location", b"/ui/")])
             return
         if scope["method"] not in ("GET", "HEAD"):
-            await self._answer(send, 405, b"Method Not Allowed", "text/plain", [(b"allow", b"GET, HEAD")])
+            # (a body it may carry is never read: the connection is not kept for a next request)
+            await self._answer(send, 405, b"Method Not Allowed", "text/plain",
+                               [(b"allow", b"GET, HEAD"), (b"connection", b"close")])  # fmt: skip
             return
         found = self.files.get(path[len(PREFIX) + 1 :] or "index.html")
         if found is None:

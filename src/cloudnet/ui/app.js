@@ -50,14 +50,16 @@ class App {
   }
 
   redraw() {
-    // Never under the user's hands: while a field of the data (a forward's ports) is being edited, the redraw
-    // waits for the focus to leave it.
-    const active = document.activeElement;
-    if (active && active.closest("#page .data") && active.matches("input, textarea, select")) {
-      active.addEventListener("focusout", () => this.changed(), { once: true });
-      return;
-    }
     this.refresh().catch((err) => this.error(err));
+  }
+
+  /** Never redraw under the user's hands: while a field of the data (a forward's ports) is being edited, the
+   * redraw waits for the focus to leave it. */
+  editing() {
+    const active = document.activeElement;
+    if (!active || !active.closest("#page .data") || !active.matches("input, textarea, select")) return false;
+    active.addEventListener("focusout", () => this.changed(), { once: true });
+    return true;
   }
 
   async refresh() {
@@ -68,6 +70,7 @@ class App {
     const data = await page.load();
     // a newer read is on its way, or the user changed (logged out, in again): this answer is not to be shown
     if (generation !== this.generation || page !== this.page || token !== session.token) return false;
+    if (this.editing()) return false;
     page.show(data);
     $("page").dataset.rendered = page.id; // for tests and the bench: the page's data is drawn
     performance.mark(`cloudnet:rendered:${page.id}`);

@@ -220,15 +220,19 @@ function pools() {
 }
 
 function hosts() {
+  // the agent's report (agent/agent.py): failing objects {object, reason, since, attempts}, the last drift check,
+  // and whatever it says of its passes (keys naming a pass); the heartbeat is its last word in any case
+  const text = (v) => (typeof v === "object" && v !== null ? JSON.stringify(v) : String(v));
   const failures = (r) => h("ul", { class: "plain" }, ((r || {}).failures || []).map((f) =>
-    h("li", { text: Object.entries(f).map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ") })));
+    h("li", { text: `${text(f.object)}: ${text(f.reason)}` + (f.since ? ` (since ${f.since}, ${f.attempts} attempts)` : "") })));
+  const passes = (r) => Object.entries(r || {}).filter(([k]) => /pass/i.test(k)).map(([k, v]) => `${k}: ${text(v)}`).join(", ");
   return {
     forms: [],
     load: async () => ({ hosts: (await get("/v2.0/hosts")).hosts }),
     view: ({ hosts: items }) => table([
-      ["Name", (x) => x.name], ["Alive", (x) => (x.alive ? "up" : "DOWN")], ["Agent", (x) => x.agent_version],
-      ["Last pass (heartbeat)", (x) => x.heartbeat_at], ["Failures", (x) => String((x.report || {}).failure_count || 0)],
-      ["Failing objects", (x) => failures(x.report)],
+      ["Name", (x) => x.name], ["State", (x) => (x.alive ? "up" : "DOWN")], ["Agent", (x) => x.agent_version],
+      ["Heartbeat", (x) => x.heartbeat_at], ["Last pass", (x) => passes(x.report)],
+      ["Failures", (x) => String((x.report || {}).failure_count || 0)], ["Failing objects", (x) => failures(x.report)],
       ["Last check", (x) => ((x.report || {}).check ? `${x.report.check.at}: ${x.report.check.count} differences` : "")],
     ], items, "Hosts"),
   };
