@@ -1,4 +1,4 @@
-"""The web UI in a real browser (Debian's chromium, headless) against a real `cloudnet serve` this module starts:
+"""The web UI in a real browser (Debian's chromium, headless) against a real `cloudnet up` this module starts:
 log in, build a network, subnet, router and forward from the pages, watch an instance made by the CLI appear on
 the map, and see a member kept to their project, with names that are markup shown as text.
 
@@ -9,10 +9,13 @@ page go to $CLOUDNET_ARTIFACTS/ui when set, else to this run's pytest temporary 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -20,9 +23,10 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
+from cloudnet.dataplane.linux.dhcp import DhcpServers
 from tests.support.browser import UiPage, chromium, wait_for
 from tests.support.png import drawn_share
-from tests.support.process import CLOUDNET, serve
+from tests.support.process import CLOUDNET, free_port, serve
 
 PASSWORDS = {"ada": "ada-secret-pw-1", "mo": "mo-secret-pw-2"}  # ada: admin of ops; mo: member of alice
 HOSTILE = '<img src=x onerror="document.body.dataset.pwned=1">'
@@ -33,6 +37,12 @@ PAGES = ("map", "networks", "ports", "routers", "instances", "security-groups", 
          "port-pools", "hosts", "quotas")  # fmt: skip
 
 
+class Cloud(NamedTuple):
+    url: str
+    admin: httpx.Client  # of /v2.0, as ada (admin of ops)
+    host: str  # the agent's
+
+
 def _token(url: str, user: str) -> str:
     body = {"auth": {"identity": {"methods": ["password"], "password": {
         "user": {"name": user, "domain": {"id": "default"}, "password": PASSWORDS[user]}}}}}  # fmt: skip
@@ -41,20 +51,38 @@ def _token(url: str, user: str) -> str:
     return answer.headers["X-Subject-Token"]
 
 
+# `cloudnet up` in a mount namespace of its own with a private /run/netns: its instances' namespaces go with it
+# (as tests/integration/test_readme.py runs it)
+PRIVATE_NETNS = ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                 'mount -t tmpfs cloudnet-ui /run/netns && exec "$@"', "sh")  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, httpx.Client]]:
-    """(URL, an admin client of /v2.0) of a `cloudnet serve` with two users, and a host registered as an agent does."""
-    state = tmp_path_factory.mktemp("ui-state")
-    for user, project, role in (("ada", "ops", "admin"), ("mo", "alice", "member")):
-        subprocess.run([CLOUDNET, "user", "set", user, "--project", project, "--role", role, "--password-stdin",
-                        "--state-dir", str(state)], input=PASSWORDS[user] + "\n", text=True, check=True,
-                       capture_output=True)  # fmt: skip
-    with serve(state, "--metadata-listen", "off") as (_proc, url), httpx.Client(base_url=url + "/v2.0",
-                                                                                timeout=30) as admin:  # fmt: skip
-        admin.headers["X-Auth-Token"] = _token(url, "ada")
-        answer = admin.put("/hosts/ui-host", json={"host": {"agent_version": "test", "report": REPORT}})
-        assert answer.status_code == 200, answer.text
-        yield url, admin
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
+    """A `cloudnet up` (server and this host's agent, a host name of this run) with two users; and a second host
+    that has only reported a failure (registered as an agent does)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (cloudnet up plugs instances into network namespaces)")
+    host = f"ui-{uuid.uuid4().hex[:8]}"
+    # a short state dir: the SmartOS sockets under it must fit sun_path (108 bytes), which pytest's tmp may not
+    state = Path(tempfile.mkdtemp(prefix="cnui", dir="/tmp"))
+    log = tmp_path_factory.mktemp("ui-up") / "up.log"
+    try:
+        for user, project, role in (("ada", "ops", "admin"), ("mo", "alice", "member")):
+            subprocess.run([CLOUDNET, "user", "set", user, "--project", project, "--role", role, "--password-stdin",
+                            "--state-dir", str(state)], input=PASSWORDS[user] + "\n", text=True, check=True,
+                           capture_output=True)  # fmt: skip
+        up = serve(state, "--agent-host", host, "--metadata-listen", f"127.0.0.1:{free_port()}", command="up",
+                   wrapper=PRIVATE_NETNS, log=log)  # fmt: skip
+        with up as (_proc, url), httpx.Client(base_url=url + "/v2.0", timeout=30) as admin:
+            admin.headers["X-Auth-Token"] = _token(url, "ada")
+            wait_for(lambda: any(h["name"] == host for h in _ok(admin.get("/hosts"))["hosts"]), timeout=60,
+                     why=f"the agent of {host} registered")  # fmt: skip
+            _ok(admin.put(f"/hosts/{host}-reported", json={"host": {"agent_version": "test", "report": REPORT}}))
+            yield Cloud(url, admin, host)
+    finally:
+        DhcpServers(host).teardown()  # dnsmasq outlives its agent (a restarted one adopts it)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +96,10 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ui(cloud: tuple[str, httpx.Client], screenshots: Path) -> Iterator[UiPage]:
+def ui(cloud: Cloud, screenshots: Path) -> Iterator[UiPage]:
     driver = chromium()
     try:
-        yield UiPage(driver, cloud[0], screenshots)
+        yield UiPage(driver, cloud.url, screenshots)
     finally:
         driver.quit()
 
@@ -87,8 +115,8 @@ def _one(admin: httpx.Client, collection: str, name: str) -> dict[str, Any]:
     return found[0]  # type: ignore[no-any-return]
 
 
-def test_admin_builds_a_network_router_and_forward(ui: UiPage, cloud: tuple[str, httpx.Client]) -> None:
-    _, admin = cloud
+def test_admin_builds_a_network_router_and_forward(ui: UiPage, cloud: Cloud) -> None:
+    admin = cloud.admin
     ui.login("ada", PASSWORDS["ada"])
     ui.go("networks")
     ui.fill("New network", name="public", external=True)
@@ -148,21 +176,24 @@ def _ok_error(answer: httpx.Response) -> str:
     return str(answer.json()["NeutronError"]["message"])
 
 
-def test_an_instance_made_by_the_cli_appears_on_the_map(ui: UiPage, cloud: tuple[str, httpx.Client]) -> None:
-    url, admin = cloud
+def test_an_instance_made_by_the_cli_appears_on_the_map(ui: UiPage, cloud: Cloud) -> None:
+    url, admin = cloud.url, cloud.admin
     net = _ok(admin.post("/networks", json={"network": {"name": "live-net"}}))["network"]
     _ok(admin.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": "10.30.0.0/24", "ip_version": 4}}))
     ui.login("ada", PASSWORDS["ada"])
     wait_for(lambda: ui.all(f'svg.map [data-id="{net["id"]}"]'), why="the network on the map")
     ui.driver.execute_script("window.notReloaded = true")
     made = subprocess.run([CLOUDNET, "--url", url, "--token", _token(url, "ada"), "instance", "create", "live-vm",
-                           "--nets", f"network={net['id']}", "--host", "ui-host", "-f", "json"],
+                           "--nets", f"network={net['id']}", "--host", cloud.host, "-f", "json"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr
     instance = _one(admin, "instances", "live-vm")
     node = wait_for(lambda: ui.all(f'svg.map g[data-id="{instance["id"]}"]'), why="the instance drawn, live")[0]
     address = instance["nets"][0]["fixed_ips"][0]["ip_address"]
     assert "live-vm" in node.text and address in node.text
+    # and turns ACTIVE once this host's agent has plugged it: its status redrawn live too
+    wait_for(lambda: "active" in (ui.css(f'svg.map g[data-id="{instance["id"]}"]').get_attribute("class") or ""),
+             timeout=60, why="the instance ACTIVE on the map")  # fmt: skip
     assert ui.driver.execute_script("return window.notReloaded") is True  # drawn by the live update, no reload
     ui.shoot("map-live")
     # the map is drawn: a good share of its pixels are not its background
@@ -181,8 +212,8 @@ def test_an_instance_made_by_the_cli_appears_on_the_map(ui: UiPage, cloud: tuple
     assert "dim" in (ui.css(f'svg.map g[data-id="{net["id"]}"]').get_attribute("class") or "")
 
 
-def test_a_member_sees_only_their_project_and_markup_as_text(ui: UiPage, cloud: tuple[str, httpx.Client]) -> None:
-    url, admin = cloud
+def test_a_member_sees_only_their_project_and_markup_as_text(ui: UiPage, cloud: Cloud) -> None:
+    url, admin = cloud.url, cloud.admin
     _ok(admin.post("/networks", json={"network": {"name": "bob-secret", "project_id": "bob"}}))
     _ok(admin.post("/networks", json={"network": {"name": HOSTILE, "project_id": "alice"}}))
     ui.login("mo", PASSWORDS["mo"])
