@@ -59,6 +59,11 @@ export class Live {
         }
       } catch (err) {
         if (!this.running) return;
+        if (err instanceof ApiError && err.status === 401) {
+          this.running = false; // the token expired or was revoked: the page's next read says so, and logs out
+          this.onChange([]);
+          return;
+        }
         if (err instanceof ApiError && err.status === 403) {
           this.setMode("polling");
           await this.pause(POLL);
