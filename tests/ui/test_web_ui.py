@@ -156,6 +156,14 @@ def test_admin_builds_a_network_router_and_forward(ui: UiPage, cloud: Cloud) -> 
     refusal = _ok_error(admin.post(forwards, json={"listen_address": "192.0.2.11", "ports": [
         {"protocol": "tcp", "listen_port": "22", "target_address": "10.99.0.5"}]}))  # fmt: skip
     assert refusal in ui.error()
+    # a floating IP on the external network, from its page (the forward is one too: Neutron's face shows both)
+    before = {f["floating_ip_address"] for f in _ok(admin.get("/floatingips"))["floatingips"]}
+    ui.go("floatingips")
+    ui.fill("New floating IP", network="public")
+    new = wait_for(lambda: {f["floating_ip_address"] for f in _ok(admin.get("/floatingips"))["floatingips"]} - before,
+                   why="a floating IP allocated")  # fmt: skip
+    address = next(iter(new))
+    wait_for(lambda: address in ui.table_text(), why="the floating IP listed")
     for page in PAGES:
         ui.go(page)
         ui.shoot(f"admin-{page}")

@@ -193,17 +193,33 @@ function forwards(app) {
 }
 
 function floatingIps(app) {
+  const extSelect = select([], (n) => n.id, name);
+  const portSelect = select([], (p) => p.id, (p) => `${p.name || short(p.id)} ${addresses(p.fixed_ips)}`, "(none)");
+  const forms = [
+    form(app, "New floating IP", [["network", "External network", extSelect], ["port", "Associate to port", portSelect]],
+      (v) => post("/v2.0/floatingips", { floatingip: owned({ floating_network_id: v.network, ...(v.port ? { port_id: v.port } : {}) }) }),
+      "Allocate"),
+  ];
   return {
-    forms: [],
-    load: async () => ({ fips: await list("floatingips", "floatingips") }),
-    view: ({ fips }) => table([
-      ["Address", (f) => f.floating_ip_address],
-      ["Fixed address", (f) => f.fixed_ip_address],
-      ["Port", (f) => short(f.port_id)],
-      ["Project", (f) => f.project_id],
-      ["Status", (f) => f.status],
-      ["", (f) => button(app, "Delete", () => del(`/v2.0/floatingips/${q(f.id)}`), `Release ${f.floating_ip_address}?`, `Release ${f.floating_ip_address}`)],
-    ], fips, "Floating IPs"),
+    forms,
+    load: async () => ({
+      fips: await list("floatingips", "floatingips"),
+      externals: await list("networks", "networks", { "router:external": "true" }),
+      // what an address may be associated to: instances' and plain ports, not routers' or DHCP's
+      ports: (await list("ports", "ports")).filter((p) => !String(p.device_owner || "").startsWith("network:")),
+    }),
+    view: ({ fips, externals, ports: candidates }) => {
+      extSelect.fill(externals);
+      portSelect.fill(candidates);
+      return table([
+        ["Address", (f) => f.floating_ip_address],
+        ["Fixed address", (f) => f.fixed_ip_address],
+        ["Port", (f) => short(f.port_id)],
+        ["Project", (f) => f.project_id],
+        ["Status", (f) => f.status],
+        ["", (f) => button(app, "Release", () => del(`/v2.0/floatingips/${q(f.id)}`), `Release ${f.floating_ip_address}?`, `Release ${f.floating_ip_address}`)],
+      ], fips, "Floating IPs");
+    },
   };
 }
 
