@@ -12,6 +12,7 @@ from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select
 
@@ -78,7 +79,7 @@ class UiPage:
         for field, value in (("user", user), ("password", password), ("token", token)):
             self.css(f"#{field}").clear()
             self.css(f"#{field}").send_keys(value)
-        self.css("#login button[type=submit]").click()
+        self.css("#password" if user else "#token").send_keys(Keys.ENTER)  # (the keyboard's way to submit)
         wait_for(lambda: self.css("#logout:not(.hidden)") and self.rendered() == "map", why="logged in, map drawn")
 
     def logout(self) -> None:

@@ -235,6 +235,8 @@ def test_a_member_sees_only_their_project_and_markup_as_text(ui: UiPage, cloud: 
     ui.go("map")
     svg = ui.css("svg.map").get_attribute("textContent") or ""
     assert "bob-secret" not in svg and "live-vm" not in svg
+    assert HOSTILE[:20] in svg and not ui.all("svg.map image, svg.map foreignObject")  # the map's labels: text too
+    assert ui.driver.execute_script("return document.body.dataset.pwned") is None
     # a token pasted instead of a password: the same view
     ui.login(token=_token(url, "mo"))
     ui.go("networks")
