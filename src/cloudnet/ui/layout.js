@@ -11,6 +11,8 @@ const ROW = 40;
 const GAP = 24;
 
 const label = (item) => item.name || String(item.id).slice(0, 8);
+const collator = new Intl.Collator(undefined, { numeric: true }); // vm-2 before vm-10
+const byLabel = (a, b) => collator.compare(label(a), label(b));
 
 /** Nodes {id, kind, x, y, w, h, label, sub, title, search} and edges {from, to, kind}. */
 export function layout(data, expanded, matches) {
@@ -18,14 +20,14 @@ export function layout(data, expanded, matches) {
   const edges = [];
   const add = (node) => (nodes.set(node.id, { h: H, ...node }), node);
   const owner = new Map(); // an address -> the node holding it (an instance, a router's gateway)
-  const nets = data.networks.filter((n) => !n["router:external"]);
-  const exts = data.networks.filter((n) => n["router:external"]);
+  const nets = data.networks.filter((n) => !n["router:external"]).sort(byLabel);
+  const exts = data.networks.filter((n) => n["router:external"]).sort(byLabel);
   const subnetsOf = (id) => data.subnets.filter((s) => s.network_id === id).map((s) => s.cidr).join(" ");
 
   // instances by their first network
   const byNet = new Map(nets.map((n) => [n.id, []]));
   const homeless = [];
-  for (const inst of data.instances) {
+  for (const inst of [...data.instances].sort(byLabel)) {
     const first = inst.nets.find((n) => byNet.has(n.network_id));
     (first ? byNet.get(first.network_id) : homeless).push(inst);
   }

@@ -141,7 +141,9 @@ export class TopologyMap {
   centreOnMatch() {
     const hit = [...(this.nodes || new Map()).values()].find((n) => n.search && n.search.toLowerCase().includes(this.term));
     if (!hit) return;
-    this.view = { ...this.view, x: hit.x + hit.w / 2 - this.view.w / 2, y: hit.y - this.view.h / 2 };
+    const k = Math.min(1, 1000 / this.view.w); // close enough to read its label
+    const w = this.view.w * k, hh = this.view.h * k;
+    this.view = { x: hit.x + hit.w / 2 - w / 2, y: hit.y - hh / 2, w, h: hh };
     this.apply();
     const el = this.svg.querySelector(`[data-id="${CSS.escape(hit.id)}"]`);
     if (el) { el.setAttribute("tabindex", "-1"); el.focus(); }
