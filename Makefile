@@ -19,13 +19,14 @@ NETAVARK_DIR ?= /usr/local/libexec/netavark
 # python3-serial: pyserial, which cloud-init's SmartOS datasource needs (Debian 13's cloud-init no longer pulls it in).
 # mmdebstrap, e2fsprogs (mke2fs -d): the tests' Debian 12 cloud-init guest, built from Debian's archive
 # (tests/support/debian_guest.py).
+# chromium, chromium-driver: the web UI's tests and bench drive Debian's browser headless (Selenium; no browser download).
 # These names hold on every release the installer knows; scripts/install-debian-packages.sh adds each one's own.
 DEB_PACKAGES := python3 python3-venv python3-dev ca-certificates gcc make \
                 postgresql iproute2 nftables python3-nftables iputils-ping procps cloud-init \
                 curl wrk ovn-central ovn-host openvswitch-switch python3-openvswitch \
                 podman runc containernetworking-plugins busybox-static docker.io containerd \
                 libarchive-tools dnsmasq-base isc-dhcp-client qemu-system-x86 kmod python3-serial \
-                mmdebstrap e2fsprogs
+                mmdebstrap e2fsprogs chromium chromium-driver
 STAMP       := $(VENV)/.installed
 
 .PHONY: deps run test lint format lock bench clean
@@ -97,6 +98,7 @@ bench: deps
 	$(BIN)/python bench/ovn_ports.py
 	$(BIN)/python bench/ovn_scale.py
 	$(BIN)/python bench/vm_boot.py
+	$(BIN)/python bench/ui_render.py
 	$(BIN)/python bench/debian_boot.py
 
 clean:

@@ -35,11 +35,15 @@ def stop(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
 
 
 @contextmanager
-def serve(state: Path, *extra: str, command: str = "serve") -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Start `cloudnet serve` (or `up`) on a free loopback port; yields (process, base URL) once the API answers."""
+def serve(state: Path, *extra: str, command: str = "serve", wrapper: tuple[str, ...] = (),
+          log: Path | None = None) -> Iterator[tuple[subprocess.Popen[str], str]]:  # fmt: skip
+    """Start `cloudnet serve` (or `up`) on a free loopback port; yields (process, base URL) once the API answers.
+    `wrapper` runs it (e.g. in a mount namespace of its own, ending in `exec "$@"`); `log` takes its output (a
+    long-running one must not fill an unread pipe), else it is read when it exits early."""
     port = free_port()
-    proc = subprocess.Popen([CLOUDNET, command, "--state-dir", str(state), "--port", str(port), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    out = subprocess.PIPE if log is None else log.open("w")
+    proc = subprocess.Popen([*wrapper, CLOUDNET, command, "--state-dir", str(state), "--port", str(port), *extra],
+                            stdout=out, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -49,7 +53,7 @@ def serve(state: Path, *extra: str, command: str = "serve") -> Iterator[tuple[su
                 break
             except httpx.TransportError:
                 if proc.poll() is not None:
-                    pytest.fail(f"server exited early: {proc.communicate()[0]}")
+                    pytest.fail(f"server exited early: {proc.communicate()[0] if log is None else log.read_text()}")
                 if time.monotonic() > deadline:
                     pytest.fail("server did not start within 30 s")
                 time.sleep(0.05)
@@ -58,3 +62,5 @@ def serve(state: Path, *extra: str, command: str = "serve") -> Iterator[tuple[su
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if log is not None:
+            out.close()  # type: ignore[union-attr]

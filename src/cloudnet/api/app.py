@@ -41,6 +41,7 @@ from cloudnet.api import (
     quotas,
     resources,
     tags,
+    ui,
 )
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState, call
@@ -193,7 +194,8 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
                        hosts.router, host_join.router, forwards.router, port_forwardings.router,
                        instance_metadata.router, quotas.router, identity.router, keystone.router]),
         exception_handlers=handlers,
-        middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size,  # type: ignore[arg-type]
+        middleware=[Middleware(ui.UiFiles),  # type: ignore[arg-type]
+                    Middleware(Guard, auth=auth, max_body=config.max_body_size,  # type: ignore[arg-type]
                                peer_check=peer_check)],
         lifespan=lifespan,
     )  # fmt: skip
