@@ -32,6 +32,7 @@ from ovsdbapp.backend import ovs_idl
 from ovsdbapp.backend.ovs_idl import connection, transaction
 from sqlalchemy import select
 
+from cloudnet import metrics
 from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
@@ -221,6 +222,8 @@ class NorthboundSync:
                 if full:
                     last_full, failed = started, False
                 committed = time.monotonic()
+                metrics.NB_DURATION.observe(committed - started)
+                metrics.NB_ROWS.inc(len(report.created) + len(report.updated) + len(report.deleted))
                 seen_seqno = before
                 self._report(report, reconnected=reconnected, drift=drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),
