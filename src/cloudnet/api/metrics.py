@@ -139,7 +139,6 @@ class _Snapshot:
                      seen.quota_used)  # fmt: skip
         yield _gauge("cloudnet_quota_limit", "A project's quota limit (-1: unlimited)", ["project", "resource"],
                      seen.quota_limit)  # fmt: skip
-        yield from agent_families(seen.agent_samples)
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple[str, str], int]) -> GaugeMetricFamily:
@@ -149,15 +148,15 @@ def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple[str, str],
     return family
 
 
-def agent_families(by_host: dict[str, list[observed.Sample]]) -> Iterable[Metric]:
-    """The agents' samples as families of their own, each sample with its host."""
-    families: dict[str, Metric] = {}
-    for host, samples in sorted(by_host.items()):
-        for family, name, labels, value in samples:
-            if family not in families:
-                families[family] = Metric(family, DOCS.get(family, ""), metrics.AGENT_FAMILIES[family][0])
-            families[family].add_sample(name, {"host": host, **labels}, value)
-    return families.values()
+def agent_text(by_family: dict[str, list[str]]) -> bytes:
+    """The agents' families: each one's lines from every host (rendered as their heartbeats were stored), under
+    one header, as the text format wants a family's lines together."""
+    out = []
+    for family, lines in by_family.items():
+        kind = metrics.AGENT_FAMILIES[family][0]
+        name = family + "_total" if kind == "counter" else family  # (as generate_latest names them in 0.0.4)
+        out.append(f"# HELP {name} {DOCS.get(family, '')}\n# TYPE {name} {kind}\n{''.join(lines)}")
+    return "".join(out).encode()
 
 
 @router.get("/metrics")
@@ -166,5 +165,6 @@ async def scrape(request: Request) -> Response:
     if not st.config.metrics:
         raise NotFound("Metrics are off on this server (--no-metrics).")
     seen = await call(observed.observe, st.store, context(request), st.config.agent_down_time)
-    body = generate_latest(metrics.SERVER) + generate_latest(_Snapshot(seen))  # type: ignore[arg-type]
+    cloud = generate_latest(_Snapshot(seen))  # type: ignore[arg-type]
+    body = generate_latest(metrics.SERVER) + cloud + agent_text(seen.agent_text)
     return Response(body, media_type=CONTENT_TYPE_PLAIN_0_0_4)

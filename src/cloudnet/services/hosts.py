@@ -10,6 +10,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from cloudnet.errors import Conflict, Forbidden, not_found
 from cloudnet.services import (
+    agent_samples,
     common,
     metadata_ports,
     networks,
@@ -75,13 +76,14 @@ def _host_dict(row: Any, now: datetime, down_time: float) -> dict[str, Any]:
 def without_metrics(report: Any) -> Any:
     """The report as `host show` shows it and as heartbeats compare it: without the agent's metric samples (they
     change on every heartbeat, and are for scrapes: api/metrics.py)."""
-    return {k: v for k, v in report.items() if k != "metrics"} if isinstance(report, dict) else report
+    return {k: v for k, v in report.items() if k != agent_samples.KEY} if isinstance(report, dict) else report
 
 
 def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_time: float) -> dict[str, Any]:
     """Register the host, or refresh its heartbeat and report; events only when the report changes."""
     admin_only(ctx)
     spec = parse(HostReport, body)
+    spec.report = agent_samples.rendered(name, spec.report)
     with store.write() as tx:
         row = tx.conn.execute(select(H).where(H.c.name == name)).first()
         if row is None:
