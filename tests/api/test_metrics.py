@@ -188,3 +188,17 @@ def test_metrics_off(server_config: ServerConfig, store: Any) -> None:
         assert r.status_code == 404, r.text
     finally:
         srv.stop()
+
+
+def test_prometheus_bearer_token_on_metrics_only(users: dict[str, httpx.Client], server: RunningServer) -> None:
+    """Prometheus sends `Authorization: Bearer`: taken on /metrics (as strictly as X-Auth-Token), nowhere else."""
+
+    def get(path: str, value: str) -> httpx.Response:
+        return httpx.get(server.url + path, headers={"Authorization": value}, timeout=30)
+
+    assert get("/metrics", "Bearer admin-token").status_code == 200
+    assert get("/metrics", "bearer admin-token").status_code == 200
+    assert get("/metrics", "Bearer alice-token").status_code == 403
+    assert get("/metrics", "Basic YWRtaW4tdG9rZW4=").status_code == 401
+    assert get("/metrics", "admin-token").status_code == 401
+    assert get("/v2.0/networks", "Bearer admin-token").status_code == 401
