@@ -17,6 +17,7 @@ from cloudnet.dataplane.kernel import netns
 from tests.integration.test_hostile_namespaces import post_instance, wait_error
 from tests.integration.test_metadata_proxy import guest_request
 from tests.support.cloud import Cloud
+from tests.support.forward_site import Site
 from tests.support.guest_metadata import agent_with_proxy
 from tests.support.scrape import Scrape, scrape
 from tests.support.server import RunningServer
@@ -80,5 +81,23 @@ def test_an_agents_work_shows_in_the_servers_scrape(cloud: Cloud, server: Runnin
     assert seen.total("cloudnet_agent_pass_duration_seconds_count", host=host) >= 1
     assert seen.value("cloudnet_agent_last_successful_pass_timestamp_seconds", host=host) >= started
     assert seen.value("cloudnet_hosts", state="alive") >= 1
+    assert seen.value("cloudnet_firewall_elements", host=host) > 0  # (the instance's default security group)
     # The instance's port: committed by its create, realised by the agent's report of ACTIVE.
     assert seen.value("cloudnet_network_programming_duration_seconds_count") > programmed
+
+
+@pytest.mark.root
+def test_forward_and_firewall_elements_follow_the_kernel(site: Site, server: RunningServer) -> None:
+    """The gauges are what the agent applied to nftables: a forward's ports add map elements, its delete takes
+    them away again; the instances' security groups hold elements all along."""
+    host = site.cloud.host
+
+    def elements(seen: Scrape) -> float:
+        return seen.value("cloudnet_forward_elements", host=host)
+
+    before = until(site.cloud, server, lambda s: s.value("cloudnet_firewall_elements", host=host) > 0, "firewall")
+    site.forward({"listen_address": "192.0.2.53", "ports": [
+        {"protocol": "tcp", "listen_port": "8080,9000-9009", "target_address": site.ip(site.a)}]})  # fmt: skip
+    grown = until(site.cloud, server, lambda s: elements(s) >= elements(before) + 11, "the forward's elements")
+    assert site.cloud.api.delete(f"/networks/{site.net['id']}/forwards/192.0.2.53").status_code == 204
+    until(site.cloud, server, lambda s: elements(s) <= elements(grown) - 11, "the forward's elements gone")

@@ -106,10 +106,6 @@ class Agent:
 
     def _with_samples(self) -> dict[str, Any]:
         """The report with this process's agent samples (api/metrics.py serves them with the host's name)."""
-        failed = Counter(metrics.kind_of(str(f["object"])) for f in self.dataplane.failures())
-        for kind in set(self._failed_kinds) | set(failed):  # (a kind that recovered goes to 0, not away)
-            metrics.OBJECTS_FAILED.labels(kind).set(failed.get(kind, 0))
-        self._failed_kinds = set(failed) | set(self._failed_kinds)
         return {**self.report, "metrics": metrics.samples()}
 
     def _heartbeats(self) -> None:
@@ -196,6 +192,10 @@ class Agent:
     def _report_failures(self) -> None:
         """Objects the dataplane could not converge go into the host's report (`cloudnet host show`), at once."""
         everything = [{k: v for k, v in f.items() if k != "retry_in"} for f in self.dataplane.failures()]
+        failed = Counter(metrics.kind_of(str(f["object"])) for f in everything)
+        for kind in self._failed_kinds | set(failed):  # (a kind that recovered goes to 0, not away)
+            metrics.OBJECTS_FAILED.labels(kind).set(failed.get(kind, 0))
+        self._failed_kinds |= set(failed)
         failures = everything[:MAX_REPORTED]
         if failures != self.report.get("failures", []) or len(everything) != self.report.get("failure_count", 0):
             self.report["failures"], self.report["failure_count"] = failures, len(everything)
