@@ -4,7 +4,7 @@
   --no-metrics, both pinned to the same core, fed alternating batches of single creates (drift hits both alike)
   a scrape of GET /metrics at 10,000 ports and 100 hosts whose agents reported a full set of samples
 
-Usage: .venv/bin/python bench/metrics.py [--singles N]
+Usage: .venv/bin/python bench/api_metrics.py [--singles N]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import time
 
 import httpx
+from api_ports import _singles
 from common import ROOT, cloudnet_server, machine_load, median, ms, percentile, pin_client, row
 
 from cloudnet import metrics
@@ -53,29 +54,19 @@ def network(c: httpx.Client, cidr: str) -> str:
     return str(net)
 
 
-def creates(c: httpx.Client, net: str, n: int) -> list[float]:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        r = c.post("/ports", json={"port": {"network_id": net}})
-        times.append(time.perf_counter() - t0)
-        r.raise_for_status()
-    return times
-
-
 def overhead(on: str, off: str, singles: int) -> None:
     with (httpx.Client(base_url=on + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as a,
           httpx.Client(base_url=off + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as b):  # fmt: skip
         nets = network(a, "10.128.0.0/14"), network(b, "10.128.0.0/14")
-        creates(a, nets[0], 100)  # warm-up: connections, caches, the default security group
-        creates(b, nets[1], 100)
+        _singles(a, nets[0], 100)  # warm-up: connections, caches, the default security group
+        _singles(b, nets[1], 100)
         with_metrics: list[float] = []
         without: list[float] = []
         paired: list[float] = []  # each round's p50 ratio: what drift between rounds cannot move
         for i in range(singles // BATCH):
             first, second = ((a, nets[0], with_metrics), (b, nets[1], without))[:: 1 if i % 2 else -1]
             for client, net, into in (first, second):
-                into.extend(creates(client, net, BATCH))
+                into.extend(_singles(client, net, BATCH))
             paired.append(median(with_metrics[-BATCH:]) / median(without[-BATCH:]))
     p_on, p_off = percentile(with_metrics, 50), percentile(without, 50)
     row(f"port create p50, metrics on ({len(with_metrics)} creates)", ms(p_on), "-")
