@@ -5,7 +5,8 @@ Two registries: SERVER holds what the server process does (API, database, pools,
 host agent does (its passes, its metadata proxy, its mdata sockets, its dnsmasq). An agent sends AGENT's samples
 in its heartbeat report (`samples()`), and the server exposes them with a `host` label beside its own, so one
 scrape of one server sees the whole cloud. (In `cloudnet up` the agent runs in the server's process: two
-registries keep its families from mixing with the server's unlabelled ones.)
+registries keep its families from mixing with the server's unlabelled ones. A process runs one agent; tests that
+run several in one process see them counted together.)
 
 Names follow Prometheus' rules: `cloudnet_` prefix, base units in the name, counters end in `_total`
 (prometheus_client adds it), no label of unbounded cardinality (route templates, never raw paths; no ids).
