@@ -287,7 +287,7 @@ class MdataService:
             metrics.MDATA_REQUESTS.labels("negotiate", "answered").inc()
             return parsed.data
         command = parsed.op if parsed.op in COMMANDS else "other"
-        metrics.MDATA_REQUESTS.labels(command, "answered" if parsed.op in (GET, KEYS) else "write").inc()
+        metrics.MDATA_REQUESTS.labels(command, "write" if parsed.op in (PUT, DELETE) else "answered").inc()
         return self._answer(inst, parsed)
 
     def _answer(self, inst: Instance, req: Request) -> Answer:
