@@ -74,13 +74,16 @@ METADATA_DURATION = Histogram("cloudnet_metadata_request_duration_seconds", "Gue
 MDATA_REQUESTS = Counter("cloudnet_mdata_requests", "SmartOS mdata socket requests, by command and result",
                          ["command", "result"], registry=AGENT)  # fmt: skip
 DNSMASQ_RESTARTS = Counter("cloudnet_dnsmasq_restarts", "dnsmasq servers found dead and restarted", registry=AGENT)
+OVN_RESTARTS = Counter("cloudnet_ovn_daemon_restarts", "This chassis' OVN daemons (ovn-controller, ovs-vswitchd) found "
+                       "running again under a new pid", ["daemon"], registry=AGENT)  # fmt: skip
 FORWARD_ELEMENTS = Gauge("cloudnet_forward_elements", "nftables map elements of the forwards this host's routers NAT "
                          "(Linux dataplane)", registry=AGENT)  # fmt: skip
 FIREWALL_ELEMENTS = Gauge("cloudnet_firewall_elements", "nftables set and map elements of this host's security groups "
                           "(Linux dataplane)", registry=AGENT)  # fmt: skip
 
 _AGENT_METRICS = [PASS_DURATION, PASSES, OBJECTS_APPLIED, OBJECTS_FAILED, LAST_PASS, METADATA_REQUESTS,
-                  METADATA_DURATION, MDATA_REQUESTS, DNSMASQ_RESTARTS, FORWARD_ELEMENTS, FIREWALL_ELEMENTS]  # fmt: skip
+                  METADATA_DURATION, MDATA_REQUESTS, DNSMASQ_RESTARTS, OVN_RESTARTS, FORWARD_ELEMENTS,
+                  FIREWALL_ELEMENTS]  # fmt: skip
 # What an agent may send for each family (the server takes nothing else): name -> (type, label names).
 AGENT_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     m._name: (m._type, tuple(m._labelnames)) for m in _AGENT_METRICS
