@@ -5,6 +5,8 @@ metrics from where it stands."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -14,6 +16,7 @@ import pytest
 
 from cloudnet import metrics
 from cloudnet.dataplane.kernel import netns
+from tests.integration.test_dhcp import _pid
 from tests.integration.test_hostile_namespaces import post_instance, wait_error
 from tests.integration.test_metadata_proxy import guest_request
 from tests.support.cloud import Cloud
@@ -101,3 +104,17 @@ def test_forward_and_firewall_elements_follow_the_kernel(site: Site, server: Run
     grown = until(site.cloud, server, lambda s: elements(s) >= elements(before) + 11, "the forward's elements")
     assert site.cloud.api.delete(f"/networks/{site.net['id']}/forwards/192.0.2.53").status_code == 204
     until(site.cloud, server, lambda s: elements(s) <= elements(grown) - 11, "the forward's elements gone")
+
+
+@pytest.mark.root
+def test_a_dead_dnsmasq_restarted_is_counted(cloud: Cloud, server: RunningServer) -> None:
+    before = local("cloudnet_dnsmasq_restarts_total")
+    cloud.start_agent()
+    net, _sub = cloud.network("mdhcp", "10.73.0.0/24")
+    cloud.instance("mdvm", [{"network": net["id"]}])
+    pid = _pid(cloud, net["id"])
+    assert local("cloudnet_dnsmasq_restarts_total") == before  # (started, not restarted)
+    os.kill(pid, signal.SIGKILL)
+    cloud.wait_for(lambda: local("cloudnet_dnsmasq_restarts_total") == before + 1, what="the restart counted")
+    until(cloud, server, lambda s: s.value("cloudnet_dnsmasq_restarts_total", host=cloud.host) >= before + 1,
+          "the count in the scrape")  # fmt: skip
