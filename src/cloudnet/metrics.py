@@ -53,6 +53,9 @@ POOL_REFILLS = Counter("cloudnet_pool_refills", "Port pool refills, by what star
 POOL_REFILL_PORTS = Counter("cloudnet_pool_refill_ports", "Ports made by port pool refills", registry=SERVER)
 NB_DURATION = Histogram("cloudnet_northbound_pass_duration_seconds", "OVN northbound sync passes",
                         buckets=PASS_BUCKETS, registry=SERVER)  # fmt: skip
+OVN_CENTRAL_RESTARTS = Counter("cloudnet_ovn_central_restarts",
+                               "OVN's central daemons this server started (ovn-northd, the NB and SB databases) found "
+                               "running again under a new pid", ["daemon"], registry=SERVER)  # fmt: skip
 NB_ROWS = Counter("cloudnet_northbound_rows_written", "OVN northbound rows written (inserted, updated, deleted)",
                   registry=SERVER)  # fmt: skip
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,8 +102,10 @@ class Status:
 
 class NorthboundSync:
     def __init__(self, store: Store, nb_url: str, gateway_chassis: Sequence[str] = (), *, interval: float = 0.5,
-                 timeout: float = 10.0) -> None:  # fmt: skip
+                 timeout: float = 10.0, look: Callable[[], None] | None = None) -> None:  # fmt: skip
+        """`look`: called at each of the writer's looks (every `interval`), such as at OVN's daemons."""
         self.store, self.nb_url, self.gateway_chassis = store, nb_url, tuple(gateway_chassis)
+        self.look = look
         self.interval, self.timeout = interval, timeout
         self.status = Status()
         self._wake = threading.Event()
@@ -175,6 +177,8 @@ class NorthboundSync:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            if self.look is not None:
+                self.look()
             try:
                 if self._api is None:
                     self._api = self._connect()

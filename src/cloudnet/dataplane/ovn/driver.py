@@ -56,7 +56,7 @@ class OvnDataplane:
         self.vms = VmPorts(host, self.chassis, self.host_ns, vm_owner or tapdev.Owner())
         self.metadata = MetadataPorts(host)
         self.uplinks = Uplinks(uplinks or {})
-        self.restarts = Restarts(ovs_url)
+        self.restarts = Restarts.of_chassis(ovs_url)
         self._bound: set[str] = set()
         self._full_done = False
         self._kept: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # (ports, namespaces)
