@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,11 +39,13 @@ UNLIMITED = [arg for resource in ("network", "subnet", "port", "router", "securi
 
 
 @contextmanager
-def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0) -> Iterator[str]:
-    """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker)."""
+def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0, extra: Sequence[str] = ()) -> Iterator[str]:
+    """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker), with `extra`
+    options."""
     state = Path(tempfile.mkdtemp(prefix="cloudnet-bench-"))
     port = free_port()
-    cmd = [str(ROOT / ".venv/bin/cloudnet"), "serve", "--state-dir", str(state), "--port", str(port), *UNLIMITED]
+    cmd = [str(ROOT / ".venv/bin/cloudnet"), "serve", "--state-dir", str(state), "--port", str(port), *UNLIMITED,
+           *extra]  # fmt: skip
     if db_url:
         cmd += ["--db", db_url]
     if server_cpu is not None and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]

@@ -19,7 +19,7 @@ from types import FrameType
 
 import uvicorn
 
-from cloudnet import api_socket, api_tls, ovn_stack
+from cloudnet import api_socket, api_tls, metrics, ovn_stack
 from cloudnet.agent.run import start_in_thread
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
@@ -269,6 +269,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     except StartupError:
         sock.close()
         raise
+    metrics.enabled = config.metrics  # (the process's hot paths time themselves only with metrics on)
     app = create_app(config, store, auth, ca)
     scheme = "https" if tls else "http"
     log.info("cloudnet API on %s://%s:%d/v2.0 (state %s, db %s)", scheme, config.host, config.port,

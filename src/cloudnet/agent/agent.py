@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
 
+from cloudnet import metrics
 from cloudnet.agent.client import ApiClient
 from cloudnet.dataplane.base import Dataplane
 from cloudnet.dataplane.steps import StepTimedOut
@@ -59,6 +61,7 @@ class Agent:
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set after each successful reconcile (tests and `up` wait on it)
         self.revision = -1
+        self._failed_kinds: set[str] = set()
         # While held back, the API's long poll runs on a side thread (`_poll`); its end or the dataplane's news wakes
         # the wait (`_woken`).
         self._poll: Future[tuple[list[dict[str, Any]], int]] | None = None
@@ -99,7 +102,11 @@ class Agent:
             observer.close()
 
     def _register(self) -> None:
-        self.client.heartbeat(self.report)
+        self.client.heartbeat(self._with_samples())
+
+    def _with_samples(self) -> dict[str, Any]:
+        """The report with this process's agent samples (api/metrics.py serves them with the host's name)."""
+        return {**self.report, "metrics": metrics.samples()}
 
     def _heartbeats(self) -> None:
         while not self.stop_event.wait(self.heartbeat_interval):
@@ -107,7 +114,7 @@ class Agent:
 
     def _send_report(self) -> None:
         try:
-            self.client.heartbeat(self.report)
+            self.client.heartbeat(self._with_samples())
         except (httpx.TransportError, httpx.HTTPStatusError) as exc:
             log.warning("heartbeat failed: %s", exc)
 
@@ -185,6 +192,10 @@ class Agent:
     def _report_failures(self) -> None:
         """Objects the dataplane could not converge go into the host's report (`cloudnet host show`), at once."""
         everything = [{k: v for k, v in f.items() if k != "retry_in"} for f in self.dataplane.failures()]
+        failed = Counter(metrics.kind_of(str(f["object"])) for f in everything)
+        for kind in self._failed_kinds | set(failed):  # (a kind that recovered goes to 0, not away)
+            metrics.OBJECTS_FAILED.labels(kind).set(failed.get(kind, 0))
+        self._failed_kinds |= set(failed)
         failures = everything[:MAX_REPORTED]
         if failures != self.report.get("failures", []) or len(everything) != self.report.get("failure_count", 0):
             self.report["failures"], self.report["failure_count"] = failures, len(everything)
@@ -208,6 +219,16 @@ class Agent:
         """Fetch the desired state, converge the dataplane, report what changed. A full pass checks
         every device; otherwise the dataplane touches only what changed since its last pass. `check`: the
         dataplane also reads back what it otherwise trusts, and what differed goes into the host's report."""
+        kind, started, result = "full" if full else "incremental", time.monotonic(), "failed"
+        try:
+            self._reconcile(full, check)
+            result = "ok"
+            metrics.LAST_PASS.set(time.time())
+        finally:
+            metrics.PASS_DURATION.labels(kind).observe(time.monotonic() - started)
+            metrics.PASSES.labels(kind, result).inc()
+
+    def _reconcile(self, full: bool, check: bool) -> None:
         state = self.client.desired_state()
         try:
             reports = self.dataplane.apply(state, full=full, check=check)

@@ -35,6 +35,7 @@ from cloudnet.api import (
     identity,
     instance_metadata,
     keystone,
+    metrics,
     openapi,
     port_forwardings,
     port_pools,
@@ -192,13 +193,15 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     app = Starlette(
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
                        hosts.router, host_join.router, forwards.router, port_forwardings.router,
-                       instance_metadata.router, quotas.router, identity.router, keystone.router]),
+                       instance_metadata.router, quotas.router, identity.router, keystone.router, metrics.router]),
         exception_handlers=handlers,
-        middleware=[Middleware(ui.UiFiles),  # type: ignore[arg-type]
+        middleware=[*([Middleware(metrics.RequestMetrics)] if config.metrics else []),  # type: ignore[arg-type]
+                    Middleware(ui.UiFiles),  # type: ignore[arg-type]
                     Middleware(Guard, auth=auth, max_body=config.max_body_size,  # type: ignore[arg-type]
                                peer_check=peer_check)],
         lifespan=lifespan,
     )  # fmt: skip
+    app.state.programming = metrics.Programming(store)
     app.state.cloudnet = AppState(config=config, store=store, auth=auth, metadata=metadata_service.settings(config),
                                   authority=authority)  # fmt: skip
     return app

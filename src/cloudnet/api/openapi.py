@@ -190,6 +190,7 @@ def _table() -> dict[tuple[str, str], Op]:
                                                          _wrapped("certificate", host_join.RenewRequest)),
         ("POST", "/v2.0/hosts/{name}/remove"): Op(200, envelope("host", REMOVED)),
         ("GET", "/v2.0/host-join/ca"): Op(200, STR, media="application/x-pem-file"),
+        ("GET", "/metrics"): Op(200, STR, media="text/plain; version=0.0.4"),  # (api/metrics.py: admin only)
         ("POST", "/v2.0/host-join"): Op(201, envelope("join", JOINED), _wrapped("join", host_join.JoinRequest)),
         ("GET", fwd_base): Op(200, listing("forwards", schemas.FORWARD, False)),
         ("POST", fwd_base): Op(201, forward, FORWARD_BODY),

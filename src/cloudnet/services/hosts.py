@@ -10,6 +10,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from cloudnet.errors import Conflict, Forbidden, not_found
 from cloudnet.services import (
+    agent_samples,
     common,
     metadata_ports,
     networks,
@@ -56,7 +57,7 @@ def _naive_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=None)
 
 
-def _alive(row: Any, now: datetime, down_time: float) -> bool:
+def alive(row: Any, now: datetime, down_time: float) -> bool:
     return _naive_utc(row.heartbeat_at) >= now - timedelta(seconds=down_time)
 
 
@@ -65,17 +66,24 @@ def _host_dict(row: Any, now: datetime, down_time: float) -> dict[str, Any]:
         "name": row.name,
         "agent_version": row.agent_version,
         "heartbeat_at": common.fmt_time(row.heartbeat_at),
-        "alive": _alive(row, now, down_time),
+        "alive": alive(row, now, down_time),
         "created_at": common.fmt_time(row.created_at),
         "updated_at": common.fmt_time(row.updated_at),
-        "report": row.report,
+        "report": without_metrics(row.report),
     }
+
+
+def without_metrics(report: Any) -> Any:
+    """The report as `host show` shows it and as heartbeats compare it: without the agent's metric samples (they
+    change on every heartbeat, and are for scrapes: api/metrics.py)."""
+    return {k: v for k, v in report.items() if k != agent_samples.KEY} if isinstance(report, dict) else report
 
 
 def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_time: float) -> dict[str, Any]:
     """Register the host, or refresh its heartbeat and report; events only when the report changes."""
     admin_only(ctx)
     spec = parse(HostReport, body)
+    spec.report = agent_samples.rendered(name, spec.report)
     with store.write() as tx:
         row = tx.conn.execute(select(H).where(H.c.name == name)).first()
         if row is None:
@@ -87,8 +95,11 @@ def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_
             )  # fmt: skip
             tx.record("host", name, "create")
         else:
-            changed = row.agent_version != spec.agent_version or row.report != spec.report or row.dead_since
+            changed = (row.agent_version != spec.agent_version or row.dead_since
+                       or without_metrics(row.report) != without_metrics(spec.report))  # fmt: skip
             values: dict[str, Any] = {"heartbeat_at": tx.now, "dead_since": None}
+            if row.report != spec.report:  # (new samples alone: stored, without an event that wakes every agent)
+                values["report"] = spec.report
             if changed:
                 values.update(
                     agent_version=spec.agent_version, report=spec.report, updated_at=tx.now,
@@ -131,7 +142,7 @@ def delete_host(store: Store, ctx: Context, name: str, down_time: float, force: 
         row = tx.conn.execute(stmt).first()
         if row is None:
             raise not_found("host", name)
-        if not force and _alive(row, tx.now, down_time):
+        if not force and alive(row, tx.now, down_time):
             raise Conflict(
                 f"Host {name} is alive (heartbeat at {common.fmt_time(row.heartbeat_at)}): stop its agent first, "
                 f"else it registers again at its next heartbeat; delete it once it has been silent for "

@@ -28,6 +28,7 @@ from cloudnet.store import tables as t
 from cloudnet.store.changes import Changes
 from cloudnet.store.events import Event
 from cloudnet.store.prepared import BulkInsert, Prepared
+from cloudnet.store.timing import timed
 
 log = logging.getLogger(__name__)
 SQLITE_CACHE_KB = 65536
@@ -201,7 +202,7 @@ class Store:
     def read(self, snapshot: bool = False) -> Iterator[Connection]:
         """A reading transaction. `snapshot`: every statement sees the same committed state (SQLite's
         transactions always do; PostgreSQL needs REPEATABLE READ for it)."""
-        with self.engine.connect() as conn:
+        with timed("read"), self.engine.connect() as conn:
             if snapshot and not self.is_sqlite:
                 conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
@@ -243,7 +244,7 @@ class Store:
         tx = Tx(conn, store=self)
         span = None
         try:
-            with conn.begin():
+            with timed("write"), conn.begin():
                 yield tx
                 span = self._publish(tx)
                 if span is not None:
