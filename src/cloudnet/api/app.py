@@ -46,6 +46,7 @@ from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState, call
 from cloudnet.api.guard import Guard
 from cloudnet.api.neutron import JSON, error_response
+from cloudnet.api.request_ids import RequestIds
 from cloudnet.config import ServerConfig
 from cloudnet.errors import BadRequest, CloudnetError, ServiceUnavailable
 from cloudnet.metadata import service as metadata_service
@@ -193,7 +194,7 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
                        hosts.router, host_join.router, forwards.router, port_forwardings.router,
                        instance_metadata.router, quotas.router, identity.router, keystone.router]),
         exception_handlers=handlers,
-        middleware=[Middleware(Guard, auth=auth, max_body=config.max_body_size,  # type: ignore[arg-type]
+        middleware=[Middleware(RequestIds), Middleware(Guard, auth=auth, max_body=config.max_body_size,  # type: ignore[arg-type]
                                peer_check=peer_check)],
         lifespan=lifespan,
     )  # fmt: skip

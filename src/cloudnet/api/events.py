@@ -1,4 +1,5 @@
-"""GET /v2.0/events?since=N&timeout=S: the revision log, long-polled.
+"""GET /v2.0/events?since=N&timeout=S[&type=T...][&project_id=P]: the revision log, long-polled, as typed events
+(agents follow it; so do `cloudnet monitor` and the web UI, a member for their own project only).
 
 Commits made by this process wake waiting requests at once; commits of other server processes
 (several `cloudnet serve` on one PostgreSQL) are seen by polling the log while waiting.
@@ -72,9 +73,9 @@ async def list_events(request: Request) -> Response:
     st = state(request)
     ctx = context(request)
     params = request.query_params
-    q = events.follow(ctx, params.get("since"), params.get("limit"), params.get("timeout"), st.config.max_event_wait)
-    since, limit, timeout = q.since, q.limit, q.timeout
-    items, latest = await long_poll(request, timeout, lambda: call(events.events_since, st.store, ctx, since, limit),
+    q = events.follow(ctx, params.get("since"), params.get("limit"), params.get("timeout"), st.config.max_event_wait,
+                      params.get("project_id"), params.getlist("type"))  # fmt: skip
+    items, latest = await long_poll(request, q.timeout, lambda: call(events.events_since, st.store, ctx, q),
                                     lambda found: bool(found[0]))  # fmt: skip
     return neutron.JSON({"events": items, "revision": latest})
 

@@ -1,0 +1,63 @@
+"""Every API answer carries `X-OpenStack-Request-ID`: the client's id when well-formed (wire/request_ids.py),
+else a new `req-<uuid4>`. A raw ASGI middleware, outside the guard so that refusals carry the id too: it sets the
+request's context (what the log filter and the store read; api/deps.py `call` carries it to the worker threads)
+and logs one line per write (a GET changes nothing, and an agent's heartbeats and reports are logged at DEBUG:
+they come every few seconds from every host)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from cloudnet.api.guard import ASGIApp, Message, Receive, Scope, Send
+from cloudnet.wire import request_ids
+
+log = logging.getLogger("cloudnet.api.requests")
+_HEADER = request_ids.HEADER.encode()
+_QUIET_PREFIX = "/v2.0/hosts/"  # agents' own calls (their admins' calls on hosts are rare)
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+_MAX_PATH = 200
+
+
+def printable(text: str) -> str:
+    """The (percent-decoded, so any character) path as one bounded log line: control characters escaped."""
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= _MAX_PATH else text[:_MAX_PATH] + "..."
+
+
+class RequestIds:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = request_ids.from_headers(scope["headers"])
+        # (uvicorn runs each request in a task of its own: the id stays with this request only, error handlers
+        # outside this middleware included)
+        request_ids.current.set(rid)
+        header = (_HEADER, rid.encode())
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        if scope["method"] in _READS:
+            await self.app(scope, receive, send_with_id)
+            return
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            level = logging.DEBUG if scope["path"].startswith(_QUIET_PREFIX) else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(level, "%s %s %d %.1f ms", scope["method"], printable(scope["path"]), status,
+                        (time.perf_counter() - started) * 1000)  # fmt: skip

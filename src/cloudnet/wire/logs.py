@@ -1,0 +1,58 @@
+"""Log set-up of the long-running processes (server, agent): each line carries the request id of the work that
+caused it (wire/request_ids.py), as text for people or as one JSON object a line for log shippers."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Literal
+
+from cloudnet.wire import request_ids
+
+LogFormat = Literal["text", "json"]
+FORMATS: tuple[LogFormat, ...] = ("text", "json")
+TEXT = "%(asctime)s %(levelname)s %(name)s%(request_tag)s: %(message)s"
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds the context's request id to every record: `request_id` (None outside a request) and `request_tag`
+    (" [id]" or "", for the text format)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        rid = request_ids.current.get()
+        record.request_id = rid
+        record.request_tag = f" [{rid}]" if rid else ""
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time (UTC, ISO 8601), level, logger, message, request_id, exception if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=True)
+
+
+def setup(fmt: LogFormat | None = None, level: int = logging.INFO) -> None:
+    """Log to stderr in `fmt`. Called by the command (with its --log-format) and again by the process it starts
+    (without one): the first call decides, the second keeps it."""
+    root = logging.getLogger()
+    if root.handlers:  # configured already (as logging.basicConfig, leave it): only make sure lines carry the id
+        for existing in root.handlers:
+            if not any(isinstance(f, RequestIdFilter) for f in existing.filters):
+                existing.addFilter(RequestIdFilter())
+        return
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT))
+    root.addHandler(handler)
+    root.setLevel(level)

@@ -1,0 +1,124 @@
+"""The revision log as a typed event stream (`cloudnet monitor`, the web UI): types, request ids, reasons, and what
+a member may see of it (their own project's events only)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.server import RunningServer
+
+Events = tuple[list[dict[str, Any]], int]
+
+
+def client(server: RunningServer, token: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": token}, timeout=30)
+
+
+def follow(api: httpx.Client, since: int, **params: Any) -> Events:
+    r = api.get("/events", params={"since": since, **params})
+    assert r.status_code == 200, r.text
+    return r.json()["events"], int(r.json()["revision"])
+
+
+def network(api: httpx.Client, name: str, **headers: str) -> dict[str, Any]:
+    r = api.post("/networks", json={"network": {"name": name}}, headers=headers)
+    assert r.status_code == 201, r.text
+    return dict(r.json()["network"])
+
+
+def test_events_are_typed_and_name_their_request(api: httpx.Client) -> None:
+    _, start = follow(api, 0)
+    rid = "req-2b5a1f43-6a0c-4a35-9c3a-6f3f5f8e0a11"
+    r = api.post("/networks", json={"network": {"name": "typed"}}, headers={"X-OpenStack-Request-ID": rid})
+    assert r.headers["X-OpenStack-Request-ID"] == rid
+    net = r.json()["network"]
+    api.put(f"/networks/{net['id']}", json={"network": {"name": "typed2"}})
+    api.delete(f"/networks/{net['id']}")
+    items, _ = follow(api, start)
+    assert [(e["type"], e["resource_id"]) for e in items] == [
+        ("network.created", net["id"]), ("network.updated", net["id"]), ("network.deleted", net["id"])
+    ]  # fmt: skip
+    assert items[0]["request_id"] == rid
+    assert items[1]["request_id"].startswith("req-") and items[1]["request_id"] != rid
+    assert {"revision", "resource", "resource_id", "operation", "project_id", "created_at", "detail"} <= set(items[0])
+
+
+def test_type_filters(api: httpx.Client) -> None:
+    _, start = follow(api, 0)
+    net = network(api, "filtered")
+    api.put(f"/networks/{net['id']}", json={"network": {"name": "f2"}})
+    sub = api.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": "10.9.0.0/24"}}).json()["subnet"]
+    assert [e["type"] for e in follow(api, start, type="network.updated")[0]] == ["network.updated"]
+    assert [e["type"] for e in follow(api, start, type="network")[0]] == ["network.created", "network.updated"]
+    both = follow(api, start, type=["subnet", "network.created"])[0]
+    assert [e["resource_id"] for e in both] == [net["id"], sub["id"]]
+
+
+def test_hostile_filters_are_refused(api: httpx.Client) -> None:
+    for params in ({"type": "port;drop"}, {"type": "x" * 100}, {"type": ["a"] * 17}, {"type": "Port.Active"}):
+        r = api.get("/events", params=params)
+        assert r.status_code == 400, (params, r.text)
+
+
+@pytest.fixture
+def alice(server: RunningServer, tokens: dict[str, Any]) -> Any:
+    with client(server, "alice-token") as c:
+        yield c
+
+
+@pytest.fixture
+def bob(server: RunningServer, tokens: dict[str, Any]) -> Any:
+    with client(server, "bob-token") as c:
+        yield c
+
+
+def test_a_member_sees_their_project_only(server: RunningServer, alice: httpx.Client, bob: httpx.Client) -> None:
+    with client(server, "admin-token") as admin:
+        _, admin_start = follow(admin, 0)
+        _, alice_start = follow(alice, 0)
+        mine = network(alice, "alice-net")
+        _, bob_before = follow(bob, 0)
+        theirs = network(bob, "bob-secret")
+        network(admin, "ops-net")
+        # The admin sees all three; alice only hers, and nothing of bob's moves what she is answered.
+        assert len(follow(admin, admin_start)[0]) >= 3
+        items, latest = follow(alice, alice_start)
+        assert [e["resource_id"] for e in items] == [mine["id"]]
+        assert {e["project_id"] for e in items} == {"alice"}
+        assert latest == items[-1]["revision"]
+        network(bob, "bob-more")
+        assert follow(alice, 0) == (items, latest)
+        assert follow(alice, latest) == ([], latest)
+        # Asking for bob's project by name, by filter or by a far revision tells her nothing either.
+        r = alice.get("/events", params={"since": 0, "project_id": "bob"})
+        assert r.status_code == 403, r.text
+        assert "bob-secret" not in r.text and theirs["id"] not in r.text
+        assert follow(alice, 0, type="network") == (items, latest)
+        assert follow(alice, 0, project_id="alice") == (items, latest)
+        # bob's own view starts after his first network, whatever alice and the admin did.
+        assert [e["resource_id"] for e in follow(bob, bob_before)[0]][0] == theirs["id"]
+        # An admin may follow one project.
+        only_bob = follow(admin, 0, project_id="bob")[0]
+        assert {e["project_id"] for e in only_bob} == {"bob"} and len(only_bob) == 2
+
+
+def test_a_member_long_poll_is_not_woken_by_another_project(alice: httpx.Client, bob: httpx.Client) -> None:
+    _, start = follow(alice, 0)
+    answer: dict[str, Any] = {}
+
+    def poll() -> None:
+        t0 = time.monotonic()
+        answer["events"] = follow(alice, start, timeout=1.5)
+        answer["waited"] = time.monotonic() - t0
+
+    waiter = threading.Thread(target=poll)
+    waiter.start()
+    network(bob, "wake-not-alice")
+    waiter.join(30)
+    assert answer["events"] == ([], start)
+    assert answer["waited"] >= 1.4  # it waited its whole timeout: bob's commit woke nothing it could see
