@@ -101,7 +101,7 @@ def test_a_member_sees_their_project_only(server: RunningServer, alice: httpx.Cl
         assert follow(alice, 0, type="network") == (items, latest)
         assert follow(alice, 0, project_id="alice") == (items, latest)
         # bob's own view starts after his first network, whatever alice and the admin did.
-        assert [e["resource_id"] for e in follow(bob, bob_before)[0]][0] == theirs["id"]
+        assert follow(bob, bob_before)[0][0]["resource_id"] == theirs["id"]
         # An admin may follow one project.
         only_bob = follow(admin, 0, project_id="bob")[0]
         assert {e["project_id"] for e in only_bob} == {"bob"} and len(only_bob) == 2
