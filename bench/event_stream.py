@@ -1,0 +1,155 @@
+"""Request ids and the event stream (issue 30). Prints figures beside their targets; asserts nothing.
+
+  an event reaches `cloudnet monitor` <= 100 ms after its commit: a real `cloudnet serve` and a real
+    `cloudnet monitor -f json` reading its long poll; each network created is timed from the moment its POST was
+    answered (the commit is a little before: the answer's trip back) to the moment its line arrives, and from the
+    moment it was sent (an upper bound: the whole request besides)
+  API p50 overhead of request ids on port create <= 5%: two servers in one run, one as shipped and one whose
+    request-id middleware passes requests through untouched, creates alternated between them in rounds (the
+    context copy on the worker hop and the event's extra columns stay in both: they are the same code path)
+
+Usage: .venv/bin/python bench/event_stream.py [--events N] [--creates N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from common import ROOT, UNLIMITED, free_port, machine_load, ms, percentile, pin_client, row, stop
+
+CLOUDNET = str(ROOT / ".venv/bin/cloudnet")
+PYTHON = str(ROOT / ".venv/bin/python")
+# `cloudnet serve` with the request-id middleware a pass-through: the "off" side of the overhead figure.
+WITHOUT_IDS = (
+    "import sys\n"
+    "from cloudnet.api import request_ids\n"
+    "async def through(self, scope, receive, send):\n"
+    "    await self.app(scope, receive, send)\n"
+    "request_ids.RequestIds.__call__ = through\n"
+    "from cloudnet.cli.main import app\n"
+    "sys.argv[0] = 'cloudnet'\n"
+    "app()\n"
+)
+
+
+@contextmanager
+def server(ids: bool = True, cpu: int = 0) -> Iterator[str]:
+    state = Path(tempfile.mkdtemp(prefix="cloudnet-bench-"))
+    port = free_port()
+    head = [CLOUDNET] if ids else [PYTHON, "-c", WITHOUT_IDS]
+    cmd = ["taskset", "-c", str(cpu), *head, "serve", "--state-dir", str(state), "--port", str(port),
+           "--metadata-listen", "off", *UNLIMITED]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url + "/", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"server did not start: {cmd}") from None
+                time.sleep(0.05)  # waiting for the child to bind: polled, with a deadline
+        yield url
+    finally:
+        stop(proc)  # type: ignore[arg-type]
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def event_latency(url: str, n: int) -> tuple[list[float], list[float]]:
+    """(from the POST's answer, from the POST's start) to the event's line at the monitor, per network."""
+    arrivals: queue.Queue[tuple[str, float]] = queue.Queue()
+    with httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=60) as api:
+        since = api.get("/events", params={"since": 0, "limit": 1}).json()["revision"]
+        monitor = subprocess.Popen([CLOUDNET, "--url", url, "monitor", "--since", str(since), "--type",
+                                    "network.created", "-f", "json"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+        def read() -> None:
+            assert monitor.stdout is not None
+            for line in monitor.stdout:
+                arrivals.put((json.loads(line)["resource_id"], time.perf_counter()))
+
+        threading.Thread(target=read, daemon=True).start()
+        after_answer, after_start = [], []
+        try:
+            for i in range(n + 10):  # (the first 10: the monitor's start-up and warm-up)
+                t0 = time.perf_counter()
+                r = api.post("/networks", json={"network": {"name": f"e{i}"}})
+                t1 = time.perf_counter()
+                got, at = arrivals.get(timeout=30)
+                assert got == r.json()["network"]["id"], (got, r.text)
+                if i >= 10:
+                    after_answer.append(max(0.0, at - t1))
+                    after_start.append(at - t0)
+        finally:
+            monitor.terminate()
+            monitor.wait(timeout=30)
+    return after_answer, after_start
+
+
+def creates(client: httpx.Client, network_id: str, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        client.post("/ports", json={"port": {"network_id": network_id}}).raise_for_status()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def overhead(on_url: str, off_url: str, n: int, rounds: int = 10) -> tuple[float, float]:
+    """p50 of port creates with request ids and without, alternated in `rounds` to share the machine's drift."""
+    clients, nets, times = {}, {}, {"on": [], "off": []}  # type: ignore[var-annotated]
+    for side, url in (("on", on_url), ("off", off_url)):
+        c = clients[side] = httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=60)
+        nets[side] = c.post("/networks", json={"network": {"name": "o"}}).json()["network"]["id"]
+        c.post("/subnets", json={"subnet": {"network_id": nets[side], "cidr": "10.128.0.0/14"}}).raise_for_status()
+        creates(c, nets[side], 50)  # warm-up
+    try:
+        for _ in range(rounds):
+            for side in ("on", "off"):
+                times[side] += creates(clients[side], nets[side], n // rounds)
+    finally:
+        for c in clients.values():
+            c.close()
+    return percentile(times["on"], 50), percentile(times["off"], 50)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=300)
+    parser.add_argument("--creates", type=int, default=2000)
+    args = parser.parse_args()
+    machine_load()
+    pin_client(1)
+    with server() as url:
+        answered, started = event_latency(url, args.events)
+    print(f"event stream: {args.events} networks, each followed to its `cloudnet monitor` line")
+    for name, values in (("from the POST's answer", answered), ("from the POST's start (upper bound)", started)):
+        p50, p99 = percentile(values, 50), percentile(values, 99)
+        row(f"event at the monitor, {name}: p50", ms(p50), "<= 100 ms", p50 <= 0.1)
+        row("  p99", ms(p99), "<= 100 ms", p99 <= 0.1)
+    with server(ids=True) as on_url, server(ids=False) as off_url:
+        on, off = overhead(on_url, off_url, args.creates)
+    ratio = on / off - 1
+    print(f"request ids: {args.creates} port creates on each server, alternated")
+    row("port create p50, request ids on", ms(on), "-")
+    row("port create p50, request ids off", ms(off), "-")
+    row("overhead of request ids (p50)", f"{ratio * 100:+.1f} %", "<= 5 %", ratio <= 0.05)
+    print(f"(client on CPU 1, servers on CPU 0; {os.cpu_count()} CPUs)")
+
+
+if __name__ == "__main__":
+    main()
