@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cloudnet.config import ServerConfig
 from tests.support.server import RunningServer
 
 Events = tuple[list[dict[str, Any]], int]
@@ -122,3 +123,55 @@ def test_a_member_long_poll_is_not_woken_by_another_project(alice: httpx.Client,
     waiter.join(30)
     assert answer["events"] == ([], start)
     assert answer["waited"] >= 1.4  # it waited its whole timeout: bob's commit woke nothing it could see
+
+
+def heartbeat(api: httpx.Client, host: str, report: dict[str, Any] | None = None) -> None:
+    r = api.put(f"/hosts/{host}", json={"host": {"agent_version": "t", "report": report or {}}})
+    assert r.status_code == 200, r.text
+
+
+def report(api: httpx.Client, host: str, *ports: dict[str, Any]) -> httpx.Response:
+    return api.put(f"/hosts/{host}/ports", json={"ports": list(ports)})
+
+
+def test_agents_reports_become_typed_events(server_config: ServerConfig, backend: str, request: Any) -> None:
+    server_config.agent_down_time = 1.0  # (before the server starts: it sweeps silent hosts at this pace)
+    api: httpx.Client = request.getfixturevalue("api")
+    _, start = follow(api, 0)
+    host = "ev-host"
+    heartbeat(api, host)
+    failure = {"object": "instance:i-1", "reason": "no such namespace", "since": "x", "attempts": 1}
+    heartbeat(api, host, {"failures": [failure]})
+    heartbeat(api, host, {"failures": [failure]})  # (the same failure again: no new event)
+    heartbeat(api, host, {})
+    net = network(api, "ev-net")
+    ok, bad = (api.post("/ports", json={"port": {"network_id": net["id"], "binding:host_id": host}}).json()["port"]
+               for _ in range(2))  # fmt: skip
+    # An agent's report names the request it realised: a well-formed id only.
+    for hostile in ("two words", "x" * 65, "a\nb", 7):
+        r = report(api, host, {"id": ok["id"], "status": "ACTIVE", "request_id": hostile})
+        assert r.status_code == 400, (hostile, r.text)
+    assert report(api, host, {"id": ok["id"], "status": "ACTIVE", "request_id": "req-made-it"}).status_code == 200
+    reason = "the kernel said no"
+    failed = {"id": bad["id"], "status": "ERROR", "binding:vif_type": "binding_failed",
+              "binding:vif_details": {"reason": reason}}  # fmt: skip
+    assert report(api, host, failed).status_code == 200
+    # The host goes silent: down, and its ports with it.
+    items: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while "host.down" not in [e["type"] for e in items]:
+        assert time.monotonic() < deadline, items
+        items = follow(api, start, timeout=1)[0]
+    items = follow(api, start)[0]
+    typed = [(e["type"], e["resource_id"], e["detail"]) for e in items if e["type"] != "network.created"]
+    assert typed[:3] == [
+        ("host.up", host, "registered"),
+        ("agent.failure", host, "instance:i-1: no such namespace"),
+        ("agent.recovered", host, None),
+    ]
+    assert ("port.active", ok["id"], None) in typed and ("port.failed", bad["id"], reason) in typed
+    assert next(e for e in items if e["type"] == "port.active")["request_id"] == "req-made-it"
+    down = typed.index(("host.down", host, "no heartbeat for 1 s"))
+    assert ("port.down", ok["id"], "its host stopped answering") in typed[down:]
+    # The port's owner sees its ports' events, none of the host's.
+    assert not [e for e in items if e["type"].startswith(("host.", "agent.")) and e["project_id"] is not None]

@@ -3,13 +3,21 @@ and so does every log line the request causes, in text or JSON (`cloudnet serve 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
 from pathlib import Path
 
 import httpx
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from cloudnet.api.app import create_app
+from cloudnet.api.auth import Authenticator
+from cloudnet.config import ServerConfig
+from cloudnet.store.db import Store
 from tests.support.process import serve
 
 FRESH = re.compile(r"^req-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -69,3 +77,21 @@ def test_text_lines_carry_the_id(tmp_path: Path) -> None:
         assert r.status_code == 201
         out = stopped_output(proc)
     assert re.search(r"INFO cloudnet\.api\.requests \[txt-1\]: POST /v2\.0/networks 201 ", out), out
+
+
+def test_an_unhandled_error_answers_with_the_id_too(server_config: ServerConfig, store: Store) -> None:
+    app = create_app(server_config, store, Authenticator(server_config.tokens_file))
+
+    async def boom(_request: Request) -> Response:
+        raise RuntimeError("a fault injected by the test")
+
+    app.router.routes.insert(0, Route("/v2.0/boom", boom, methods=["GET", "POST"]))
+
+    async def ask(method: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            return await client.request(method, "/v2.0/boom", headers={"X-Auth-Token": "admin", "X-Request-ID": "b-1"})
+
+    for method in ("GET", "POST"):
+        r = asyncio.run(ask(method))
+        assert r.status_code == 500 and r.headers.get_list("X-OpenStack-Request-ID") == ["b-1"], r.headers

@@ -46,7 +46,7 @@ from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState, call
 from cloudnet.api.guard import Guard
 from cloudnet.api.neutron import JSON, error_response
-from cloudnet.api.request_ids import RequestIds
+from cloudnet.api.request_ids import RequestIds, with_id
 from cloudnet.config import ServerConfig
 from cloudnet.errors import BadRequest, CloudnetError, ServiceUnavailable
 from cloudnet.metadata import service as metadata_service
@@ -172,7 +172,9 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(CloudnetError("Request Failed: internal server error while processing your request."))
+        # (answered outside the middlewares, RequestIds included: the id is added here)
+        return with_id(error_response(CloudnetError("Request Failed: internal server error while processing your "
+                                                    "request.")))  # fmt: skip
 
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         CloudnetError: cloudnet_error,

@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 import time
 
+from starlette.responses import Response
+
 from cloudnet.api.guard import ASGIApp, Message, Receive, Scope, Send
 from cloudnet.wire import request_ids
 
 log = logging.getLogger("cloudnet.api.requests")
 _HEADER = request_ids.HEADER.encode()
+_KEY = _HEADER.lower()
 _QUIET_PREFIX = "/v2.0/hosts/"  # agents' own calls (their admins' calls on hosts are rare)
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -26,6 +29,15 @@ def printable(text: str) -> str:
     if not text.isprintable():
         text = text.encode("unicode_escape").decode("ascii")
     return text if len(text) <= _MAX_PATH else text[:_MAX_PATH] + "..."
+
+
+def with_id(response: Response) -> Response:
+    """The answer with the request's id: for answers made outside this middleware (Starlette answers unhandled
+    errors in its outermost layer)."""
+    rid = request_ids.current.get()
+    if rid is not None:
+        response.headers[request_ids.HEADER] = rid
+    return response
 
 
 class RequestIds:
@@ -47,7 +59,9 @@ class RequestIds:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", ()), header]
+                headers = message.get("headers", ())
+                if not any(k == _KEY for k, _v in headers):  # (`with_id` may have added it)
+                    message["headers"] = [*headers, header]
             await send(message)
 
         if scope["method"] in _READS:

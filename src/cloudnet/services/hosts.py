@@ -89,7 +89,7 @@ def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_
                 )
             )  # fmt: skip
             tx.record("host", name, "create", type="host.up", detail="registered")
-            _note_failures(tx, name, {}, spec.report)
+            _note_failures(tx, name, {}, spec.report, alone=True)
         else:
             changed = row.agent_version != spec.agent_version or row.report != spec.report or row.dead_since
             values: dict[str, Any] = {"heartbeat_at": tx.now, "dead_since": None}
@@ -101,24 +101,29 @@ def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_
                 tx.record("host", name, "update")
                 if row.dead_since:
                     tx.describe("host.up", "heartbeat again")
-                _note_failures(tx, name, row.report or {}, spec.report)
+                _note_failures(tx, name, row.report or {}, spec.report, alone=bool(row.dead_since))
             tx.conn.execute(update(H).where(H.c.name == name).values(**values))
         row = tx.conn.execute(select(H).where(H.c.name == name)).one()
         return _host_dict(row, tx.now, down_time)
 
 
-def _note_failures(tx: Tx, host: str, before: dict[str, Any], after: dict[str, Any]) -> None:
-    """An agent's report that names objects it could not converge, not named before: an agent.failure event (the
-    first of them as its reason); one that names none after some: agent.recovered."""
+def _note_failures(tx: Tx, host: str, before: dict[str, Any], after: dict[str, Any], alone: bool) -> None:
+    """A report that names objects the agent could not converge, not named before, is an agent.failure (the first
+    of them as its reason); one that names none after some, agent.recovered: the host's update event becomes one,
+    or (`alone`: that event is already typed) one more event says so."""
     old = {str(f.get("object")) for f in before.get("failures") or [] if isinstance(f, dict)}
     new = [f for f in after.get("failures") or [] if isinstance(f, dict) and str(f.get("object")) not in old]
     if new:
-        first = new[0]
         more = f" (and {len(new) - 1} more)" if len(new) > 1 else ""
-        tx.record("host", host, "update", type="agent.failure",
-                  detail=f"{first.get('object')}: {first.get('reason')}{more}")  # fmt: skip
+        type, detail = "agent.failure", f"{new[0].get('object')}: {new[0].get('reason')}{more}"
     elif old and not after.get("failures"):
-        tx.record("host", host, "update", type="agent.recovered")
+        type, detail = "agent.recovered", None
+    else:
+        return
+    if alone:
+        tx.record("host", host, "update", type=type, detail=detail)
+    else:
+        tx.describe(type, detail)
 
 
 def _note_status(tx: Tx, before: str, item: PortStatus) -> None:
