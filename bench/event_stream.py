@@ -137,9 +137,9 @@ def main() -> None:
     with server() as url:
         answered, started = event_latency(url, args.events)
     print(f"event stream: {args.events} networks, each followed to its `cloudnet monitor` line")
-    for name, values in (("from the POST's answer", answered), ("from the POST's start (upper bound)", started)):
+    for name, values in (("after the POST's answer", answered), ("after its start (upper bound)", started)):
         p50, p99 = percentile(values, 50), percentile(values, 99)
-        row(f"event at the monitor, {name}: p50", ms(p50), "<= 100 ms", p50 <= 0.1)
+        row(f"event at monitor {name}: p50", ms(p50), "<= 100 ms", p50 <= 0.1)
         row("  p99", ms(p99), "<= 100 ms", p99 <= 0.1)
     with server(ids=True) as on_url, server(ids=False) as off_url:
         on, off = overhead(on_url, off_url, args.creates)
