@@ -17,17 +17,13 @@ import argparse
 import json
 import os
 import queue
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from contextlib import AbstractContextManager
 
 import httpx
-from common import ROOT, UNLIMITED, free_port, machine_load, ms, percentile, pin_client, row, stop
+from common import ROOT, cloudnet_server, machine_load, ms, percentile, pin_client, row
 
 CLOUDNET = str(ROOT / ".venv/bin/cloudnet")
 PYTHON = str(ROOT / ".venv/bin/python")
@@ -44,29 +40,8 @@ WITHOUT_IDS = (
 )
 
 
-@contextmanager
-def server(ids: bool = True, cpu: int = 0) -> Iterator[str]:
-    state = Path(tempfile.mkdtemp(prefix="cloudnet-bench-"))
-    port = free_port()
-    head = [CLOUDNET] if ids else [PYTHON, "-c", WITHOUT_IDS]
-    cmd = ["taskset", "-c", str(cpu), *head, "serve", "--state-dir", str(state), "--port", str(port),
-           "--metadata-listen", "off", *UNLIMITED]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(url + "/", timeout=1)
-                break
-            except httpx.TransportError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"server did not start: {cmd}") from None
-                time.sleep(0.05)  # waiting for the child to bind: polled, with a deadline
-        yield url
-    finally:
-        stop(proc)  # type: ignore[arg-type]
-        shutil.rmtree(state, ignore_errors=True)
+def server(ids: bool = True) -> AbstractContextManager[str]:
+    return cloudnet_server(command=None if ids else [PYTHON, "-c", WITHOUT_IDS], extra=("--metadata-listen", "off"))
 
 
 def event_latency(url: str, n: int) -> tuple[list[float], list[float]]:

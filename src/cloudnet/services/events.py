@@ -89,8 +89,8 @@ def seconds(name: str, raw: str | None, high: float) -> float:
 
 
 def _matches(types: tuple[str, ...]) -> ColumnElement[bool]:
-    exact = [t for t in types if "." in t]
-    kinds = [t for t in types if "." not in t]
+    exact = [name for name in types if "." in name]
+    kinds = [name for name in types if "." not in name]
     return or_(E.c.type.in_(exact), E.c.resource.in_(kinds))
 
 

@@ -115,15 +115,15 @@ def _note_failures(tx: Tx, host: str, before: dict[str, Any], after: dict[str, A
     new = [f for f in after.get("failures") or [] if isinstance(f, dict) and str(f.get("object")) not in old]
     if new:
         more = f" (and {len(new) - 1} more)" if len(new) > 1 else ""
-        type, detail = "agent.failure", f"{new[0].get('object')}: {new[0].get('reason')}{more}"
+        kind, detail = "agent.failure", f"{new[0].get('object')}: {new[0].get('reason')}{more}"
     elif old and not after.get("failures"):
-        type, detail = "agent.recovered", None
+        kind, detail = "agent.recovered", None
     else:
         return
     if alone:
-        tx.record("host", host, "update", type=type, detail=detail)
+        tx.record("host", host, "update", type=kind, detail=detail)
     else:
-        tx.describe(type, detail)
+        tx.describe(kind, detail)
 
 
 def _note_status(tx: Tx, before: str, item: PortStatus) -> None:
