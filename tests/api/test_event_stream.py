@@ -3,6 +3,7 @@ a member may see of it (their own project's events only)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -11,6 +12,7 @@ import httpx
 import pytest
 
 from cloudnet.config import ServerConfig
+from tests.support.cli import Cli
 from tests.support.server import RunningServer
 
 Events = tuple[list[dict[str, Any]], int]
@@ -175,3 +177,18 @@ def test_agents_reports_become_typed_events(server_config: ServerConfig, backend
     assert ("port.down", ok["id"], "its host stopped answering") in typed[down:]
     # The port's owner sees its ports' events, none of the host's.
     assert not [e for e in items if e["type"].startswith(("host.", "agent.")) and e["project_id"] is not None]
+
+
+def test_cloudnet_monitor_as_a_member(server: RunningServer, alice: httpx.Client, bob: httpx.Client) -> None:
+    cli = Cli(server.url)
+    theirs = network(bob, "bob-first")
+    mine = network(alice, "alice-second")
+    shown = cli.run("--token", "alice-token", "monitor", "--since", "0", "--count", "1", "-f", "json")
+    assert shown.exit_code == 0, shown.output
+    (event,) = [json.loads(x) for x in shown.stdout.splitlines()]
+    assert (event["type"], event["resource_id"], event["project_id"]) == ("network.created", mine["id"], "alice")
+    assert theirs["id"] not in shown.output
+    text = cli.run("--token", "alice-token", "monitor", "--since", "0", "--count", "1", "--type", "network")
+    assert text.stdout.startswith(f"{event['created_at']} network.created network {mine['id']} project=alice ")
+    refused = cli.run("--token", "alice-token", "monitor", "--project", "bob", "--count", "1")
+    assert refused.exit_code == 1 and "own project" in refused.stderr and theirs["id"] not in refused.output
