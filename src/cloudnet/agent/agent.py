@@ -160,7 +160,9 @@ class Agent:
     def _note_requests(self, events: list[dict[str, Any]]) -> None:
         for e in events:
             rid = request_ids.well_formed(e.get("request_id"))
-            if rid is None or e.get("type") in REPORT_TYPES:
+            # (this host's own heartbeats realise nothing; an admin's check of it does)
+            own = e.get("resource") == "host" and e.get("operation") != "check"
+            if rid is None or own or e.get("type") in REPORT_TYPES:
                 continue
             self._pass_requests[rid] = None
             if e.get("resource") == "port":
