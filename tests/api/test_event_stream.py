@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cloudnet.api import events as api_events
 from cloudnet.config import ServerConfig
 from tests.support.cli import Cli
 from tests.support.server import RunningServer
@@ -192,3 +193,32 @@ def test_cloudnet_monitor_as_a_member(server: RunningServer, alice: httpx.Client
     assert text.stdout.startswith(f"{event['created_at']} network.created network {mine['id']} project=alice ")
     refused = cli.run("--token", "alice-token", "monitor", "--project", "bob", "--count", "1")
     assert refused.exit_code == 1 and "own project" in refused.stderr and theirs["id"] not in refused.output
+
+
+def test_members_long_polls_are_bounded(alice: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond MAX_MEMBER_WAITERS members' polls at once, one more is answered at once instead of held: however many
+    a member opens, the server holds (and re-reads for) a bounded number."""
+    monkeypatch.setattr(api_events, "MAX_MEMBER_WAITERS", 2)
+    _, start = follow(alice, 0)
+    done = threading.Event()
+
+    def hold() -> None:  # (again when answered at once: it came in after the poll below)
+        while not done.is_set():
+            follow(alice, start, timeout=20)
+
+    holders = [threading.Thread(target=hold) for _ in range(2)]
+    for h in holders:
+        h.start()
+    try:
+        deadline = time.monotonic() + 40
+        while True:  # (the first poll may come before both holders are in: it is then held its 10 s)
+            t0 = time.monotonic()
+            assert follow(alice, start, timeout=10) == ([], start)
+            if time.monotonic() - t0 < 5:
+                break
+            assert time.monotonic() < deadline, "every poll was held while two others waited"
+    finally:
+        done.set()
+        network(alice, "wake-the-holders")  # (their own project's change ends their waits)
+        for h in holders:
+            h.join(30)

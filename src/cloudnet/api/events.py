@@ -22,6 +22,9 @@ from cloudnet.services import events
 
 router = APIRouter()
 POLL_INTERVAL = 0.5
+# Members' long polls at once in one server process (any project's member may follow its events; agents and admins
+# are not counted); beyond, the answer comes at once, as it is: bounded reads however many wait.
+MAX_MEMBER_WAITERS = 256
 T = TypeVar("T")
 
 
@@ -33,6 +36,7 @@ class Notifier:
         self.revision = 0
         self.closing = False  # the server is stopping: long polls answer now instead of holding it up
         self.waiters = 0  # long polls waiting on this notifier now (instance waits are capped by it)
+        self.member_waiters = 0  # of them, members' event polls (MAX_MEMBER_WAITERS)
         self._changed = asyncio.Event()
         # Whether a marker was taken since the last wake-up: if not, nobody can be waiting and a commit needs no
         # trip to the loop (most commits, on a server no agent follows; a marker taken after the check is taken
@@ -75,8 +79,15 @@ async def list_events(request: Request) -> Response:
     params = request.query_params
     q = events.follow(ctx, params.get("since"), params.get("limit"), params.get("timeout"), st.config.max_event_wait,
                       params.get("project_id"), params.getlist("type"))  # fmt: skip
-    items, latest = await long_poll(request, q.timeout, lambda: call(events.events_since, st.store, ctx, q),
-                                    lambda found: bool(found[0]))  # fmt: skip
+    notifier: Notifier = request.app.state.notifier
+    member = not ctx.is_admin
+    timeout = 0.0 if member and notifier.member_waiters >= MAX_MEMBER_WAITERS else q.timeout
+    notifier.member_waiters += member
+    try:
+        items, latest = await long_poll(request, timeout, lambda: call(events.events_since, st.store, ctx, q),
+                                        lambda found: bool(found[0]))  # fmt: skip
+    finally:
+        notifier.member_waiters -= member
     return neutron.JSON({"events": items, "revision": latest})
 
 
