@@ -31,12 +31,9 @@ def test_a_pass_joins_its_ids_boundedly() -> None:
 
 def records(fmt: logs.LogFormat) -> tuple[logging.Logger, io.StringIO]:
     out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.addFilter(logs.RequestIdFilter())
-    handler.setFormatter(logs.JsonFormatter() if fmt == "json" else logging.Formatter(logs.TEXT))
     logger = logging.getLogger(f"cloudnet.test.{fmt}")
     logger.propagate = False
-    logger.addHandler(handler)
+    logger.addHandler(logs.handler(fmt, out))
     return logger, out
 
 
