@@ -97,7 +97,7 @@ def _matches(types: tuple[str, ...]) -> ColumnElement[bool]:
 def events_since(store: Store, ctx: Context, q: Follow) -> tuple[list[dict[str, Any]], int]:
     """The events `q` asks for (at most its limit: go on from the last one when it was reached), and the latest
     committed revision, or for a member the latest of their project's events."""
-    project = _scope(ctx, q.project_id)  # (checked again: the caller may have changed nothing in between)
+    project = _scope(ctx, q.project_id)  # (the service holds its own rule, whoever calls it)
     stmt = select(E).where(E.c.revision > q.since)
     if project is not None:
         stmt = stmt.where(E.c.project_id == project)
