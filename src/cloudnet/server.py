@@ -251,7 +251,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         sock = api_socket.bind(config.host, config.port)
     except OSError as exc:
         raise StartupError(exc.strerror or str(exc)) from None
-    logs.setup()  # (as the command asked: --log-format)
+    logs.setup()  # (in the format the command chose: --log-format)
     internal = {}
     if agent is not None:  # the agent beside the server acts as admin whatever the tokens file says (or becomes)
         agent.token = secrets.token_urlsafe(32)

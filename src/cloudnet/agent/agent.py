@@ -18,7 +18,7 @@ import httpx
 from cloudnet.agent.client import ApiClient
 from cloudnet.dataplane.base import Dataplane
 from cloudnet.dataplane.steps import StepTimedOut
-from cloudnet.wire import request_ids
+from cloudnet.wire import logs, request_ids
 
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
@@ -294,6 +294,6 @@ class Agent:
         token = request_ids.current.set(rid or request_ids.current.get())
         try:
             reason = (body.get("binding:vif_details") or {}).get("reason") if status == "ERROR" else None
-            log.info("port %s %s%s", port_id, status, f": {reason}" if reason else "")
+            log.info("port %s %s%s", port_id, status, f": {logs.printable(str(reason), 1000)}" if reason else "")
         finally:
             request_ids.current.reset(token)

@@ -12,23 +12,13 @@ import time
 from starlette.responses import Response
 
 from cloudnet.api.guard import ASGIApp, Message, Receive, Scope, Send
-from cloudnet.wire import request_ids
+from cloudnet.wire import logs, request_ids
 
 log = logging.getLogger("cloudnet.api.requests")
 _HEADER = request_ids.HEADER.encode()
 _KEY = _HEADER.lower()
 _QUIET_PREFIX = "/v2.0/hosts/"  # agents' own calls (their admins' calls on hosts are rare)
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-_MAX_PATH = 200
-
-
-def printable(text: str) -> str:
-    """The (percent-decoded, so any character) path as one bounded log line: control characters escaped."""
-    if not text.isprintable():
-        text = text.encode("unicode_escape").decode("ascii")
-    return text if len(text) <= _MAX_PATH else text[:_MAX_PATH] + "..."
 
 
 def with_id(response: Response) -> Response:
@@ -73,5 +63,5 @@ class RequestIds:
         finally:
             level = logging.DEBUG if scope["path"].startswith(_QUIET_PREFIX) else logging.INFO
             if log.isEnabledFor(level):
-                log.log(level, "%s %s %d %.1f ms", scope["method"], printable(scope["path"]), status,
+                log.log(level, "%s %s %d %.1f ms", scope["method"], logs.printable(scope["path"]), status,
                         (time.perf_counter() - started) * 1000)  # fmt: skip

@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
         log_format: LogFormatOption = "text",
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
-        logs.setup(log_format)
+        logs.choose(log_format)
         from cloudnet.agent.run import run
         from cloudnet.wire.signing import SecretError
 

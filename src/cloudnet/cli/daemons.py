@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
         log_format: LogFormatOption = "text",
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
-        logs.setup(log_format)
+        logs.choose(log_format)
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                             metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
@@ -316,7 +316,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup), and the Docker driver
         with --docker-driver."""
-        logs.setup(log_format)
+        logs.choose(log_format)
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                               metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                               pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,

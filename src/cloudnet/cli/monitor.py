@@ -13,6 +13,7 @@ import typer
 
 from cloudnet.cli.client import Client
 from cloudnet.cli.common import client_of
+from cloudnet.wire import logs
 
 POLL = 30.0  # seconds a poll waits for news (the server may cut it shorter: --max-event-wait)
 BATCH = 1000
@@ -38,12 +39,9 @@ def line(event: dict[str, Any]) -> str:
         parts.append(f"project={event['project_id']}")
     if event.get("request_id"):
         parts.append(f"request={event['request_id']}")
-    text = " ".join(str(p) for p in parts)
+    text = logs.printable(" ".join(str(p) for p in parts), 1000)
     detail = event.get("detail")
-    if detail:
-        detail = str(detail)
-        text += ": " + (detail if len(detail) <= MAX_DETAIL else detail[:MAX_DETAIL] + "...")
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return f"{text}: {logs.printable(str(detail), MAX_DETAIL)}" if detail else text
 
 
 def start(client: Client, params: list[tuple[str, str]]) -> int:

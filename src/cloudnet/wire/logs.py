@@ -15,6 +15,13 @@ FORMATS: tuple[LogFormat, ...] = ("text", "json")
 TEXT = "%(asctime)s %(levelname)s %(name)s%(request_tag)s: %(message)s"
 
 
+def printable(text: str, most: int = 200) -> str:
+    """`text` (a path, a reason: anything) fit for one bounded line: control characters escaped, cut at `most`."""
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= most else text[:most] + "..."
+
+
 class RequestIdFilter(logging.Filter):
     """Adds the context's request id to every record: `request_id` (None outside a request) and `request_tag`
     (" [id]" or "", for the text format)."""
@@ -53,9 +60,18 @@ def handler(fmt: LogFormat | None = None, stream: TextIO | None = None) -> loggi
     return made
 
 
+_chosen: list[LogFormat] = []
+
+
+def choose(fmt: LogFormat) -> None:
+    """The format `setup` will use: the command's --log-format. (Logging itself starts later, where the process
+    starts its work: what libraries log as they are imported, such as Alembic's plug-ins, stays out of it.)"""
+    _chosen[:] = [fmt]
+
+
 def setup(fmt: LogFormat | None = None, level: int = logging.INFO) -> None:
-    """Log to stderr in `fmt`. Called by the command (with its --log-format) and again by the process it starts
-    (without one): the first call decides, the second keeps it."""
+    """Log to stderr in `fmt` (default: the chosen one, else text), unless the process logs somewhere already."""
+    fmt = fmt or (_chosen[0] if _chosen else None)
     root = logging.getLogger()
     if root.handlers:  # configured already (as logging.basicConfig, leave it): only make sure lines carry the id
         for existing in root.handlers:
