@@ -7,6 +7,8 @@ import io
 import json
 import logging
 
+import pytest
+
 from cloudnet.cli.monitor import line
 from cloudnet.wire import logs, request_ids
 
@@ -64,3 +66,36 @@ def test_monitor_lines_escape_what_they_show() -> None:
     shown = line(event)
     assert shown.startswith("2026-11-29T03:00:00Z port.failed port p1 project=alice request=req-1: bad\\n\\x1b[31mred")
     assert "\n" not in shown and "\x1b" not in shown and len(shown) < 420
+
+
+def test_the_writer_thread_gets_records_ready_to_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What crosses to the writer thread (`logs.setup`): the id of the thread that logged, the exception's text; a
+    writer too far behind loses lines and is told how many."""
+    monkeypatch.setattr(logs.Handoff, "MAX_BEHIND", 2)
+    handoff = logs.Handoff()
+    handoff.addFilter(logs.RequestIdFilter())
+    logger = logging.getLogger("cloudnet.test.handoff")
+    logger.propagate = False
+    logger.addHandler(handoff)
+    token = request_ids.current.set("req-x")
+    try:
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logger.exception("failed %s", "here")
+    finally:
+        request_ids.current.reset(token)
+    logger.warning("second")
+    logger.warning("third: dropped")
+    out = io.StringIO()
+    writer = logs.handler("json", out, tag=False)  # (as the writer thread has it: no context of its own)
+    for _ in range(2):
+        writer.handle(handoff.queue.get_nowait())
+    logger.warning("fourth")
+    for _ in range(2):
+        writer.handle(handoff.queue.get_nowait())
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert (lines[0]["message"], lines[0]["request_id"]) == ("failed here", "req-x")
+    assert "ValueError: boom" in lines[0]["exception"]
+    dropped = "1 log lines were dropped: their writer was behind"
+    assert [x["message"] for x in lines[1:]] == ["second", dropped, "fourth"]

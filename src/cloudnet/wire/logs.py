@@ -3,9 +3,14 @@ caused it (wire/request_ids.py), as text for people or as one JSON object a line
 
 from __future__ import annotations
 
+import atexit
+import copy
 import json
 import logging
+import logging.handlers
+import queue
 from datetime import UTC, datetime
+from logging.handlers import QueueListener
 from typing import Literal, TextIO
 
 from cloudnet.wire import request_ids
@@ -44,18 +49,55 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             "request_id": getattr(record, "request_id", None),
         }
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+        exception = record.exc_text or (self.formatException(record.exc_info) if record.exc_info else None)
+        if exception:
+            line["exception"] = exception
         return json.dumps(line, ensure_ascii=True)
 
 
-def handler(fmt: LogFormat | None = None, stream: TextIO | None = None) -> logging.Handler:
-    """A handler writing `fmt` lines to `stream` (stderr), each with its request id."""
+class Handoff(logging.handlers.QueueHandler):
+    """Hands each record to the writer thread (`setup`): a request never waits for the log's disk or pipe (a
+    stalled writer blocked the API's event loop with it). The record crosses ready to write: its message rendered,
+    its exception's text made, its request id taken here, where the request's context is. A writer more than
+    MAX_BEHIND records behind loses lines, and says how many with the next one it gets."""
+
+    MAX_BEHIND = 100_000
+
+    def __init__(self) -> None:
+        super().__init__(queue.Queue(self.MAX_BEHIND))
+        self.dropped = 0
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        ready = copy.copy(record)
+        ready.message = ready.msg = record.getMessage()
+        ready.args = None
+        if record.exc_info:
+            ready.exc_text = logging.Formatter().formatException(record.exc_info)
+            ready.exc_info = None
+        return ready
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            if self.dropped:
+                note = logging.LogRecord("cloudnet.logs", logging.WARNING, __file__, 0, "%d log lines were dropped: "
+                                         "their writer was behind", (self.dropped,), None)  # fmt: skip
+                note.request_id, note.request_tag = None, ""
+                self.queue.put_nowait(self.prepare(note))
+                self.dropped = 0
+            self.queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+
+def handler(fmt: LogFormat | None = None, stream: TextIO | None = None, tag: bool = True) -> logging.Handler:
+    """A handler writing `fmt` lines to `stream` (stderr), each with its request id (`tag`: taken by this handler,
+    in the thread that logs; else the record has it already)."""
     # What no format of ours shows, and every record would look up (~a third of a record's making; the API logs a
     # line per write request).
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     made = logging.StreamHandler(stream)
-    made.addFilter(RequestIdFilter())
+    if tag:
+        made.addFilter(RequestIdFilter())
     made.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT))
     return made
 
@@ -78,5 +120,16 @@ def setup(fmt: LogFormat | None = None, level: int = logging.INFO) -> None:
             if not any(isinstance(f, RequestIdFilter) for f in existing.filters):
                 existing.addFilter(RequestIdFilter())
         return
-    root.addHandler(handler(fmt))
+    handoff, writer = threaded(fmt)
+    atexit.register(writer.stop)  # (before logging's own shutdown: what is queued is written)
+    root.addHandler(handoff)
     root.setLevel(level)
+
+
+def threaded(fmt: LogFormat | None = None, stream: TextIO | None = None) -> tuple[Handoff, QueueListener]:
+    """A handler that hands records to a writer thread, started, which writes `fmt` lines to `stream` (stderr)."""
+    handoff = Handoff()
+    handoff.addFilter(RequestIdFilter())
+    writer = QueueListener(handoff.queue, handler(fmt, stream, tag=False))
+    writer.start()
+    return handoff, writer
