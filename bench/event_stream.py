@@ -120,7 +120,7 @@ def own_cost(n: int = 20000) -> dict[str, float]:
     once (no server, no database: a steady figure where the servers' p50s drift with the machine's other work): for
     a GET, and for a POST with its log line written to a file as the server writes it."""
     out = tempfile.NamedTemporaryFile("w", prefix="cloudnet-bench-log-")  # noqa: SIM115
-    handler, writer = logs.threaded("text", out)  # (as the server logs: written by a thread of its own)
+    handler, writer = logs.in_thread("text", out)  # (as the server logs: written by a thread of its own)
     logger = logging.getLogger("cloudnet.api.requests")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

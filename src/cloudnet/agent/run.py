@@ -72,7 +72,7 @@ def build(config: AgentConfig) -> Agent:
 
 
 def run(config: AgentConfig) -> None:
-    logs.setup()  # (in the format the command chose: --log-format)
+    logs.setup(threaded=False)  # (in the format the command chose: --log-format)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     agent = build(config)
     if threading.current_thread() is threading.main_thread():

@@ -111,8 +111,10 @@ def choose(fmt: LogFormat) -> None:
     _chosen[:] = [fmt]
 
 
-def setup(fmt: LogFormat | None = None, level: int = logging.INFO) -> None:
-    """Log to stderr in `fmt` (default: the chosen one, else text), unless the process logs somewhere already."""
+def setup(fmt: LogFormat | None = None, level: int = logging.INFO, threaded: bool = True) -> None:
+    """Log to stderr in `fmt` (default: the chosen one, else text), unless the process logs somewhere already;
+    `threaded`: written by a thread of its own (the API's event loop never waits on the log), else by the thread
+    that logs (the agent's: a line is in the log before what it says is done)."""
     fmt = fmt or (_chosen[0] if _chosen else None)
     root = logging.getLogger()
     if root.handlers:  # configured already (as logging.basicConfig, leave it): only make sure lines carry the id
@@ -120,13 +122,16 @@ def setup(fmt: LogFormat | None = None, level: int = logging.INFO) -> None:
             if not any(isinstance(f, RequestIdFilter) for f in existing.filters):
                 existing.addFilter(RequestIdFilter())
         return
-    handoff, writer = threaded(fmt)
+    root.setLevel(level)
+    if not threaded:
+        root.addHandler(handler(fmt))
+        return
+    handoff, writer = in_thread(fmt)
     atexit.register(writer.stop)  # (before logging's own shutdown: what is queued is written)
     root.addHandler(handoff)
-    root.setLevel(level)
 
 
-def threaded(fmt: LogFormat | None = None, stream: TextIO | None = None) -> tuple[Handoff, QueueListener]:
+def in_thread(fmt: LogFormat | None = None, stream: TextIO | None = None) -> tuple[Handoff, QueueListener]:
     """A handler that hands records to a writer thread, started, which writes `fmt` lines to `stream` (stderr)."""
     handoff = Handoff()
     handoff.addFilter(RequestIdFilter())
