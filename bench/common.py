@@ -39,13 +39,14 @@ UNLIMITED = [arg for resource in ("network", "subnet", "port", "router", "securi
 
 
 @contextmanager
-def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0, extra: Sequence[str] = ()) -> Iterator[str]:
-    """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker), with `extra`
-    options."""
+def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0, command: list[str] | None = None,
+                    extra: Sequence[str] = ()) -> Iterator[str]:  # fmt: skip
+    """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker); `command`: what
+    runs instead of the `cloudnet` executable (a variant of it), `extra`: more options of serve."""
     state = Path(tempfile.mkdtemp(prefix="cloudnet-bench-"))
     port = free_port()
-    cmd = [str(ROOT / ".venv/bin/cloudnet"), "serve", "--state-dir", str(state), "--port", str(port), *UNLIMITED,
-           *extra]  # fmt: skip
+    cmd = [*(command or [str(ROOT / ".venv/bin/cloudnet")]), "serve", "--state-dir", str(state), "--port", str(port),
+           *UNLIMITED, *extra]  # fmt: skip
     if db_url:
         cmd += ["--db", db_url]
     if server_cpu is not None and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]

@@ -20,6 +20,7 @@ from cloudnet import metrics
 from cloudnet.agent.client import ApiClient
 from cloudnet.dataplane.base import Dataplane
 from cloudnet.dataplane.steps import StepTimedOut
+from cloudnet.wire import logs, request_ids
 
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
@@ -27,6 +28,11 @@ HELD_BACK_MAX = 5.0
 # Failures and check differences in the host's report, at most (their counts say how many; the agent's log has them
 # all): a host with thousands of broken objects must still fit its heartbeat in a request body.
 MAX_REPORTED = 100
+# Request ids the agent keeps for the passes to come (those of the changes it heard of), at most: beyond, the
+# oldest are forgotten (their passes log without them).
+MAX_REQUESTS = 10000
+# Status reports of agents: their events name the request they realised, which is no new request to realise.
+REPORT_TYPES = frozenset({"port.active", "port.failed", "port.down"})
 
 
 class StateObserver(Protocol):
@@ -67,6 +73,10 @@ class Agent:
         self._poll: Future[tuple[list[dict[str, Any]], int]] | None = None
         self._woken = threading.Event()
         dataplane.on_news(self._woken.set)
+        # The ids of the requests whose changes the next pass realises (its log lines carry them), and each port's
+        # (its status report names it, so the port's ACTIVE event does): one grep follows a port from POST to kernel.
+        self._pass_requests: dict[str, None] = {}
+        self._port_requests: dict[str, str] = {}
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -140,6 +150,7 @@ class Agent:
             self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
             # Other hosts' heartbeats and checks change nothing here.
             events = [e for e in events if e.get("resource") != "host" or e.get("resource_id") == self.client.host]
+            self._note_requests(events)
             if any(e.get("resource") == "host" and e.get("operation") == "check" for e in events):
                 self.reconcile(full=True, check=True)  # asked for (`cloudnet host check`)
                 last_full = time.monotonic()
@@ -152,6 +163,20 @@ class Agent:
                 self.reconcile(full=False)  # only what changed: the dataplane keeps what it applied
             else:
                 self.revision = max(self.revision, latest)
+
+    def _note_requests(self, events: list[dict[str, Any]]) -> None:
+        for e in events:
+            rid = request_ids.well_formed(e.get("request_id"))
+            # (this host's own heartbeats realise nothing; an admin's check of it does)
+            own = e.get("resource") == "host" and e.get("operation") != "check"
+            if rid is None or own or e.get("type") in REPORT_TYPES:
+                continue
+            self._pass_requests[rid] = None
+            if e.get("resource") == "port":
+                self._port_requests[str(e.get("resource_id"))] = rid
+        for kept in (self._pass_requests, self._port_requests):
+            while len(kept) > MAX_REQUESTS:
+                del kept[next(iter(kept))]
 
     def _wait(self, timeout: float) -> tuple[list[dict[str, Any]], int]:
         """The API's events after our revision, waited for up to `timeout`. While ports wait on the dataplane (OVN: to
@@ -218,13 +243,17 @@ class Agent:
     def reconcile(self, full: bool = True, check: bool = False) -> None:
         """Fetch the desired state, converge the dataplane, report what changed. A full pass checks
         every device; otherwise the dataplane touches only what changed since its last pass. `check`: the
-        dataplane also reads back what it otherwise trusts, and what differed goes into the host's report."""
+        dataplane also reads back what it otherwise trusts, and what differed goes into the host's report. Its log
+        lines carry the ids of the requests it realises."""
         kind, started, result = "full" if full else "incremental", time.monotonic(), "failed"
+        token = request_ids.current.set(request_ids.joined(list(self._pass_requests)))
         try:
             self._reconcile(full, check)
+            self._pass_requests.clear()  # (kept for the next try when the pass failed)
             result = "ok"
             metrics.LAST_PASS.set(time.time())
         finally:
+            request_ids.current.reset(token)
             metrics.PASS_DURATION.labels(kind).observe(time.monotonic() - started)
             metrics.PASSES.labels(kind, result).inc()
 
@@ -256,6 +285,7 @@ class Agent:
             # Compare with what the server holds, not with what we sent: someone else (the dead-host
             # sweep) may have changed it since.
             if any(known.get(k) != body[k] for k in ("status", "binding:vif_type", "binding:vif_details")):
+                self._name_request(body, known.get("status"))
                 changed.append(body)
         answer = self.client.report_ports(changed)
         self.revision = int(state["revision"])
@@ -263,4 +293,23 @@ class Agent:
             # Nothing was written between our snapshot and our report: its events are our own echo.
             self.revision = int(answer["revision"])
         self.synced.set()
-        log.debug("reconciled revision %d: %d ports, %d reported", self.revision, len(reports), len(changed))
+        level = logging.INFO if self._pass_requests else logging.DEBUG
+        log.log(level, "reconciled revision %d: %d ports, %d reported", self.revision, len(reports), len(changed))
+
+    def _name_request(self, body: dict[str, Any], before: str | None) -> None:
+        """The report of a port names the request that made or changed it (until its status settles), and says so
+        in the log under that request's id."""
+        port_id, status = body["id"], body["status"]
+        rid = self._port_requests.get(port_id)
+        if status != "BUILD":
+            self._port_requests.pop(port_id, None)
+        if rid is not None:
+            body["request_id"] = rid
+        if status == before:
+            return
+        token = request_ids.current.set(rid or request_ids.current.get())
+        try:
+            reason = (body.get("binding:vif_details") or {}).get("reason") if status == "ERROR" else None
+            log.info("port %s %s%s", port_id, status, f": {logs.printable(str(reason), 1000)}" if reason else "")
+        finally:
+            request_ids.current.reset(token)

@@ -216,7 +216,9 @@ def _table() -> dict[tuple[str, str], Op]:
         ("GET", "/v2.0/events"): Op(200, obj({"events": array(schemas.EVENT), "revision": INT}, ("events",)),
                                     query=(("since", {"type": "integer", "minimum": 0}),
                                            ("limit", {"type": "integer", "minimum": 1}),
-                                           ("timeout", {"type": "number", "minimum": 0}))),
+                                           ("timeout", {"type": "number", "minimum": 0}),
+                                           ("type", {"type": "array", "items": {"type": "string"}, "maxItems": 16}),
+                                           ("project_id", {"type": "string"}))),
     })  # fmt: skip
     return ops
 

@@ -32,6 +32,7 @@ from cloudnet.config import (
 )
 from cloudnet.docker.command import DEFAULT_SOCKET
 from cloudnet.errors import CloudnetError
+from cloudnet.wire import logs
 
 if TYPE_CHECKING:  # (loaded only when `up` runs: see _docker)
     from cloudnet.server import Companion
@@ -140,6 +141,11 @@ VendorData = Annotated[
     Path | None,
     typer.Option(metavar="FILE", help="JSON object served as vendor_data.json (static vendor data)."),
 ]
+
+
+LogFormatOption = Annotated[
+    logs.LogFormat, typer.Option("--log-format", help="text (for people) or json (one object a line, for log "
+                                 "shippers); both carry each line's request id.")]  # fmt: skip
 
 
 def uplinks_of(values: list[str] | None) -> dict[str, str]:
@@ -252,8 +258,10 @@ def register(app: typer.Typer) -> None:
         ca_key: CaKey = None,
         ovn_cluster: OvnCluster = None,
         metrics: Metrics = True,
+        log_format: LogFormatOption = "text",
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
+        logs.choose(log_format)
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                             metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
@@ -308,9 +316,11 @@ def register(app: typer.Typer) -> None:
         ca_cert: CaCert = None,
         ca_key: CaKey = None,
         metrics: Metrics = True,
+        log_format: LogFormatOption = "text",
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup), and the Docker driver
         with --docker-driver."""
+        logs.choose(log_format)
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                               metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                               pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
