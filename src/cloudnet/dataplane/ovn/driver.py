@@ -91,7 +91,7 @@ class OvnDataplane:
         plugged = [i["id"] for i in state["instances"] if any(self.ports.is_plugged(p) for p in i["ports"])]
         guard = ns_guard.InstanceNamespaces(self.host, state["instances"], plugged)
         run = OvnPass(state, full, self.host_ns, self.vswitch, guard, self.steps, self._bound,
-                      self._ours() if full else {})  # fmt: skip
+                      self._ours() if full else {}, read_bound=self.sb.bound)  # fmt: skip
         self.uplinks.apply(run)
         reports = self.ports.apply(run) + self.vms.apply(run)
         served, metadata_reports = self.metadata.apply(run)
