@@ -1,7 +1,8 @@
 """Metrics benchmark (issue 30). Prints figures beside their targets; asserts nothing.
 
-  API p50 overhead of metrics on port create: two servers in one run, one with metrics (the default) and one with
-  --no-metrics, both pinned to the same core, fed alternating batches of single creates (drift hits both alike)
+  API p50 overhead of metrics and request ids on port create: two servers in one run, one as shipped (metrics and
+  request ids on) and one with --no-metrics and its request-id middleware a pass-through (common.WITHOUT_REQUEST_IDS),
+  both pinned to the same core, fed alternating batches of single creates (drift hits both alike)
   a scrape of GET /metrics at 10,000 ports and 100 hosts whose agents reported a full set of samples
 
 Usage: .venv/bin/python bench/api_metrics.py [--singles N]
@@ -14,7 +15,7 @@ import time
 
 import httpx
 from api_ports import _singles
-from common import ROOT, cloudnet_server, machine_load, median, ms, percentile, pin_client, row
+from common import ROOT, WITHOUT_REQUEST_IDS, cloudnet_server, machine_load, median, ms, percentile, pin_client, row
 
 from cloudnet import metrics
 
@@ -69,10 +70,10 @@ def overhead(on: str, off: str, singles: int) -> None:
                 into.extend(_singles(client, net, BATCH))
             paired.append(median(with_metrics[-BATCH:]) / median(without[-BATCH:]))
     p_on, p_off = percentile(with_metrics, 50), percentile(without, 50)
-    row(f"port create p50, metrics on ({len(with_metrics)} creates)", ms(p_on), "-")
-    row(f"port create p50, --no-metrics ({len(without)} creates)", ms(p_off), "-")
+    row(f"port create p50, metrics and ids on ({len(with_metrics)} creates)", ms(p_on), "-")
+    row(f"port create p50, both off ({len(without)} creates)", ms(p_off), "-")
     extra = p_on / p_off - 1
-    row("API p50 overhead of metrics on port create", f"{extra * 100:+.1f} %", "<= 5 %", extra <= 0.05)
+    row("API p50 overhead of metrics and request ids", f"{extra * 100:+.1f} %", "<= 5 %", extra <= 0.05)
     row(f"  (median of {len(paired)} rounds' p50 ratios)", f"{(median(paired) - 1) * 100:+.1f} %", "-")
 
 
@@ -112,7 +113,10 @@ def main() -> None:
     pin_client(1)
     machine_load()
     quiet = ["--metadata-listen", "off"]
-    with cloudnet_server(extra=quiet) as on, cloudnet_server(extra=[*quiet, "--no-metrics"]) as off:
+    with (
+        cloudnet_server(extra=quiet) as on,
+        cloudnet_server(command=WITHOUT_REQUEST_IDS, extra=[*quiet, "--no-metrics"]) as off,
+    ):
         overhead(on, off, args.singles)
         scrape(on)
 

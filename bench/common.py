@@ -22,6 +22,21 @@ sys.path.insert(0, str(ROOT))
 from tests.support.postgres import PostgresServer  # noqa: E402
 from tests.support.process import free_port  # noqa: E402
 
+# `cloudnet serve` (as cloudnet_server's `command`) with the request-id middleware a pass-through: the "off" side of
+# the overhead figures of request ids (event_stream.py) and of metrics and request ids together (api_metrics.py).
+WITHOUT_REQUEST_IDS = [
+    str(ROOT / ".venv/bin/python"),
+    "-c",
+    "import sys\n"
+    "from cloudnet.api import request_ids\n"
+    "async def through(self, scope, receive, send):\n"
+    "    await self.app(scope, receive, send)\n"
+    "request_ids.RequestIds.__call__ = through\n"
+    "from cloudnet.cli.main import app\n"
+    "sys.argv[0] = 'cloudnet'\n"
+    "app()\n",
+]
+
 
 @contextmanager
 def postgres_url() -> Iterator[str]:

@@ -28,28 +28,16 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
-from common import ROOT, cloudnet_server, machine_load, median, ms, percentile, pin_client, row
+from common import ROOT, WITHOUT_REQUEST_IDS, cloudnet_server, machine_load, median, ms, percentile, pin_client, row
 
 from cloudnet.api.request_ids import RequestIds
 from cloudnet.wire import logs
 
 CLOUDNET = str(ROOT / ".venv/bin/cloudnet")
-PYTHON = str(ROOT / ".venv/bin/python")
-# `cloudnet serve` with the request-id middleware a pass-through: the "off" side of the overhead figure.
-WITHOUT_IDS = (
-    "import sys\n"
-    "from cloudnet.api import request_ids\n"
-    "async def through(self, scope, receive, send):\n"
-    "    await self.app(scope, receive, send)\n"
-    "request_ids.RequestIds.__call__ = through\n"
-    "from cloudnet.cli.main import app\n"
-    "sys.argv[0] = 'cloudnet'\n"
-    "app()\n"
-)
 
 
 def server(ids: bool = True) -> AbstractContextManager[str]:
-    return cloudnet_server(command=None if ids else [PYTHON, "-c", WITHOUT_IDS], extra=("--metadata-listen", "off"))
+    return cloudnet_server(command=None if ids else WITHOUT_REQUEST_IDS, extra=("--metadata-listen", "off"))
 
 
 def event_latency(url: str, n: int) -> tuple[list[float], list[float]]:
