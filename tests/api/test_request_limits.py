@@ -117,8 +117,10 @@ def test_events_parameters_are_finite_and_bounded(api: httpx.Client, params: dic
 
 
 def test_events_check_the_caller_before_the_parameters(users: dict[str, httpx.Client]) -> None:
-    for params in ({"since": "nan"}, {"timeout": "inf"}, {}):
-        neutron_error(users["alice"].get("/events", params=params), 403, "PolicyNotAuthorized")
+    for params in ({"since": "nan"}, {"timeout": "inf"}, {}):  # another project's events: refused whatever else
+        neutron_error(users["alice"].get("/events", params={**params, "project_id": "bob"}), 403, "PolicyNotAuthorized")
+    for params in ({"since": "nan"}, {"timeout": "inf"}):  # her own: the parameters are checked
+        neutron_error(users["alice"].get("/events", params=params), 400, "HTTPBadRequest")
     r = users["admin"].get("/events", params={"since": "0", "limit": "5", "timeout": "0"})
     assert r.status_code == 200, r.text
     assert len(r.json()["events"]) <= 5

@@ -69,10 +69,11 @@ def _integer(name: str, raw: str | None, default: int, high: int) -> int:
 def follow(ctx: Context, since: str | None, limit: str | None, timeout: str | None, max_wait: float,
            project_id: str | None = None, types: list[str] | None = None) -> Follow:  # fmt: skip
     """What the caller may follow (admins: everything, or `project_id`'s; members: their own project's), with its
-    parameters finite and in range."""
+    parameters finite and in range (checked after the caller's scope: a refusal says nothing of them)."""
+    scope = _scope(ctx, project_id)
     count = _integer("limit", limit, MAX_BATCH, MAX_BATCH) or MAX_BATCH
     return Follow(_integer("since", since, 0, MAX_REVISION), count, seconds("timeout", timeout, max_wait),
-                  _scope(ctx, project_id), _types(types or []))  # fmt: skip
+                  scope, _types(types or []))  # fmt: skip
 
 
 def seconds(name: str, raw: str | None, high: float) -> float:

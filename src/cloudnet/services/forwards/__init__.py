@@ -1,0 +1,1 @@
+"""External addresses: network forwards, floating IPs and their port forwardings, uplinks."""

@@ -1,0 +1,1 @@
+"""Users, projects and tokens: the Keystone face, passwords."""

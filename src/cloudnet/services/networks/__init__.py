@@ -1,0 +1,1 @@
+"""Networks, subnets and their addresses (IPAM), routers and their routes."""

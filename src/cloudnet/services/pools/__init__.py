@@ -1,0 +1,1 @@
+"""Port pools: ports pre-created per host and network, claimed, refilled, recovered."""
