@@ -1,9 +1,9 @@
 """A host's desired state with security groups (issue 16, control plane). Prints figures beside their targets;
 asserts nothing.
 
-  GET /v2.0/hosts/{host}/state as the service builds it (services/host_state.py: desired_state, in process, no HTTP):
-  one host with 1,000 instance ports in 10 security groups of 10 rules each (two of them naming remote groups),
-  and 1,000 more member ports of those groups on another host. Every agent reads it on every event, so the
+  GET /v2.0/hosts/{host}/state as the service builds it (services/hosts/host_state.py: desired_state, in process,
+  no HTTP): one host with 1,000 instance ports in 10 security groups of 10 rules each (two of them naming remote
+  groups), and 1,000 more member ports of those groups on another host. Every agent reads it on every event, so the
   target is well under 50 ms on SQLite.
 
 Usage: .venv/bin/python bench/desired_state.py [--backend sqlite|postgresql|both] [--ports N] [--runs N]
@@ -19,10 +19,13 @@ from pathlib import Path
 from common import analyze, machine_load, median, ms, percentile, postgres_url, row
 from sqlalchemy import event
 
-from cloudnet.services import host_state, hosts, instances, networks, ports, quotas, subnets
-from cloudnet.services import security_group_rules as rules
-from cloudnet.services import security_groups as groups
+from cloudnet.services import instances, quotas
 from cloudnet.services.context import Context
+from cloudnet.services.hosts import host_state, hosts
+from cloudnet.services.networks import networks, subnets
+from cloudnet.services.ports import ports
+from cloudnet.services.security import security_group_rules as rules
+from cloudnet.services.security import security_groups as groups
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 

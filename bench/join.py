@@ -170,7 +170,7 @@ def joins(url: str, client: httpx.Client, root: Path, tries: int) -> list[tuple[
             hosts.append(host)
             netns.ensure(ns)
             namespaces.append(ns)
-            # A network each: on the Linux dataplane a network lives on one host (services/single_host.py).
+            # A network each: on the Linux dataplane a network lives on one host (services/networks/single_host.py).
             net = client.post("/networks", json={"network": {"name": host}}).json()["network"]
             subnet = {"subnet": {"network_id": net["id"], "cidr": f"10.211.{i}.0/24"}}
             client.post("/subnets", json=subnet).raise_for_status()

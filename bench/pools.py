@@ -39,8 +39,11 @@ from common import (
 )
 from sqlalchemy import select, update
 
-from cloudnet.services import hosts, networks, pool_model, pool_refill, ports, subnets
 from cloudnet.services.context import Context
+from cloudnet.services.hosts import hosts
+from cloudnet.services.networks import networks, subnets
+from cloudnet.services.pools import pool_model, pool_refill
+from cloudnet.services.ports import ports
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade

@@ -92,7 +92,7 @@ class ServerConfig:
 
     @property
     def keystone_secret_file(self) -> Path:
-        # Signs the tokens the Keystone face issues (services/keystone.py); servers sharing a database share it.
+        # Signs the Keystone face's tokens (services/identity/keystone.py); servers sharing a database share it.
         return self.state_dir / "keystone_secret"
 
     @property

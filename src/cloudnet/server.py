@@ -33,9 +33,9 @@ from cloudnet.pki import cloud, x509
 from cloudnet.pki.rotation import Reloader
 from cloudnet.pki.tls import ServerFiles
 from cloudnet.pki.x509 import Authority, PkiError
-from cloudnet.services import host_join
 from cloudnet.services.context import Context, Role
-from cloudnet.services.keystone import TokenSigner
+from cloudnet.services.hosts import host_join
+from cloudnet.services.identity.keystone import TokenSigner
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 from cloudnet.wire import logs, signing

@@ -1,4 +1,5 @@
-"""A forward and a SNAT address live as long as their network, and keep what they use (services/forward_deps.py).
+"""A forward and a SNAT address live as long as their network, and keep what they use
+(services/forwards/forward_deps.py).
 
 As LXD does: the network's deletion takes them along (test_forwards.py), while taking away what they use is
 refused, 409 with the reason, and changes nothing: the router link (interface, gateway; as Neutron refuses for
@@ -6,7 +7,7 @@ floating IPs), the uplink's `cloudnet:routes` and subnets their address is in (L
 subnets their targets are in (LXD's OVN network validation). Network, broadcast and gateway addresses of an
 uplink subnet are never listen or SNAT addresses (400). Every case for IPv4 and IPv6.
 
-A forward's target is an address, not a port (services/forward_targets.py): the port holding it going (deleted,
+A forward's target is an address, not a port (services/forwards/forward_targets.py): the port holding it going (deleted,
 its instance deleted, the address taken off it) leaves the forward as it is, listed in both faces; the next port
 that takes the address is its target again, and until then the host's desired state realises nothing for it.
 """

@@ -12,7 +12,8 @@ import pytest
 
 from cloudnet.config import ServerConfig
 from cloudnet.errors import Conflict
-from cloudnet.services import pool_recovery, ports
+from cloudnet.services.pools import pool_recovery
+from cloudnet.services.ports import ports
 from cloudnet.store.db import Store
 from tests.support.api import network_on_host, pool_config
 from tests.support.server import RunningServer

@@ -292,7 +292,7 @@ def test_given_port_errors(api: httpx.Client, host: str, net: tuple[Json, Json])
     foreign = create(api, "ports", "port", network_id=network["id"], project_id="other-project")
     used = create(api, "ports", "port", network_id=network["id"], device_id="some-vm", device_owner="compute:nova")
     on_this_host = create(api, "ports", "port", network_id=network["id"], **{"binding:host_id": host})
-    # (on the single-host Linux dataplane a port bound to a second host fails to bind: services/single_host.py)
+    # (on the single-host Linux dataplane a port bound to a second host fails to bind: services/networks/single_host.py)
     elsewhere = create(api, "ports", "port", network_id=network["id"], **{"binding:host_id": "node-2"})
     assert elsewhere["binding:vif_type"] == "binding_failed"
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from cloudnet.config import ServerConfig
 from cloudnet.metrics import PASS_BUCKETS, samples
-from cloudnet.services.agent_samples import MAX_SAMPLES
+from cloudnet.services.hosts.agent_samples import MAX_SAMPLES
 from tests.api.test_hosts import active, events_since, heartbeat, instance, network_with_subnet, port_ids, report
 from tests.support.api import create, network_on_host, pool_config
 from tests.support.scrape import parse, scrape

@@ -1,5 +1,5 @@
 """Two `cloudnet serve` processes on one database (both backends): what one server keeps in memory (networks,
-subnets, default security groups, pool hints: services/cache.py, services/pool_model.py) follows the writes of the
+subnets, default security groups, pool hints: services/cache.py, services/pools/pool_model.py) follows the writes of the
 other, through the revision log; and claims spread over both never hand out a port twice."""
 
 from __future__ import annotations

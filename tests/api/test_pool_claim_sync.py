@@ -1,4 +1,5 @@
-"""A claim that does not wait reads the caches before it syncs them (PostgreSQL: services/pool_claims.py, `_deferred`):
+"""A claim that does not wait reads the caches before it syncs them (PostgreSQL: services/pools/pool_claims.py,
+`_deferred`):
 what another server changed in between must still be honoured. Two `cloudnet serve` processes on one
 database, both backends."""
 

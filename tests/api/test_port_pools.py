@@ -15,9 +15,11 @@ import pytest
 from sqlalchemy import delete, update
 
 from cloudnet.config import ServerConfig
-from cloudnet.services import hosts, networks, pool_claims, subnets
-from cloudnet.services import ports as port_service
 from cloudnet.services.context import Context
+from cloudnet.services.hosts import hosts
+from cloudnet.services.networks import networks, subnets
+from cloudnet.services.pools import pool_claims
+from cloudnet.services.ports import ports as port_service
 from cloudnet.store import tables
 from cloudnet.store.db import Store
 from tests.support.api import create, error, network_on_host, pool_config

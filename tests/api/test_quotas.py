@@ -123,7 +123,7 @@ def test_every_resource_stops_at_its_limit(users: dict[str, httpx.Client]) -> No
         "router": 1,
         "security_group": 2,
         "security_group_rule": 6,
-        "floatingip": 1,  # a forward is a floating IP (services/floating_common.py): both count it
+        "floatingip": 1,  # a forward is a floating IP (services/forwards/floating_common.py): both count it
         "forward": 1,
     }  # fmt: skip  (ports: two of alice's and the router's interface; the gateway port counts for nobody)
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from cloudnet.errors import CloudnetError
-from cloudnet.services import sriov
+from cloudnet.services.ports import sriov
 from cloudnet.store.db import Store
 from tests.support.api import check_error, create
 from tests.support.server import RunningServer

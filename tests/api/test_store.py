@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
-from cloudnet.services import networks
 from cloudnet.services.context import Context
+from cloudnet.services.networks import networks
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.store.events import Event
@@ -170,7 +170,7 @@ def test_a_sync_after_an_own_uncommitted_bump_goes_only_up_to_what_was_committed
     committed = store.current_revision()
     seen.told.clear()
     with pytest.raises(RuntimeError), store.write() as tx:
-        tx.synced = True  # a deferred sync (services/pool_claims.py)
+        tx.synced = True  # a deferred sync (services/pools/pool_claims.py)
         tx.conn.execute(update(t.revision_counter).values(value=t.revision_counter.c.value + 1))  # own bump
         tx.synced = False
         tx.sync(upto=committed)

@@ -23,7 +23,8 @@ from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
 from cloudnet.dataplane.sriov import inventory as inv
 from cloudnet.dataplane.sriov.driver import PfNetlink, SriovDataplane, vf_nla, vf_request
-from cloudnet.services import host_state, sriov
+from cloudnet.services.hosts import host_state
+from cloudnet.services.ports import sriov
 from cloudnet.store.db import Store
 from tests.support.api import create
 from tests.support.cloud import ns_run, running_agent

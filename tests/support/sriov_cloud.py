@@ -10,8 +10,9 @@ import httpx
 from sqlalchemy import insert, select
 
 from cloudnet.dataplane.sriov import inventory as inv
-from cloudnet.services import common, sriov
+from cloudnet.services import common
 from cloudnet.services.context import Context
+from cloudnet.services.ports import sriov
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 from tests.support.api import create

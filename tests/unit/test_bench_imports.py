@@ -1,6 +1,6 @@
 """Every benchmark still imports, and every `module.name` it uses exists: they run by hand, outside the suite, so a
-moved function would otherwise break them unseen (bench/desired_state.py called services/hosts.py's desired_state
-after it moved to services/host_state.py)."""
+moved function would otherwise break them unseen (bench/desired_state.py called services/hosts/hosts.py's desired_state
+after it moved to services/hosts/host_state.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cloudnet.errors import BadRequest, NotAuthenticated
-from cloudnet.services import keystone, passwords
+from cloudnet.services.identity import keystone, passwords
 
 HASH = passwords.hash_password("right horse")
 

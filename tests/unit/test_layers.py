@@ -154,10 +154,10 @@ def test_no_module_over_the_limit() -> None:
 def test_the_checks_can_fail() -> None:
     """The rules above catch what they are for (on a made-up graph, so this fails if the rules go soft)."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert not allowed("cloudnet.store.db", "cloudnet.services.ports")
-    assert not allowed("cloudnet.services.ports", "cloudnet.api.app")
+    assert not allowed("cloudnet.store.db", "cloudnet.services.ports.ports")
+    assert not allowed("cloudnet.services.ports.ports", "cloudnet.api.app")
     assert not allowed("cloudnet.metadata.server", "cloudnet.agent.client")
-    assert not allowed("cloudnet.agent.run", "cloudnet.services.hosts")
+    assert not allowed("cloudnet.agent.run", "cloudnet.services.hosts.hosts")
     assert not allowed("cloudnet.dataplane.linux.driver", "cloudnet.dataplane.sriov.driver")
     assert not allowed("cloudnet.dataplane.base", "cloudnet.dataplane.linux.driver")
     assert not allowed("cloudnet.agent.agent", "cloudnet.dataplane.linux.driver")

@@ -54,9 +54,9 @@ from cloudnet.errors import BadRequest, CloudnetError, ServiceUnavailable
 from cloudnet.metadata import service as metadata_service
 from cloudnet.pki.tls import Peer
 from cloudnet.pki.x509 import Authority
-from cloudnet.services import host_join as host_join_service
 from cloudnet.services import quotas as quota_service
-from cloudnet.services import single_host
+from cloudnet.services.hosts import host_join as host_join_service
+from cloudnet.services.networks import single_host
 from cloudnet.store import errors as store_errors
 from cloudnet.store.db import Store
 

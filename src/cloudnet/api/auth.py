@@ -4,7 +4,7 @@ The file maps each token to its project and role (services/context.py):
     {"tokens": {"s3cret": {"project_id": "demo"},                       member (the default)
                 "zun-token": {"project_id": "services", "role": "service"},
                 "root-token": {"project_id": "ops", "role": "admin"}}}
-`"admin": true` is the older spelling of `"role": "admin"`. The file's `users` (services/keystone.py) log in
+`"admin": true` is the older spelling of `"role": "admin"`. The file's `users` (services/identity/keystone.py) log in
 through the Keystone face (api/keystone.py) for tokens this class accepts as well. Without the file (allowed on a
 loopback bind only) every request is an admin of the project named in `X-Project-Id`, or of "admin".
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from cloudnet.errors import CloudnetError, NotAuthenticated
-from cloudnet.services import keystone
 from cloudnet.services.context import ROLES, Context
+from cloudnet.services.identity import keystone
 
 log = logging.getLogger(__name__)
 OPEN_PROJECT = "admin"

@@ -21,7 +21,7 @@ EXTENSIONS = [
     ("external-net", "Neutron external network", "Adds external network attribute to network resource."),
     ("provider", "Provider Network", "Expose mapping of virtual networks to physical networks"),
     ("router", "Neutron L3 Router", "Router abstraction for basic L3 forwarding between L2 networks"),
-    # Floating IPs and their port forwardings: a face over the network forwards (services/floating_common.py).
+    # Floating IPs and their port forwardings: a face over the network forwards (services/forwards/floating_common.py).
     ("fip-port-details", "Floating IP Port Details Extension", "A floating IP shows its port's details (port_details)"),
     ("floating-ip-port-forwarding", "Floating IP Port Forwarding", "Port forwardings of a floating IP"),
     (

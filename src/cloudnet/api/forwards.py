@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import call, context, state
-from cloudnet.services import forwards
+from cloudnet.services.forwards import forwards
 
 router = APIRouter()
 BASE = "/v2.0/networks/{network}/forwards"

@@ -17,7 +17,7 @@ from cloudnet.pki import cloud
 from cloudnet.pki.join_token import CA_PATH, JOIN_PATH, RENEW_PATH
 from cloudnet.pki.tls import PEER_KEY, Peer
 from cloudnet.pki.x509 import Authority, PkiError
-from cloudnet.services import host_join, hosts
+from cloudnet.services.hosts import host_join, hosts
 from cloudnet.wire import signing
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
 from cloudnet.api.metrics import Programming
-from cloudnet.services import host_checks, host_state, hosts
+from cloudnet.services.hosts import host_checks, host_state, hosts
 
 log = logging.getLogger(__name__)
 router = APIRouter()

@@ -1,5 +1,5 @@
 """/v3: the sliver of Keystone's identity API that clients need around the network API (version discovery and
-project look-ups); see services/identity.py."""
+project look-ups); see services/identity/identity.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import context, state
-from cloudnet.services import identity
+from cloudnet.services.identity import identity
 
 router = APIRouter()
 VERSION = "v3.14"

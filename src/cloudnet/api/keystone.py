@@ -1,5 +1,5 @@
-"""/v3/auth: Keystone's token API over the tokens file's users (services/keystone.py), so that a clouds.yaml with
-`auth_type: password` and `auth_url: http://cloudnet:9696/v3` works unchanged.
+"""/v3/auth: Keystone's token API over the tokens file's users (services/identity/keystone.py), so that a clouds.yaml
+with `auth_type: password` and `auth_url: http://cloudnet:9696/v3` works unchanged.
 
 These routes authenticate for themselves (the guard lets them through: a login has no token yet) and answer
 Keystone's error body, which keystoneauth reads, rather than Neutron's.
@@ -18,8 +18,8 @@ from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import call, state
 from cloudnet.api.neutron import JSON
 from cloudnet.errors import BadRequest, CloudnetError, Forbidden, NotAuthenticated, NotFound
-from cloudnet.services import identity, keystone, passwords
 from cloudnet.services.context import Role
+from cloudnet.services.identity import identity, keystone, passwords
 
 router = APIRouter()
 MAX_BODY = 16 * 1024  # a login is a few hundred bytes: nothing bigger is parsed or hashed

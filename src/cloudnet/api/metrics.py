@@ -8,7 +8,7 @@ the monitoring system, no second certificate, and nothing new to authenticate; t
 
 `cloudnet serve` is one process (one event loop; no worker processes), so its counters need no multiprocess mode.
 Several servers on one database are several targets: their own families add up with sum(); the database's and the
-agents' are the same on each (services/observed.py): take max() of those, or scrape one server for them.
+agents' are the same on each (services/hosts/observed.py): take max() of those, or scrape one server for them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from cloudnet import metrics
 from cloudnet.api.deps import call, context, state
 from cloudnet.api.guard import ASGIApp, Message, Receive, Scope, Send
 from cloudnet.errors import NotFound
-from cloudnet.services import observed
+from cloudnet.services.hosts import observed
 from cloudnet.store.db import Store
 from cloudnet.store.events import Event
 
@@ -122,7 +122,7 @@ class Programming:
 
 
 class _Snapshot:
-    """A collector of what one scrape read from the database (services/observed.py)."""
+    """A collector of what one scrape read from the database (services/hosts/observed.py)."""
 
     def __init__(self, seen: observed.Observed) -> None:
         self.seen = seen

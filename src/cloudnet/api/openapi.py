@@ -25,22 +25,13 @@ from cloudnet.api.guard import PUBLIC_PATHS
 from cloudnet.api.instance_metadata import CONFIG_DRIVE, ISO_TYPE
 from cloudnet.api.neutron import JSON
 from cloudnet.api.schemas import BOOL, INT, OBJ, STR, STRS, Schema, array, envelope, listing, obj
-from cloudnet.services import (
-    floating_ips,
-    host_join,
-    hosts,
-    instance_metadata,
-    instances,
-    networks,
-    pools,
-    port_forwardings,
-    port_specs,
-    routers,
-    security_group_rules,
-    security_groups,
-    subnet_specs,
-    tags,
-)
+from cloudnet.services import instance_metadata, instances, tags
+from cloudnet.services.forwards import floating_ips, port_forwardings
+from cloudnet.services.hosts import host_join, hosts
+from cloudnet.services.networks import networks, routers, subnet_specs
+from cloudnet.services.pools import pools
+from cloudnet.services.ports import port_specs
+from cloudnet.services.security import security_group_rules, security_groups
 
 PATHS = ("/openapi.json", "/v2.0/openapi.json")
 UNDOCUMENTED = "x-cloudnet-undocumented"

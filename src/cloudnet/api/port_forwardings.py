@@ -8,7 +8,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import call, context, state
-from cloudnet.services import port_forwardings as pf
+from cloudnet.services.forwards import port_forwardings as pf
 
 router = APIRouter()
 BASE = "/v2.0/floatingips/{floatingip_id}/port_forwardings"

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, quick, state
-from cloudnet.services import pool_model, pool_recovery, pool_refill, pools
+from cloudnet.services.pools import pool_model, pool_recovery, pool_refill, pools
 
 log = logging.getLogger(__name__)
 router = APIRouter()

@@ -14,17 +14,11 @@ from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, quick, state
 from cloudnet.api.events import long_poll
 from cloudnet.northbound import gateway_ha
-from cloudnet.services import (
-    events,
-    floating_ips,
-    instances,
-    networks,
-    ports,
-    routers,
-    security_group_rules,
-    security_groups,
-    subnets,
-)
+from cloudnet.services import events, instances
+from cloudnet.services.forwards import floating_ips
+from cloudnet.services.networks import networks, routers, subnets
+from cloudnet.services.ports import ports
+from cloudnet.services.security import security_group_rules, security_groups
 
 MAX_MEMBER_WAIT = 30.0  # seconds a GET ?wait=S may hold its connection (any project's member may ask)
 MAX_MEMBER_WAITERS = 256  # such waits at once in one server process; beyond, the answer comes at once

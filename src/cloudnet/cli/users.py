@@ -19,8 +19,8 @@ import typer
 
 from cloudnet.cli.errors import CliError
 from cloudnet.config import DEFAULT_STATE_DIR
-from cloudnet.services import keystone
 from cloudnet.services.context import ROLES, Role
+from cloudnet.services.identity import keystone
 
 user_app = typer.Typer(help="Users of the Keystone face (password login), in the tokens file.", no_args_is_help=True)
 token_app = typer.Typer(help="Static tokens (X-Auth-Token), in the tokens file.", no_args_is_help=True)

@@ -1,6 +1,6 @@
 """The dataplane driver interface: what every driver takes and gives, and the jobs it does.
 
-The agent hands a driver the host's whole desired state (GET /v2.0/hosts/{host}/state, services/host_state.py:
+The agent hands a driver the host's whole desired state (GET /v2.0/hosts/{host}/state, services/hosts/host_state.py:
 instances with their ordered ports, the ports, networks, subnets and routers this host needs) and gets port
 reports back (`Dataplane`). A driver converges the host to it and is safe to call again at any time, including
 after a crash. drivers.py picks the driver from the agent's configuration: nothing above this module knows which.

@@ -1,6 +1,6 @@
 """Security groups and port security as a dataplane sees them: a small, driver-neutral model of per-port policy.
 
-Parsed from the desired state (services/host_state.py desired_state; the fields are listed in the security-group
+Parsed from the desired state (services/hosts/host_state.py desired_state; the fields are listed in the security-group
 contract): each port with port security on has the (MAC, addresses) its frames may leave with, its groups, and
 whether its groups are stateful; each group is a list of normalised rules; a remote group is a set of CIDRs (a
 "remote set", named "group:<id>": another kind of set would get a prefix of its own). A backend enforces it: the

@@ -13,7 +13,7 @@ import threading
 from sqlalchemy.exc import SQLAlchemyError
 
 from cloudnet.pki import x509
-from cloudnet.services import host_join
+from cloudnet.services.hosts import host_join
 from cloudnet.store.db import Store
 
 log = logging.getLogger(__name__)

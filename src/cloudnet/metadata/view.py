@@ -26,8 +26,8 @@ from sqlalchemy import Connection, select
 
 from cloudnet.metadata.answers import Answer
 from cloudnet.metadata.model import OPTIONAL, InstanceView, Port, Subnet
-from cloudnet.services import compute_ports
-from cloudnet.services import metadata_ports as metadata_ports_service
+from cloudnet.services.ports import compute_ports
+from cloudnet.services.ports import metadata_ports as metadata_ports_service
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 

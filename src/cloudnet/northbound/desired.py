@@ -26,8 +26,9 @@ from sqlalchemy import Connection, select
 
 from cloudnet.northbound import desired_acls, desired_dhcp, desired_forwards, desired_routers
 from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, ids, ip_key
-from cloudnet.services import forward_targets, metadata_ports
-from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
+from cloudnet.services.forwards import forward_targets
+from cloudnet.services.ports import metadata_ports
+from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from cloudnet.northbound.rows import SAFE_NAME, Desired, Row, address, ids, network
-from cloudnet.services.host_security import groups_of
+from cloudnet.services.security.host_security import groups_of
 
 DROP_GROUP = "cloudnet_pg_drop"
 ALLOW, DROP, IDENTITY = 1002, 1001, 1003

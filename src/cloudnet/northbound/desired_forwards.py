@@ -1,4 +1,5 @@
-"""Network forwards and floating IPs (one model: services/forwards.py) on the router that is their network's uplink.
+"""Network forwards and floating IPs (one model: services/forwards/forwards.py) on the router that is their network's
+uplink.
 
 Per-port rules become Load_Balancer rows, one per forward and protocol, with a VIP per listen port as Incus's OVN
 driver writes them: a listen range is expanded port by port, onto the target range of the same length or all onto
@@ -43,8 +44,8 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from cloudnet.northbound.rows import Desired, Row, address, ids
-from cloudnet.services import forward_targets, uplinks
-from cloudnet.services.forward_rules import parse_ports
+from cloudnet.services.forwards import forward_targets, uplinks
+from cloudnet.services.forwards.forward_rules import parse_ports
 from cloudnet.store import tables as t
 
 
@@ -79,7 +80,7 @@ def add(conn: Connection, out: Desired, routers: set[str], switches: set[str]) -
     router and switch row links, {row key: [load balancer keys]}."""
     links: dict[str, list[str]] = defaultdict(list)
     F = t.forwards
-    # (only the targets a port holds: services/forward_targets.py)
+    # (only the targets a port holds: services/forwards/forward_targets.py)
     rows = forward_targets.live(conn, conn.execute(select(F).where(F.c.network_id.is_not(None)).order_by(F.c.id)))
     router_of: dict[str, str | None] = {}
     for f in rows:

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, address, cidr_len, ids
-from cloudnet.services import uplinks
+from cloudnet.services.forwards import uplinks
 from cloudnet.store import tables as t
 
 

@@ -18,10 +18,10 @@ from sqlalchemy import Connection, or_, select
 from cloudnet.errors import NotFound, not_found
 from cloudnet.northbound import desired_routers
 from cloudnet.northbound.rows import SAFE_NAME, Desired
-from cloudnet.services import metadata_ports
 from cloudnet.services.context import Context
-from cloudnet.services.hosts import admin_only
-from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
+from cloudnet.services.hosts.hosts import admin_only
+from cloudnet.services.ports import metadata_ports
+from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 

@@ -26,8 +26,8 @@ from sqlalchemy import Connection, select
 from cloudnet.northbound import desired_acls, desired_dhcp
 from cloudnet.northbound.desired import AP, PAIRS, ROUTER_LSP_OWNERS, Basis, port_row
 from cloudnet.northbound.rows import SAFE_NAME, Desired, Row, ip_key
-from cloudnet.services import metadata_ports
-from cloudnet.services.host_security import members
+from cloudnet.services.ports import metadata_ports
+from cloudnet.services.security.host_security import members
 from cloudnet.store import tables as t
 
 MAX_EVENTS = 500  # beyond this, a full read is as cheap

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from cloudnet.services.ipam import SubnetInfo
+from cloudnet.services.networks.ipam import SubnetInfo
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.store.events import Event

@@ -11,18 +11,11 @@ from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet import namespaces
 from cloudnet.errors import BadRequest, Conflict, Forbidden, InvalidInput, not_found
-from cloudnet.services import (
-    common,
-    metadata_ports,
-    pool_claims,
-    pool_model,
-    port_specs,
-    port_views,
-    ports,
-    single_host,
-    sriov,
-)
+from cloudnet.services import common
 from cloudnet.services.context import Context
+from cloudnet.services.networks import single_host
+from cloudnet.services.pools import pool_claims, pool_model
+from cloudnet.services.ports import metadata_ports, port_specs, port_views, ports, sriov
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, check_ifname, check_ip, is_uuid, parse
 from cloudnet.store import tables as t

@@ -52,7 +52,7 @@ class OverQuota(Conflict):
 
 
 # resource -> (table, extra conditions): what a project uses of it. A floating IP is a network forward (one model:
-# services/floating_common.py), so both quotas count the project's forwards.
+# services/forwards/floating_common.py), so both quotas count the project's forwards.
 USAGE: dict[str, tuple[Any, tuple[ColumnElement[bool], ...]]] = {
     "network": (t.networks, ()),
     "subnet": (t.subnets, ()),

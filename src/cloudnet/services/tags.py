@@ -10,8 +10,9 @@ from sqlalchemy import Connection, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cloudnet.errors import BadRequest, NotFound, disallowed, not_found
-from cloudnet.services import common, networks, subnets
+from cloudnet.services import common
 from cloudnet.services.context import Context
+from cloudnet.services.networks import networks, subnets
 from cloudnet.services.validation import MAX_TAGS, check_tags, tag_error
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx

@@ -256,7 +256,7 @@ host_certificates = Table(
     Column("revoked_at", DateTime(timezone=True), nullable=True),
 )
 
-# A network forward is also a floating IP (services/floating_ips.py): one external address, whole or per port.
+# A network forward is also a floating IP (services/forwards/floating_ips.py): one external address, whole or per port.
 forwards = Table(
     "forwards",
     metadata,
@@ -275,7 +275,8 @@ forwards = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("revision_number", BigInteger, nullable=False, default=0),
-    # The face that made it, which decides what its targets' ports going does to it (services/forward_targets.py):
+    # The face that made it, which decides what its targets' ports going does to it
+    # (services/forwards/forward_targets.py):
     # "forward" (the forwards API: it keeps them, as LXD) or "floatingip" (Neutron's: it is disassociated).
     Column("origin", String(16), nullable=False, default="forward", server_default="forward"),
 )

@@ -4,7 +4,8 @@ router's link-local address. The sender is dnsmasq (the DHCP server's package: o
 router with such a leg, advertising only (port 0: no DNS; no leases of its own: the network's dnsmasq, dhcp.py,
 answers DHCPv6). Flags as radvd's template in Neutron (neutron/agent/linux/ra.py):
 
-    slaac             prefix with A (autonomous): the guest forms its EUI-64 address (the port's: services/ipam.py)
+    slaac             prefix with A (autonomous): the guest forms its EUI-64 address (the port's: networks/ipam.py
+                      in services/)
     dhcpv6-stateless  A and the O flag: addresses by SLAAC, options by DHCPv6 (this dnsmasq answers
                       information requests with the subnet's DNS servers, as the network's does)
     dhcpv6-stateful   the M flag, no A: the address comes from the network's DHCPv6 server

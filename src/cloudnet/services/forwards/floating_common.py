@@ -10,7 +10,8 @@ There is one model (the `forwards` table, LXD's shape); Neutron's floating IPs a
 - a floating IP associated to nothing is a forward without a network (it only holds its address; the forwards face
   lists it among its external network's forwards), status DOWN; once it targets a port it is a forward of that
   port's network, ACTIVE (a forward made through the forwards API stays its network's, ACTIVE, whatever it targets).
-What a port going does depends on the face that made the forward (services/forward_targets.py): a floating IP is
+What a port going does depends on the face that made the forward (services/forwards/forward_targets.py): a floating
+IP is
 disassociated from it, as Neutron does; a forward made through the forwards API keeps its targets, as LXD does (it
 shows as a floating IP whose `fixed_ip_address` no port holds, `port_id` null, until a port takes the address).
 """
@@ -24,8 +25,9 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from cloudnet.errors import Conflict
-from cloudnet.services import common, uplinks
+from cloudnet.services import common
 from cloudnet.services.context import Context
+from cloudnet.services.forwards import uplinks
 from cloudnet.store import tables as t
 
 F, P, A = t.forwards, t.ports, t.ip_allocations

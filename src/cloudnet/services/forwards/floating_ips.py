@@ -1,11 +1,11 @@
-"""Neutron's floating IPs (/v2.0/floatingips): a face over the forwards (services/floating_common.py says how).
+"""Neutron's floating IPs (/v2.0/floatingips): a face over the forwards (services/forwards/floating_common.py says how).
 
 Neutron's rules and words (neutron/db/l3_db.py): the address is given (admins only, as Neutron's policy) or picked
 from the external network's IPv4 subnets; association to a port (and one of its IPv4 addresses) needs the router
 that links the port's subnet to the floating network, else ExternalGatewayForFloatingIPNotFound; one fixed IP has
 at most one floating IP (FloatingIPPortAlreadyAssociated); a floating IP with port forwardings is not associated
 whole (FipInUseByPortForwarding), nor to a port that has port forwardings (PortHasPortForwarding). The router is
-the port network's uplink router (its own project's router with a gateway, services/uplinks.py), the one the
+the port network's uplink router (its own project's router with a gateway, services/forwards/uplinks.py), the one the
 dataplane realises the network's forwards on. The `floatingip` quota counts every forward of the project.
 """
 
@@ -19,9 +19,11 @@ from sqlalchemy import Connection, delete, exists, false, insert, or_, select, u
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, NotFound, disallowed
-from cloudnet.services import common, floating_common, forward_deps, forward_targets, ipam, networks, quotas, uplinks
+from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
-from cloudnet.services.owners import ROUTER_INTERFACE
+from cloudnet.services.forwards import floating_common, forward_deps, forward_targets, uplinks
+from cloudnet.services.networks import ipam, networks
+from cloudnet.services.ports.owners import ROUTER_INTERFACE
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page
 from cloudnet.services.validation import Body, Tags, check_ip, parse
 from cloudnet.store import tables as t

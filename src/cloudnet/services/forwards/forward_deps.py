@@ -32,10 +32,10 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from cloudnet.errors import BadRequest, Conflict
-from cloudnet.services import uplinks
-from cloudnet.services.forward_rules import targets
-from cloudnet.services.owners import ROUTER_INTERFACE
-from cloudnet.services.uplinks import Net, Uplink, parse_ip, quoted
+from cloudnet.services.forwards import uplinks
+from cloudnet.services.forwards.forward_rules import targets
+from cloudnet.services.forwards.uplinks import Net, Uplink, parse_ip, quoted
+from cloudnet.services.ports.owners import ROUTER_INTERFACE
 from cloudnet.store import tables as t
 
 F, N, S, P, A, R = t.forwards, t.networks, t.subnets, t.ports, t.ip_allocations, t.routers

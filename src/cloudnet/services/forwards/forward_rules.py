@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cloudnet.errors import BadRequest
-from cloudnet.services.uplinks import IP, Net, parse_ip, quoted, reserved_addresses
+from cloudnet.services.forwards.uplinks import IP, Net, parse_ip, quoted, reserved_addresses
 
 PROTOCOLS = ("tcp", "udp")
 # Port specifications a forward may have (LXD sets no limit): each is a line of a request's validation and a rule

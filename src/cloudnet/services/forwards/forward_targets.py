@@ -7,7 +7,7 @@ A target is an address, not a port. Which face made the forward (`origin`) decid
   disassociates a floating IP from a deleted port and deletes the port forwardings to it; one left targeting nothing
   is a floating IP associated to nothing again (no network; the forwards face lists it under its external network).
 The same holds for an address taken off a port (`fixed_ips` update) and for a network deleted with its forwards
-(services/forwards.py: the forwards API's are deleted with it, Neutron's floating IPs disassociated).
+(services/forwards/forwards.py: the forwards API's are deleted with it, Neutron's floating IPs disassociated).
 
 The dataplane realises only the targets a port holds (`live`): while no port holds one, neither nft nor NB has a
 rule for it, and it comes back with the port that takes the address (a port event, which the agents follow). IPAM
@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from cloudnet.services import uplinks
+from cloudnet.services.forwards import uplinks
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 

@@ -1,10 +1,11 @@
 """Network forwards (LXD's shape and rules): one external address forwarded whole or per port.
 
-Bodies are normalised and validated as LXD does (services/forward_rules.py), with the reference's fixes: every
+Bodies are normalised and validated as LXD does (services/forwards/forward_rules.py), with the reference's fixes: every
 failure is a 400 (not 500), ports are 1..65535, the listen address in the path is normalised, PATCH keeps the
 description, and If-Match is really checked. A forward lives as long as its network (deleted with it) and keeps
-what it uses (services/forward_deps.py refuses taking it away); it outlives the ports its targets are on
-(services/forward_targets.py). A floating IP associated to nothing (Neutron's face) is listed among the forwards of
+what it uses (services/forwards/forward_deps.py refuses taking it away); it outlives the ports its targets are on
+(services/forwards/forward_targets.py). A floating IP associated to nothing (Neutron's face) is listed among the
+forwards of
 the external network its address comes from, so that every address either face refuses is one it shows.
 """
 
@@ -19,10 +20,11 @@ from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, PreconditionFailed
-from cloudnet.services import common, floating_common, forward_deps, forward_targets, quotas, uplinks
+from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
-from cloudnet.services.forward_rules import IP, canonical_ip, normalise, targets, validate
-from cloudnet.services.uplinks import parse_ip, quoted
+from cloudnet.services.forwards import floating_common, forward_deps, forward_targets, uplinks
+from cloudnet.services.forwards.forward_rules import IP, canonical_ip, normalise, targets, validate
+from cloudnet.services.forwards.uplinks import parse_ip, quoted
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 

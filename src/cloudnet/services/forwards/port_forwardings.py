@@ -19,9 +19,10 @@ from pydantic import Field, field_validator
 from sqlalchemy import Connection, select, update
 
 from cloudnet.errors import BadRequest, Conflict, NotFound
-from cloudnet.services import common, floating_common, floating_ips, forward_targets, uplinks
+from cloudnet.services import common
 from cloudnet.services.context import Context
-from cloudnet.services.forward_rules import parse_port_range, validate
+from cloudnet.services.forwards import floating_common, floating_ips, forward_targets, uplinks
+from cloudnet.services.forwards.forward_rules import parse_port_range, validate
 from cloudnet.services.validation import Body, check_ip, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, or_, select
 
 from cloudnet.errors import BadRequest
-from cloudnet.services.owners import ROUTER_INTERFACE
+from cloudnet.services.ports.owners import ROUTER_INTERFACE
 from cloudnet.store import tables as t
 
 P, A, S, N, R, F = t.ports, t.ip_allocations, t.subnets, t.networks, t.routers, t.forwards

@@ -21,7 +21,7 @@ from cloudnet.errors import BadRequest, Forbidden
 from cloudnet.pki import join_token, x509
 from cloudnet.services import common
 from cloudnet.services.context import Context
-from cloudnet.services.hosts import admin_only
+from cloudnet.services.hosts.hosts import admin_only
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx

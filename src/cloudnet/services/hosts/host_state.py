@@ -10,21 +10,13 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from cloudnet.services import (
-    compute_ports,
-    forward_targets,
-    metadata_ports,
-    network_config,
-    networks,
-    port_views,
-    single_host,
-    sriov,
-    uplinks,
-)
 from cloudnet.services.context import Context
-from cloudnet.services.host_security import agent_port, groups_of
-from cloudnet.services.hosts import admin_only
-from cloudnet.services.port_specs import ROUTER_INTERFACE
+from cloudnet.services.forwards import forward_targets, uplinks
+from cloudnet.services.hosts.hosts import admin_only
+from cloudnet.services.networks import network_config, networks, single_host
+from cloudnet.services.ports import compute_ports, metadata_ports, port_views, sriov
+from cloudnet.services.ports.port_specs import ROUTER_INTERFACE
+from cloudnet.services.security.host_security import agent_port, groups_of
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
 from cloudnet.wire import guest_net
@@ -56,7 +48,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         for iid, pid, pos, ifname in links:
             by_instance[iid].append(pid)
             ifnames[iid].append(guest_net.ifname_at(ifname, pos))
-        # (a port whose binding the server refused is no host's to plug: services/single_host.py)
+        # (a port whose binding the server refused is no host's to plug: services/networks/single_host.py)
         # (only the server's refusals: a port that failed on the agent stays, to be retried there)
         failed = {pid for pid, details in conn.execute(
             select(P.c.id, P.c.vif_details).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
@@ -209,7 +201,7 @@ def _routers(conn: Connection, network_ids: set[str]) -> list[dict[str, Any]]:
     all_served = [nid for nids in served.values() for nid in nids]
     configs = {n: c or {} for n, c in conn.execute(select(t.networks.c.id, t.networks.c.config).where(
         t.networks.c.id.in_(all_served)))}  # fmt: skip
-    # (only the targets a port holds: services/forward_targets.py)
+    # (only the targets a port holds: services/forwards/forward_targets.py)
     fwd_rows = forward_targets.live(
         conn, conn.execute(select(t.forwards).where(t.forwards.c.network_id.in_(all_served)))
     )

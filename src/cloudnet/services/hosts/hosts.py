@@ -9,16 +9,13 @@ from pydantic import Field
 from sqlalchemy import Connection, delete, insert, select, update
 
 from cloudnet.errors import Conflict, Forbidden, not_found
-from cloudnet.services import (
-    agent_samples,
-    common,
-    metadata_ports,
-    networks,
-    pool_recovery,
-    sriov,
-)
+from cloudnet.services import common
 from cloudnet.services.context import Context
-from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
+from cloudnet.services.hosts import agent_samples
+from cloudnet.services.networks import networks
+from cloudnet.services.pools import pool_recovery
+from cloudnet.services.ports import metadata_ports, sriov
+from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx, utcnow

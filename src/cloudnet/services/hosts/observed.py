@@ -1,7 +1,7 @@
 """What a scrape reads from the database: the state every server shares (hosts and the samples their agents sent,
 pool sizes, quota usage). Read at scrape time, so every server of a cloud answers the same values for these (scrape
 one of them, or take max() across them, never sum()). The agents' samples were checked and rendered when their
-heartbeat was stored (services/agent_samples.py).
+heartbeat was stored (services/hosts/agent_samples.py).
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
-from cloudnet.services import agent_samples, hosts, quotas
+from cloudnet.services import quotas
 from cloudnet.services.context import Context
-from cloudnet.services.pool_model import FREE_OWNER, M
+from cloudnet.services.hosts import agent_samples, hosts
+from cloudnet.services.pools.pool_model import FREE_OWNER, M
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, utcnow
 

@@ -1,7 +1,7 @@
 """Keystone v3 authentication over the tokens file's users: the password and token methods, project scoping,
 signed tokens, and a limit on failed attempts (api/keystone.py is the HTTP face).
 
-Users live in the tokens file beside the static tokens, with a password hash (services/passwords.py) and a role
+Users live in the tokens file beside the static tokens, with a password hash (services/identity/passwords.py) and a role
 in each of their projects:
     {"users": {"alice": {"password_hash": "scrypt$...", "projects": {"alice": "member"}}}}
 An issued token is `cnk1.PAYLOAD.MAC`: who, which project, when it expires, signed with the server's secret
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cloudnet.errors import BadRequest, CloudnetError, NotAuthenticated
-from cloudnet.services import passwords
 from cloudnet.services.context import ROLES, Role
+from cloudnet.services.identity import passwords
 
 DOMAIN = {"id": "default", "name": "Default"}
 PREFIX = "cnk1."

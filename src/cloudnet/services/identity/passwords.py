@@ -14,7 +14,7 @@ import secrets
 
 SCHEME = "scrypt"
 # 2^14 x 8 x 1: 16 MiB and ~50 ms a check, the usual interactive-login cost; a failed-attempt limit bounds how
-# often anyone can make the server pay it (services/keystone.py).
+# often anyone can make the server pay it (services/identity/keystone.py).
 COST = (1 << 14, 8, 1)
 MAX_PASSWORD = 4096  # characters: an unbounded password would make hashing a denial of service
 _MAXMEM = 64 * 1024 * 1024

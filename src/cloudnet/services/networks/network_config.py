@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from cloudnet.errors import BadRequest
-from cloudnet.services import forward_deps, uplinks
-from cloudnet.services.uplinks import parse_ip, quoted
+from cloudnet.services.forwards import forward_deps, uplinks
+from cloudnet.services.forwards.uplinks import parse_ip, quoted
 
 NAT_VERSION = {"ipv4.nat.address": 4, "ipv6.nat.address": 6}
 

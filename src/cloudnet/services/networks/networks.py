@@ -10,8 +10,10 @@ from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import Conflict, InvalidInput, disallowed, not_found
-from cloudnet.services import cache, common, forward_deps, forwards, network_config, quotas
+from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
+from cloudnet.services.forwards import forward_deps, forwards
+from cloudnet.services.networks import network_config
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
@@ -25,7 +27,7 @@ PROVIDER_TYPES = ("flat", "vlan")  # (tunnelled by nothing: their frames go out 
 GENEVE_OVERHEAD = 58
 # Ports whose owner goes away with the network instead of blocking its deletion (Neutron: DHCP, metadata).
 AUTO_DELETE_OWNERS = ("network:dhcp", "network:distributed")
-# Ready ports of a port pool (services/pool_model.py): deleted with their network, never blocking its deletion.
+# Ready ports of a port pool (services/pools/pool_model.py): deleted with their network, never blocking its deletion.
 POOL_FREE_OWNER = "compute:cloudnet-pool"
 
 ATTRS: dict[str, Attr] = {

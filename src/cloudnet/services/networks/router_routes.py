@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, select
 
 from cloudnet.errors import BadRequest, Conflict
-from cloudnet.services.subnet_specs import HostRoute
+from cloudnet.services.networks.subnet_specs import HostRoute
 from cloudnet.store import tables as t
 
 # Neutron's max_routes (the same default).

@@ -10,9 +10,12 @@ from pydantic import Field
 from sqlalchemy import Connection, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, NotFound, disallowed
-from cloudnet.services import common, forward_deps, networks, ports, quotas, router_routes, single_host, subnets
+from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
-from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE, FixedIp, PortCreate, PortUpdate
+from cloudnet.services.forwards import forward_deps
+from cloudnet.services.networks import networks, router_routes, single_host, subnets
+from cloudnet.services.ports import ports
+from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE, FixedIp, PortCreate, PortUpdate
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.validation import Body, Tags, parse
 from cloudnet.store import tables as t

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from cloudnet.errors import Conflict
-from cloudnet.services.port_specs import METADATA_OWNER, ROUTER_GATEWAY, ROUTER_INTERFACE
+from cloudnet.services.ports.port_specs import METADATA_OWNER, ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 

@@ -1,5 +1,5 @@
 """A subnet's request bodies and the checks of its CIDR, gateway, allocation pools, DNS servers and host routes,
-as Neutron words them (services/subnets.py applies them)."""
+as Neutron words them (services/networks/subnets.py applies them)."""
 
 from __future__ import annotations
 

@@ -8,10 +8,12 @@ from typing import Any
 from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
-from cloudnet.services import common, forward_deps, networks, quotas, subnet_specs, uplinks
+from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
+from cloudnet.services.forwards import forward_deps, uplinks
+from cloudnet.services.networks import networks, subnet_specs
+from cloudnet.services.networks.subnet_specs import AUTO, Pool, SubnetCreate, SubnetUpdate
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
-from cloudnet.services.subnet_specs import AUTO, Pool, SubnetCreate, SubnetUpdate
 from cloudnet.services.validation import is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx

@@ -13,21 +13,11 @@ from sqlalchemy import String, bindparam, delete, insert, select, update
 
 from cloudnet import metrics
 from cloudnet.errors import CloudnetError, not_found
-from cloudnet.services import (
-    cache,
-    networks,
-    pool_refill,
-    pool_take,
-    port_policy,
-    port_security,
-    port_views,
-    ports,
-    quotas,
-    security_groups,
-    single_host,
-)
+from cloudnet.services import cache, quotas
 from cloudnet.services.context import Context
-from cloudnet.services.pool_model import (
+from cloudnet.services.networks import networks, single_host
+from cloudnet.services.pools import pool_refill, pool_take
+from cloudnet.services.pools.pool_model import (
     FREE_OWNER,
     HANDLED,
     PP,
@@ -45,6 +35,8 @@ from cloudnet.services.pool_model import (
     pool_info,
     precise_now,
 )
+from cloudnet.services.ports import port_policy, port_views, ports
+from cloudnet.services.security import port_security, security_groups
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.store.prepared import BulkInsert, Prepared
@@ -143,7 +135,7 @@ def claim_in_tx(
             log.info("port pool %s cannot be filled: %s", pool.id, exc.message)
             return None
         row = pool_take.take(tx, mgr, pool.id, sgs, values, project_id, alone)
-    if fill:  # (without: the caller fills, and counts the claim as it ends: services/pools.py)
+    if fill:  # (without: the caller fills, and counts the claim as it ends: services/pools/pools.py)
         if row is None:
             metrics.POOL_CLAIMS.labels("failed").inc()
         else:

@@ -31,7 +31,8 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cloudnet.services import common, networks
+from cloudnet.services import common
+from cloudnet.services.networks import networks
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.store.events import Event

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import delete, insert, select, update
 
-from cloudnet.services import ports
-from cloudnet.services.pool_model import FREE_OWNER, PP, TAG_PREFIX, M, P, manager, precise_now
+from cloudnet.services.pools.pool_model import FREE_OWNER, PP, TAG_PREFIX, M, P, manager, precise_now
+from cloudnet.services.ports import ports
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 

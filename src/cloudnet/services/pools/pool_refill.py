@@ -16,9 +16,8 @@ from sqlalchemy import insert, select, update
 
 from cloudnet import metrics
 from cloudnet.errors import CloudnetError
-from cloudnet.services import metadata_ports, port_specs, ports
 from cloudnet.services.context import Context
-from cloudnet.services.pool_model import (
+from cloudnet.services.pools.pool_model import (
     FREE_OWNER,
     PP,
     TAG_PREFIX,
@@ -30,6 +29,7 @@ from cloudnet.services.pool_model import (
     manager,
     precise_now,
 )
+from cloudnet.services.ports import metadata_ports, port_specs, ports
 from cloudnet.store.db import Store, Tx
 
 log = logging.getLogger(__name__)

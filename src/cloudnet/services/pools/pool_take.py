@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, insert, literal, select, true, update
 from sqlalchemy.sql import Executable
 
-from cloudnet.services.pool_model import FREE_OWNER, PSG, A, Bucket, M, Manager, P, Ready, naive
+from cloudnet.services.pools.pool_model import FREE_OWNER, PSG, A, Bucket, M, Manager, P, Ready, naive
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 from cloudnet.store.events import Event

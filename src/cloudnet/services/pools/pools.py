@@ -10,10 +10,11 @@ from sqlalchemy import Connection, select, update
 
 from cloudnet import metrics
 from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable
-from cloudnet.services import cache, common, pool_claims, pool_refill, quotas
+from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
-from cloudnet.services.pool_model import FREE_OWNER, PP, PSG, SIZING, Defaults, M, P, Sizing, manager, pool_key
-from cloudnet.services.security_groups import GroupIds
+from cloudnet.services.pools import pool_claims, pool_refill
+from cloudnet.services.pools.pool_model import FREE_OWNER, PP, PSG, SIZING, Defaults, M, P, Sizing, manager, pool_key
+from cloudnet.services.security.security_groups import GroupIds
 from cloudnet.services.validation import Body, parse
 from cloudnet.store.db import Store, Tx
 

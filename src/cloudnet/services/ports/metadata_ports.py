@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
-from cloudnet.services import port_specs, ports
 from cloudnet.services.context import Context
+from cloudnet.services.ports import port_specs, ports
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 

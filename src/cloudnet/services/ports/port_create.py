@@ -15,23 +15,15 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
-from cloudnet.services import (
-    address_pairs,
-    cache,
-    common,
-    forward_targets,
-    ipam,
-    networks,
-    port_security,
-    quotas,
-    security_groups,
-    uplinks,
-)
-from cloudnet.services.address_pairs import Pair
+from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
-from cloudnet.services.ipam import SubnetInfo
-from cloudnet.services.port_specs import ROUTER_INTERFACE, FixedIp, PortCreate
-from cloudnet.services.port_views import port_dict
+from cloudnet.services.forwards import forward_targets, uplinks
+from cloudnet.services.networks import ipam, networks
+from cloudnet.services.networks.ipam import SubnetInfo
+from cloudnet.services.ports.port_specs import ROUTER_INTERFACE, FixedIp, PortCreate
+from cloudnet.services.ports.port_views import port_dict
+from cloudnet.services.security import address_pairs, port_security, security_groups
+from cloudnet.services.security.address_pairs import Pair
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 from cloudnet.store.prepared import BulkInsert

@@ -21,8 +21,8 @@ from sqlalchemy import Connection, select
 
 from cloudnet.errors import Conflict, Forbidden, InvalidInput
 from cloudnet.services.context import Context
-from cloudnet.services.networks import POOL_FREE_OWNER
-from cloudnet.services.owners import ROUTER_GATEWAY, ROUTER_INTERFACE
+from cloudnet.services.networks.networks import POOL_FREE_OWNER
+from cloudnet.services.ports.owners import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.store import tables as t
 
 NETWORK_DEVICE = "network:"

@@ -8,14 +8,14 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from cloudnet.errors import BadRequest
-from cloudnet.services import port_policy
-from cloudnet.services.security_groups import GroupIds
+from cloudnet.services.ports import port_policy
+from cloudnet.services.security.security_groups import GroupIds
 from cloudnet.services.validation import Body, Tags, check_ip, check_mac
 
 ROUTER_INTERFACE = port_policy.ROUTER_INTERFACE
 ROUTER_GATEWAY = port_policy.ROUTER_GATEWAY
 ROUTER_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
-METADATA_OWNER = "network:distributed"  # (a network's metadata port: services/metadata_ports.py)
+METADATA_OWNER = "network:distributed"  # (a network's metadata port: services/ports/metadata_ports.py)
 VNIC_TYPES = ("normal", "direct")
 
 

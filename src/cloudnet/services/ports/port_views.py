@@ -10,9 +10,10 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select
 
 from cloudnet.errors import InvalidInput
-from cloudnet.services import address_pairs, common
+from cloudnet.services import common
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
+from cloudnet.services.security import address_pairs
 from cloudnet.store import tables as t
 
 P = t.ports

@@ -9,20 +9,14 @@ from typing import Any
 from sqlalchemy import delete, or_, select
 
 from cloudnet.errors import BadRequest, Conflict, disallowed
-from cloudnet.services import (
-    cache,
-    common,
-    floating_common,
-    forward_deps,
-    forward_targets,
-    port_policy,
-    port_security,
-    single_host,
-)
+from cloudnet.services import cache, common
 from cloudnet.services.context import Context
-from cloudnet.services.ipam import SubnetInfo
-from cloudnet.services.port_create import Creator, Plan
-from cloudnet.services.port_specs import (
+from cloudnet.services.forwards import floating_common, forward_deps, forward_targets
+from cloudnet.services.networks import single_host
+from cloudnet.services.networks.ipam import SubnetInfo
+from cloudnet.services.ports import port_policy
+from cloudnet.services.ports.port_create import Creator, Plan
+from cloudnet.services.ports.port_specs import (
     ROUTER_INTERFACE,
     ROUTER_OWNERS,
     FixedIp,
@@ -30,8 +24,9 @@ from cloudnet.services.port_specs import (
     PortUpdate,
     reject_read_only,
 )
-from cloudnet.services.port_views import list_page, load, to_dicts
+from cloudnet.services.ports.port_views import list_page, load, to_dicts
 from cloudnet.services.query import ListQuery, Page
+from cloudnet.services.security import port_security
 from cloudnet.services.validation import parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
@@ -79,7 +74,8 @@ def create_ports(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
 
 
 def _check_hosts(tx: Tx, rows: list[dict[str, Any]]) -> bool:
-    """The single-host rule for ports made bound to a host (services/single_host.py); whether any was refused."""
+    """The single-host rule for ports made bound to a host (services/networks/single_host.py); whether any was
+    refused."""
     by_host: dict[str, list[str]] = {}
     for row in rows:
         if row["host_id"]:

@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import Connection, delete, insert, select
 
 from cloudnet.errors import Conflict, InvalidInput
-from cloudnet.services import common, single_host
+from cloudnet.services import common
 from cloudnet.services.context import Context
+from cloudnet.services.networks import single_host
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from cloudnet.services import address_pairs, common
-from cloudnet.services import security_group_rules as rules
+from cloudnet.services import common
+from cloudnet.services.security import address_pairs
+from cloudnet.services.security import security_group_rules as rules
 from cloudnet.store import tables as t
 
 SG, R, PSG = t.security_groups, t.security_group_rules, t.port_security_groups

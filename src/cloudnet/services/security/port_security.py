@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 
 from cloudnet.errors import BadRequest, Conflict, disallowed
-from cloudnet.services import address_pairs, cache, security_groups
-from cloudnet.services.address_pairs import Pair
+from cloudnet.services import cache
 from cloudnet.services.context import Context
-from cloudnet.services.port_policy import NETWORK_DEVICE
+from cloudnet.services.ports.port_policy import NETWORK_DEVICE
+from cloudnet.services.security import address_pairs, security_groups
+from cloudnet.services.security.address_pairs import Pair
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 

@@ -11,10 +11,11 @@ from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cloudnet.errors import Conflict, not_found
-from cloudnet.services import cache, common, networks, quotas
-from cloudnet.services import security_group_rules as rules
+from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
+from cloudnet.services.networks import networks
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
+from cloudnet.services.security import security_group_rules as rules
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
