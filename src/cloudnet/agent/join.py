@@ -100,8 +100,10 @@ def fetch_ca(server: str, fingerprint: str, timeout: float = 30.0) -> bytes:
     return x509.cert_pem(cert)
 
 
-def join(server: str, token_text: str, host: str, state_dir: Path, timeout: float = 30.0) -> Joined:
-    """Redeem the token for a certificate of `host`, and write what the agent needs under <state>/join/."""
+def join(server: str, token_text: str, host: str, state_dir: Path, timeout: float = 30.0,
+         ovn_member: str | None = None) -> Joined:  # fmt: skip
+    """Redeem the token for a certificate of `host`, and write what the agent needs under <state>/join/
+    (`ovn_member`: what `cloudnet ovn join` needs, a certificate of the member of OVN's clusters at that address)."""
     server = server.rstrip("/")
     if urlsplit(server).scheme != "https":
         raise JoinError(f"a join goes over TLS: the server URL must be https://, not {server}")
@@ -113,7 +115,8 @@ def join(server: str, token_text: str, host: str, state_dir: Path, timeout: floa
         raise JoinError(f"host name {host!r} cannot go into a certificate (letters, digits, '.', '-', '_')")
     ca_pem = fetch_ca(server, token.ca_fingerprint, timeout)
     key = x509.new_key()
-    body = {"join": {"host": host, "token": str(token), "csr": x509.new_csr(host, key).decode()}}
+    body = {"join": {"host": host, "token": str(token), "csr": x509.new_csr(host, key).decode(),
+                     **({"ovn_member": ovn_member} if ovn_member else {})}}  # fmt: skip
     try:
         r = httpx.post(server + join_token.JOIN_PATH, json=body, verify=tls.client_context(ca_pem), timeout=timeout)
     except httpx.HTTPError as exc:

@@ -1,33 +1,54 @@
 """`cloudnet ovn join` and `cloudnet ovn leave`: this server host's members of OVN's clustered NB and SB databases
 (and its ovn-northd) on a host that runs no API server of its own (`serve`/`up --ovn-cluster` run them beside
-the API)."""
+the API).
+
+Over SSL (the cloud's `serve --tls`), the member's certificate comes from a join token, as an agent's does
+(`--join URL TOKEN`, agent/join.py): its key is made here and never leaves, the server signs it (checked against
+the token's CA fingerprint) for this host's name and its --ovn-listen address, so no secret file is copied between
+hosts and the certificate is recorded (revocable) like any host's; later starts run from <state>/join/."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from cloudnet.agent import join as joining
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.ovn_options import OvnCluster, OvnListen, cluster_members, listen_address
 from cloudnet.config import DEFAULT_STATE_DIR
 from cloudnet.ovn import cluster, daemons
+from cloudnet.pki import x509
 
 app = typer.Typer(help="OVN's clustered databases on this server host.", no_args_is_help=True)
 StateDir = Annotated[Path, typer.Option(help="Where state lives (the members' files under <state-dir>/ovn/).")]
+Join = Annotated[
+    tuple[str, str] | None,
+    typer.Option(metavar="URL TOKEN", help="Get this member's certificate from the cloud at URL (https) with a token "
+                 "of `cloudnet host join-token NAME`: the clusters then run over SSL; later starts need neither."),
+]  # fmt: skip
+HostName = Annotated[str | None, typer.Option("--host", help="This host's name, as the token names it "
+                                              "(default: the joined one, else hostname).")]  # fmt: skip
 
 
 @app.command("join")
-def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
+def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir: StateDir = DEFAULT_STATE_DIR,
+         join: Join = None, host: HostName = None) -> None:  # fmt: skip
     """Run this host's NB and SB members (created by the first address of --ovn-cluster, joined by the others, or
     restarted on their files) and ovn-northd, until SIGTERM/SIGINT, which stops them (their files stay: a later
-    join here rejoins); also ends when both members are gone (`cloudnet ovn leave`)."""
+    join here rejoins); also ends when both members are gone (`cloudnet ovn leave`). Over SSL once this host has
+    joined with a token (--join, now or earlier)."""
     if ovn_cluster is None:
         raise CliError("cloudnet ovn join needs --ovn-cluster ADDR,ADDR,ADDR and --ovn-listen ADDR")
-    members = cluster.Members(str(listen_address(ovn_listen, "ovn", False)), cluster_members(ovn_cluster, ovn_listen))
+    local = str(listen_address(ovn_listen, "ovn", False))
+    members = cluster.Members(local, cluster_members(ovn_cluster, ovn_listen), _ssl(state_dir, local, join, host))
+    if members.ssl is None:
+        typer.echo(f"warning: plain TCP between the members and to their clients at {local}: whoever reaches it "
+                   "can rewrite the cloud's flows (join with a token for SSL)", err=True)  # fmt: skip
     rundir = state_dir / "ovn"
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -46,6 +67,30 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
         raise CliError(f"cannot run this host's cluster members: {exc}") from None
     finally:
         daemons.stop(rundir)
+
+
+def _ssl(state_dir: Path, local: str, join: tuple[str, str] | None, host: str | None) -> daemons.Ssl | None:
+    """This member's key, certificate and the CA: from a join now (`join`), else from an earlier one; None (plain
+    TCP) when this host never joined."""
+    try:
+        if join is not None:
+            saved = joining.load(state_dir)
+            done = joining.join(join[0], join[1], host or (saved.host if saved else socket.gethostname()), state_dir,
+                                ovn_member=local)  # fmt: skip
+            typer.echo(f"joined {done.server} as host {done.host} (OVN cluster member at {local}); certificate in "
+                       f"{joining.Joined.dir(state_dir)}")  # fmt: skip
+        saved = joining.load(state_dir)
+    except joining.JoinError as exc:
+        raise CliError(f"cannot join: {exc}") from None
+    if saved is None:
+        return None
+    if host is not None and host != saved.host:
+        raise CliError(f"this host joined as {saved.host}, not {host} (its certificate names {saved.host})")
+    ca, cert, key, _secret = joining.Joined.files(state_dir)
+    if not x509.names_address(x509.load_cert(cert), local):  # (an agent's join: a client certificate only)
+        raise CliError(f"this host's certificate ({cert}) is not a cluster member's at {local}: join with a new "
+                       "token (--join URL TOKEN) for one")  # fmt: skip
+    return daemons.Ssl(key, cert, ca)
 
 
 @app.command("leave")

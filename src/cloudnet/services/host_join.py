@@ -49,6 +49,7 @@ class JoinRequest(Body):
     host: str = Field(max_length=63)
     token: str = Field(max_length=200)
     csr: str = Field(max_length=8192)
+    ovn_member: str | None = Field(None, max_length=45)  # a member of OVN's clusters at this address (`ovn join`)
 
 
 def check_host_name(name: str) -> None:
@@ -85,9 +86,12 @@ def _refuse_renewal(host: str, why: str) -> RenewalRefused:
     return RenewalRefused(f"Renewal refused: {why}")
 
 
-def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, Any]:
+def redeem(store: Store, body: dict[str, Any], ca: x509.Authority, members: tuple[str, ...] = (),
+           own: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Spend the token and sign the request's key for the token's host: {"host", "certificate"}. Refused (403,
-    logged) when the token is unknown, spent, expired, for another host, or not for this CA."""
+    logged) when the token is unknown, spent, expired, for another host, or not for this CA. With `ovn_member`, the
+    certificate of a member of OVN's clusters at that address (server and client: its Raft peers verify it), which
+    must be one of this server's `members` (--ovn-cluster) and not its `own` (the server's member)."""
     spec = parse(JoinRequest, body)
     check_host_name(spec.host)
     try:
@@ -96,6 +100,9 @@ def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, 
         raise _refuse("?", spec.host, str(exc)) from None
     if token.ca_fingerprint != ca.fingerprint:
         raise _refuse(token.id, spec.host, "the token was issued by another CA")
+    if spec.ovn_member is not None and (spec.ovn_member not in members or spec.ovn_member == own):
+        raise _refuse(token.id, spec.host, f"{spec.ovn_member!r} is not an address of another member of this "
+                      f"cloud's OVN clusters ({', '.join(a for a in members if a != own) or 'none'})")  # fmt: skip
     try:
         csr = x509.load_csr(spec.csr)
     except x509.PkiError as exc:
@@ -115,15 +122,18 @@ def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, 
         ).rowcount
         if not spent:  # another redeemer won the race
             raise _refuse(token.id, spec.host, "the token was used already")
-        cert = _sign(tx, ca, spec.host, csr)
-    log.info("host %s joined with token %s: certificate %x", spec.host, token.id, cert.serial_number)
+        cert = _sign(tx, ca, spec.host, csr, spec.ovn_member)
+    log.info("host %s joined with token %s: certificate %x%s", spec.host, token.id, cert.serial_number,
+             f" (OVN cluster member at {spec.ovn_member})" if spec.ovn_member else "")  # fmt: skip
     return {"host": spec.host, "certificate": x509.cert_pem(cert).decode()}
 
 
-def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest) -> Certificate:
-    """Sign `csr`'s key for `host` and record the certificate (the API accepts it while its row is unrevoked)."""
+def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest,
+          member: str | None = None) -> Certificate:  # fmt: skip
+    """Sign `csr`'s key for `host` (an OVN cluster member's certificate with `member`, its address) and record the
+    certificate (the API accepts it while its row is unrevoked)."""
     try:
-        cert = ca.host_cert(host, csr)
+        cert = ca.host_cert(host, csr) if member is None else ca.member_cert(host, member, csr)
     except x509.PkiError as exc:
         raise BadRequest(str(exc)) from None
     tx.conn.execute(C.insert().values(serial=serial_key(cert.serial_number), host=host, issued_at=tx.now,
