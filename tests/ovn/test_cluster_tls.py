@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from cloudnet.agent import join as joining
+from cloudnet.dataplane.kernel import netns
 from cloudnet.ovn import cluster, daemons
 from cloudnet.ovn.cluster import servers
 from cloudnet.pki import x509
 from tests.ovn.test_cluster import (  # (the same test, run on this module's rig: over SSL)
     test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates,
 )
-from tests.support.ovn_cluster import API_PORT, SERVERS, ClusterRig, cluster_rig
+from tests.support.ovn import UNDERLAY
+from tests.support.ovn_cluster import API_PORT, CHASSIS, SERVERS, ClusterRig, cluster_rig
 
 __all__ = ["test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates"]
 PORTS = (6641, 6642, 6643, 6644)
@@ -77,5 +80,26 @@ def test_a_plain_tcp_client_and_one_of_another_ca_get_nothing(rig: ClusterRig, t
     for port in (6641, 6642, 6643):
         got = _client(rig, cluster.connect(port, rig.addresses[0], ssl=True), foreign)
         assert got.returncode != 0 and not got.stdout, (port, got.stdout)
+    # ovsdb-server logged both refusals, naming the peer.
     log = (rig.rundir(1) / "ovnnb_db.log").read_text()
-    assert "SSL" in log or "ssl" in log  # (ovsdb-server logged the refused handshakes)
+    peer = f"ssl:{UNDERLAY[CHASSIS]}:"
+    assert "certificate verify failed" in log and "received JSON-RPC data on SSL channel" in log, log[-2000:]
+    assert peer in log
+
+
+def test_a_join_token_gets_no_member_certificate_for_an_address_outside_the_clusters(
+    rig: ClusterRig, tmp_path: Path
+) -> None:
+    """A token holder asking for a member's certificate of an address the server's --ovn-cluster does not list
+    (or the server's own member's) is refused, logged, and its token is not spent."""
+    name = f"rogue-{rig.suffix}"
+    with rig.api() as api:
+        token = api.post(f"/hosts/{name}/join-tokens", json={"join_token": {}}).json()["join_token"]["token"]
+    with netns.entered(rig.ns(1)):
+        for address in (str(UNDERLAY[99]), rig.addresses[0]):
+            with pytest.raises(joining.JoinError, match="not an address of another member"):
+                joining.join(f"https://127.0.0.1:{API_PORT}", token, name, tmp_path, ovn_member=address)
+        assert not joining.Joined.files(tmp_path)[1].exists()
+        done = joining.join(f"https://127.0.0.1:{API_PORT}", token, name, tmp_path)  # (unspent: a host's join)
+    assert done.host == name
+    assert f"join refused: token {token.split('.')[0]} for host {name}" in (rig.root / "server.log").read_text()

@@ -133,11 +133,10 @@ def wait_joined(central: Central, netns: str | None = None, timeout: float = 60.
             raise OvnError(f"this host's {DATABASE[kind]} member did not join its cluster in {timeout:g} s (are the "
                            f"other members up?): {exc}; see {central.rundir}/{_name(kind)}.log") from None  # fmt: skip
         _kick_stale(central.rundir, kind, netns)
-    assert central.cluster is not None
-    nb, sb = central.cluster
-    tls = ssl_args(central.ssl)
-    run(central.rundir, ["ovn-nbctl", f"--db={nb}", *tls, "--timeout=20", "init"], netns, timeout=25)
-    run(central.rundir, ["ovn-sbctl", f"--db={sb}", *tls, "--timeout=20", "init"], netns, timeout=25)
+    for kind in KINDS:  # (through this member's own socket, which hands the write on to the leader: no wire, and no
+        # one-shot pass over the list, which fails when the members it tries first are not listening yet)
+        run(central.rundir, [f"ovn-{kind}ctl", f"--db=unix:{central.rundir / _name(kind)}.sock", "--no-leader-only",
+                             "--timeout=20", "init"], netns, timeout=25)  # fmt: skip
     daemons.start_northd(central, netns)
 
 
