@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from cloudnet.agent import join as joining
+from cloudnet.cli.agent_command import join_or_load
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.ovn_options import OvnCluster, OvnListen, cluster_members, listen_address
 from cloudnet.config import DEFAULT_STATE_DIR
@@ -32,7 +33,7 @@ Join = Annotated[
                  "of `cloudnet host join-token NAME`: the clusters then run over SSL; later starts need neither."),
 ]  # fmt: skip
 HostName = Annotated[str | None, typer.Option("--host", help="This host's name, as the token names it "
-                                              "(default: the joined one, else hostname).")]  # fmt: skip
+                                              "(default: hostname; later starts: the joined one).")]  # fmt: skip
 
 
 @app.command("join")
@@ -72,20 +73,8 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
 def _ssl(state_dir: Path, local: str, join: tuple[str, str] | None, host: str | None) -> daemons.Ssl | None:
     """This member's key, certificate and the CA: from a join now (`join`), else from an earlier one; None (plain
     TCP) when this host never joined."""
-    try:
-        if join is not None:
-            saved = joining.load(state_dir)
-            done = joining.join(join[0], join[1], host or (saved.host if saved else socket.gethostname()), state_dir,
-                                ovn_member=local)  # fmt: skip
-            typer.echo(f"joined {done.server} as host {done.host} (OVN cluster member at {local}); certificate in "
-                       f"{joining.Joined.dir(state_dir)}")  # fmt: skip
-        saved = joining.load(state_dir)
-    except joining.JoinError as exc:
-        raise CliError(f"cannot join: {exc}") from None
-    if saved is None:
+    if join_or_load(state_dir, join, host or socket.gethostname(), host, ovn_member=local) is None:
         return None
-    if host is not None and host != saved.host:
-        raise CliError(f"this host joined as {saved.host}, not {host} (its certificate names {saved.host})")
     ca, cert, key, _secret = joining.Joined.files(state_dir)
     if not x509.names_address(x509.load_cert(cert), local):  # (an agent's join: a client certificate only)
         raise CliError(f"this host's certificate ({cert}) is not a cluster member's at {local}: join with a new "
