@@ -1,25 +1,30 @@
 """OVN's NB and SB clusters over SSL (tests/support/ovn_cluster.py with tls: `cloudnet serve --tls`, the other two
 members' certificates from join tokens): Raft and clients on ssl:/pssl: only, no plain TCP listener off loopback;
-a plain TCP client and one with another CA's certificate get nothing; the NB writer follows a new leader over SSL."""
+a plain TCP client and one with another CA's certificate get nothing; a token gets no member certificate for an
+address outside the clusters; a member renews its certificate when due; the NB writer follows a new leader over
+SSL."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography import x509 as cx
 
 from cloudnet.agent import join as joining
 from cloudnet.dataplane.kernel import netns
 from cloudnet.ovn import cluster, daemons
 from cloudnet.ovn.cluster import servers
-from cloudnet.pki import x509
+from cloudnet.pki import rotation, tls, x509
 from tests.ovn.test_cluster import (  # (the same test, run on this module's rig: over SSL)
     test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates,
 )
 from tests.support.ovn import UNDERLAY
 from tests.support.ovn_cluster import API_PORT, CHASSIS, SERVERS, ClusterRig, cluster_rig
+from tests.support.tls import aged
 
 __all__ = ["test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates"]
 PORTS = (6641, 6642, 6643, 6644)
@@ -103,3 +108,37 @@ def test_a_join_token_gets_no_member_certificate_for_an_address_outside_the_clus
         done = joining.join(f"https://127.0.0.1:{API_PORT}", token, name, tmp_path)  # (unspent: a host's join)
     assert done.host == name
     assert f"join refused: token {token.split('.')[0]} for host {name}" in (rig.root / "server.log").read_text()
+
+
+def _presented(rig: ClusterRig, address: str, port: int) -> int:
+    """The serial of the certificate a new handshake with the member at `address` presents (host 2's sent)."""
+    client = rig.ssl(2)
+    assert client is not None
+    with netns.entered(rig.chassis_ns):
+        raw = socket.create_connection((address, port), timeout=10)
+    with raw, tls.client_context(client.ca, client.cert, client.key).wrap_socket(raw, server_hostname=address) as s:
+        der = s.getpeercert(binary_form=True)
+    assert der is not None
+    return cx.load_der_x509_certificate(der).serial_number
+
+
+def test_a_member_renews_its_certificate_when_due_and_serves_the_new_one(rig: ClusterRig) -> None:
+    """`cloudnet ovn join` renews its member certificate at 2/3 of its lifetime (over the current one, for its
+    address again: never a client-only host certificate), and its databases present the new one without a restart;
+    a renewal asking for another address is refused."""
+    ca = x509.load_authority(rig.state(1) / "pki" / "ca.crt", rig.state(1) / "pki" / "ca.key")
+    _ca, cert_file, key_file, _secret = joining.Joined.files(rig.state(3))
+    with netns.entered(rig.ns(3)):
+        context = tls.client_context(_ca, cert_file, key_file)
+        with pytest.raises(joining.JoinError, match="not an address of another member"):
+            joining.renew(rig.state(3), context, ovn_member=str(UNDERLAY[99]))
+    current = x509.load_cert(cert_file)
+    assert rig.stop_proc("join3") == 0
+    x509.write_private(cert_file, x509.cert_pem(aged(current, ca, days_gone=300, days_left=65)))
+    rig.start_join(3)
+    renewed = rig.until("host 3's certificate renewed", lambda: (c := x509.load_cert(cert_file)).serial_number
+                        != current.serial_number and c)  # fmt: skip
+    assert x509.names_address(renewed, rig.addresses[2]) and rotation.seconds_to_renewal(renewed) > 200 * 86400
+    rig.until("host 3's members back", rig.formed)
+    rig.until("host 3's NB presents the renewed certificate",
+              lambda: _presented(rig, rig.addresses[2], 6641) == renewed.serial_number)  # fmt: skip

@@ -140,19 +140,25 @@ def join(server: str, token_text: str, host: str, state_dir: Path, timeout: floa
 
 
 def renew(
-    state_dir: Path, context: ssl.SSLContext, servers: Sequence[str] = (), timeout: float = 30.0
+    state_dir: Path,
+    context: ssl.SSLContext,
+    servers: Sequence[str] = (),
+    timeout: float = 30.0,
+    ovn_member: str | None = None,
 ) -> x509.Certificate:
     """A new certificate for a new key of this host, asked over its current certificate (in `context`, the one the
     agent's connections use): the pair replaces the files under <state>/join/ (ovn-controller re-reads them when they
     change), then `context` takes it in place, so new handshakes present it and open connections go on. Asked of the
     server it joined, then of the agent's other `servers` (any server answers: they share the CA and the database)
-    when one cannot be reached or cannot answer (5xx); a refusal (4xx) is final."""
+    when one cannot be reached or cannot answer (5xx); a refusal (4xx) is final. `ovn_member`: a cluster member's
+    certificate again, for that address (its ovsdb-servers re-read the files when they change)."""
     saved = load(state_dir)
     if saved is None:
         raise JoinError("this host never joined with a token: it has no certificate to renew")
     ca_path, cert_path, key_path, _secret = Joined.files(state_dir)
     key = x509.new_key()
-    body = {"certificate": {"csr": x509.new_csr(saved.host, key).decode()}}
+    body = {"certificate": {"csr": x509.new_csr(saved.host, key).decode(),
+                            **({"ovn_member": ovn_member} if ovn_member else {})}}  # fmt: skip
     path = join_token.RENEW_PATH.format(name=saved.host)
     failures = []
     for server in dict.fromkeys([saved.server, *servers]):  # (in order, once each)

@@ -86,7 +86,8 @@ async def renew(request: Request, name: str) -> Response:
     if peer is None:
         raise CertificateRequired("A host renews its certificate over its current one (TLS client certificate)")
     body = neutron.unwrap_one(await neutron.body_of(request), "certificate")
-    item = await call(host_join.renew, st.store, _authority(st), peer.host, peer.serial, name, body)
+    item = await call(host_join.renew, st.store, _authority(st), peer.host, peer.serial, name, body,
+                      tuple(st.config.ovn_cluster), st.config.ovn_listen)  # fmt: skip
     return neutron.JSON({"certificate": item}, status_code=201)
 
 

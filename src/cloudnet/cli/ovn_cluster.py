@@ -18,12 +18,13 @@ from typing import Annotated
 import typer
 
 from cloudnet.agent import join as joining
+from cloudnet.agent.run import renew_when_due
 from cloudnet.cli.agent_command import join_or_load
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.ovn_options import OvnCluster, OvnListen, cluster_members, listen_address
 from cloudnet.config import DEFAULT_STATE_DIR
 from cloudnet.ovn import cluster, daemons
-from cloudnet.pki import x509
+from cloudnet.pki import tls, x509
 
 app = typer.Typer(help="OVN's clustered databases on this server host.", no_args_is_help=True)
 StateDir = Annotated[Path, typer.Option(help="Where state lives (the members' files under <state-dir>/ovn/).")]
@@ -55,6 +56,10 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     daemons.stop(rundir)  # (what a killed earlier run left, by its pidfiles)
+    if members.ssl is not None:  # (renewed in place: the member's ovsdb-servers re-read their files on a change)
+        context = tls.client_context(members.ssl.ca, members.ssl.cert, members.ssl.key)
+        threading.Thread(target=renew_when_due, args=(state_dir, [], context, stop, local), daemon=True,
+                         name="cloudnet-renewal").start()  # fmt: skip
     try:
         central = cluster.start(rundir, members)
         cluster.wait_joined(central)

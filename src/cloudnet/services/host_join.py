@@ -100,9 +100,8 @@ def redeem(store: Store, body: dict[str, Any], ca: x509.Authority, members: tupl
         raise _refuse("?", spec.host, str(exc)) from None
     if token.ca_fingerprint != ca.fingerprint:
         raise _refuse(token.id, spec.host, "the token was issued by another CA")
-    if spec.ovn_member is not None and (spec.ovn_member not in members or spec.ovn_member == own):
-        raise _refuse(token.id, spec.host, f"{spec.ovn_member!r} is not an address of another member of this "
-                      f"cloud's OVN clusters ({', '.join(a for a in members if a != own) or 'none'})")  # fmt: skip
+    if why := _not_a_member(spec.ovn_member, members, own):
+        raise _refuse(token.id, spec.host, why)
     try:
         csr = x509.load_csr(spec.csr)
     except x509.PkiError as exc:
@@ -128,6 +127,14 @@ def redeem(store: Store, body: dict[str, Any], ca: x509.Authority, members: tupl
     return {"host": spec.host, "certificate": x509.cert_pem(cert).decode()}
 
 
+def _not_a_member(address: str | None, members: tuple[str, ...], own: str | None) -> str | None:
+    """Why a member certificate for `address` is refused (None: it is not asked for, or it may be signed)."""
+    if address is None or (address in members and address != own):
+        return None
+    others = ", ".join(a for a in members if a != own) or "none"
+    return f"{address!r} is not an address of another member of this cloud's OVN clusters ({others})"
+
+
 def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest,
           member: str | None = None) -> Certificate:  # fmt: skip
     """Sign `csr`'s key for `host` (an OVN cluster member's certificate with `member`, its address) and record the
@@ -144,16 +151,20 @@ def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest,
 
 class RenewRequest(Body):
     csr: str = Field(max_length=8192)
+    ovn_member: str | None = Field(None, max_length=45)  # as at the join
 
 
-def renew(store: Store, ca: x509.Authority, peer_host: str, peer_serial: int, host: str, body: dict[str, Any]
-          ) -> dict[str, Any]:  # fmt: skip
+def renew(store: Store, ca: x509.Authority, peer_host: str, peer_serial: int, host: str, body: dict[str, Any],
+          members: tuple[str, ...] = (), own: str | None = None) -> dict[str, Any]:  # fmt: skip
     """A new certificate of `host` for the request's key, asked over the host's current certificate (`peer_*`):
     refused (403, logged) for another host, a CSR naming another host, or a certificate that is unknown or revoked
-    by now. The current certificate stays valid until it expires: connections made with it go on."""
+    by now (`ovn_member`, `members`, `own`: as for `redeem`). The current certificate stays valid until it expires:
+    connections made with it go on."""
     spec = parse(RenewRequest, body)
     if peer_host != host:
         raise _refuse_renewal(host, f"host {peer_host}'s certificate may not renew host {host}'s")
+    if why := _not_a_member(spec.ovn_member, members, own):
+        raise _refuse_renewal(host, why)
     try:
         csr = x509.load_csr(spec.csr)
     except x509.PkiError as exc:
@@ -165,7 +176,7 @@ def renew(store: Store, ca: x509.Authority, peer_host: str, peer_serial: int, ho
         row = tx.conn.execute(select(C.c.host, C.c.revoked_at).where(C.c.serial == serial_key(peer_serial))).first()
         if row is None or row.host != host or row.revoked_at is not None:
             raise _refuse_renewal(host, f"certificate {peer_serial:x} is not a valid certificate of {host}")
-        cert = _sign(tx, ca, host, csr)
+        cert = _sign(tx, ca, host, csr, spec.ovn_member)
     log.info("host %s renewed its certificate %x: now %x", host, peer_serial, cert.serial_number)
     return {"host": host, "certificate": x509.cert_pem(cert).decode()}
 
