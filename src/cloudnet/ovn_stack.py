@@ -43,19 +43,23 @@ def _ssl(config: ServerConfig) -> daemons.Ssl:
     key = x509.new_key()
     cert = cloud.authority(config).server_cert([config.ovn_listen, "ovsdb"], key, client=True)
     ssl = daemons.Ssl(config.pki_dir / "ovsdb.key", config.pki_dir / "ovsdb.crt", cloud.ca_file(config))
+    x509.write_private(ssl.cert, x509.cert_pem(cert))  # (the certificate first: see agent/join.py's renew)
     x509.write_private(ssl.key, x509.key_pem(key))
-    x509.write_private(ssl.cert, x509.cert_pem(cert))
     return ssl
 
 
 def renew_ssl_if_due(config: ServerConfig) -> bool:
     """Make the databases' certificate again once 2/3 of its lifetime is gone: ovsdb-server re-reads its key and
     certificate files when they change (OVS's stream-ssl compares them at each reconfiguration), so new
-    connections get the new one and none is dropped."""
+    connections get the new one and none is dropped; a cluster member's ovn-northd, which connects over SSL with
+    it, is started again."""
     if not (config.tls and config.ovn_listen) or rotation.seconds_to_renewal(
         x509.load_cert(config.pki_dir / "ovsdb.crt")) > 0:  # fmt: skip
         return False
-    _ssl(config)
+    ssl = _ssl(config)
+    if config.ovn_cluster and config.ovn_listen:
+        members = cluster.Members(config.ovn_listen, config.ovn_cluster, ssl)
+        cluster.restart_northd(members.central(config.state_dir / "ovn"))
     return True
 
 

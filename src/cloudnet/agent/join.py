@@ -181,8 +181,10 @@ def renew(
     x509.write_private(key_path.with_name("host.key.new"), x509.key_pem(key))
     x509.write_private(cert_path.with_name("host.crt.new"), x509.cert_pem(cert))
     context.load_cert_chain(cert_path.with_name("host.crt.new"), key_path.with_name("host.key.new"))
-    key_path.with_name("host.key.new").replace(key_path)  # (each file replaced whole: never half of either)
+    # Each file replaced whole (never half of either), the certificate first: OVS's stream-ssl takes a new pair only
+    # when it sees the key changed and then the certificate, and a key seen alone is never taken up again.
     cert_path.with_name("host.crt.new").replace(cert_path)
+    key_path.with_name("host.key.new").replace(key_path)
     log.info("host %s renewed its certificate: now %x, valid until %s", saved.host, cert.serial_number,
              cert.not_valid_after_utc)  # fmt: skip
     return cert

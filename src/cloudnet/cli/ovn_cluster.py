@@ -60,6 +60,7 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
         context = tls.client_context(members.ssl.ca, members.ssl.cert, members.ssl.key)
         threading.Thread(target=renew_when_due, args=(state_dir, [], context, stop, local), daemon=True,
                          name="cloudnet-renewal").start()  # fmt: skip
+    certificate = _stamp(members.ssl)  # (before ovn-northd starts: a renewal from then on restarts it)
     try:
         central = cluster.start(rundir, members)
         cluster.wait_joined(central)
@@ -69,6 +70,12 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
             if not {"ovnnb_db", "ovnsb_db"} & set(daemons.pids(rundir)):
                 typer.echo("this host's members are gone (left their clusters?): stopping")
                 break
+            if _stamp(members.ssl) != certificate:  # (renewed: see cluster.restart_northd)
+                try:
+                    cluster.restart_northd(central)
+                    certificate = _stamp(members.ssl)
+                except daemons.OvnError as exc:  # (tried again at the next look)
+                    typer.echo(f"ovn-northd did not start again with the renewed certificate: {exc}", err=True)
     except daemons.OvnError as exc:
         raise CliError(f"cannot run this host's cluster members: {exc}") from None
     finally:
@@ -85,6 +92,17 @@ def _ssl(state_dir: Path, local: str, join: tuple[str, str] | None, host: str | 
         raise CliError(f"this host's certificate ({cert}) is not a cluster member's at {local}: join with a new "
                        "token (--join URL TOKEN) for one")  # fmt: skip
     return daemons.Ssl(key, cert, ca)
+
+
+def _stamp(ssl: daemons.Ssl | None) -> tuple[int, int] | None:
+    """Which certificate file is there now (renewals replace it whole: a new inode)."""
+    if ssl is None:
+        return None
+    try:
+        st = ssl.cert.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 @app.command("leave")

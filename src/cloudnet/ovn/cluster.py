@@ -26,7 +26,9 @@ cloud only (join tokens), and member certificates name their address for the ope
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +71,10 @@ class Members:
 
     def raft(self, kind: str, address: str) -> str:
         return connect(RAFT_PORT[kind], address, self.ssl is not None)
+
+    def central(self, rundir: Path) -> Central:
+        """The Central whose URLs are the lists (for ovn-northd and other clients)."""
+        return Central(rundir, cluster=(self.clients("nb"), self.clients("sb")), ssl=self.ssl)
 
 
 def _name(kind: str) -> str:
@@ -117,7 +123,7 @@ def start(rundir: Path, members: Members, netns: str | None = None) -> Central:
     rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
     for kind in KINDS:
         start_member(rundir, kind, members, netns)
-    return Central(rundir, cluster=(members.clients("nb"), members.clients("sb")), ssl=members.ssl)
+    return members.central(rundir)
 
 
 def wait_joined(central: Central, netns: str | None = None, timeout: float = 60.0) -> None:
@@ -137,6 +143,19 @@ def wait_joined(central: Central, netns: str | None = None, timeout: float = 60.
         # one-shot pass over the list, which fails when the members it tries first are not listening yet)
         run(central.rundir, [f"ovn-{kind}ctl", f"--db=unix:{central.rundir / _name(kind)}.sock", "--no-leader-only",
                              "--timeout=20", "init"], netns, timeout=25)  # fmt: skip
+    daemons.start_northd(central, netns)
+
+
+def restart_northd(central: Central, netns: str | None = None, timeout: float = 5.0) -> None:
+    """This host's ovn-northd again, as after a renewal of the certificate it connects with: ovsdb-server re-reads
+    its key and certificate files when they change, ovn-northd loads them once (another host's ovn-northd takes
+    OVN's lock meanwhile)."""
+    pid = daemons.pids(central.rundir).get("ovn-northd")
+    if pid is not None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # (gone before the next starts: it holds the pidfile)
+            if daemons.alive(pid):
+                os.kill(pid, sig)
+                daemons._wait([pid], timeout)
     daemons.start_northd(central, netns)
 
 
