@@ -86,6 +86,7 @@ lock:
 
 bench: deps
 	$(BIN)/python bench/api_ports.py
+	$(BIN)/python bench/api_metrics.py
 	$(BIN)/python bench/attach.py
 	$(BIN)/python bench/vm_taps.py
 	$(BIN)/python bench/metadata.py

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +21,21 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.postgres import PostgresServer  # noqa: E402
 from tests.support.process import free_port  # noqa: E402
+
+# `cloudnet serve` (as cloudnet_server's `command`) with the request-id middleware a pass-through: the "off" side of
+# the overhead figures of request ids (event_stream.py) and of metrics and request ids together (api_metrics.py).
+WITHOUT_REQUEST_IDS = [
+    str(ROOT / ".venv/bin/python"),
+    "-c",
+    "import sys\n"
+    "from cloudnet.api import request_ids\n"
+    "async def through(self, scope, receive, send):\n"
+    "    await self.app(scope, receive, send)\n"
+    "request_ids.RequestIds.__call__ = through\n"
+    "from cloudnet.cli.main import app\n"
+    "sys.argv[0] = 'cloudnet'\n"
+    "app()\n",
+]
 
 
 @contextmanager
@@ -39,11 +54,14 @@ UNLIMITED = [arg for resource in ("network", "subnet", "port", "router", "securi
 
 
 @contextmanager
-def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0) -> Iterator[str]:
-    """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker)."""
+def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0, command: list[str] | None = None,
+                    extra: Sequence[str] = ()) -> Iterator[str]:  # fmt: skip
+    """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker); `command`: what
+    runs instead of the `cloudnet` executable (a variant of it), `extra`: more options of serve."""
     state = Path(tempfile.mkdtemp(prefix="cloudnet-bench-"))
     port = free_port()
-    cmd = [str(ROOT / ".venv/bin/cloudnet"), "serve", "--state-dir", str(state), "--port", str(port), *UNLIMITED]
+    cmd = [*(command or [str(ROOT / ".venv/bin/cloudnet")]), "serve", "--state-dir", str(state), "--port", str(port),
+           *UNLIMITED, *extra]  # fmt: skip
     if db_url:
         cmd += ["--db", db_url]
     if server_cpu is not None and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]

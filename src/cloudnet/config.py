@@ -68,6 +68,8 @@ class ServerConfig:
     ovn_cluster: tuple[str, ...] = ()
     # Chassis that host router gateways, highest priority first (`cloudnet up`: this host).
     ovn_gateway_chassis: list[str] = field(default_factory=list)
+    # GET /metrics (admin token) and the request middleware that feeds it (off: neither; see api/metrics.py).
+    metrics: bool = True
 
     @property
     def database_url(self) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.ovn import cluster, daemons, idl
+from cloudnet.ovn.restarts import Restarts
 from cloudnet.pki import cloud, rotation, x509
 from cloudnet.store.db import Store
 
@@ -109,7 +110,8 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
         daemons.stop(rundir)
         raise
     gateways = [chassis.name] if chassis is not None else config.ovn_gateway_chassis
-    sync = NorthboundSync(store, nb_url, gateways)
+    look = None if central is None else Restarts.of_central(rundir).look  # (daemons started here only)
+    sync = NorthboundSync(store, nb_url, gateways, look=look)
     sync.start()
     log.info("OVN: NB %s, SB %s%s", nb_url, sb_url, f", chassis {chassis.name}" if chassis is not None else "")
     return OvnStack(rundir, nb_url, sb_url, sync, chassis, central is not None, remote_sb)

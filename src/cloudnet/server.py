@@ -19,7 +19,7 @@ from types import FrameType
 
 import uvicorn
 
-from cloudnet import api_socket, api_tls, ovn_stack
+from cloudnet import api_socket, api_tls, metrics, ovn_stack
 from cloudnet.agent.run import start_in_thread
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
@@ -38,7 +38,7 @@ from cloudnet.services.context import Context, Role
 from cloudnet.services.keystone import TokenSigner
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
-from cloudnet.wire import signing
+from cloudnet.wire import logs, signing
 from cloudnet.wire.http_server import HttpServer
 
 log = logging.getLogger("cloudnet.server")
@@ -251,7 +251,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         sock = api_socket.bind(config.host, config.port)
     except OSError as exc:
         raise StartupError(exc.strerror or str(exc)) from None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup()  # (in the format the command chose: --log-format)
     internal = {}
     if agent is not None:  # the agent beside the server acts as admin whatever the tokens file says (or becomes)
         agent.token = secrets.token_urlsafe(32)
@@ -269,6 +269,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
     except StartupError:
         sock.close()
         raise
+    metrics.enabled = config.metrics  # (the process's hot paths time themselves only with metrics on)
     app = create_app(config, store, auth, ca)
     scheme = "https" if tls else "http"
     log.info("cloudnet API on %s://%s:%d/v2.0 (state %s, db %s)", scheme, config.host, config.port,

@@ -207,17 +207,14 @@ def test_timeout_is_capped_by_config(api: httpx.Client, server: RunningServer) -
     assert time.monotonic() - t0 < 5
 
 
-def test_events_need_an_admin(server: RunningServer, tokens: dict[str, Any]) -> None:
+def test_events_need_a_token(server: RunningServer, tokens: dict[str, Any]) -> None:
     def get(token: str | None) -> httpx.Response:
         headers = {"X-Auth-Token": token} if token else {}
         return httpx.get(server.url + "/v2.0/events", headers=headers, timeout=30)
 
-    for token in ("alice-token", "bob-token"):
-        r = get(token)
-        assert r.status_code == 403, r.text
-        assert r.json()["NeutronError"]["type"] == "PolicyNotAuthorized"
     assert get(None).status_code == 401
     assert get("wrong").status_code == 401
     r = get("admin-token")
     assert r.status_code == 200, r.text
     assert r.json()["events"] == []
+    # (members follow their own project: tests/api/test_event_stream.py)

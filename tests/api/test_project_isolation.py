@@ -98,6 +98,10 @@ def owned(
     return cases
 
 
+def _own_events(_w: World, answer: Json) -> None:
+    assert answer["events"] and {e["project_id"] for e in answer["events"]} == {"bob"}, answer
+
+
 def _sees(*keys: str) -> Callable[[World, Json], None]:
     """The list answer holds these objects (of alice's or the admin's) that bob may see."""
 
@@ -273,8 +277,11 @@ CASES: list[Case] = [
     Case("pool release of alice's ready port", "POST", "/port-pools/release", 404, "PortNotFound",
          body={"port_id": "{a_ready}"}),
     # admin-only APIs: the revision log, hosts (the agents' own view of every project), alice's quotas
-    Case("events", "GET", "/events", 403, "PolicyNotAuthorized"),
-    Case("events ?since", "GET", "/events", 403, "PolicyNotAuthorized", params={"since": "0", "timeout": "0"}),
+    # The event stream: bob's own project's events only (tests/api/test_event_stream.py), never alice's.
+    Case("events", "GET", "/events", 200, expect=_own_events),
+    Case("events ?since", "GET", "/events", 200, params={"since": "0", "timeout": "0"}, expect=_own_events),
+    Case("events ?project_id", "GET", "/events", 403, "PolicyNotAuthorized", params={"project_id": "alice"}),
+    Case("events ?type", "GET", "/events", 200, params={"type": "network"}, expect=_own_events),
     Case("hosts list", "GET", "/hosts", 403, "PolicyNotAuthorized"),
     Case("host show", "GET", f"/hosts/{HOST}", 403, "PolicyNotAuthorized"),
     Case("host desired state", "GET", f"/hosts/{HOST}/state", 403, "PolicyNotAuthorized"),

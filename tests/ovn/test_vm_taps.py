@@ -377,3 +377,37 @@ def _open_as_nobody(ns: str, name: str) -> int:
             os._exit(code)
     _pid, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+# -- the order of the plug ----------------------------------------------------------------------------------------
+
+
+def test_the_tap_is_made_last_once_its_bridge_and_veth_are_up_and_qvo_is_on_the_switch() -> None:
+    """os-vif's order (the VMM's tap comes last): when the tap appears, only its enslave and its link up are left.
+    The switch's plug runs between (`before_tap`); when it fails, no tap is made (a VMM finds no device yet)."""
+    ns, port_id = f"cntest-vmord-{uuid.uuid4().hex[:6]}", str(uuid.uuid4())
+    devices, mark = hybrid.nic(port_id), tuntap.mark("h", port_id)
+    netns.ensure(ns)
+    seen: dict[str, Any] = {}
+
+    def links() -> dict[str, Any]:
+        with netns.iproute(ns) as ipr:
+            return {n: ipr.get_links(i[0])[0] for n in devices.all() if (i := ipr.link_lookup(ifname=n))}
+
+    def refused() -> None:
+        raise RuntimeError("the switch is away")
+
+    try:
+        with pytest.raises(RuntimeError):
+            hybrid.ensure(ns, "h", port_id, "fa:16:3e:00:00:09", 1400, tapdev.Owner(), refused)
+        assert devices.tap not in links(), "a tap was made though its qvo is not on the switch"
+        hybrid.ensure(ns, "h", port_id, "fa:16:3e:00:00:09", 1400, tapdev.Owner(), lambda: seen.update(links()))
+        assert set(seen) == {devices.bridge, devices.bridge_leg, devices.switch_leg}, "the tap came before its switch"
+        bridge = seen[devices.bridge]["index"]
+        assert seen[devices.bridge_leg].get_attr("IFLA_MASTER") == bridge
+        assert all(s.get_attr("IFLA_IFALIAS") == mark and s["flags"] & hybrid.IFF_UP for s in seen.values())
+        found = links()
+        assert found[devices.tap].get_attr("IFLA_MASTER") == bridge and found[devices.tap]["flags"] & hybrid.IFF_UP
+        assert found[devices.tap].get_attr("IFLA_IFALIAS") == mark and found[devices.tap].get_attr("IFLA_MTU") == 1400
+    finally:
+        netns.remove(ns)

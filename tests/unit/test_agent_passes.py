@@ -76,3 +76,61 @@ def test_left_over_work_is_done_in_passes_at_once_then_the_agent_waits() -> None
     assert dataplane.passes[:4] == [True, False, False, False]  # the first (full), then one per leftover
     assert api.waits[:3] == [0.0, 0.0, 0.0]  # new events are looked at between passes, never waited for
     assert api.waits[3] > 0
+
+
+class _Log(_Api):
+    """A revision log that counts state fetches, keeps the ports reported, and hands out `pending` events once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetches = 0
+        self.reported: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []
+
+    def desired_state(self) -> dict[str, Any]:
+        self.fetches += 1
+        port = {"id": "p1", "network_id": None, "status": "DOWN", "binding:vif_type": "unbound",
+                "binding:vif_details": {}}  # fmt: skip
+        return {"revision": 5, "ports": {"p1": port}, "networks": {}, "instances": []}
+
+    def events(self, since: int, timeout: float) -> tuple[list[dict[str, Any]], int]:
+        given, self.pending = self.pending, []
+        return given, since + len(given)
+
+    def report_ports(self, ports: list[dict[str, Any]]) -> dict[str, Any] | None:
+        self.reported += ports
+        return None
+
+
+class _Binding(_Leftovers):
+    """The port is BUILD until `bound`, then ACTIVE; `news` says it changed since the last pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bound = self.changed = False
+
+    def apply(self, state: DesiredState, full: bool = True, check: bool = False) -> list[PortReport]:
+        self.passes.append(full)
+        self.changed = False
+        return [PortReport("p1", "ACTIVE" if self.bound else "BUILD", "ovs", {})]
+
+    def unfinished(self) -> bool:
+        return False
+
+    def news(self) -> bool:
+        return self.changed
+
+
+def test_a_pass_woken_by_the_dataplanes_news_alone_reuses_the_state_and_an_event_fetches_it_again() -> None:
+    api, dataplane = _Log(), _Binding()
+    agent = Agent(api, dataplane)  # type: ignore[arg-type]
+    agent.reconcile(full=True)
+    assert api.fetches == 1 and [p["status"] for p in api.reported] == ["BUILD"] and agent.held_back
+    dataplane.bound = dataplane.changed = True  # (ovn-controller bound it: the driver's news)
+    agent.reconcile(full=False, reuse=True)  # (what _follow asks when only the news woke it)
+    assert api.fetches == 1, "the state was fetched again though the log had nothing new"
+    assert [p["status"] for p in api.reported] == ["BUILD", "ACTIVE"] and agent.revision == 5
+    agent.reconcile(full=False, reuse=True)  # (the reused state holds what was reported: nothing again)
+    assert len(api.reported) == 2
+    agent.reconcile(full=False, reuse=False)  # (an event came: what the server holds now is fetched)
+    assert api.fetches == 2 and len(api.reported) == 3  # (this fake server kept DOWN: reported again)

@@ -9,15 +9,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
 
+from cloudnet import metrics
 from cloudnet.agent.client import ApiClient
 from cloudnet.dataplane.base import Dataplane
 from cloudnet.dataplane.steps import StepTimedOut
+from cloudnet.wire import logs, request_ids
 
 log = logging.getLogger("cloudnet.agent")
 HELD_BACK_RETRY = 0.2
@@ -25,6 +28,11 @@ HELD_BACK_MAX = 5.0
 # Failures and check differences in the host's report, at most (their counts say how many; the agent's log has them
 # all): a host with thousands of broken objects must still fit its heartbeat in a request body.
 MAX_REPORTED = 100
+# Request ids the agent keeps for the passes to come (those of the changes it heard of), at most: beyond, the
+# oldest are forgotten (their passes log without them).
+MAX_REQUESTS = 10000
+# Status reports of agents: their events name the request they realised, which is no new request to realise.
+REPORT_TYPES = frozenset({"port.active", "port.failed", "port.down"})
 
 
 class StateObserver(Protocol):
@@ -59,11 +67,17 @@ class Agent:
         self.stop_event = threading.Event()
         self.synced = threading.Event()  # set after each successful reconcile (tests and `up` wait on it)
         self.revision = -1
+        self._failed_kinds: set[str] = set()
         # While held back, the API's long poll runs on a side thread (`_poll`); its end or the dataplane's news wakes
         # the wait (`_woken`).
         self._poll: Future[tuple[list[dict[str, Any]], int]] | None = None
         self._woken = threading.Event()
+        self._state: dict[str, Any] | None = None  # the last pass's desired state, as it reported (reconcile)
         dataplane.on_news(self._woken.set)
+        # The ids of the requests whose changes the next pass realises (its log lines carry them), and each port's
+        # (its status report names it, so the port's ACTIVE event does): one grep follows a port from POST to kernel.
+        self._pass_requests: dict[str, None] = {}
+        self._port_requests: dict[str, str] = {}
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -99,7 +113,11 @@ class Agent:
             observer.close()
 
     def _register(self) -> None:
-        self.client.heartbeat(self.report)
+        self.client.heartbeat(self._with_samples())
+
+    def _with_samples(self) -> dict[str, Any]:
+        """The report with this process's agent samples (api/metrics.py serves them with the host's name)."""
+        return {**self.report, "metrics": metrics.samples()}
 
     def _heartbeats(self) -> None:
         while not self.stop_event.wait(self.heartbeat_interval):
@@ -107,7 +125,7 @@ class Agent:
 
     def _send_report(self) -> None:
         try:
-            self.client.heartbeat(self.report)
+            self.client.heartbeat(self._with_samples())
         except (httpx.TransportError, httpx.HTTPStatusError) as exc:
             log.warning("heartbeat failed: %s", exc)
 
@@ -133,6 +151,7 @@ class Agent:
             self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
             # Other hosts' heartbeats and checks change nothing here.
             events = [e for e in events if e.get("resource") != "host" or e.get("resource_id") == self.client.host]
+            self._note_requests(events)
             if any(e.get("resource") == "host" and e.get("operation") == "check" for e in events):
                 self.reconcile(full=True, check=True)  # asked for (`cloudnet host check`)
                 last_full = time.monotonic()
@@ -142,9 +161,25 @@ class Agent:
                 self.reconcile(full=True)
                 last_full = time.monotonic()
             elif events or self.held_back or due or more:
-                self.reconcile(full=False)  # only what changed: the dataplane keeps what it applied
+                # Only what changed: the dataplane keeps what it applied. Woken by the dataplane's news alone (OVN: a
+                # port bound) with nothing new in the log, the last pass's state stands: not fetched again.
+                self.reconcile(full=False, reuse=not events and self.dataplane.news())
             else:
                 self.revision = max(self.revision, latest)
+
+    def _note_requests(self, events: list[dict[str, Any]]) -> None:
+        for e in events:
+            rid = request_ids.well_formed(e.get("request_id"))
+            # (this host's own heartbeats realise nothing; an admin's check of it does)
+            own = e.get("resource") == "host" and e.get("operation") != "check"
+            if rid is None or own or e.get("type") in REPORT_TYPES:
+                continue
+            self._pass_requests[rid] = None
+            if e.get("resource") == "port":
+                self._port_requests[str(e.get("resource_id"))] = rid
+        for kept in (self._pass_requests, self._port_requests):
+            while len(kept) > MAX_REQUESTS:
+                del kept[next(iter(kept))]
 
     def _wait(self, timeout: float) -> tuple[list[dict[str, Any]], int]:
         """The API's events after our revision, waited for up to `timeout`. While ports wait on the dataplane (OVN: to
@@ -185,6 +220,10 @@ class Agent:
     def _report_failures(self) -> None:
         """Objects the dataplane could not converge go into the host's report (`cloudnet host show`), at once."""
         everything = [{k: v for k, v in f.items() if k != "retry_in"} for f in self.dataplane.failures()]
+        failed = Counter(metrics.kind_of(str(f["object"])) for f in everything)
+        for kind in self._failed_kinds | set(failed):  # (a kind that recovered goes to 0, not away)
+            metrics.OBJECTS_FAILED.labels(kind).set(failed.get(kind, 0))
+        self._failed_kinds |= set(failed)
         failures = everything[:MAX_REPORTED]
         if failures != self.report.get("failures", []) or len(everything) != self.report.get("failure_count", 0):
             self.report["failures"], self.report["failure_count"] = failures, len(everything)
@@ -204,11 +243,28 @@ class Agent:
         checks = [o.serving for o in self.observers if hasattr(o, "serving")]
         return all(serving(network_id) for serving in checks)
 
-    def reconcile(self, full: bool = True, check: bool = False) -> None:
+    def reconcile(self, full: bool = True, check: bool = False, reuse: bool = False) -> None:
         """Fetch the desired state, converge the dataplane, report what changed. A full pass checks
         every device; otherwise the dataplane touches only what changed since its last pass. `check`: the
-        dataplane also reads back what it otherwise trusts, and what differed goes into the host's report."""
-        state = self.client.desired_state()
+        dataplane also reads back what it otherwise trusts, and what differed goes into the host's report. Its log
+        lines carry the ids of the requests it realises. `reuse`: the last pass's state (with the port states it
+        reported) instead of a new fetch (the caller knows the log has nothing new: a fetch costs a request and the
+        host's whole state, ~20 ms in the OVN bench)."""
+        kind, started, result = "full" if full else "incremental", time.monotonic(), "failed"
+        token = request_ids.current.set(request_ids.joined(list(self._pass_requests)))
+        try:
+            self._reconcile(full, check, reuse)
+            self._pass_requests.clear()  # (kept for the next try when the pass failed)
+            result = "ok"
+            metrics.LAST_PASS.set(time.time())
+        finally:
+            request_ids.current.reset(token)
+            metrics.PASS_DURATION.labels(kind).observe(time.monotonic() - started)
+            metrics.PASSES.labels(kind, result).inc()
+
+    def _reconcile(self, full: bool, check: bool, reuse: bool) -> None:
+        state = self._state if reuse and self._state is not None else self.client.desired_state()
+        self._state = None  # (until this pass has reported: a pass that fails fetches again)
         try:
             reports = self.dataplane.apply(state, full=full, check=check)
         finally:
@@ -235,11 +291,36 @@ class Agent:
             # Compare with what the server holds, not with what we sent: someone else (the dead-host
             # sweep) may have changed it since.
             if any(known.get(k) != body[k] for k in ("status", "binding:vif_type", "binding:vif_details")):
+                self._name_request(body, known.get("status"))
                 changed.append(body)
         answer = self.client.report_ports(changed)
-        self.revision = int(state["revision"])
+        for body in changed:  # (the reused state says what the server holds now)
+            known = state["ports"].get(body["id"]) or pool_ports.get(body["id"])
+            if known is not None:
+                known.update({k: body[k] for k in ("status", "binding:vif_type", "binding:vif_details")})
+        self._state = state
+        self.revision = max(self.revision, int(state["revision"])) if reuse else int(state["revision"])
         if answer and answer.get("revision_before") == self.revision:
             # Nothing was written between our snapshot and our report: its events are our own echo.
             self.revision = int(answer["revision"])
         self.synced.set()
-        log.debug("reconciled revision %d: %d ports, %d reported", self.revision, len(reports), len(changed))
+        level = logging.INFO if self._pass_requests else logging.DEBUG
+        log.log(level, "reconciled revision %d: %d ports, %d reported", self.revision, len(reports), len(changed))
+
+    def _name_request(self, body: dict[str, Any], before: str | None) -> None:
+        """The report of a port names the request that made or changed it (until its status settles), and says so
+        in the log under that request's id."""
+        port_id, status = body["id"], body["status"]
+        rid = self._port_requests.get(port_id)
+        if status != "BUILD":
+            self._port_requests.pop(port_id, None)
+        if rid is not None:
+            body["request_id"] = rid
+        if status == before:
+            return
+        token = request_ids.current.set(rid or request_ids.current.get())
+        try:
+            reason = (body.get("binding:vif_details") or {}).get("reason") if status == "ERROR" else None
+            log.info("port %s %s%s", port_id, status, f": {logs.printable(str(reason), 1000)}" if reason else "")
+        finally:
+            request_ids.current.reset(token)

@@ -16,7 +16,7 @@ from cloudnet.agent.metadata.proxy import MetadataProxy
 from cloudnet.config import AgentConfig, group_id
 from cloudnet.dataplane import drivers
 from cloudnet.pki import rotation, tls, x509
-from cloudnet.wire import signing
+from cloudnet.wire import logs, signing
 
 log = logging.getLogger("cloudnet.agent")
 RENEW_RETRY = 60.0  # seconds between tries of a renewal that failed
@@ -76,7 +76,7 @@ def build(config: AgentConfig) -> Agent:
 
 
 def run(config: AgentConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(threaded=False)  # (in the format the command chose: --log-format)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     agent = build(config)
     if threading.current_thread() is threading.main_thread():

@@ -35,6 +35,7 @@ from cloudnet.api import (
     identity,
     instance_metadata,
     keystone,
+    metrics,
     openapi,
     port_forwardings,
     port_pools,
@@ -47,6 +48,7 @@ from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState, call
 from cloudnet.api.guard import Guard
 from cloudnet.api.neutron import JSON, error_response
+from cloudnet.api.request_ids import RequestIds, with_id
 from cloudnet.config import ServerConfig
 from cloudnet.errors import BadRequest, CloudnetError, ServiceUnavailable
 from cloudnet.metadata import service as metadata_service
@@ -172,7 +174,9 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(CloudnetError("Request Failed: internal server error while processing your request."))
+        # (answered outside the middlewares, RequestIds included: the id is added here)
+        return with_id(error_response(CloudnetError("Request Failed: internal server error while processing your "
+                                                    "request.")))  # fmt: skip
 
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         CloudnetError: cloudnet_error,
@@ -192,13 +196,16 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
     app = Starlette(
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
                        hosts.router, host_join.router, forwards.router, port_forwardings.router,
-                       instance_metadata.router, quotas.router, identity.router, keystone.router]),
+                       instance_metadata.router, quotas.router, identity.router, keystone.router, metrics.router]),
         exception_handlers=handlers,
-        middleware=[Middleware(ui.UiFiles),  # type: ignore[arg-type]
+        middleware=[Middleware(RequestIds),  # type: ignore[arg-type]
+                    *([Middleware(metrics.RequestMetrics)] if config.metrics else []),  # type: ignore[arg-type]
+                    Middleware(ui.UiFiles),  # type: ignore[arg-type]
                     Middleware(Guard, auth=auth, max_body=config.max_body_size,  # type: ignore[arg-type]
                                peer_check=peer_check)],
         lifespan=lifespan,
     )  # fmt: skip
+    app.state.programming = metrics.Programming(store)
     app.state.cloudnet = AppState(config=config, store=store, auth=auth, metadata=metadata_service.settings(config),
                                   authority=authority)  # fmt: skip
     return app

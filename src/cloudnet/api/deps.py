@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -50,8 +51,9 @@ _workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="cloudnet-api")
 
 
 async def call(fn: Callable[..., T], *args: Any) -> T:
-    """Run a (blocking, database-bound) service call off the event loop."""
-    return await asyncio.get_running_loop().run_in_executor(_workers, fn, *args)
+    """Run a (blocking, database-bound) service call off the event loop, in the request's context (its request id:
+    the log lines and the events the call records carry it; an executor alone runs it in the thread's own)."""
+    return await asyncio.get_running_loop().run_in_executor(_workers, contextvars.copy_context().run, fn, *args)
 
 
 async def quick(store: Store, fn: Callable[..., T], *args: Any) -> T:

@@ -1,4 +1,5 @@
-"""GET /v2.0/events?since=N&timeout=S: the revision log, long-polled.
+"""GET /v2.0/events?since=N&timeout=S[&type=T...][&project_id=P]: the revision log, long-polled, as typed events
+(agents follow it; so do `cloudnet monitor` and the web UI, a member for their own project only).
 
 Commits made by this process wake waiting requests at once; commits of other server processes
 (several `cloudnet serve` on one PostgreSQL) are seen by polling the log while waiting.
@@ -21,6 +22,9 @@ from cloudnet.services import events
 
 router = APIRouter()
 POLL_INTERVAL = 0.5
+# Members' long polls at once in one server process (any project's member may follow its events; agents and admins
+# are not counted); beyond, the answer comes at once, as it is: bounded reads however many wait.
+MAX_MEMBER_WAITERS = 256
 T = TypeVar("T")
 
 
@@ -32,6 +36,7 @@ class Notifier:
         self.revision = 0
         self.closing = False  # the server is stopping: long polls answer now instead of holding it up
         self.waiters = 0  # long polls waiting on this notifier now (instance waits are capped by it)
+        self.member_waiters = 0  # of them, members' event polls (MAX_MEMBER_WAITERS)
         self._changed = asyncio.Event()
         # Whether a marker was taken since the last wake-up: if not, nobody can be waiting and a commit needs no
         # trip to the loop (most commits, on a server no agent follows; a marker taken after the check is taken
@@ -72,10 +77,17 @@ async def list_events(request: Request) -> Response:
     st = state(request)
     ctx = context(request)
     params = request.query_params
-    q = events.follow(ctx, params.get("since"), params.get("limit"), params.get("timeout"), st.config.max_event_wait)
-    since, limit, timeout = q.since, q.limit, q.timeout
-    items, latest = await long_poll(request, timeout, lambda: call(events.events_since, st.store, ctx, since, limit),
-                                    lambda found: bool(found[0]))  # fmt: skip
+    q = events.follow(ctx, params.get("since"), params.get("limit"), params.get("timeout"), st.config.max_event_wait,
+                      params.get("project_id"), params.getlist("type"))  # fmt: skip
+    notifier: Notifier = request.app.state.notifier
+    member = not ctx.is_admin
+    timeout = 0.0 if member and notifier.member_waiters >= MAX_MEMBER_WAITERS else q.timeout
+    notifier.member_waiters += member
+    try:
+        items, latest = await long_poll(request, timeout, lambda: call(events.events_since, st.store, ctx, q),
+                                        lambda found: bool(found[0]))  # fmt: skip
+    finally:
+        notifier.member_waiters -= member
     return neutron.JSON({"events": items, "revision": latest})
 
 

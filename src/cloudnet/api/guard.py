@@ -37,6 +37,7 @@ PUBLIC_PATHS = frozenset({"/", "/v2.0", "/v2.0/", "/v3", "/v3/", "/v3/auth/token
 # Keystone's face authenticates these for itself too, to answer Keystone's error body (api/keystone.py).
 SELF_AUTHENTICATED = ("/v3/users/",)
 CONTEXT_KEY = "cloudnet.context"
+METRICS_PATH = "/metrics"  # (scraped by Prometheus, which sends its token as `Authorization: Bearer`)
 # What is done for a host (api/hosts.py, api/instance_metadata.py): the host is in the path, or the instance is
 # (it must be bound to the host). A host certificate may act for its own host only, whatever token comes with it.
 HOST_SCOPED = re.compile(r"^/v2\.0/hosts/([^/]+)(?:/|$)")
@@ -114,6 +115,9 @@ class Guard:
         try:
             peer: Peer | None = scope.get(PEER_KEY)
             token = _header(scope, b"x-auth-token")
+            if token is None and scope["path"] == METRICS_PATH:  # Prometheus' `authorization` (type Bearer)
+                bearer = _header(scope, b"authorization") or ""
+                token = bearer[7:] if bearer[:7].lower() == "bearer " else None
             agent = None if peer is None else await self._agent(scope, peer, token)
             if agent is not None:
                 scope[CONTEXT_KEY] = agent

@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
+from cloudnet.api.metrics import Programming
 from cloudnet.services import host_checks, host_state, hosts
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,9 @@ async def desired_state(request: Request, name: str) -> Response:
 @router.put("/v2.0/hosts/{name}/ports")
 async def report_ports(request: Request, name: str) -> Response:
     body = await neutron.body_of(request)
+    pending = request.app.state.programming.pending(body)
     answer = await call(hosts.report_ports, state(request).store, context(request), name, body)
+    Programming.realised(pending, answer["updated"])
     request.app.state.reports.committed(int(answer["revision"]))  # wakes those waiting for an instance
     return neutron.JSON(answer)
 

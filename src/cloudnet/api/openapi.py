@@ -190,6 +190,7 @@ def _table() -> dict[tuple[str, str], Op]:
                                                          _wrapped("certificate", host_join.RenewRequest)),
         ("POST", "/v2.0/hosts/{name}/remove"): Op(200, envelope("host", REMOVED)),
         ("GET", "/v2.0/host-join/ca"): Op(200, STR, media="application/x-pem-file"),
+        ("GET", "/metrics"): Op(200, STR, media="text/plain; version=0.0.4"),  # (api/metrics.py: admin only)
         ("POST", "/v2.0/host-join"): Op(201, envelope("join", JOINED), _wrapped("join", host_join.JoinRequest)),
         ("GET", fwd_base): Op(200, listing("forwards", schemas.FORWARD, False)),
         ("POST", fwd_base): Op(201, forward, FORWARD_BODY),
@@ -215,7 +216,9 @@ def _table() -> dict[tuple[str, str], Op]:
         ("GET", "/v2.0/events"): Op(200, obj({"events": array(schemas.EVENT), "revision": INT}, ("events",)),
                                     query=(("since", {"type": "integer", "minimum": 0}),
                                            ("limit", {"type": "integer", "minimum": 1}),
-                                           ("timeout", {"type": "number", "minimum": 0}))),
+                                           ("timeout", {"type": "number", "minimum": 0}),
+                                           ("type", {"type": "array", "items": {"type": "string"}, "maxItems": 16}),
+                                           ("project_id", {"type": "string"}))),
     })  # fmt: skip
     return ops
 

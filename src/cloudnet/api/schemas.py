@@ -98,7 +98,8 @@ FORWARD = obj({
     "created_at": STR, "updated_at": STR, "revision_number": INT,
 }, ("id", "listen_address"))  # fmt: skip
 EVENT = obj({"revision": INT, "resource": STR, "resource_id": STR, "operation": STR, "project_id": NSTR,
-             "created_at": STR}, ("revision", "resource", "resource_id", "operation"))  # fmt: skip
+             "created_at": STR, "type": STR, "request_id": NSTR, "detail": NSTR},
+            ("revision", "resource", "resource_id", "operation", "type"))  # fmt: skip
 QUOTA = {"type": "object", "additionalProperties": INT}
 QUOTA_DETAILS = {"type": "object", "additionalProperties": obj({"limit": INT, "used": INT, "reserved": INT})}
 PROJECT = obj({"id": STR, "name": STR, "domain_id": STR, "enabled": BOOL}, ("id",))

@@ -12,6 +12,7 @@ import typer
 from cloudnet.agent import join as joining
 from cloudnet.cli.daemons import (
     DEFAULT_STATE_DIR,
+    LogFormatOption,
     MdataIdle,
     MdataMaxConnections,
     MdataMaxLine,
@@ -33,6 +34,7 @@ from cloudnet.cli.errors import CliError
 from cloudnet.cli.ovn_options import ChassisSb, EncapIface, EncapIp, set_encap
 from cloudnet.config import DEFAULT_BIND, DEFAULT_METADATA_LISTEN, DEFAULT_PORT, AgentConfig
 from cloudnet.ovn.daemons import OvnError, Ssl, bridge_mappings, start_chassis, stop
+from cloudnet.wire import logs
 
 DEFAULT_SERVER = f"http://{DEFAULT_BIND}:{DEFAULT_PORT}"
 DEFAULT_METADATA_URL = f"http://{DEFAULT_METADATA_LISTEN}"
@@ -157,8 +159,10 @@ def register(app: typer.Typer) -> None:
                 "(where br-int's ports go; default the agent's own).",
             ),
         ] = None,
+        log_format: LogFormatOption = "text",
     ) -> None:
         """Run the host agent: converge this host's dataplane to the API's desired state."""
+        logs.choose(log_format)
         from cloudnet.agent.run import run
         from cloudnet.wire.signing import SecretError
 

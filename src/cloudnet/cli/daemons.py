@@ -32,6 +32,7 @@ from cloudnet.config import (
 )
 from cloudnet.docker.command import DEFAULT_SOCKET
 from cloudnet.errors import CloudnetError
+from cloudnet.wire import logs
 
 if TYPE_CHECKING:  # (loaded only when `up` runs: see _docker)
     from cloudnet.server import Companion
@@ -67,6 +68,8 @@ InstancePools = Annotated[
         "(off: they only use pools that exist; a pool holds addresses).",
     ),
 ]
+Metrics = Annotated[bool, typer.Option("--metrics/--no-metrics", help="Serve GET /metrics (admin token) and "
+                                      "count API requests for it.")]  # fmt: skip
 AgentHost = Annotated[str | None, typer.Option("--agent-host", help="This host's name (default: hostname).")]
 Uplink = Annotated[
     list[str] | None,
@@ -138,6 +141,11 @@ VendorData = Annotated[
     Path | None,
     typer.Option(metavar="FILE", help="JSON object served as vendor_data.json (static vendor data)."),
 ]
+
+
+LogFormatOption = Annotated[
+    logs.LogFormat, typer.Option("--log-format", help="text (for people) or json (one object a line, for log "
+                                 "shippers); both carry each line's request id.")]  # fmt: skip
 
 
 def uplinks_of(values: list[str] | None) -> dict[str, str]:
@@ -249,13 +257,16 @@ def register(app: typer.Typer) -> None:
         ca_cert: CaCert = None,
         ca_key: CaKey = None,
         ovn_cluster: OvnCluster = None,
+        metrics: Metrics = True,
+        log_format: LogFormatOption = "text",
     ) -> None:
         """Run the cloudnet API server (and the metadata API beside it)."""
+        logs.choose(log_format)
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                             metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                             pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
                             pool_update_interval=pool_update_interval, instance_pools=instance_pools,
-                            quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
+                            quotas=_quotas(quota), max_body_size=max_body_size, metrics=metrics)  # fmt: skip
         apply_tls(config, tls, tls_cert, tls_key, tls_san, ca_cert, ca_key)
         _serve(_dataplane(config, dataplane, ovn_nb, ovn_sb, ovn_listen, ovn_cluster))
 
@@ -304,14 +315,17 @@ def register(app: typer.Typer) -> None:
         tls_san: TlsSan = None,
         ca_cert: CaCert = None,
         ca_key: CaKey = None,
+        metrics: Metrics = True,
+        log_format: LogFormatOption = "text",
     ) -> None:
         """Run the API server and this host's agent in one process (the one-machine setup), and the Docker driver
         with --docker-driver."""
+        logs.choose(log_format)
         config = ServerConfig(state_dir=state_dir, db_url=db, host=host, port=port, default_mtu=default_mtu,
                               metadata_listen=metadata_listen, metadata_vendor_data=vendor_data,
                               pool_min=pool_min, pool_max=pool_max, pool_batch=pool_batch, pool_ttl=pool_ttl,
                               pool_update_interval=pool_update_interval, instance_pools=instance_pools,
-                              quotas=_quotas(quota), max_body_size=max_body_size)  # fmt: skip
+                              quotas=_quotas(quota), max_body_size=max_body_size, metrics=metrics)  # fmt: skip
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         agent_config = AgentConfig(host=agent_host or socket.gethostname(), server=f"http://{local}:{port}",
                                    token="", state_dir=state_dir,  # the server gives it a token of its own

@@ -20,6 +20,7 @@ from cloudnet.cli import (
     daemons,
     hosts,
     instances,
+    monitor,
     networks,
     ovn_cluster,
     pools,
@@ -98,4 +99,5 @@ def main(
 
 daemons.register(app)
 agent_command.register(app)
+monitor.register(app)
 docker_command.register(app)

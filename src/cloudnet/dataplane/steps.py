@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from cloudnet import metrics
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 FIRST_RETRY = 0.5
@@ -150,6 +152,7 @@ class Steps:
             raise StepFailed(key, reason) from exc
         if self.failures.pop(key, None) is not None:
             log.info("%s recovered", key)
+        metrics.OBJECTS_APPLIED.labels(metrics.kind_of(key)).inc()
         return result
 
     def failed(self, key: str) -> Failure | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from ovsdbapp.backend import ovs_idl
 from ovsdbapp.backend.ovs_idl import connection, transaction
 from sqlalchemy import select
 
+from cloudnet import metrics
 from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
@@ -101,8 +102,10 @@ class Status:
 
 class NorthboundSync:
     def __init__(self, store: Store, nb_url: str, gateway_chassis: Sequence[str] = (), *, interval: float = 0.5,
-                 timeout: float = 10.0) -> None:  # fmt: skip
+                 timeout: float = 10.0, look: Callable[[], None] | None = None) -> None:  # fmt: skip
+        """`look`: called at each of the writer's looks (every `interval`), such as at OVN's daemons."""
         self.store, self.nb_url, self.gateway_chassis = store, nb_url, tuple(gateway_chassis)
+        self.look = look
         self.interval, self.timeout = interval, timeout
         self.status = Status()
         self._wake = threading.Event()
@@ -174,6 +177,8 @@ class NorthboundSync:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            if self.look is not None:
+                self.look()
             try:
                 if self._api is None:
                     self._api = self._connect()
@@ -221,6 +226,8 @@ class NorthboundSync:
                 if full:
                     last_full, failed = started, False
                 committed = time.monotonic()
+                metrics.NB_DURATION.observe(committed - started)
+                metrics.NB_ROWS.inc(len(report.created) + len(report.updated) + len(report.deleted))
                 seen_seqno = before
                 self._report(report, reconnected=reconnected, drift=drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from cloudnet.errors import Conflict, Forbidden, not_found
 from cloudnet.services import (
+    agent_samples,
     common,
     metadata_ports,
     networks,
@@ -20,7 +21,8 @@ from cloudnet.services.context import Context
 from cloudnet.services.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
-from cloudnet.store.db import Store, utcnow
+from cloudnet.store.db import Store, Tx, utcnow
+from cloudnet.wire import request_ids
 
 H = t.hosts
 P = t.ports
@@ -38,6 +40,8 @@ class PortStatus(Body):
     status: Literal["ACTIVE", "DOWN", "BUILD", "ERROR"]
     vif_type: str | None = Field(None, alias="binding:vif_type", max_length=32)
     vif_details: dict[str, Any] | None = Field(None, alias="binding:vif_details")
+    # The request whose change the agent's pass realised (the id its event carried): the status event names it.
+    request_id: str | None = Field(None, max_length=request_ids.MAX_LENGTH, pattern=f"^{request_ids.PATTERN}$")
 
 
 class PortStatusReport(Body):
@@ -56,7 +60,7 @@ def _naive_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=None)
 
 
-def _alive(row: Any, now: datetime, down_time: float) -> bool:
+def alive(row: Any, now: datetime, down_time: float) -> bool:
     return _naive_utc(row.heartbeat_at) >= now - timedelta(seconds=down_time)
 
 
@@ -65,17 +69,24 @@ def _host_dict(row: Any, now: datetime, down_time: float) -> dict[str, Any]:
         "name": row.name,
         "agent_version": row.agent_version,
         "heartbeat_at": common.fmt_time(row.heartbeat_at),
-        "alive": _alive(row, now, down_time),
+        "alive": alive(row, now, down_time),
         "created_at": common.fmt_time(row.created_at),
         "updated_at": common.fmt_time(row.updated_at),
-        "report": row.report,
+        "report": without_metrics(row.report),
     }
+
+
+def without_metrics(report: Any) -> Any:
+    """The report as `host show` shows it and as heartbeats compare it: without the agent's metric samples (they
+    change on every heartbeat, and are for scrapes: api/metrics.py)."""
+    return {k: v for k, v in report.items() if k != agent_samples.KEY} if isinstance(report, dict) else report
 
 
 def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_time: float) -> dict[str, Any]:
     """Register the host, or refresh its heartbeat and report; events only when the report changes."""
     admin_only(ctx)
     spec = parse(HostReport, body)
+    spec.report = agent_samples.rendered(name, spec.report)
     with store.write() as tx:
         row = tx.conn.execute(select(H).where(H.c.name == name)).first()
         if row is None:
@@ -85,19 +96,58 @@ def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_
                     created_at=tx.now, updated_at=tx.now, revision_number=0, report=spec.report,
                 )
             )  # fmt: skip
-            tx.record("host", name, "create")
+            tx.record("host", name, "create", type="host.up", detail="registered")
+            _note_failures(tx, name, {}, spec.report, alone=True)
         else:
-            changed = row.agent_version != spec.agent_version or row.report != spec.report or row.dead_since
+            changed = (row.agent_version != spec.agent_version or row.dead_since
+                       or without_metrics(row.report) != without_metrics(spec.report))  # fmt: skip
             values: dict[str, Any] = {"heartbeat_at": tx.now, "dead_since": None}
+            if row.report != spec.report:  # (new samples alone: stored, without an event that wakes every agent)
+                values["report"] = spec.report
             if changed:
                 values.update(
                     agent_version=spec.agent_version, report=spec.report, updated_at=tx.now,
                     revision_number=H.c.revision_number + 1,
                 )  # fmt: skip
                 tx.record("host", name, "update")
+                if row.dead_since:
+                    tx.describe("host.up", "heartbeat again")
+                _note_failures(tx, name, row.report or {}, spec.report, alone=bool(row.dead_since))
             tx.conn.execute(update(H).where(H.c.name == name).values(**values))
         row = tx.conn.execute(select(H).where(H.c.name == name)).one()
         return _host_dict(row, tx.now, down_time)
+
+
+def _note_failures(tx: Tx, host: str, before: dict[str, Any], after: dict[str, Any], alone: bool) -> None:
+    """A report that names objects the agent could not converge, not named before, is an agent.failure (the first
+    of them as its reason); one that names none after some, agent.recovered: the host's update event becomes one,
+    or (`alone`: that event is already typed) one more event says so."""
+    old = {str(f.get("object")) for f in before.get("failures") or [] if isinstance(f, dict)}
+    new = [f for f in after.get("failures") or [] if isinstance(f, dict) and str(f.get("object")) not in old]
+    if new:
+        more = f" (and {len(new) - 1} more)" if len(new) > 1 else ""
+        kind, detail = "agent.failure", f"{new[0].get('object')}: {new[0].get('reason')}{more}"
+    elif old and not after.get("failures"):
+        kind, detail = "agent.recovered", None
+    else:
+        return
+    if alone:
+        tx.record("host", host, "update", type=kind, detail=detail)
+    else:
+        tx.describe(kind, detail)
+
+
+def _note_status(tx: Tx, before: str, item: PortStatus) -> None:
+    """A port the agent reports ACTIVE or failed: an event of that type (its reason: the agent's)."""
+    if item.status == before:
+        return
+    if item.status == "ACTIVE":
+        tx.describe("port.active", None, item.request_id)
+    elif item.status == "ERROR":
+        reason = (item.vif_details or {}).get("reason")
+        tx.describe("port.failed", None if reason is None else str(reason), item.request_id)
+    elif item.status == "DOWN":
+        tx.describe("port.down", None, item.request_id)
 
 
 def list_hosts(store: Store, ctx: Context, down_time: float) -> list[dict[str, Any]]:
@@ -131,7 +181,7 @@ def delete_host(store: Store, ctx: Context, name: str, down_time: float, force: 
         row = tx.conn.execute(stmt).first()
         if row is None:
             raise not_found("host", name)
-        if not force and _alive(row, tx.now, down_time):
+        if not force and alive(row, tx.now, down_time):
             raise Conflict(
                 f"Host {name} is alive (heartbeat at {common.fmt_time(row.heartbeat_at)}): stop its agent first, "
                 f"else it registers again at its next heartbeat; delete it once it has been silent for "
@@ -170,10 +220,11 @@ def sweep_dead(store: Store, down_time: float) -> list[str]:
             if not marked:  # it came back, or another server swept it
                 continue
             dead.append(name)
-            tx.record("host", name, "update")
+            tx.record("host", name, "update", type="host.down", detail=f"no heartbeat for {down_time:g} s")
             active = tx.conn.execute(select(P.c.id, P.c.project_id).where(P.c.host_id == name, P.c.status != "DOWN"))
             for port_id, project in active.all():
                 common.touch(tx, P, port_id, "port", project, {"status": "DOWN"})
+                tx.describe("port.down", "its host stopped answering")
     return dead
 
 
@@ -223,6 +274,7 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
                 values["vif_details"] = details
             if values:
                 common.touch(tx, P, port_id, "port", row.project_id, values)
+                _note_status(tx, row.status, item)
                 updated.append(port_id)
     ignored = set(wanted) - set(found) | {i for i, r in found.items() if not _reports_on(r, host)}
     return {"updated": updated, "ignored": sorted(ignored), "revision_before": before,

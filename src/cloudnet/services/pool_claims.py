@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import String, bindparam, delete, insert, select, update
 
+from cloudnet import metrics
 from cloudnet.errors import CloudnetError, not_found
 from cloudnet.services import (
     cache,
@@ -131,6 +132,7 @@ def claim_in_tx(
         pool = pool_info(ensure_pool(tx, host, project_id, network_id, sgs), mgr.defaults)
     values = {"name": name, "device_id": device_id, "device_owner": device_owner, "updated_at": tx.now}
     row = pool_take.take(tx, mgr, pool.id, sgs, values, project_id, alone)
+    result = "hit" if row is not None else "miss"
     if row is None and fill:
         try:
             pool_row = tx.conn.execute(select(PP).where(PP.c.id == pool.id)).one()
@@ -141,6 +143,11 @@ def claim_in_tx(
             log.info("port pool %s cannot be filled: %s", pool.id, exc.message)
             return None
         row = pool_take.take(tx, mgr, pool.id, sgs, values, project_id, alone)
+    if fill:  # (without: the caller fills, and counts the claim as it ends: services/pools.py)
+        if row is None:
+            metrics.POOL_CLAIMS.labels("failed").inc()
+        else:
+            tx.after_commit(metrics.POOL_CLAIMS.labels(result).inc)
     if row is None:
         return None
     n = len(pool_take.PORT_COLUMNS)

@@ -4,6 +4,7 @@ beyond ttl)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
+from cloudnet import metrics
 from cloudnet.errors import CloudnetError
 from cloudnet.services import metadata_ports, port_specs, ports
 from cloudnet.services.context import Context
@@ -105,6 +107,8 @@ def _fill(
     if tx.store is not None:  # the next claim reads the pool's ready ports afresh (one query per refill)
         mgr, pool_id = manager(tx.store), str(pool.id)
         tx.after_commit(lambda: mgr.forget(pool_id))
+    tx.after_commit(metrics.POOL_REFILLS.labels("claim" if need_one else "background").inc)
+    tx.after_commit(functools.partial(metrics.POOL_REFILL_PORTS.inc, len(ids)))
     return len(ids)
 
 

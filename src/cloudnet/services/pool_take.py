@@ -15,6 +15,7 @@ from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
 from cloudnet.store.events import Event
 from cloudnet.store.prepared import Prepared
+from cloudnet.wire import request_ids
 
 
 def _related(dialect: str) -> list[Any]:
@@ -57,7 +58,7 @@ def _claim_publishing_stmt(dialect: str) -> Executable:
         update(C).where(C.c.id == 1, select(claimed.c.id).exists())
         .values(value=C.c.value + 1).returning(C.c.value).cte("bumped")
     )  # fmt: skip
-    columns = ("revision", "resource", "resource_id", "operation", "project_id", "created_at")
+    columns = ("revision", "resource", "resource_id", "operation", "project_id", "created_at", "type", "request_id")
     written = select(
         bumped.c.value,
         literal("port"),
@@ -65,6 +66,8 @@ def _claim_publishing_stmt(dialect: str) -> Executable:
         literal("update"),
         bindparam("project_id", type_=E.c.project_id.type),
         bindparam("created_at", type_=E.c.created_at.type),
+        literal("port.updated"),
+        bindparam("request_id", type_=E.c.request_id.type),
     ).select_from(bumped.join(claimed, true()))
     event = insert(E).from_select(list(columns), written).returning(E.c.revision).cte("event")
     # (`event` runs whether or not the final SELECT reads it: PostgreSQL runs every data-modifying CTE once.)
@@ -126,13 +129,14 @@ def _claim_port(tx: Tx, port_id: str, values: dict[str, Any], project_id: str, a
     the claim is all the transaction writes, so on PostgreSQL its statement publishes the event itself
     (`Tx.record_published`: one round trip fewer)."""
     params = {**values, "port_id": port_id}
-    event = Event("port", port_id, "update", project_id)
+    event = Event("port", port_id, "update", project_id, request_id=request_ids.current.get())
     if tx.conn.dialect.name != "postgresql":
         row = _PORT_ROW.first(tx.conn, params) if _CLAIM.rowcount(tx.conn, params) == 1 else None
     elif not alone or tx.events:
         row = _CLAIM.first(tx.conn, params)
     else:
-        published = _CLAIM_PUBLISHING.first(tx.conn, {**params, "project_id": project_id, "created_at": tx.now})
+        published = _CLAIM_PUBLISHING.first(tx.conn, {**params, "project_id": project_id, "created_at": tx.now,
+                                                    "request_id": event.request_id})  # fmt: skip
         if published is not None:
             tx.record_published(event, int(published[-1]))
         return None if published is None else published[:-1]

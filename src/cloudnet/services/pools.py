@@ -8,6 +8,7 @@ from typing import Any, Literal, overload
 from pydantic import Field
 from sqlalchemy import Connection, select, update
 
+from cloudnet import metrics
 from cloudnet.errors import CloudnetError, Forbidden, InvalidInput, ServiceUnavailable
 from cloudnet.services import cache, common, pool_claims, pool_refill, quotas
 from cloudnet.services.context import Context
@@ -51,6 +52,8 @@ def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool = True) -
                 pool_claims.defer_sync(tx)
             _check_host(tx, spec.host)
             port = pool_claims.claim_in_tx(tx, *args, fill=False, create=True, alone=True)
+            if port is not None:
+                tx.after_commit(metrics.POOL_CLAIMS.labels("hit").inc)
             if port is not None or not wait:
                 return port
             key = pool_key(spec.host, project, spec.network_id)
@@ -72,7 +75,9 @@ def claim(store: Store, ctx: Context, body: dict[str, Any], wait: bool = True) -
         with store.write() as tx:
             port = pool_claims.claim_in_tx(tx, *args, fill=False, create=True, alone=True)
             if port is not None:
+                tx.after_commit(metrics.POOL_CLAIMS.labels("miss").inc)  # (a ready port only after a fill)
                 return port
+    metrics.POOL_CLAIMS.labels("failed").inc()
     raise ServiceUnavailable(
         f"Port pool {pool_id} has no ready port and could not be filled{reason}", retry_after=RETRY_AFTER,
         type="PortPoolExhausted")  # fmt: skip

@@ -53,7 +53,7 @@ class OverQuota(Conflict):
 
 # resource -> (table, extra conditions): what a project uses of it. A floating IP is a network forward (one model:
 # services/floating_common.py), so both quotas count the project's forwards.
-_USAGE: dict[str, tuple[Any, tuple[ColumnElement[bool], ...]]] = {
+USAGE: dict[str, tuple[Any, tuple[ColumnElement[bool], ...]]] = {
     "network": (t.networks, ()),
     "subnet": (t.subnets, ()),
     "port": (t.ports, (t.ports.c.device_owner.not_in(UNCOUNTED_PORT_OWNERS),)),
@@ -110,9 +110,9 @@ def _limit(tx: Tx, project_id: str, resource: str) -> int:
 
 
 def _used(conn: Connection, project_id: str, resource: str, at_most: int | None = None) -> int:
-    if resource not in _USAGE:
+    if resource not in USAGE:
         return 0
-    table, extra = _USAGE[resource]
+    table, extra = USAGE[resource]
     inner = select(table.c.id).where(table.c.project_id == project_id, *extra)
     if at_most is not None:  # counting stops past the limit: a create costs the same at 10 or 100,000 ports
         inner = inner.limit(at_most)

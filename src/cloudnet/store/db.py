@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,10 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from cloudnet.store import tables as t
 from cloudnet.store.changes import Changes
-from cloudnet.store.events import Event
+from cloudnet.store.events import MAX_DETAIL, Event
 from cloudnet.store.prepared import BulkInsert, Prepared
+from cloudnet.store.timing import timed
+from cloudnet.wire import request_ids
 
 log = logging.getLogger(__name__)
 SQLITE_CACHE_KB = 65536
@@ -45,7 +47,8 @@ _BUMP = Prepared(
     .values(value=RC.c.value + bindparam("n", type_=RC.c.value.type))
     .returning(RC.c.value)
 )
-_EVENT_COLUMNS = ("revision", "resource", "resource_id", "operation", "project_id", "created_at")
+_EVENT_COLUMNS = ("revision", "resource", "resource_id", "operation", "project_id", "created_at", "type", "request_id",
+                  "detail")  # fmt: skip
 _INSERT_EVENTS = BulkInsert(E, _EVENT_COLUMNS)
 # PostgreSQL, one event (most transactions): counter and event row in one statement, one round trip.
 _bumped = update(RC).where(RC.c.id == 1).values(value=RC.c.value + 1).returning(RC.c.value).cte("bumped")
@@ -57,6 +60,15 @@ _PUBLISH_ONE_PG = Prepared(
     )
     .returning(E.c.revision)
 )
+
+
+def _event_row(e: Event, now: datetime, revision: int | None = None) -> dict[str, Any]:
+    row = {"resource": e.resource, "resource_id": e.resource_id, "operation": e.operation,
+           "project_id": e.project_id, "created_at": now, "type": e.typed(), "request_id": e.request_id,
+           "detail": e.detail}  # fmt: skip
+    if revision is not None:
+        row["revision"] = revision
+    return row
 
 
 def utcnow() -> datetime:
@@ -82,8 +94,18 @@ class Tx:
     _on_commit: list[Callable[[], None]] = field(default_factory=list)
     _on_rollback: list[Callable[[], None]] = field(default_factory=list)
 
-    def record(self, resource: str, resource_id: str, operation: str, project_id: str | None = None) -> None:
-        self.events.append(Event(resource, resource_id, operation, project_id))
+    def record(self, resource: str, resource_id: str, operation: str, project_id: str | None = None, *,
+               type: str | None = None, detail: str | None = None) -> None:  # fmt: skip
+        """An event of this transaction; it carries the id of the request at work (wire/request_ids.py)."""
+        self.events.append(Event(resource, resource_id, operation, project_id, type, request_ids.current.get(),
+                                 None if detail is None else detail[:MAX_DETAIL]))  # fmt: skip
+
+    def describe(self, type: str, detail: str | None = None, request_id: str | None = None) -> None:
+        """Give the event recorded last a type of its own (port.active, host.down), a reason, the request id of
+        what it realises (an agent's report names the request that made the port)."""
+        last = self.events[-1]
+        self.events[-1] = replace(last, type=type, detail=None if detail is None else detail[:MAX_DETAIL],
+                                  request_id=request_id or last.request_id)  # fmt: skip
 
     def record_published(self, event: Event, revision: int) -> None:
         """An event whose statement bumped the counter to `revision` and wrote its row; only as the first event
@@ -201,7 +223,7 @@ class Store:
     def read(self, snapshot: bool = False) -> Iterator[Connection]:
         """A reading transaction. `snapshot`: every statement sees the same committed state (SQLite's
         transactions always do; PostgreSQL needs REPEATABLE READ for it)."""
-        with self.engine.connect() as conn:
+        with timed("read"), self.engine.connect() as conn:
             if snapshot and not self.is_sqlite:
                 conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
@@ -243,7 +265,7 @@ class Store:
         tx = Tx(conn, store=self)
         span = None
         try:
-            with conn.begin():
+            with timed("write"), conn.begin():
                 yield tx
                 span = self._publish(tx)
                 if span is not None:
@@ -300,30 +322,17 @@ class Store:
             first, rest = tx.prepublished, tx.events[1:]
             if rest:  # after it, as its bump keeps the counter row locked: first+1 ..
                 last = int(_BUMP.scalar(tx.conn, {"n": len(rest)}))
-                _INSERT_EVENTS.run(tx.conn, [
-                    {"revision": last - len(rest) + 1 + i, "resource": e.resource, "resource_id": e.resource_id,
-                     "operation": e.operation, "project_id": e.project_id, "created_at": tx.now}
-                    for i, e in enumerate(rest)
-                ])  # fmt: skip
+                _INSERT_EVENTS.run(tx.conn, [_event_row(e, tx.now, last - len(rest) + 1 + i)
+                                             for i, e in enumerate(rest)])  # fmt: skip
                 return first, last
             return first, first
         n = len(tx.events)
         if n == 1 and not self.is_sqlite:
-            e = tx.events[0]
-            last = _PUBLISH_ONE_PG.scalar(tx.conn, {"resource": e.resource, "resource_id": e.resource_id,
-                                                    "operation": e.operation, "project_id": e.project_id,
-                                                    "created_at": tx.now})  # fmt: skip
+            last = _PUBLISH_ONE_PG.scalar(tx.conn, _event_row(tx.events[0], tx.now))
             return int(last), int(last)
         last = int(_BUMP.scalar(tx.conn, {"n": n}))
         first = last - n + 1
-        _INSERT_EVENTS.run(
-            tx.conn,
-            [
-                {"revision": first + i, "resource": e.resource, "resource_id": e.resource_id,
-                 "operation": e.operation, "project_id": e.project_id, "created_at": tx.now}
-                for i, e in enumerate(tx.events)
-            ],
-        )  # fmt: skip
+        _INSERT_EVENTS.run(tx.conn, [_event_row(e, tx.now, first + i) for i, e in enumerate(tx.events)])
         return first, last
 
     def on_commit(self, listener: Callable[[int], None]) -> None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy import Connection
@@ -15,6 +15,23 @@ class Event:
     resource_id: str
     operation: str  # create | update | delete
     project_id: str | None = None
+    # What followers of the stream see (`cloudnet monitor`), not what identifies the change (the change feed
+    # compares events by the fields above): the event's type (default: `<resource>.<operation>d`, port.created),
+    # what caused it (the request's id) and a reason (why a port failed, why a host is down).
+    type: str | None = field(default=None, compare=False)
+    request_id: str | None = field(default=None, compare=False)
+    detail: str | None = field(default=None, compare=False)
+
+    def typed(self) -> str:
+        return self.type or default_type(self.resource, self.operation)
+
+
+PAST = {"create": "created", "update": "updated", "delete": "deleted"}
+MAX_DETAIL = 1000  # the column's length: a reason is cut to it
+
+
+def default_type(resource: str, operation: str) -> str:
+    return f"{resource}.{PAST.get(operation, operation)}"
 
 
 class Transaction(Protocol):

@@ -70,6 +70,10 @@ events = Table(
     Column("operation", String(16), nullable=False),
     Column("project_id", PROJECT, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # (followers of the stream only: store/events.py)
+    Column("type", String(64), nullable=True),
+    Column("request_id", String(64), nullable=True),
+    Column("detail", String(1000), nullable=True),
 )
 
 networks = Table(
@@ -376,6 +380,8 @@ quotas = Table(
 Index("ix_ports_network_id_device_owner", ports.c.network_id, ports.c.device_owner)
 Index("ix_ip_allocations_network_id_ip_address", ip_allocations.c.network_id, ip_allocations.c.ip_address)
 Index("ix_tags_tag", tags.c.tag)
+# A member follows the log of their own project (services/events.py) without reading everyone's events.
+Index("ix_events_project_id_revision", events.c.project_id, events.c.revision)
 # A group's members without reading the table: every host's desired state gathers its remote groups' members.
 Index("ix_port_security_groups_security_group_id_port_id", port_security_groups.c.security_group_id,
       port_security_groups.c.port_id)  # fmt: skip

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any
 
+from cloudnet import metrics
 from cloudnet.agent.metadata.ratelimit import RateLimiter
 from cloudnet.agent.metadata.relay import (
     Caller,
@@ -35,6 +36,22 @@ MAX_CONNECTIONS_PER_SOURCE = 64
 MISS_WAIT = 2.0  # seconds an unknown caller's request waits for the agent's next states before its 404
 TOO_MANY_CONNECTIONS = http1.plain(429, "Too many connections.", ("Retry-After", "1"))
 TOKEN_FORWARDED = http1.plain(403, "Forbidden: token requests must not carry X-Forwarded-For.")
+
+
+def tree_of(path: str) -> str:
+    """Which tree a guest asked for, as a metric label: openstack, ec2 (dated or latest), root or other."""
+    first = path.lstrip("/").partition("/")[0].partition("?")[0]
+    if first == "openstack":
+        return "openstack"
+    if first == "latest" or (first[:4].isdigit() and first[4:5] == "-"):
+        return "ec2"
+    return "root" if not first else "other"
+
+
+def _counted(request: Request, response: Response, seconds: float) -> None:
+    tree = tree_of(request.path)
+    metrics.METADATA_REQUESTS.labels(tree, str(response.status)).inc()
+    metrics.METADATA_DURATION.labels(tree).observe(seconds)
 
 
 class Relay:
@@ -123,7 +140,10 @@ class NetworkGuests:
         """The proxy's own answers; None to forward the request, or to look for an unknown caller again
         once the state is newer (asked once per request)."""
         caller = self.relay.callers.find(self.network_id, _address(request.peer))
-        return None if caller is None else self._refusal(caller, request)
+        response = None if caller is None else self._refusal(caller, request)
+        if response is not None:
+            _counted(request, response, 0.0)
+        return response
 
     def _refusal(self, caller: Caller, request: Request) -> Response | None:
         wait = self.relay.limiter.take(caller.instance_id)
@@ -136,6 +156,12 @@ class NetworkGuests:
         return None
 
     async def answer(self, request: Request) -> Response:
+        started = time.perf_counter()
+        response = await self._answer(request)
+        _counted(request, response, time.perf_counter() - started)
+        return response
+
+    async def _answer(self, request: Request) -> Response:
         address = _address(request.peer)
         caller = self.relay.callers.find(self.network_id, address)
         if caller is None:  # not known (yet): `answer_now` passed it on without checks

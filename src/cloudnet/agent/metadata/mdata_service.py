@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import httpx
 import uvloop
 
+from cloudnet import metrics
 from cloudnet.agent.client import ApiClient, InstanceMetadata, error_message
 from cloudnet.agent.metadata import keyspace, mdata_sockets
 from cloudnet.agent.metadata.keyspace import KeySpace, UnservableValue
@@ -55,6 +56,7 @@ from cloudnet.wire.mdata_protocol import (
 
 log = logging.getLogger("cloudnet.mdata")
 T = TypeVar("T")
+COMMANDS = frozenset({GET, KEYS, PUT, DELETE})  # (a metric label: anything else a guest sends is "other")
 
 
 class MdataService:
@@ -279,10 +281,16 @@ class MdataService:
         if parsed is None:
             inst.dropped += 1
             log.debug("instance %s: dropped a malformed frame", inst.id)
+            metrics.MDATA_REQUESTS.labels("invalid", "dropped").inc()
             return None
         if isinstance(parsed, Reply):
+            metrics.MDATA_REQUESTS.labels("negotiate", "answered").inc()
             return parsed.data
-        req = parsed
+        command = parsed.op if parsed.op in COMMANDS else "other"
+        metrics.MDATA_REQUESTS.labels(command, "write" if parsed.op in (PUT, DELETE) else "answered").inc()
+        return self._answer(inst, parsed)
+
+    def _answer(self, inst: Instance, req: Request) -> Answer:
         if req.op == GET:
             key = _text(req.arg)
             if not key:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cloudnet import metrics
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.steps import FIRST_RETRY
 
@@ -177,6 +178,7 @@ class Dnsmasqs:
             if _alive(server.pid, server.cmd):
                 return
             log.warning("dnsmasq of %s %s (pid %s) died; restarting", self.what, server.key, server.pid)
+            metrics.DNSMASQ_RESTARTS.inc()
             if now - server.started > MAX_BACKOFF:
                 server.attempts = 0
             server.pid, server.retry_at = None, now

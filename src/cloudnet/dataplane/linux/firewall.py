@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cloudnet import metrics
 from cloudnet.dataplane import security
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux import conntrack, fw_check, fw_render, fw_script, names, nft
@@ -116,6 +117,7 @@ class NftFirewall:
         except StepFailed as exc:
             self._applied = None  # whatever happened, the next attempt writes the tables whole
             return {pid: f"firewall: {exc.reason}" for pid in candidates}
+        metrics.FIREWALL_ELEMENTS.set(sum(len(part.elements) for part in (self._applied or {}).values()))
         budget = steps.timeout * ZONE_BUDGET
         for zone, ports in self._zones_due:
             with contextlib.suppress(StepFailed):  # (reported, and tried again; the filters are in place)

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from cloudnet import metrics
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux import nft, nft_state
 from cloudnet.dataplane.linux.nat_plan import (
@@ -57,12 +58,14 @@ class NatTables:
         self._shadows: dict[str, _Shadow] = {}
         self._forwards: dict[str, dict[ForwardKey, tuple[int, Elements]]] = {}
         self._empty: set[str] = set()  # namespaces just made: nothing to read back
+        self._elements: dict[str, int] = {}  # namespace -> its forwards' elements (the metric's sum)
 
     def forget(self, namespace: str, *, new: bool = False) -> None:
         """Drop what is known of the namespace; `new`: it was just made, so it holds no tables at all."""
         nft.forget(namespace)
         self._shadows.pop(namespace, None)
         self._forwards.pop(namespace, None)
+        self._counted(namespace, {})
         self._empty.discard(namespace)
         if new:
             self._empty.add(namespace)
@@ -81,6 +84,7 @@ class NatTables:
             try:
                 self._apply_difference(namespace, shadow, structures, known, mine)
                 self._forwards[namespace] = mine
+                self._counted(namespace, mine)
                 return []
             except nft.NftError as exc:
                 log.warning("NAT of %s: a transaction failed (%s); reading the kernel back", namespace, exc)
@@ -88,7 +92,14 @@ class NatTables:
         desired = {v: merge(els for ver, els in mine.values() if ver == v) for v in (4, 6)}
         found += self._converge(namespace, structures, desired)
         self._forwards[namespace] = mine
+        self._counted(namespace, mine)
         return found
+
+    def _counted(self, namespace: str, mine: dict[ForwardKey, tuple[int, Elements]]) -> None:
+        self._elements[namespace] = sum(len(items) for _v, els in mine.values() for items in els.values())
+        if not self._elements[namespace]:
+            del self._elements[namespace]
+        metrics.FORWARD_ELEMENTS.set(sum(self._elements.values()))
 
     def _trusted(self, namespace: str, check: bool) -> _Shadow | None:
         """The shadow, if the kernel provably still holds it; else None (read it back)."""

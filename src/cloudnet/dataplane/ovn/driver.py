@@ -32,6 +32,7 @@ from cloudnet.dataplane.ovn.vm_ports import VmPorts
 from cloudnet.dataplane.ovn.vswitch import Vswitch
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 from cloudnet.namespaces import managed_ns_prefix
+from cloudnet.ovn.restarts import Restarts
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class OvnDataplane:
         self.vms = VmPorts(host, self.chassis, self.host_ns, vm_owner or tapdev.Owner())
         self.metadata = MetadataPorts(host)
         self.uplinks = Uplinks(uplinks or {})
+        self.restarts = Restarts.of_chassis(ovs_url)
         self._bound: set[str] = set()
         self._full_done = False
         self._kept: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # (ports, namespaces)
@@ -80,6 +82,7 @@ class OvnDataplane:
 
     def apply(self, state: DesiredState, full: bool = True, check: bool = False) -> list[PortReport]:
         full = full or check or not self._full_done
+        self.restarts.look()
         self.sb.changed.clear()  # (bindings that change from here on are seen by the next pass)
         try:
             self._bound = self.sb.bound()
@@ -88,7 +91,7 @@ class OvnDataplane:
         plugged = [i["id"] for i in state["instances"] if any(self.ports.is_plugged(p) for p in i["ports"])]
         guard = ns_guard.InstanceNamespaces(self.host, state["instances"], plugged)
         run = OvnPass(state, full, self.host_ns, self.vswitch, guard, self.steps, self._bound,
-                      self._ours() if full else {})  # fmt: skip
+                      self._ours() if full else {}, read_bound=self.sb.bound)  # fmt: skip
         self.uplinks.apply(run)
         reports = self.ports.apply(run) + self.vms.apply(run)
         served, metadata_reports = self.metadata.apply(run)

@@ -13,12 +13,14 @@ names without this host's mark for this port is somebody else's, and the whole N
 anything is touched. The kernel takes no alias when it makes a bridge or a veth, so they are made under a name of
 cloudnet's (the `cnh` prefixes), marked, then renamed: a device with a Nova name is never unmarked. Everything is
 made down, with IPv6 off (no link-local address of the host's own talking to the guest or the network), joined,
-and set up last; applying again changes nothing but what differs (the MTU, a lost bridge membership, a down link).
+and set up last; the bridge and the veth first (qvo on br-int next), the tap last, as os-vif and the VMM's tap come
+in that order; applying again changes nothing but what differs (the MTU, a lost bridge membership, a down link).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
@@ -94,39 +96,54 @@ def refuse_foreign(links: dict[str, Link], devices: Nic, alias: str) -> None:
             raise tapdev.NotOurs(f"{what} named {name} that cloudnet did not make is in the way (left alone)")
 
 
-def ensure(ns: str, host: str, port_id: str, mac: str, mtu: int, owner: tapdev.Owner) -> bool:
+def ensure(ns: str, host: str, port_id: str, mac: str, mtu: int, owner: tapdev.Owner,
+           before_tap: Callable[[], None] | None = None) -> bool:  # fmt: skip
     """The NIC's devices in namespace `ns`, joined and up, with this MTU (guard.ensure first: the tap's frames are
-    filtered from the moment it joins its bridge). True when something was made."""
+    filtered from the moment it joins its bridge). True when something was made.
+
+    The bridge and the veth first, up, then `before_tap` (the driver puts qvo on br-int there, so ovn-controller
+    binds the port while the tap is made), the tap last: as os-vif plugs them before the VMM's tap exists, so that
+    a new tap has only its enslave and its link up left once it appears (what a VMM waits for)."""
     devices, alias = nic(port_id), tuntap.mark(host, port_id)
     temps = (_temp(TEMP_BRIDGE, port_id), _temp(TEMP_BRIDGE_LEG, port_id), _temp(TEMP_SWITCH_LEG, port_id))
     with netns.iproute(ns) as ipr:
         links = _links(ipr, devices.all() + temps)
         refuse_foreign(links, devices, alias)
-        made = tapdev.ensure(ns, devices.tap, host, port_id, mac, mtu, owner)
+        made = devices.bridge not in links or devices.bridge_leg not in links or devices.switch_leg not in links
         if devices.bridge not in links:
             _bridge(ipr, links, temps[0], devices.bridge, alias, mtu)
-            made = True
         if devices.bridge_leg not in links or devices.switch_leg not in links:
             _pair(ns, ipr, links, port_id, devices, alias, mtu)
-            made = True
-        if made:
-            links = _links(ipr, devices.all())
-            with netns.entered(ns):
-                for name in devices.all():
-                    with contextlib.suppress(FileNotFoundError):  # (IPv6 off in the kernel: nothing to turn off)
-                        netns.write_sysctl(None, f"net/ipv6/conf/{name}/disable_ipv6", "1")
-        got = {name: links[name] for name in devices.all() if name in links}
-        for name in devices.all():
-            if name not in got:
-                raise tapdev.NotOurs(f"{name} went away while it was plugged")
-        bridge = got[devices.bridge].index
-        for name in (devices.bridge_leg, devices.tap):
-            if got[name].master != bridge:
-                ipr.link("set", index=got[name].index, master=bridge)
-        for name in (devices.bridge, devices.bridge_leg, devices.switch_leg, devices.tap):
-            if got[name].mtu != mtu or not got[name].up:
-                ipr.link("set", index=got[name].index, mtu=mtu, state="up")
-    return made
+        legs = (devices.bridge, devices.bridge_leg, devices.switch_leg)
+        got = _joined(ns, ipr, legs, links, made, mtu, devices.bridge_leg)
+        if before_tap is not None:
+            before_tap()
+        tap_made = tapdev.ensure(ns, devices.tap, host, port_id, mac, mtu, owner)
+        _joined(ns, ipr, (devices.tap,), links, tap_made, mtu, devices.tap, got[devices.bridge].index)
+    return made or tap_made
+
+
+def _joined(ns: str, ipr: IPRoute, names_: tuple[str, ...], links: dict[str, Link], made: bool, mtu: int,
+            join: str, bridge: int | None = None) -> dict[str, Link]:  # fmt: skip
+    """These devices (`links`: as read before any was made) with IPv6 off when just made, `join` on the bridge (the
+    first of `names_` unless `bridge` is its index), then all up with this MTU, in that order."""
+    if made:
+        links = _links(ipr, names_)
+        with netns.entered(ns):
+            for name in names_:
+                with contextlib.suppress(FileNotFoundError):  # (IPv6 off in the kernel: nothing to turn off)
+                    netns.write_sysctl(None, f"net/ipv6/conf/{name}/disable_ipv6", "1")
+    got = {name: links[name] for name in names_ if name in links}
+    for name in names_:
+        if name not in got:
+            raise tapdev.NotOurs(f"{name} went away while it was plugged")
+    master = got[names_[0]].index if bridge is None else bridge
+    if got[join].master != master:
+        ipr.link("set", index=got[join].index, master=master)
+    for name in names_:
+        if got[name].mtu != mtu or not got[name].up:
+            ipr.link("set", index=got[name].index, mtu=mtu, state="up")
+    return got
 
 
 def _index(ipr: IPRoute, name: str) -> int:
@@ -141,8 +158,9 @@ def _bridge(ipr: IPRoute, links: dict[str, Link], temp: str, name: str, alias: s
     if temp in links:
         veth.delete(ipr, temp)  # (an interrupted make's, unmarked)
     ipr.link("add", ifname=temp, kind="bridge", mtu=mtu, br_stp_state=0, br_forward_delay=0, br_mcast_snooping=0)
-    ipr.link("set", index=_index(ipr, temp), ifalias=alias)
-    ipr.link("set", index=_index(ipr, temp), ifname=name)
+    index = _index(ipr, temp)
+    ipr.link("set", index=index, ifalias=alias)
+    ipr.link("set", index=index, ifname=name)
 
 
 def _pair(ns: str, ipr: IPRoute, links: dict[str, Link], port_id: str, devices: Nic, alias: str, mtu: int) -> None:
@@ -152,8 +170,9 @@ def _pair(ns: str, ipr: IPRoute, links: dict[str, Link], port_id: str, devices: 
         if name in links:
             veth.delete(ipr, name)  # (ours: refuse_foreign checked the Nova names, the temporary ones are cloudnet's)
     ipr.link("add", ifname=temps[0], kind="veth", mtu=mtu, peer={"ifname": temps[1], "mtu": mtu})
-    for temp in temps:
-        ipr.link("set", index=_index(ipr, temp), ifalias=alias)
+    indexes = [_index(ipr, temp) for temp in temps]
+    for index in indexes:
+        ipr.link("set", index=index, ifalias=alias)
     veth.tx_checksum_off(ns, temps[0])
-    for temp, name in zip(temps, (devices.bridge_leg, devices.switch_leg), strict=True):
-        ipr.link("set", index=_index(ipr, temp), ifname=name)
+    for index, name in zip(indexes, (devices.bridge_leg, devices.switch_leg), strict=True):
+        ipr.link("set", index=index, ifname=name)

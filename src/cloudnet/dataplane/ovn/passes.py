@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cloudnet.dataplane.base import DesiredState
@@ -23,3 +24,5 @@ class OvnPass:
     wanted: set[str] = field(default_factory=set)  # the br-int ports this pass keeps (the rest is collected)
     wanted_ns: set[str] = field(default_factory=set)  # the namespaces it keeps
     vif_networks: set[str] = field(default_factory=set)  # networks with an instance port plugged here
+    # SB's bindings read again (the IDL's mirror, no round trip): for ports ovn-controller bound during this pass
+    read_bound: Callable[[], set[str]] = set
