@@ -1,5 +1,6 @@
 """OVN's NB and SB clusters over SSL (tests/support/ovn_cluster.py with tls: `cloudnet serve --tls`, the other two
-members' certificates from join tokens): Raft and clients on ssl:/pssl: only, no plain TCP listener off loopback;
+members' and the chassis' certificates from join tokens): Raft and clients on ssl:/pssl: only, no plain TCP listener
+off loopback; the chassis keeps and makes bindings when the SB leader is killed;
 a plain TCP client and one with another CA's certificate get nothing; a token gets no member certificate for an
 address outside the clusters; a member renews its certificate when due; the NB writer follows a new leader over
 SSL."""
@@ -19,20 +20,24 @@ from cloudnet.dataplane.kernel import netns
 from cloudnet.ovn import cluster, daemons
 from cloudnet.ovn.cluster import servers
 from cloudnet.pki import rotation, tls, x509
-from tests.ovn.test_cluster import (  # (the same test, run on this module's rig: over SSL)
+from tests.ovn.test_cluster import (  # (the same tests, run on this module's rig: over SSL)
+    test_a_chassis_keeps_and_makes_bindings_when_the_sb_leader_is_killed,
     test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates,
 )
 from tests.support.ovn import UNDERLAY
 from tests.support.ovn_cluster import API_PORT, CHASSIS, SERVERS, ClusterRig, cluster_rig
 from tests.support.tls import aged
 
-__all__ = ["test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates"]
+__all__ = [
+    "test_a_chassis_keeps_and_makes_bindings_when_the_sb_leader_is_killed",
+    "test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates",
+]
 PORTS = (6641, 6642, 6643, 6644)
 
 
 @pytest.fixture(scope="module")
 def rig() -> Iterator[ClusterRig]:
-    with cluster_rig(agent=False, tls=True) as r:
+    with cluster_rig(tls=True) as r:
         yield r
 
 
@@ -64,12 +69,18 @@ def test_the_clusters_form_over_ssl_with_no_plain_tcp_listener_off_loopback(rig:
         # (host 1's API: uvicorn with TLS, on every address of its namespace)
         assert others == ({f"0.0.0.0:{API_PORT}"} if index == 1 else set()), others
         assert own <= _listeners(rig.ns(index))
+    assert {a for a in _listeners(rig.chassis_ns) if not _loopback(a)} == set()
     # Each of those speaks SSL only: a client with a certificate of the cloud's CA gets an answer, on every member.
     for address in rig.addresses:
         for port, db in ((6641, "OVN_Northbound"), (6642, "OVN_Southbound")):
             got = _client(rig, cluster.connect(port, address, ssl=True), rig.ssl(2))
             assert got.returncode == 0 and db in got.stdout, got.stderr
     assert "ssl:" in (rig.root / "server.log").read_text().split("--ovn-sb ", 1)[1].split()[0]
+    # The chassis joined with a token: its ovn-controller has the SSL list and its own certificate.
+    chassis = rig.root / "c" / "ovn-chassis"
+    vsctl = ["ovs-vsctl", f"--db=unix:{chassis / 'db.sock'}"]
+    assert daemons.run(chassis, [*vsctl, "get", "Open_vSwitch", ".", "external_ids:ovn-remote"]).strip('"\n') == rig.sb
+    assert "host.crt" in daemons.run(chassis, [*vsctl, "get-ssl"])
 
 
 def test_a_plain_tcp_client_and_one_of_another_ca_get_nothing(rig: ClusterRig, tmp_path: Path) -> None:

@@ -108,18 +108,26 @@ class ClusterRig:
         join = []
         if self.tls and not Joined.files(self.state(index))[1].exists():
             name = f"srv{index}-{self.suffix}"
-            with self.api() as api:
-                r = api.post(f"/hosts/{name}/join-tokens", json={"join_token": {}})
-                assert r.status_code == 201, r.text
-            join = ["--join", f"https://{self.addresses[0]}:{API_PORT}", r.json()["join_token"]["token"], "--host",
-                    name]  # fmt: skip
+            join = ["--join", f"https://{self.addresses[0]}:{API_PORT}", self.join_token(name), "--host", name]
         self._start(f"join{index}", self.ns(index), ["ovn", "join", *self.cluster_args(index), *join])
 
     def start_agent(self) -> None:
-        server = f"http://{self.addresses[0]}:{API_PORT}"
-        self._start("agent", self.chassis_ns, ["agent", "--dataplane", "ovn", "--ovn-sb", self.sb, "--host",
-                                               self.host, "--state-dir", str(self.root / "c"), "--server", server,
+        """The chassis host's agent (tls: joined with a token, which hands it the SB list and its certificate)."""
+        if self.tls:
+            token = self.join_token(self.host)
+            access = ["--join", f"https://{self.addresses[0]}:{API_PORT}", token]
+        else:
+            access = ["--ovn-sb", self.sb, "--server", f"http://{self.addresses[0]}:{API_PORT}"]
+        self._start("agent", self.chassis_ns, ["agent", "--dataplane", "ovn", *access, "--host", self.host,
+                                               "--state-dir", str(self.root / "c"),
                                                "--metadata-url", "off"])  # fmt: skip
+
+    def join_token(self, host: str) -> str:
+        """A join token for `host`, from host 1's API (`cloudnet host join-token`)."""
+        with self.api() as api:
+            r = api.post(f"/hosts/{host}/join-tokens", json={"join_token": {}})
+        assert r.status_code == 201, r.text
+        return str(r.json()["join_token"]["token"])
 
     def stop_proc(self, name: str) -> int:
         proc = self.procs.pop(name)
