@@ -7,6 +7,7 @@ SSL."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from tests.ovn.test_cluster import (  # (the same tests, run on this module's ri
 )
 from tests.support.ovn import UNDERLAY
 from tests.support.ovn_cluster import API_PORT, CHASSIS, SERVERS, ClusterRig, cluster_rig
+from tests.support.process import CLOUDNET
 from tests.support.tls import aged
 
 __all__ = [
@@ -158,3 +160,21 @@ def test_a_member_renews_its_certificate_when_due_and_serves_the_new_one(rig: Cl
     x509.write_private(cert_file, cert_file.read_bytes())
     rig.until("host 3's ovn-northd restarted", lambda: daemons.pids(rig.rundir(3)).get("ovn-northd") not in
               (None, northd))  # fmt: skip
+
+
+def test_a_host_certificate_of_an_agents_join_is_refused_as_a_members(tmp_path: Path) -> None:
+    """A host that joined as a chassis (a client certificate naming its host only) is not made a member over SSL
+    with it: its peers would refuse it as a server; it is told to join with a new token, and nothing starts."""
+    ca = x509.new_authority()
+    key = x509.new_key()
+    cert = ca.host_cert("db2", x509.load_csr(x509.new_csr("db2", key).decode()))
+    ca_file, cert_file, key_file, _secret = joining.Joined.files(tmp_path)
+    for path, data in ((ca_file, ca.pem), (cert_file, x509.cert_pem(cert)), (key_file, x509.key_pem(key))):
+        x509.write_private(path, data)
+    joined = {"server": "https://192.0.2.1:9696", "host": "db2", "ovn_sb": None, "metadata_url": None}
+    x509.write_private(joining.Joined.dir(tmp_path) / "joined.json", json.dumps(joined).encode())
+    argv = [CLOUDNET, "ovn", "join", "--ovn-cluster", "192.0.2.1,192.0.2.2,192.0.2.3", "--ovn-listen", "192.0.2.2",
+            "--state-dir", str(tmp_path)]  # fmt: skip
+    got = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert got.returncode != 0 and "is not a cluster member's at 192.0.2.2" in got.stderr, got.stderr
+    assert daemons.pids(tmp_path / "ovn") == {}
