@@ -88,7 +88,11 @@ def _ssl(state_dir: Path, local: str, join: tuple[str, str] | None, host: str | 
     if join_or_load(state_dir, join, host or socket.gethostname(), host, ovn_member=local) is None:
         return None
     ca, cert, key, _secret = joining.Joined.files(state_dir)
-    if not x509.names_address(x509.load_cert(cert), local):  # (an agent's join: a client certificate only)
+    try:
+        mine = x509.load_cert(cert)
+    except x509.PkiError as exc:
+        raise CliError(f"cannot read this host's certificate: {exc}") from None
+    if not x509.names_address(mine, local):  # (an agent's join: a client certificate only)
         raise CliError(f"this host's certificate ({cert}) is not a cluster member's at {local}: join with a new "
                        "token (--join URL TOKEN) for one")  # fmt: skip
     return daemons.Ssl(key, cert, ca)
