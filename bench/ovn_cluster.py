@@ -13,7 +13,10 @@ before the next try (one restarted a moment ago may be a term behind, and a lead
 several seconds on OVS 3.5). Raft's election timer is OVN's default (1 s: a follower waits 1-2 s of silence before
 it stands).
 
-Usage (root): .venv/bin/python bench/ovn_cluster.py [--tries 10]
+With --tls the clusters run over SSL (`serve --tls`, the other members' certificates from join tokens: Raft and
+the writer's IDL on ssl:), the same figures.
+
+Usage (root): .venv/bin/python bench/ovn_cluster.py [--tries 10] [--tls]
 """
 
 from __future__ import annotations
@@ -55,10 +58,12 @@ def one_try(rig: ClusterRig, network: str, n: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tries", type=int, default=10)
+    parser.add_argument("--tls", action="store_true", help="the clusters over SSL")
     args = parser.parse_args()
-    print(f"ovn_cluster: NB leader killed -9 while the API is written to ({versions()}), {args.tries} tries")
+    wire = "SSL" if args.tls else "plain TCP"
+    print(f"ovn_cluster: NB leader killed -9 while the API is written to ({versions()}, {wire}), {args.tries} tries")
     machine_load()
-    with cluster_rig(agent=False) as rig:
+    with cluster_rig(agent=False, tls=args.tls) as rig:
         with rig.api() as api:
             net = api.post("/networks", json={"network": {"name": "bench"}}).json()["network"]
             assert api.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": "10.80.0.0/20"}}).is_success

@@ -1,7 +1,7 @@
 """OVN for `cloudnet up|serve --dataplane ovn`: NB/SB databases and ovn-northd under <state-dir>/ovn/ (or, with
 --ovn-nb/--ovn-sb, existing ones; with --ovn-listen ADDR also on TCP there, for other hosts' chassis; with
---ovn-cluster, this host's members of the NB and SB Raft clusters), this host's chassis for `up`, and the server's
-northbound writer."""
+--ovn-cluster, this host's members of the NB and SB Raft clusters: over SSL with --tls, as the listener), this
+host's chassis for `up`, and the server's northbound writer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cloudnet.config import AgentConfig, ServerConfig
 from cloudnet.northbound.sync import NorthboundSync
-from cloudnet.ovn import cluster, daemons
+from cloudnet.ovn import cluster, daemons, idl
 from cloudnet.ovn.restarts import Restarts
 from cloudnet.pki import cloud, rotation, x509
 from cloudnet.store.db import Store
@@ -44,19 +44,23 @@ def _ssl(config: ServerConfig) -> daemons.Ssl:
     key = x509.new_key()
     cert = cloud.authority(config).server_cert([config.ovn_listen, "ovsdb"], key, client=True)
     ssl = daemons.Ssl(config.pki_dir / "ovsdb.key", config.pki_dir / "ovsdb.crt", cloud.ca_file(config))
+    x509.write_private(ssl.cert, x509.cert_pem(cert))  # (the certificate first: see agent/join.py's renew)
     x509.write_private(ssl.key, x509.key_pem(key))
-    x509.write_private(ssl.cert, x509.cert_pem(cert))
     return ssl
 
 
 def renew_ssl_if_due(config: ServerConfig) -> bool:
     """Make the databases' certificate again once 2/3 of its lifetime is gone: ovsdb-server re-reads its key and
     certificate files when they change (OVS's stream-ssl compares them at each reconfiguration), so new
-    connections get the new one and none is dropped."""
+    connections get the new one and none is dropped; a cluster member's ovn-northd, which connects over SSL with
+    it, is started again."""
     if not (config.tls and config.ovn_listen) or rotation.seconds_to_renewal(
         x509.load_cert(config.pki_dir / "ovsdb.crt")) > 0:  # fmt: skip
         return False
-    _ssl(config)
+    ssl = _ssl(config)
+    if config.ovn_cluster and config.ovn_listen:
+        members = cluster.Members(config.ovn_listen, config.ovn_cluster, ssl)
+        cluster.restart_northd(members.central(config.state_dir / "ovn"))
     return True
 
 
@@ -68,9 +72,6 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
         raise daemons.OvnError("--ovn-nb and --ovn-sb go together (or neither: OVN's databases start here)")
     if config.ovn_listen and config.ovn_nb is not None:
         raise daemons.OvnError("--ovn-listen is for OVN's databases started here, not with --ovn-nb/--ovn-sb")
-    if config.ovn_cluster and config.tls:
-        raise daemons.OvnError("--ovn-cluster with --tls: clustered databases run on plain TCP only so far (their Raft "
-                               "and client remotes); use one or the other")  # fmt: skip
     # Daemons a killed earlier run of this state dir left (found by their pidfiles here, nothing else).
     daemons.stop(rundir)
     central: daemons.Central | None = None
@@ -85,16 +86,21 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
             nb_url, sb_url = config.ovn_nb, config.ovn_sb
         elif config.ovn_cluster:
             assert config.ovn_listen is not None  # (the command line makes --ovn-listen one of the members)
-            central = cluster.start(rundir, cluster.Members(config.ovn_listen, config.ovn_cluster))
+            central = cluster.start(rundir, cluster.Members(config.ovn_listen, config.ovn_cluster, ssl))
             nb_url, sb_url = central.nb_clients, central.sb_clients
             remote_sb = sb_url
+            if ssl is not None:  # (the NB writer's IDL: the OVS library keeps one key and certificate per process)
+                idl.use_ssl(ssl.key, ssl.cert, ssl.ca)
+                if agent is not None:  # (this host's agent mirrors SB through the list too, in this process)
+                    agent.key_file, agent.cert_file, agent.ca_file = ssl.key, ssl.cert, ssl.ca
         else:
             central = daemons.start_central(rundir, ssl=ssl)
             nb_url, sb_url = central.nb_url, central.sb_url
         if agent is not None:
             chassis = daemons.start_chassis(rundir, agent.host, sb_url, encap_ip=agent.encap_ip,
                                             encap_port=agent.encap_port,
-                                            bridge_mappings=daemons.bridge_mappings(agent.uplinks))  # fmt: skip
+                                            bridge_mappings=daemons.bridge_mappings(agent.uplinks),
+                                            ssl=central.ssl if central is not None else None)  # fmt: skip
         # (after the chassis: its encap address may be the one listened on, and members retry until it is there)
         if central is not None and central.cluster is not None:
             cluster.wait_joined(central)

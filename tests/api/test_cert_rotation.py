@@ -4,7 +4,6 @@ made before goes on; a joined host renews its certificate over its current one, 
 
 from __future__ import annotations
 
-import datetime
 import http.client
 import os
 import signal
@@ -18,13 +17,12 @@ from urllib.parse import urlsplit
 
 import pytest
 from cryptography import x509 as cx
-from cryptography.hazmat.primitives import hashes
 
 from cloudnet.agent import join
 from cloudnet.agent.run import renew_when_due
 from cloudnet.config import AgentConfig
 from cloudnet.pki import join_token, rotation, tls, x509
-from tests.support.tls import ADMIN, TlsServer, tls_serve
+from tests.support.tls import ADMIN, TlsServer, aged, tls_serve
 
 
 def _write_ca(root: Path) -> tuple[x509.Authority, Path, Path]:
@@ -257,18 +255,6 @@ def test_a_host_renews_through_another_server_when_the_one_it_joined_is_gone(
         join.renew(state, context, [gone, server.url])  # refused by the one that answered: final
 
 
-def _aged(cert: cx.Certificate, ca: x509.Authority, days_gone: int, days_left: int) -> cx.Certificate:
-    """`cert` (same key, serial and extensions) signed again by the CA as if issued `days_gone` days ago."""
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (cx.CertificateBuilder().subject_name(cert.subject).issuer_name(cert.issuer)
-               .public_key(cert.public_key()).serial_number(cert.serial_number)
-               .not_valid_before(now - datetime.timedelta(days=days_gone))
-               .not_valid_after(now + datetime.timedelta(days=days_left)))  # fmt: skip
-    for extension in cert.extensions:
-        builder = builder.add_extension(extension.value, extension.critical)
-    return builder.sign(ca.key, hashes.SHA256())
-
-
 def test_the_agent_renews_at_two_thirds_of_the_lifetime(
     given: tuple[TlsServer, x509.Authority, Path, Path], tmp_path: Path
 ) -> None:
@@ -278,13 +264,13 @@ def test_the_agent_renews_at_two_thirds_of_the_lifetime(
     ca_file, crt, key, _secret = join.Joined.files(state)
     fresh = x509.load_cert(crt)
     assert rotation.seconds_to_renewal(fresh) > 200 * 86400  # a year's certificate: due in 8 months
-    aged = _aged(fresh, ca, days_gone=300, days_left=65)  # 2/3 of its lifetime gone: due
-    assert rotation.seconds_to_renewal(aged) < 0 < rotation.seconds_to_renewal(_aged(fresh, ca, 200, 165))
-    x509.write_private(crt, x509.cert_pem(aged))
+    old = aged(fresh, ca, days_gone=300, days_left=65)  # 2/3 of its lifetime gone: due
+    assert rotation.seconds_to_renewal(old) < 0 < rotation.seconds_to_renewal(aged(fresh, ca, 200, 165))
+    x509.write_private(crt, x509.cert_pem(old))
     config = AgentConfig(host="ager", state_dir=state, ca_file=ca_file, cert_file=crt, key_file=key)
     context = tls.client_context(ca_file, crt, key)
     stop = threading.Event()
-    renewer = threading.Thread(target=renew_when_due, args=(config, context, stop), daemon=True)
+    renewer = threading.Thread(target=renew_when_due, args=(state, [config.server], context, stop), daemon=True)
     renewer.start()
     try:
         deadline = time.monotonic() + 30

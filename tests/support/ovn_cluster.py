@@ -2,8 +2,10 @@
 cloudnet from the command line as an operator does: host 1 `cloudnet serve --dataplane ovn --ovn-cluster A,B,C
 --ovn-listen A` (the API, its NB writer, this host's NB and SB members, ovn-northd), hosts 2 and 3 `cloudnet ovn join
 --ovn-cluster A,B,C --ovn-listen B|C`, the chassis host `cloudnet agent --dataplane ovn --ovn-sb <every member>`.
-Names carry a random suffix; the stop ends the processes, then every daemon by its pidfiles, and removes the
-namespaces and the directory. Shared by tests/ovn/test_cluster.py and bench/ovn_cluster.py."""
+With `tls`, the server runs `--tls` and the other two get their member certificates with join tokens (`cloudnet ovn
+join --join URL TOKEN`): the clusters run over SSL. Names carry a random suffix; the stop ends the processes, then
+every daemon by its pidfiles, and removes the namespaces and the directory. Shared by tests/ovn/test_cluster.py,
+tests/ovn/test_cluster_tls.py and bench/ovn_cluster.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -24,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from cloudnet.agent.join import Joined
 from cloudnet.dataplane.base import metadata_ns_prefix
 from cloudnet.dataplane.kernel import netns
 from cloudnet.namespaces import managed_ns_prefix
@@ -38,8 +42,8 @@ API_PORT = 9696  # (in the rig's own namespace: nothing else listens there)
 
 
 class ClusterRig:
-    def __init__(self, root: Path) -> None:
-        self.root, self.suffix = root, uuid.uuid4().hex[:6]
+    def __init__(self, root: Path, tls: bool = False) -> None:
+        self.root, self.suffix, self.tls = root, uuid.uuid4().hex[:6], tls
         self.token = secrets.token_urlsafe(16)
         self.addresses = tuple(str(UNDERLAY[i]) for i in SERVERS)
         self.underlay = f"cn-raft-{self.suffix}-u"
@@ -56,8 +60,18 @@ class ClusterRig:
     def rundir(self, index: int) -> Path:
         return self.state(index) / "ovn"
 
+    def ssl(self, index: int) -> daemons.Ssl | None:
+        """Host `index`'s member certificate (tls): the server's made by itself, the others' by their joins."""
+        if not self.tls:
+            return None
+        if index == 1:
+            pki = self.state(1) / "pki"
+            return daemons.Ssl(pki / "ovsdb.key", pki / "ovsdb.crt", pki / "ca.crt")
+        ca, cert, key, _secret = Joined.files(self.state(index))
+        return daemons.Ssl(key, cert, ca)
+
     def members(self, index: int) -> cluster.Members:
-        return cluster.Members(self.addresses[index - 1], self.addresses)
+        return cluster.Members(self.addresses[index - 1], self.addresses, self.ssl(index))
 
     @property
     def nb(self) -> str:
@@ -84,18 +98,36 @@ class ClusterRig:
                 "--state-dir", str(self.state(index))]  # fmt: skip
 
     def start_server(self) -> None:
+        tls = ["--tls", "--tls-san", self.addresses[0]] if self.tls else []
         self._start("server", self.ns(1), ["serve", "--dataplane", "ovn", "--host", "0.0.0.0", "--port",
-                                           str(API_PORT), "--metadata-listen", "127.0.0.1:8775",
+                                           str(API_PORT), "--metadata-listen", "127.0.0.1:8775", *tls,
                                            *self.cluster_args(1)])  # fmt: skip
 
     def start_join(self, index: int) -> None:
-        self._start(f"join{index}", self.ns(index), ["ovn", "join", *self.cluster_args(index)])
+        """Host `index`'s `cloudnet ovn join` (tls: with a join token of host 1's API, the first time)."""
+        join = []
+        if self.tls and not Joined.files(self.state(index))[1].exists():
+            name = f"srv{index}-{self.suffix}"
+            join = ["--join", f"https://{self.addresses[0]}:{API_PORT}", self.join_token(name), "--host", name]
+        self._start(f"join{index}", self.ns(index), ["ovn", "join", *self.cluster_args(index), *join])
 
     def start_agent(self) -> None:
-        server = f"http://{self.addresses[0]}:{API_PORT}"
-        self._start("agent", self.chassis_ns, ["agent", "--dataplane", "ovn", "--ovn-sb", self.sb, "--host",
-                                               self.host, "--state-dir", str(self.root / "c"), "--server", server,
+        """The chassis host's agent (tls: joined with a token, which hands it the SB list and its certificate)."""
+        if self.tls:
+            token = self.join_token(self.host)
+            access = ["--join", f"https://{self.addresses[0]}:{API_PORT}", token]
+        else:
+            access = ["--ovn-sb", self.sb, "--server", f"http://{self.addresses[0]}:{API_PORT}"]
+        self._start("agent", self.chassis_ns, ["agent", "--dataplane", "ovn", *access, "--host", self.host,
+                                               "--state-dir", str(self.root / "c"),
                                                "--metadata-url", "off"])  # fmt: skip
+
+    def join_token(self, host: str) -> str:
+        """A join token for `host`, from host 1's API (`cloudnet host join-token`)."""
+        with self.api() as api:
+            r = api.post(f"/hosts/{host}/join-tokens", json={"join_token": {}})
+        assert r.status_code == 201, r.text
+        return str(r.json()["join_token"]["token"])
 
     def stop_proc(self, name: str) -> int:
         proc = self.procs.pop(name)
@@ -120,8 +152,11 @@ class ClusterRig:
     @contextmanager
     def api(self) -> Iterator[httpx.Client]:
         """A client of host 1's API; requests go from inside its namespace (keep the block to API calls)."""
-        with netns.entered(self.ns(1)), httpx.Client(base_url=f"http://127.0.0.1:{API_PORT}/v2.0", timeout=30,
-                                                      headers={"X-Auth-Token": self.token}) as client:  # fmt: skip
+        ca = self.state(1) / "pki" / "ca.crt"
+        scheme, verify = ("https", ssl.create_default_context(cafile=ca)) if self.tls else ("http", False)
+        with netns.entered(self.ns(1)), httpx.Client(base_url=f"{scheme}://127.0.0.1:{API_PORT}/v2.0", timeout=30,
+                                                      headers={"X-Auth-Token": self.token},
+                                                      verify=verify) as client:  # fmt: skip
             yield client
 
     def nbctl(self, *args: str) -> str:
@@ -210,9 +245,9 @@ def bound_here(rig: ClusterRig) -> set[str]:
 
 
 @contextmanager
-def cluster_rig(agent: bool = True) -> Iterator[ClusterRig]:
+def cluster_rig(agent: bool = True, tls: bool = False) -> Iterator[ClusterRig]:
     """The rig, its clusters formed, its API answering, its chassis' agent (with `agent`) registered."""
-    rig = ClusterRig(Path(tempfile.mkdtemp(prefix="cn-raft-", dir="/tmp")))  # (short: unix socket paths)
+    rig = ClusterRig(Path(tempfile.mkdtemp(prefix="cn-raft-", dir="/tmp")), tls)  # (short: unix socket paths)
     try:
         underlay_bridge(rig.underlay)
         for index in (*SERVERS, CHASSIS):
@@ -230,6 +265,8 @@ def cluster_rig(agent: bool = True) -> Iterator[ClusterRig]:
             json.dumps({"tokens": {rig.token: {"project_id": "admin", "role": "admin"}}})
         )
         rig.start_server()
+        if tls:  # (the joins' tokens come from the API, which answers once the first member made its clusters)
+            rig.until("the API answers", lambda: _answers(rig))
         for index in SERVERS[1:]:
             rig.start_join(index)
         rig.until("the NB and SB clusters formed", rig.formed)
@@ -243,6 +280,8 @@ def cluster_rig(agent: bool = True) -> Iterator[ClusterRig]:
 
 
 def _answers(rig: ClusterRig) -> bool:
+    if rig.tls and not (rig.state(1) / "pki" / "ca.crt").exists():
+        return False  # (the server makes its CA as it starts)
     try:
         with rig.api() as api:
             return api.get("/networks").status_code == 200

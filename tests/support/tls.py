@@ -3,6 +3,7 @@ joined host's certificate, with one of another CA."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography import x509 as cx
+from cryptography.hazmat.primitives import hashes
 
 from cloudnet.agent import join
 from cloudnet.pki import tls, x509
@@ -100,3 +102,15 @@ def foreign_cert(root: Path, host: str) -> tuple[Path, Path]:
     x509.write_private(paths[0], x509.cert_pem(cert))
     x509.write_private(paths[1], x509.key_pem(key))
     return paths
+
+
+def aged(cert: cx.Certificate, ca: x509.Authority, days_gone: int, days_left: int) -> cx.Certificate:
+    """`cert` (same key, serial and extensions) signed again by the CA as if issued `days_gone` days ago."""
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (cx.CertificateBuilder().subject_name(cert.subject).issuer_name(cert.issuer)
+               .public_key(cert.public_key()).serial_number(cert.serial_number)
+               .not_valid_before(now - datetime.timedelta(days=days_gone))
+               .not_valid_after(now + datetime.timedelta(days=days_left)))  # fmt: skip
+    for extension in cert.extensions:
+        builder = builder.add_extension(extension.value, extension.critical)
+    return builder.sign(ca.key, hashes.SHA256())

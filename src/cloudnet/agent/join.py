@@ -100,8 +100,10 @@ def fetch_ca(server: str, fingerprint: str, timeout: float = 30.0) -> bytes:
     return x509.cert_pem(cert)
 
 
-def join(server: str, token_text: str, host: str, state_dir: Path, timeout: float = 30.0) -> Joined:
-    """Redeem the token for a certificate of `host`, and write what the agent needs under <state>/join/."""
+def join(server: str, token_text: str, host: str, state_dir: Path, timeout: float = 30.0,
+         ovn_member: str | None = None) -> Joined:  # fmt: skip
+    """Redeem the token for a certificate of `host`, and write what the agent needs under <state>/join/
+    (`ovn_member`: what `cloudnet ovn join` needs, a certificate of the member of OVN's clusters at that address)."""
     server = server.rstrip("/")
     if urlsplit(server).scheme != "https":
         raise JoinError(f"a join goes over TLS: the server URL must be https://, not {server}")
@@ -113,7 +115,8 @@ def join(server: str, token_text: str, host: str, state_dir: Path, timeout: floa
         raise JoinError(f"host name {host!r} cannot go into a certificate (letters, digits, '.', '-', '_')")
     ca_pem = fetch_ca(server, token.ca_fingerprint, timeout)
     key = x509.new_key()
-    body = {"join": {"host": host, "token": str(token), "csr": x509.new_csr(host, key).decode()}}
+    body = {"join": {"host": host, "token": str(token), "csr": x509.new_csr(host, key).decode(),
+                     **({"ovn_member": ovn_member} if ovn_member else {})}}  # fmt: skip
     try:
         r = httpx.post(server + join_token.JOIN_PATH, json=body, verify=tls.client_context(ca_pem), timeout=timeout)
     except httpx.HTTPError as exc:
@@ -137,19 +140,25 @@ def join(server: str, token_text: str, host: str, state_dir: Path, timeout: floa
 
 
 def renew(
-    state_dir: Path, context: ssl.SSLContext, servers: Sequence[str] = (), timeout: float = 30.0
+    state_dir: Path,
+    context: ssl.SSLContext,
+    servers: Sequence[str] = (),
+    timeout: float = 30.0,
+    ovn_member: str | None = None,
 ) -> x509.Certificate:
     """A new certificate for a new key of this host, asked over its current certificate (in `context`, the one the
     agent's connections use): the pair replaces the files under <state>/join/ (ovn-controller re-reads them when they
     change), then `context` takes it in place, so new handshakes present it and open connections go on. Asked of the
     server it joined, then of the agent's other `servers` (any server answers: they share the CA and the database)
-    when one cannot be reached or cannot answer (5xx); a refusal (4xx) is final."""
+    when one cannot be reached or cannot answer (5xx); a refusal (4xx) is final. `ovn_member`: a cluster member's
+    certificate again, for that address (its ovsdb-servers re-read the files when they change)."""
     saved = load(state_dir)
     if saved is None:
         raise JoinError("this host never joined with a token: it has no certificate to renew")
     ca_path, cert_path, key_path, _secret = Joined.files(state_dir)
     key = x509.new_key()
-    body = {"certificate": {"csr": x509.new_csr(saved.host, key).decode()}}
+    body = {"certificate": {"csr": x509.new_csr(saved.host, key).decode(),
+                            **({"ovn_member": ovn_member} if ovn_member else {})}}  # fmt: skip
     path = join_token.RENEW_PATH.format(name=saved.host)
     failures = []
     for server in dict.fromkeys([saved.server, *servers]):  # (in order, once each)
@@ -172,8 +181,10 @@ def renew(
     x509.write_private(key_path.with_name("host.key.new"), x509.key_pem(key))
     x509.write_private(cert_path.with_name("host.crt.new"), x509.cert_pem(cert))
     context.load_cert_chain(cert_path.with_name("host.crt.new"), key_path.with_name("host.key.new"))
-    key_path.with_name("host.key.new").replace(key_path)  # (each file replaced whole: never half of either)
+    # Each file replaced whole (never half of either), the certificate first: OVS's stream-ssl takes a new pair only
+    # when it sees the key changed and then the certificate, and a key seen alone is never taken up again.
     cert_path.with_name("host.crt.new").replace(cert_path)
+    key_path.with_name("host.key.new").replace(key_path)
     log.info("host %s renewed its certificate: now %x, valid until %s", saved.host, cert.serial_number,
              cert.not_valid_after_utc)  # fmt: skip
     return cert

@@ -6,6 +6,7 @@ import logging
 import signal
 import ssl
 import threading
+from pathlib import Path
 
 from cloudnet.agent import join as joining
 from cloudnet.agent.agent import Agent, StateObserver
@@ -22,15 +23,17 @@ RENEW_RETRY = 60.0  # seconds between tries of a renewal that failed
 RENEW_CHECK = 3600.0  # seconds at most between looks at the certificate (a clock that jumped, a file replaced)
 
 
-def renew_when_due(config: AgentConfig, context: ssl.SSLContext, stop: threading.Event) -> None:
+def renew_when_due(state_dir: Path, servers: list[str], context: ssl.SSLContext, stop: threading.Event,
+                   ovn_member: str | None = None) -> None:  # fmt: skip
     """A joined host's certificate renewed at 2/3 of its lifetime (agent/join.py: over the current one, taken into
-    `context` in place), retried every RENEW_RETRY seconds while the server refuses or cannot be reached."""
-    assert config.cert_file is not None
+    `context` in place; `ovn_member`: a cluster member's), retried every RENEW_RETRY seconds while the server
+    refuses or cannot be reached."""
+    cert_file = joining.Joined.files(state_dir)[1]
     while not stop.is_set():
         try:
-            wait = rotation.seconds_to_renewal(x509.load_cert(config.cert_file))
+            wait = rotation.seconds_to_renewal(x509.load_cert(cert_file))
             if wait <= 0:
-                joining.renew(config.state_dir, context, servers_of(config.server))
+                joining.renew(state_dir, context, servers, ovn_member=ovn_member)
                 continue
         except (joining.JoinError, x509.PkiError, OSError) as exc:
             log.warning("this host's certificate was not renewed (again in %g s): %s", RENEW_RETRY, exc)
@@ -41,7 +44,8 @@ def renew_when_due(config: AgentConfig, context: ssl.SSLContext, stop: threading
 def build(config: AgentConfig) -> Agent:
     context = None if config.ca_file is None else tls.client_context(config.ca_file, config.cert_file, config.key_file)
     if context is not None and config.cert_file == joining.Joined.files(config.state_dir)[1]:
-        threading.Thread(target=renew_when_due, args=(config, context, threading.Event()), daemon=True,
+        threading.Thread(target=renew_when_due, args=(config.state_dir, servers_of(config.server), context,
+                                                      threading.Event()), daemon=True,
                          name="cloudnet-renewal").start()  # fmt: skip
     client = ApiClient(config.server, config.host, config.token, tls=context)
     report = drivers.host_report(config)

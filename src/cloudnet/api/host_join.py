@@ -65,8 +65,8 @@ async def join(request: Request) -> Response:
     if request.url.scheme != "https":  # a token and a secret are never answered in clear
         raise TlsRequired("Joins need the API over TLS (cloudnet serve --tls)")
     body = neutron.unwrap_one(await neutron.body_of(request), "join")
-    item = await call(host_join.redeem, st.store, body, authority)
     config = st.config
+    item = await call(host_join.redeem, st.store, body, authority, tuple(config.ovn_cluster), config.ovn_listen)
     # The metadata secret: the agent's proxy signs instance identities with it (wire/signing.py); handed over this
     # once on the authenticated channel, so that nobody copies secret files between hosts.
     secret = None
@@ -86,7 +86,8 @@ async def renew(request: Request, name: str) -> Response:
     if peer is None:
         raise CertificateRequired("A host renews its certificate over its current one (TLS client certificate)")
     body = neutron.unwrap_one(await neutron.body_of(request), "certificate")
-    item = await call(host_join.renew, st.store, _authority(st), peer.host, peer.serial, name, body)
+    item = await call(host_join.renew, st.store, _authority(st), peer.host, peer.serial, name, body,
+                      tuple(st.config.ovn_cluster), st.config.ovn_listen)  # fmt: skip
     return neutron.JSON({"certificate": item}, status_code=201)
 
 

@@ -45,22 +45,31 @@ Join = Annotated[
 ]  # fmt: skip
 
 
+def join_or_load(state_dir: Path, join: tuple[str, str] | None, host: str, explicit_host: str | None,
+                 ovn_member: str | None = None) -> joining.Joined | None:  # fmt: skip
+    """Join now as `host` if asked (`ovn_member`: for a member of OVN's clusters at that address), then what a join
+    wrote here (None: this host never joined with a token), which must be `explicit_host`'s if one is given."""
+    try:
+        if join is not None:
+            done = joining.join(join[0], join[1], host, state_dir, ovn_member=ovn_member)
+            member = f" (OVN cluster member at {ovn_member})" if ovn_member else ""
+            typer.echo(
+                f"joined {done.server} as host {done.host}{member}; certificate in {joining.Joined.dir(state_dir)}"
+            )
+        saved = joining.load(state_dir)
+    except joining.JoinError as exc:
+        raise CliError(f"cannot join: {exc}") from None
+    if saved is not None and explicit_host is not None and explicit_host != saved.host:
+        raise CliError(f"this host joined as {saved.host}, not {explicit_host} (its certificate names {saved.host})")
+    return saved
+
+
 def _joined(config: AgentConfig, join: tuple[str, str] | None, explicit_host: str | None) -> bool:
     """Join now if asked, then take what a join wrote (server, name, SB, metadata, certificate) as this agent's
     settings; False when this host never joined with a token."""
-    try:
-        if join is not None:
-            done = joining.join(join[0], join[1], config.host, config.state_dir)
-            typer.echo(
-                f"joined {done.server} as host {done.host}; certificate in {joining.Joined.dir(config.state_dir)}"
-            )
-        saved = joining.load(config.state_dir)
-    except joining.JoinError as exc:
-        raise CliError(f"cannot join: {exc}") from None
+    saved = join_or_load(config.state_dir, join, config.host, explicit_host)
     if saved is None:
         return False
-    if explicit_host is not None and explicit_host != saved.host:
-        raise CliError(f"this host joined as {saved.host}, not {explicit_host} (its certificate names {saved.host})")
     config.host, config.server = saved.host, saved.server
     config.ca_file, config.cert_file, config.key_file, secret = joining.Joined.files(config.state_dir)
     config.metadata_url = saved.metadata_url

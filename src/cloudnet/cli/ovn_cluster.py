@@ -1,38 +1,66 @@
 """`cloudnet ovn join` and `cloudnet ovn leave`: this server host's members of OVN's clustered NB and SB databases
 (and its ovn-northd) on a host that runs no API server of its own (`serve`/`up --ovn-cluster` run them beside
-the API)."""
+the API).
+
+Over SSL (the cloud's `serve --tls`), the member's certificate comes from a join token, as an agent's does
+(`--join URL TOKEN`, agent/join.py): its key is made here and never leaves, the server signs it (checked against
+the token's CA fingerprint) for this host's name and its --ovn-listen address, so no secret file is copied between
+hosts and the certificate is recorded (revocable) like any host's; later starts run from <state>/join/."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from cloudnet.agent import join as joining
+from cloudnet.agent.run import renew_when_due
+from cloudnet.cli.agent_command import join_or_load
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.ovn_options import OvnCluster, OvnListen, cluster_members, listen_address
 from cloudnet.config import DEFAULT_STATE_DIR
 from cloudnet.ovn import cluster, daemons
+from cloudnet.pki import tls, x509
 
 app = typer.Typer(help="OVN's clustered databases on this server host.", no_args_is_help=True)
 StateDir = Annotated[Path, typer.Option(help="Where state lives (the members' files under <state-dir>/ovn/).")]
+Join = Annotated[
+    tuple[str, str] | None,
+    typer.Option(metavar="URL TOKEN", help="Get this member's certificate from the cloud at URL (https) with a token "
+                 "of `cloudnet host join-token NAME`: the clusters then run over SSL; later starts need neither."),
+]  # fmt: skip
+HostName = Annotated[str | None, typer.Option("--host", help="This host's name, as the token names it "
+                                              "(default: hostname; later starts: the joined one).")]  # fmt: skip
 
 
 @app.command("join")
-def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
+def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir: StateDir = DEFAULT_STATE_DIR,
+         join: Join = None, host: HostName = None) -> None:  # fmt: skip
     """Run this host's NB and SB members (created by the first address of --ovn-cluster, joined by the others, or
     restarted on their files) and ovn-northd, until SIGTERM/SIGINT, which stops them (their files stay: a later
-    join here rejoins); also ends when both members are gone (`cloudnet ovn leave`)."""
+    join here rejoins); also ends when both members are gone (`cloudnet ovn leave`). Over SSL once this host has
+    joined with a token (--join, now or earlier)."""
     if ovn_cluster is None:
         raise CliError("cloudnet ovn join needs --ovn-cluster ADDR,ADDR,ADDR and --ovn-listen ADDR")
-    members = cluster.Members(str(listen_address(ovn_listen, "ovn", False)), cluster_members(ovn_cluster, ovn_listen))
+    local = str(listen_address(ovn_listen, "ovn", False))
+    members = cluster.Members(local, cluster_members(ovn_cluster, ovn_listen), _ssl(state_dir, local, join, host))
+    if members.ssl is None:
+        typer.echo(f"warning: plain TCP between the members and to their clients at {local}: whoever reaches it "
+                   "can rewrite the cloud's flows (join with a token for SSL)", err=True)  # fmt: skip
     rundir = state_dir / "ovn"
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     daemons.stop(rundir)  # (what a killed earlier run left, by its pidfiles)
+    if members.ssl is not None:  # (renewed in place: the member's ovsdb-servers re-read their files on a change)
+        context = tls.client_context(members.ssl.ca, members.ssl.cert, members.ssl.key)
+        threading.Thread(target=renew_when_due, args=(state_dir, [], context, stop, local), daemon=True,
+                         name="cloudnet-renewal").start()  # fmt: skip
+    certificate = _stamp(members.ssl)  # (before ovn-northd starts: a renewal from then on restarts it)
     try:
         central = cluster.start(rundir, members)
         cluster.wait_joined(central)
@@ -42,10 +70,43 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
             if not {"ovnnb_db", "ovnsb_db"} & set(daemons.pids(rundir)):
                 typer.echo("this host's members are gone (left their clusters?): stopping")
                 break
+            if _stamp(members.ssl) != certificate:  # (renewed: see cluster.restart_northd)
+                try:
+                    cluster.restart_northd(central)
+                    certificate = _stamp(members.ssl)
+                except daemons.OvnError as exc:  # (tried again at the next look)
+                    typer.echo(f"ovn-northd did not start again with the renewed certificate: {exc}", err=True)
     except daemons.OvnError as exc:
         raise CliError(f"cannot run this host's cluster members: {exc}") from None
     finally:
         daemons.stop(rundir)
+
+
+def _ssl(state_dir: Path, local: str, join: tuple[str, str] | None, host: str | None) -> daemons.Ssl | None:
+    """This member's key, certificate and the CA: from a join now (`join`), else from an earlier one; None (plain
+    TCP) when this host never joined."""
+    if join_or_load(state_dir, join, host or socket.gethostname(), host, ovn_member=local) is None:
+        return None
+    ca, cert, key, _secret = joining.Joined.files(state_dir)
+    try:
+        mine = x509.load_cert(cert)
+    except x509.PkiError as exc:
+        raise CliError(f"cannot read this host's certificate: {exc}") from None
+    if not x509.names_address(mine, local):  # (an agent's join: a client certificate only)
+        raise CliError(f"this host's certificate ({cert}) is not a cluster member's at {local}: join with a new "
+                       "token (--join URL TOKEN) for one")  # fmt: skip
+    return daemons.Ssl(key, cert, ca)
+
+
+def _stamp(ssl: daemons.Ssl | None) -> tuple[int, int] | None:
+    """Which certificate file is there now (renewals replace it whole: a new inode)."""
+    if ssl is None:
+        return None
+    try:
+        st = ssl.cert.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 @app.command("leave")

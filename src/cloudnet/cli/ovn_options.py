@@ -23,7 +23,9 @@ OvnCluster = Annotated[
     str | None,
     typer.Option(metavar="ADDR,ADDR,ADDR", help="Run OVN's NB and SB databases as Raft clusters of these server "
                  "hosts (3 or 5 underlay addresses, the same list on each host, this one's own --ovn-listen): the "
-                 "first creates the clusters, the others join them; clients get every member and follow the leader."),
+                 "first creates the clusters, the others join them; clients get every member and follow the leader. "
+                 "With --tls: Raft and clients over SSL with the cloud's CA (other members: `cloudnet ovn join "
+                 "--join URL TOKEN`)."),
 ]  # fmt: skip
 ChassisSb = Annotated[
     str | None,

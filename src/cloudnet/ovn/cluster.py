@@ -14,18 +14,27 @@ Clients get the whole list (`clients`) and follow the leader: ovn-northd (one pe
 one active), ovn-controller, and cloudnet's IDLs (the ovs library's IDL is leader-only by default: it moves on to
 the next member when the one it reached is not the leader, and when its leader steps down).
 
-Plain TCP for now, like `--ovn-listen`: `connect`/`passive` are the one place these remotes are spelled.
+Plain TCP, or SSL with `Members.ssl` (this member's key and certificate and the cloud's CA, as ovn-ctl's
+--db-nb-cluster-local-proto=ssl/--db-nb-cluster-remote-proto=ssl with --ovn-nb-db-ssl-key/cert/ca-cert): Raft on
+`ssl:ADDR:6643/6644`, clients on `pssl:6641/6642:ADDR`, and every client of the cluster (ovn-northd, the tools used
+here, chassis, cloudnet's IDLs) with a certificate of the CA. OVS's stream-ssl verifies the peer's chain against the
+CA (both ways: a member or client without a certificate of that CA gets no session) but not the host name or
+address the certificate names: any certificate the cloud's CA signed is let in, so the CA signs for hosts of the
+cloud only (join tokens), and member certificates name their address for the operator's sake, not OVS's.
+`connect`/`passive` are the one place these remotes are spelled.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from cloudnet.ovn import daemons
-from cloudnet.ovn.daemons import NB_PORT, OVN_SCHEMAS, SB_PORT, Central, OvnError, run
+from cloudnet.ovn.daemons import NB_PORT, OVN_SCHEMAS, SB_PORT, Central, OvnError, Ssl, run, ssl_args
 
 KINDS = ("nb", "sb")
 RAFT_PORT = {"nb": 6643, "sb": 6644}  # OVN's own
@@ -34,14 +43,14 @@ DATABASE = {"nb": "OVN_Northbound", "sb": "OVN_Southbound"}
 GLOBAL = {"nb": "NB_Global", "sb": "SB_Global"}
 
 
-def connect(port: int, address: str) -> str:
-    """The remote a client (or a Raft peer) dials at `address`:`port`."""
-    return daemons.tcp_remotes(port, address)[1]
+def connect(port: int, address: str, ssl: bool = False) -> str:
+    """The remote a client (or a Raft peer) dials at `address`:`port` (`ssl:` with `ssl`)."""
+    return daemons.tcp_remotes(port, address, ssl)[1]
 
 
-def passive(port: int, address: str) -> str:
-    """The remote a member listens on at `address`:`port`."""
-    return daemons.tcp_remotes(port, address)[0]
+def passive(port: int, address: str, ssl: bool = False) -> str:
+    """The remote a member listens on at `address`:`port` (`pssl:` with `ssl`)."""
+    return daemons.tcp_remotes(port, address, ssl)[0]
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class Members:
 
     local: str
     addresses: tuple[str, ...]
+    ssl: Ssl | None = None  # this member's key and certificate, the cloud's CA: Raft and clients over SSL
 
     @property
     def creates(self) -> bool:
@@ -57,10 +67,14 @@ class Members:
 
     def clients(self, kind: str) -> str:
         """The comma-separated remote list every client of the `kind` database is given."""
-        return ",".join(connect(CLIENT_PORT[kind], a) for a in self.addresses)
+        return ",".join(connect(CLIENT_PORT[kind], a, self.ssl is not None) for a in self.addresses)
 
     def raft(self, kind: str, address: str) -> str:
-        return connect(RAFT_PORT[kind], address)
+        return connect(RAFT_PORT[kind], address, self.ssl is not None)
+
+    def central(self, rundir: Path) -> Central:
+        """The Central whose URLs are the lists (for ovn-northd and other clients)."""
+        return Central(rundir, cluster=(self.clients("nb"), self.clients("sb")), ssl=self.ssl)
 
 
 def _name(kind: str) -> str:
@@ -84,8 +98,9 @@ def start_member(rundir: Path, kind: str, members: Members, netns: str | None = 
         others = [members.raft(kind, a) for a in members.addresses if a != members.local]
         run(rundir, ["ovsdb-tool", "join-cluster", str(path), DATABASE[kind], local, *others])
     remotes = [f"punix:{rundir / _name(kind)}.sock", f"db:{DATABASE[kind]},{GLOBAL[kind]},connections",
-               passive(CLIENT_PORT[kind], members.local)]  # fmt: skip
-    daemons._ovsdb_server(rundir, _name(kind), path, remotes, netns)  # (daemons' own: the same files and flags)
+               passive(CLIENT_PORT[kind], members.local, members.ssl is not None)]  # fmt: skip
+    # (daemons' own: the same files and flags; its key, certificate and CA serve Raft and clients both)
+    daemons._ovsdb_server(rundir, _name(kind), path, remotes, netns, members.ssl)
 
 
 def _elsewhere(rundir: Path, kind: str, members: Members, netns: str | None) -> bool:
@@ -94,8 +109,9 @@ def _elsewhere(rundir: Path, kind: str, members: Members, netns: str | None) -> 
     for address in members.addresses:
         if address != members.local:
             try:
-                run(rundir, ["ovsdb-client", "--timeout=1", "wait", connect(CLIENT_PORT[kind], address),
-                             DATABASE[kind], "connected"], netns, timeout=5)  # fmt: skip
+                run(rundir, ["ovsdb-client", *ssl_args(members.ssl), "--timeout=1", "wait",
+                             connect(CLIENT_PORT[kind], address, members.ssl is not None), DATABASE[kind],
+                             "connected"], netns, timeout=5)  # fmt: skip
                 return True
             except OvnError:
                 continue
@@ -107,7 +123,7 @@ def start(rundir: Path, members: Members, netns: str | None = None) -> Central:
     rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
     for kind in KINDS:
         start_member(rundir, kind, members, netns)
-    return Central(rundir, cluster=(members.clients("nb"), members.clients("sb")))
+    return members.central(rundir)
 
 
 def wait_joined(central: Central, netns: str | None = None, timeout: float = 60.0) -> None:
@@ -123,10 +139,23 @@ def wait_joined(central: Central, netns: str | None = None, timeout: float = 60.
             raise OvnError(f"this host's {DATABASE[kind]} member did not join its cluster in {timeout:g} s (are the "
                            f"other members up?): {exc}; see {central.rundir}/{_name(kind)}.log") from None  # fmt: skip
         _kick_stale(central.rundir, kind, netns)
-    assert central.cluster is not None
-    nb, sb = central.cluster
-    run(central.rundir, ["ovn-nbctl", f"--db={nb}", "--timeout=20", "init"], netns, timeout=25)
-    run(central.rundir, ["ovn-sbctl", f"--db={sb}", "--timeout=20", "init"], netns, timeout=25)
+    for kind in KINDS:  # (through this member's own socket, which hands the write on to the leader: no wire, and no
+        # one-shot pass over the list, which fails when the members it tries first are not listening yet)
+        run(central.rundir, [f"ovn-{kind}ctl", f"--db=unix:{central.rundir / _name(kind)}.sock", "--no-leader-only",
+                             "--timeout=20", "init"], netns, timeout=25)  # fmt: skip
+    daemons.start_northd(central, netns)
+
+
+def restart_northd(central: Central, netns: str | None = None, timeout: float = 5.0) -> None:
+    """This host's ovn-northd again, as after a renewal of the certificate it connects with: ovsdb-server re-reads
+    its key and certificate files when they change, ovn-northd loads them once (another host's ovn-northd takes
+    OVN's lock meanwhile)."""
+    pid = daemons.pids(central.rundir).get("ovn-northd")
+    if pid is not None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # (gone before the next starts: it holds the pidfile)
+            if daemons.alive(pid):
+                os.kill(pid, sig)
+                daemons._wait([pid], timeout)
     daemons.start_northd(central, netns)
 
 

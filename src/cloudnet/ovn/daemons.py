@@ -91,6 +91,7 @@ class Central:
 
     rundir: Path
     cluster: tuple[str, str] | None = None  # clustered: the (NB, SB) remote lists of every member (cluster.py)
+    ssl: Ssl | None = None  # what ovn-northd connects with (a cluster over SSL)
 
     @property
     def nb_clients(self) -> str:
@@ -192,7 +193,7 @@ def start_northd(central: Central, netns: str | None = None) -> None:
     rundir = central.rundir
     run(rundir, ["ovn-northd", *DETACH, f"--pidfile={rundir / 'ovn-northd.pid'}",
                  f"--log-file={rundir / 'ovn-northd.log'}", f"--ovnnb-db={central.nb_clients}",
-                 f"--ovnsb-db={central.sb_clients}"], netns)  # fmt: skip
+                 f"--ovnsb-db={central.sb_clients}", *ssl_args(central.ssl)], netns)  # fmt: skip
 
 
 def tcp_remotes(port: int, address: str, ssl: bool = False) -> tuple[str, str]:

@@ -152,13 +152,22 @@ class Authority:
     def server_cert(self, names: list[str], key: Key, client: bool = False) -> x509.Certificate:
         """A serverAuth certificate for the API listener (`client`: clientAuth too, as OVN's databases need: their
         host's own tools connect with it): DNS names and IP addresses as SANs."""
+        return self._serving(names, key.public_key(), client)
+
+    def member_cert(self, host: str, address: str, csr: x509.CertificateSigningRequest) -> x509.Certificate:
+        """A certificate for the key of `csr` of a member of OVN's clustered databases on `host` at `address`:
+        serverAuth (its databases serve) and clientAuth (its Raft peers and tools connect with it), naming the host
+        and the member's address, whatever the request asks for."""
+        return self._serving([host, address], _requested_key(csr), client=True)
+
+    def _serving(self, names: list[str], public: ec.EllipticCurvePublicKey, client: bool) -> x509.Certificate:
         sans: list[x509.GeneralName] = []
         for name in dict.fromkeys(names):
             try:
                 sans.append(x509.IPAddress(ipaddress.ip_address(name)))
             except ValueError:
                 sans.append(x509.DNSName(name))
-        builder = self._leaf(_name(names[0] if names else "cloudnet"), key.public_key(), SERVER_DAYS)
+        builder = self._leaf(_name(names[0] if names else "cloudnet"), public, SERVER_DAYS)
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         usages = [ExtendedKeyUsageOID.SERVER_AUTH, *([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])]
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
@@ -167,13 +176,26 @@ class Authority:
     def host_cert(self, host: str, csr: x509.CertificateSigningRequest) -> x509.Certificate:
         """A clientAuth certificate for `host`, for the key of `csr`: whatever subject the request asks for, the
         certificate names `host` (the name the join token was issued for) and nothing else."""
-        public = csr.public_key()
-        if not isinstance(public, ec.EllipticCurvePublicKey) or not csr.is_signature_valid:
-            raise PkiError("the certificate request must be signed by its own ECDSA key")
-        builder = self._leaf(_name(host), public, HOST_DAYS)
+        builder = self._leaf(_name(host), _requested_key(csr), HOST_DAYS)
         builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
         builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         return builder.sign(self.key, hashes.SHA256())
+
+
+def _requested_key(csr: x509.CertificateSigningRequest) -> ec.EllipticCurvePublicKey:
+    public = csr.public_key()
+    if not isinstance(public, ec.EllipticCurvePublicKey) or not csr.is_signature_valid:
+        raise PkiError("the certificate request must be signed by its own ECDSA key")
+    return public
+
+
+def names_address(cert: x509.Certificate, address: str) -> bool:
+    """Whether `cert` names IP address `address` among its SANs."""
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    return ipaddress.ip_address(address) in sans.get_values_for_type(x509.IPAddress)
 
 
 def new_authority() -> Authority:

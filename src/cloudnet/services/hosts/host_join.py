@@ -49,6 +49,7 @@ class JoinRequest(Body):
     host: str = Field(max_length=63)
     token: str = Field(max_length=200)
     csr: str = Field(max_length=8192)
+    ovn_member: str | None = Field(None, max_length=45)  # a member of OVN's clusters at this address (`ovn join`)
 
 
 def check_host_name(name: str) -> None:
@@ -85,9 +86,12 @@ def _refuse_renewal(host: str, why: str) -> RenewalRefused:
     return RenewalRefused(f"Renewal refused: {why}")
 
 
-def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, Any]:
+def redeem(store: Store, body: dict[str, Any], ca: x509.Authority, members: tuple[str, ...] = (),
+           own: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Spend the token and sign the request's key for the token's host: {"host", "certificate"}. Refused (403,
-    logged) when the token is unknown, spent, expired, for another host, or not for this CA."""
+    logged) when the token is unknown, spent, expired, for another host, or not for this CA. With `ovn_member`, the
+    certificate of a member of OVN's clusters at that address (server and client: its Raft peers verify it), which
+    must be one of this server's `members` (--ovn-cluster) and not its `own` (the server's member)."""
     spec = parse(JoinRequest, body)
     check_host_name(spec.host)
     try:
@@ -96,6 +100,8 @@ def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, 
         raise _refuse("?", spec.host, str(exc)) from None
     if token.ca_fingerprint != ca.fingerprint:
         raise _refuse(token.id, spec.host, "the token was issued by another CA")
+    if why := _not_a_member(spec.ovn_member, members, own):
+        raise _refuse(token.id, spec.host, why)
     try:
         csr = x509.load_csr(spec.csr)
     except x509.PkiError as exc:
@@ -115,15 +121,26 @@ def redeem(store: Store, body: dict[str, Any], ca: x509.Authority) -> dict[str, 
         ).rowcount
         if not spent:  # another redeemer won the race
             raise _refuse(token.id, spec.host, "the token was used already")
-        cert = _sign(tx, ca, spec.host, csr)
-    log.info("host %s joined with token %s: certificate %x", spec.host, token.id, cert.serial_number)
+        cert = _sign(tx, ca, spec.host, csr, spec.ovn_member)
+    log.info("host %s joined with token %s: certificate %x%s", spec.host, token.id, cert.serial_number,
+             f" (OVN cluster member at {spec.ovn_member})" if spec.ovn_member else "")  # fmt: skip
     return {"host": spec.host, "certificate": x509.cert_pem(cert).decode()}
 
 
-def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest) -> Certificate:
-    """Sign `csr`'s key for `host` and record the certificate (the API accepts it while its row is unrevoked)."""
+def _not_a_member(address: str | None, members: tuple[str, ...], own: str | None) -> str | None:
+    """Why a member certificate for `address` is refused (None: it is not asked for, or it may be signed)."""
+    if address is None or (address in members and address != own):
+        return None
+    others = ", ".join(a for a in members if a != own) or "none"
+    return f"{address!r} is not an address of another member of this cloud's OVN clusters ({others})"
+
+
+def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest,
+          member: str | None = None) -> Certificate:  # fmt: skip
+    """Sign `csr`'s key for `host` (an OVN cluster member's certificate with `member`, its address) and record the
+    certificate (the API accepts it while its row is unrevoked)."""
     try:
-        cert = ca.host_cert(host, csr)
+        cert = ca.host_cert(host, csr) if member is None else ca.member_cert(host, member, csr)
     except x509.PkiError as exc:
         raise BadRequest(str(exc)) from None
     tx.conn.execute(C.insert().values(serial=serial_key(cert.serial_number), host=host, issued_at=tx.now,
@@ -134,16 +151,20 @@ def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest)
 
 class RenewRequest(Body):
     csr: str = Field(max_length=8192)
+    ovn_member: str | None = Field(None, max_length=45)  # as at the join
 
 
-def renew(store: Store, ca: x509.Authority, peer_host: str, peer_serial: int, host: str, body: dict[str, Any]
-          ) -> dict[str, Any]:  # fmt: skip
+def renew(store: Store, ca: x509.Authority, peer_host: str, peer_serial: int, host: str, body: dict[str, Any],
+          members: tuple[str, ...] = (), own: str | None = None) -> dict[str, Any]:  # fmt: skip
     """A new certificate of `host` for the request's key, asked over the host's current certificate (`peer_*`):
     refused (403, logged) for another host, a CSR naming another host, or a certificate that is unknown or revoked
-    by now. The current certificate stays valid until it expires: connections made with it go on."""
+    by now (`ovn_member`, `members`, `own`: as for `redeem`). The current certificate stays valid until it expires:
+    connections made with it go on."""
     spec = parse(RenewRequest, body)
     if peer_host != host:
         raise _refuse_renewal(host, f"host {peer_host}'s certificate may not renew host {host}'s")
+    if why := _not_a_member(spec.ovn_member, members, own):
+        raise _refuse_renewal(host, why)
     try:
         csr = x509.load_csr(spec.csr)
     except x509.PkiError as exc:
@@ -155,7 +176,7 @@ def renew(store: Store, ca: x509.Authority, peer_host: str, peer_serial: int, ho
         row = tx.conn.execute(select(C.c.host, C.c.revoked_at).where(C.c.serial == serial_key(peer_serial))).first()
         if row is None or row.host != host or row.revoked_at is not None:
             raise _refuse_renewal(host, f"certificate {peer_serial:x} is not a valid certificate of {host}")
-        cert = _sign(tx, ca, host, csr)
+        cert = _sign(tx, ca, host, csr, spec.ovn_member)
     log.info("host %s renewed its certificate %x: now %x", host, peer_serial, cert.serial_number)
     return {"host": host, "certificate": x509.cert_pem(cert).decode()}
 
