@@ -195,28 +195,31 @@ def test_cloudnet_monitor_as_a_member(server: RunningServer, alice: httpx.Client
     assert refused.exit_code == 1 and "own project" in refused.stderr and theirs["id"] not in refused.output
 
 
-def test_members_long_polls_are_bounded(alice: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_members_long_polls_are_bounded(
+    server: RunningServer, alice: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Beyond MAX_MEMBER_WAITERS members' polls at once, one more is answered at once instead of held: however many
     a member opens, the server holds (and re-reads for) a bounded number."""
     monkeypatch.setattr(api_events, "MAX_MEMBER_WAITERS", 2)
+    notifier = server.app.state.notifier
     _, start = follow(alice, 0)
     done = threading.Event()
 
-    def hold() -> None:  # (again when answered at once: it came in after the poll below)
+    def hold() -> None:  # (again when its wait ends: the holders stay in until the test is done)
         while not done.is_set():
-            follow(alice, start, timeout=20)
+            follow(alice, start, timeout=25)
 
     holders = [threading.Thread(target=hold) for _ in range(2)]
     for h in holders:
         h.start()
     try:
-        deadline = time.monotonic() + 40
-        while True:  # (the first poll may come before both holders are in: it is then held its 10 s)
-            t0 = time.monotonic()
-            assert follow(alice, start, timeout=10) == ([], start)
-            if time.monotonic() - t0 < 5:
-                break
-            assert time.monotonic() < deadline, "every poll was held while two others waited"
+        deadline = time.monotonic() + 30
+        while notifier.member_waiters < 2:  # both holders' polls are held by the server now
+            assert time.monotonic() < deadline, "the holders' polls were not held"
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        assert follow(alice, start, timeout=20) == ([], start)
+        assert time.monotonic() - t0 < 10, "a third poll was held (its 20 s) while two others waited"
     finally:
         done.set()
         network(alice, "wake-the-holders")  # (their own project's change ends their waits)

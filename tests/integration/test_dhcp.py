@@ -47,8 +47,12 @@ def _files(cloud: Cloud, network_id: str) -> dhcp_conf.Files:
     return dhcp_conf.Files(RUN_ROOT / names.host_ns(cloud.host) / network_id)
 
 
-def _pid(cloud: Cloud, network_id: str) -> int:
-    return int(_files(cloud, network_id).pid.read_text())
+def _pid(cloud: Cloud, network_id: str) -> int | None:
+    """dnsmasq's pid from its pidfile; None while there is none (a restart removes it before the new one writes it)."""
+    try:
+        return int(_files(cloud, network_id).pid.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def _meta_ip(cloud: Cloud, network_id: str) -> str:
@@ -95,6 +99,7 @@ def test_an_address_change_reloads_dnsmasq_and_a_dead_one_restarts(cloud: Cloud,
     got = ask(vm["netns"], script)
     assert got is not None and got["ip"] == vm["nets"][0]["fixed_ips"][0]["ip_address"]
     pid = _pid(cloud, net["id"])
+    assert pid is not None
     port_id = vm["nets"][0]["port_id"]
     r = cloud.api.put(f"/ports/{port_id}", json={"port": {"fixed_ips": [{"subnet_id": sub["id"],
                                                                           "ip_address": "10.72.0.77"}]}})  # fmt: skip
@@ -111,10 +116,11 @@ def test_an_address_change_reloads_dnsmasq_and_a_dead_one_restarts(cloud: Cloud,
     # Killed, it is restarted (a new pid) and answers; gone with the network's last instance here.
     os.kill(pid, signal.SIGKILL)
     files = _files(cloud, net["id"])
-    cloud.wait_for(lambda: files.pid.exists() and _pid(cloud, net["id"]) != pid, what="dnsmasq restarted")
+    cloud.wait_for(lambda: _pid(cloud, net["id"]) not in (None, pid), what="dnsmasq restarted")
     got = ask(vm["netns"], script)
     assert got is not None and got["ip"] == "10.72.0.77"
     pid = _pid(cloud, net["id"])
+    assert pid is not None
     assert cloud.api.delete(f"/instances/{vm['id']}").status_code == 204
     cloud.wait_for(lambda: not os.path.exists(f"/proc/{pid}") and not files.dir.exists(), what="dnsmasq stopped")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
@@ -21,6 +22,11 @@ class RunningServer:
     config: ServerConfig
     _server: uvicorn.Server
     _thread: threading.Thread
+
+    @property
+    def app(self) -> Any:
+        """The application this server runs (its `state`: what tests look into, such as the notifier)."""
+        return self._server.config.app
 
     @classmethod
     def start(cls, config: ServerConfig, store: Store) -> RunningServer:
