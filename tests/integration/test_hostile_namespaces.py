@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,10 +171,16 @@ def test_a_hung_step_holds_only_its_instance(cloud: Cloud, server: RunningServer
             # bound that caught the hang (1 s) is tighter than a real plug may take there.
             dataplane.steps.timeout = 20.0
             release.set()
-            # (its backoff grows with every failed attempt: a slow machine makes more of them before the release)
-            failure = dataplane.steps.failed(f"instance:{inst['id']}")
-            backoff = max(0.0, failure.retry_at - dataplane.steps.clock()) if failure is not None else 0.0
-            cloud.wait_active(inst["id"], timeout=30 + backoff)
+            # (its backoff grows with every failed attempt, one already under way at the release too: the wait
+            # follows the object's next retry as the agent schedules it)
+            key = f"instance:{inst['id']}"
+            deadline, limit = time.monotonic() + 30, time.monotonic() + 180  # (a plug that keeps failing: failed)
+            while (now := cloud.api.get(f"/instances/{inst['id']}").json()["instance"])["status"] != "ACTIVE":
+                failure = dataplane.steps.failed(key)
+                if failure is not None:
+                    deadline = max(deadline, time.monotonic() + failure.retry_at - dataplane.steps.clock() + 30)
+                assert time.monotonic() < min(deadline, limit), f"not ACTIVE 30 s after its retry: {now}"
+                time.sleep(0.05)
     finally:
         release.set()
 
