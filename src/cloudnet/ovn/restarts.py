@@ -21,6 +21,7 @@ class Restarts:
     def __init__(self, rundir: Path | None, watched: tuple[str, ...], counter: Counter) -> None:
         self.rundir, self.watched, self.counter = rundir, watched, counter
         self._pids: dict[str, int] = {}
+        self.look()  # (the pids they run under now: one that dies before the first periodic look counts too)
 
     @classmethod
     def of_chassis(cls, ovs_url: str) -> Restarts:
