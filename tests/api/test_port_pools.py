@@ -86,7 +86,7 @@ def set_pool(api: httpx.Client, pool_id: str, **values: Any) -> Json:
     return dict(r.json()["port_pool"])
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_for(check: Callable[[], bool], timeout: float = 30.0) -> None:  # (a loaded machine: background refills)
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "timed out"
