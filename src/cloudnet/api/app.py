@@ -205,7 +205,8 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
                                peer_check=peer_check)],
         lifespan=lifespan,
     )  # fmt: skip
-    app.state.programming = metrics.Programming(store)
+    # (with --no-metrics nothing watches the commits: the programming latency is a metric only)
+    app.state.programming = metrics.Programming(store) if config.metrics else None
     app.state.cloudnet = AppState(config=config, store=store, auth=auth, metadata=metadata_service.settings(config),
                                   authority=authority)  # fmt: skip
     return app

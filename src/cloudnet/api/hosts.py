@@ -65,7 +65,8 @@ async def desired_state(request: Request, name: str) -> Response:
 @router.put("/v2.0/hosts/{name}/ports")
 async def report_ports(request: Request, name: str) -> Response:
     body = await neutron.body_of(request)
-    pending = request.app.state.programming.pending(body)
+    programming: Programming | None = request.app.state.programming
+    pending = programming.pending(body) if programming is not None else {}
     answer = await call(hosts.report_ports, state(request).store, context(request), name, body)
     Programming.realised(pending, answer["updated"])
     request.app.state.reports.committed(int(answer["revision"]))  # wakes those waiting for an instance
