@@ -14,12 +14,21 @@ import argparse
 import time
 
 import httpx
-from api_ports import _singles
-from common import ROOT, WITHOUT_REQUEST_IDS, cloudnet_server, machine_load, median, ms, percentile, pin_client, row
+from common import (  # noqa: F401  (ROOT: sys.path for tests.support)
+    ROOT,
+    WITHOUT_REQUEST_IDS,
+    alternated,
+    cloudnet_server,
+    machine_load,
+    median,
+    ms,
+    percentile,
+    pin_client,
+    row,
+)
 
 from cloudnet import metrics
 
-assert ROOT  # (common puts the repository on sys.path for `tests`; cloudnet itself is installed)
 PORTS = 10_000
 HOSTS = 100
 BATCH = 20
@@ -49,28 +58,10 @@ def agent_samples() -> list[list[object]]:
     return metrics.samples()
 
 
-def network(c: httpx.Client, cidr: str) -> str:
-    net = c.post("/networks", json={"network": {"name": "bench"}}).json()["network"]["id"]
-    c.post("/subnets", json={"subnet": {"network_id": net, "cidr": cidr}}).raise_for_status()
-    return str(net)
-
-
-def overhead(on: str, off: str, singles: int) -> None:
-    with (httpx.Client(base_url=on + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as a,
-          httpx.Client(base_url=off + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as b):  # fmt: skip
-        nets = network(a, "10.128.0.0/14"), network(b, "10.128.0.0/14")
-        _singles(a, nets[0], 100)  # warm-up: connections, caches, the default security group
-        _singles(b, nets[1], 100)
-        with_metrics: list[float] = []
-        without: list[float] = []
-        paired: list[float] = []  # each round's p50 ratio: what drift between rounds cannot move
-        for i in range(singles // BATCH):
-            first, second = ((a, nets[0], with_metrics), (b, nets[1], without))[:: 1 if i % 2 else -1]
-            for client, net, into in (first, second):
-                into.extend(_singles(client, net, BATCH))
-            paired.append(median(with_metrics[-BATCH:]) / median(without[-BATCH:]))
-    p_on, p_off = percentile(with_metrics, 50), percentile(without, 50)
-    row(f"port create p50, metrics and ids on ({len(with_metrics)} creates)", ms(p_on), "-")
+def overhead(on: str, off: str, n: int) -> None:
+    with_both, without, paired = alternated(on, off, n, BATCH)
+    p_on, p_off = percentile(with_both, 50), percentile(without, 50)
+    row(f"port create p50, metrics and ids on ({len(with_both)} creates)", ms(p_on), "-")
     row(f"port create p50, both off ({len(without)} creates)", ms(p_off), "-")
     extra = p_on / p_off - 1
     row("API p50 overhead of metrics and request ids", f"{extra * 100:+.1f} %", "<= 5 %", extra <= 0.05)

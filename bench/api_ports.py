@@ -25,20 +25,11 @@ from common import (
     pin_client,
     postgres_url,
     row,
+    timed_creates,
 )
 
 PRELOAD = 10_000
 BULK = 1_000
-
-
-def _singles(client: httpx.Client, network_id: str, n: int) -> list[float]:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        r = client.post("/ports", json={"port": {"network_id": network_id}})
-        times.append(time.perf_counter() - t0)
-        r.raise_for_status()
-    return times
 
 
 def _bulk(client: httpx.Client, network_id: str, n: int) -> float:
@@ -53,14 +44,14 @@ def run(url: str, singles: int, after_preload: Callable[[], None] | None = None)
     with httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as c:
         net = c.post("/networks", json={"network": {"name": "bench"}}).json()["network"]["id"]
         c.post("/subnets", json={"subnet": {"network_id": net, "cidr": "10.128.0.0/14"}}).raise_for_status()
-        _singles(c, net, 50)  # warm-up: connections, caches, the default security group
-        empty = _singles(c, net, singles)
+        timed_creates(c, net, 50)  # warm-up: connections, caches, the default security group
+        empty = timed_creates(c, net, singles)
         bulk_times = []
         while len(bulk_times) < PRELOAD // BULK:
             bulk_times.append(_bulk(c, net, BULK))
         if after_preload is not None:
             after_preload()
-        loaded = _singles(c, net, singles)
+        loaded = timed_creates(c, net, singles)
         list_times = []
         count = 0
         for _ in range(5):

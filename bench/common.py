@@ -158,3 +158,38 @@ def wait_registered(client: httpx.Client, host: str, proc: subprocess.Popen[byte
         if time.monotonic() > deadline or proc.poll() is not None:
             raise SystemExit(log.read_text())
         time.sleep(0.05)  # waiting for the child to start: polled, with a deadline
+
+
+def timed_creates(client: httpx.Client, network_id: str, n: int) -> list[float]:
+    """Seconds each of `n` single port creates took, one after another."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        r = client.post("/ports", json={"port": {"network_id": network_id}})
+        times.append(time.perf_counter() - t0)
+        r.raise_for_status()
+    return times
+
+
+def alternated(on_url: str, off_url: str, n: int, batch: int = 20) -> tuple[list[float], list[float], list[float]]:
+    """Single port creates on two servers (a feature on, and off), `n` on each, in alternating batches so that the
+    machine's drift hits both alike: each side's times, and each batch pair's p50 ratio (on / off: steadier than the
+    ratio of the two p50s while other work comes and goes)."""
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    ratios: list[float] = []
+    with (httpx.Client(base_url=on_url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as on,
+          httpx.Client(base_url=off_url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as off):  # fmt: skip
+        sides = {"on": on, "off": off}
+        nets = {}
+        for side, client in sides.items():
+            nets[side] = client.post("/networks", json={"network": {"name": "bench"}}).json()["network"]["id"]
+            client.post("/subnets", json={"subnet": {"network_id": nets[side], "cidr": "10.128.0.0/14"}}
+                        ).raise_for_status()  # fmt: skip
+            timed_creates(client, nets[side], 100)  # warm-up: connections, caches, the default security group
+        for i in range(n // batch):
+            got = {}
+            for side in ("on", "off") if i % 2 else ("off", "on"):
+                got[side] = timed_creates(sides[side], nets[side], batch)
+                times[side] += got[side]
+            ratios.append(median(got["on"]) / median(got["off"]))
+    return times["on"], times["off"], ratios

@@ -28,7 +28,18 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
-from common import ROOT, WITHOUT_REQUEST_IDS, cloudnet_server, machine_load, median, ms, percentile, pin_client, row
+from common import (
+    ROOT,
+    WITHOUT_REQUEST_IDS,
+    alternated,
+    cloudnet_server,
+    machine_load,
+    median,
+    ms,
+    percentile,
+    pin_client,
+    row,
+)
 
 from cloudnet.api.request_ids import RequestIds
 from cloudnet.wire import logs
@@ -61,7 +72,8 @@ def event_latency(url: str, n: int) -> tuple[list[float], list[float]]:
                 r = api.post("/networks", json={"network": {"name": f"e{i}"}})
                 t1 = time.perf_counter()
                 got, at = arrivals.get(timeout=30)
-                assert got == r.json()["network"]["id"], (got, r.text)
+                if got != r.json()["network"]["id"]:
+                    raise SystemExit(f"the monitor printed {got}, not the network just made: {r.text}")
                 if i >= 10:
                     after_answer.append(max(0.0, at - t1))
                     after_start.append(at - t0)
@@ -69,38 +81,6 @@ def event_latency(url: str, n: int) -> tuple[list[float], list[float]]:
             monitor.terminate()
             monitor.wait(timeout=30)
     return after_answer, after_start
-
-
-def creates(client: httpx.Client, network_id: str, n: int) -> list[float]:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        client.post("/ports", json={"port": {"network_id": network_id}}).raise_for_status()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
-def overhead(on_url: str, off_url: str, n: int, rounds: int = 40) -> tuple[float, float, float]:
-    """p50 of port creates with request ids and without, alternated in `rounds` to share the machine's drift, and
-    the median of the rounds' p50 ratios (steadier than the ratio of p50s while other work comes and goes)."""
-    clients, nets, times = {}, {}, {"on": [], "off": []}  # type: ignore[var-annotated]
-    for side, url in (("on", on_url), ("off", off_url)):
-        c = clients[side] = httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=60)
-        nets[side] = c.post("/networks", json={"network": {"name": "o"}}).json()["network"]["id"]
-        c.post("/subnets", json={"subnet": {"network_id": nets[side], "cidr": "10.128.0.0/14"}}).raise_for_status()
-        creates(c, nets[side], 50)  # warm-up
-    ratios = []
-    try:
-        for i in range(rounds):
-            got = {}
-            for side in ("on", "off") if i % 2 else ("off", "on"):
-                got[side] = creates(clients[side], nets[side], n // rounds)
-                times[side] += got[side]
-            ratios.append(percentile(got["on"], 50) / percentile(got["off"], 50))
-    finally:
-        for c in clients.values():
-            c.close()
-    return percentile(times["on"], 50), percentile(times["off"], 50), median(ratios)
 
 
 def own_cost(n: int = 20000) -> dict[str, float]:
@@ -162,7 +142,8 @@ def main() -> None:
         row(f"event at monitor {name}: p50", ms(p50), "<= 100 ms", p50 <= 0.1)
         row("  p99", ms(p99), "<= 100 ms", p99 <= 0.1)
     with server(ids=True) as on_url, server(ids=False) as off_url:
-        on, off, per_round = overhead(on_url, off_url, args.creates)
+        on_times, off_times, ratios = alternated(on_url, off_url, args.creates)
+    on, off, per_round = percentile(on_times, 50), percentile(off_times, 50), median(ratios)
     ratio = on / off - 1
     print(f"request ids: {args.creates} port creates on each server, alternated in rounds")
     row("port create p50, request ids on", ms(on), "-")

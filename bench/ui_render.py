@@ -51,8 +51,9 @@ def populate(url: str) -> None:
                 },
             )
             made.raise_for_status()
-            if k == 0:  # the rest of the 1,000 ports: plain ones
-                api.post("/ports", json={"ports": [{"network_id": net["id"]} for _ in range(PORTS)]}).raise_for_status()
+            if k == 0:  # the rest of the 1,000 ports (beside the instances', the routers' and metadata's): plain ones
+                plain = [{"network_id": net["id"]} for _ in range(PORTS - INSTANCES)]
+                api.post("/ports", json={"ports": plain}).raise_for_status()
                 api.post(
                     f"/networks/{net['id']}/forwards",
                     json={

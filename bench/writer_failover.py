@@ -21,8 +21,9 @@ from pathlib import Path
 
 from common import ROOT, machine_load, median, percentile, row  # noqa: F401  (ROOT: sys.path for tests.support)
 from ovn_common import versions
+from tests.support.api import create
 from tests.support.ovn import ovn_sandbox
-from tests.support.writer_pair import WriterPair, create, writer_pair, writer_then_standby
+from tests.support.writer_pair import WriterPair, writer_pair, writer_then_standby
 
 TARGET = 10.0
 RESYNCED = "northbound resync"
@@ -34,7 +35,7 @@ def one_try(pair: WriterPair, writer: str, standby: str, network: str, n: int) -
     pair.kill(writer)
     t0 = time.monotonic()
     with survivor.api() as api:
-        port = create(api, "port", {"network_id": network, "name": f"after-kill-{n}"})
+        port = create(api, "ports", "port", network_id=network, name=f"after-kill-{n}")
     pair.until("the survivor resynced", lambda: survivor.log_text().count(RESYNCED) > resyncs, step=0.02)
     locked = time.monotonic() - t0
     pair.until("the port in NB", lambda: port["id"] in pair.switch_ports(), step=0.02)

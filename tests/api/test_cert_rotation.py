@@ -22,6 +22,7 @@ from cloudnet.agent import join
 from cloudnet.agent.run import renew_when_due
 from cloudnet.config import AgentConfig
 from cloudnet.pki import join_token, rotation, tls, x509
+from tests.support.process import refused_port
 from tests.support.tls import ADMIN, TlsServer, aged, tls_serve
 
 
@@ -239,20 +240,19 @@ def test_a_host_renews_through_another_server_when_the_one_it_joined_is_gone(
     context = tls.client_context(ca, crt, key)
     old = x509.load_cert(crt).serial_number
     saved = join.Joined.dir(state) / "joined.json"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        gone = f"https://127.0.0.1:{s.getsockname()[1]}"  # (nothing listens there once the socket closes)
-    saved.write_text(saved.read_text().replace(server.url, gone))  # the server it joined is gone for good
-    with pytest.raises(join.JoinError, match=r"cannot reach https://127\.0\.0\.1:[0-9]+ to renew"):
-        join.renew(state, context)  # no other server known
-    assert x509.load_cert(crt).serial_number == old
-    renewed = join.renew(state, context, [gone, server.url])
-    assert renewed.serial_number != old and x509.load_cert(crt).serial_number == renewed.serial_number
-    server.until_logged(f"host wanderer renewed its certificate {old:x}: now {renewed.serial_number:x}")
-    with server.client() as admin:
-        assert admin.post("/hosts/wanderer/remove").status_code == 200
-    with pytest.raises(join.JoinError, match=r"refused the renewal: .*revoked"):
-        join.renew(state, context, [gone, server.url])  # refused by the one that answered: final
+    with refused_port() as port:
+        gone = f"https://127.0.0.1:{port}"
+        saved.write_text(saved.read_text().replace(server.url, gone))  # the server it joined is gone for good
+        with pytest.raises(join.JoinError, match=r"cannot reach https://127\.0\.0\.1:[0-9]+ to renew"):
+            join.renew(state, context)  # no other server known
+        assert x509.load_cert(crt).serial_number == old
+        renewed = join.renew(state, context, [gone, server.url])
+        assert renewed.serial_number != old and x509.load_cert(crt).serial_number == renewed.serial_number
+        server.until_logged(f"host wanderer renewed its certificate {old:x}: now {renewed.serial_number:x}")
+        with server.client() as admin:
+            assert admin.post("/hosts/wanderer/remove").status_code == 200
+        with pytest.raises(join.JoinError, match=r"refused the renewal: .*revoked"):
+            join.renew(state, context, [gone, server.url])  # refused by the one that answered: final
 
 
 def test_the_agent_renews_at_two_thirds_of_the_lifetime(

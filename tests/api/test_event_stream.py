@@ -13,6 +13,7 @@ import pytest
 
 from cloudnet.api import events as api_events
 from cloudnet.config import ServerConfig
+from tests.api.test_hosts import heartbeat, report
 from tests.support.cli import Cli
 from tests.support.server import RunningServer
 
@@ -64,7 +65,9 @@ def test_type_filters(api: httpx.Client) -> None:
 
 
 def test_hostile_filters_are_refused(api: httpx.Client) -> None:
-    for params in ({"type": "port;drop"}, {"type": "x" * 100}, {"type": ["a"] * 17}, {"type": "Port.Active"}):
+    hostile = ({"type": "port;drop"}, {"type": "x" * 100}, {"type": ["a"] * 17}, {"type": "Port.Active"},
+               {"project_id": "p" * 256})  # fmt: skip
+    for params in hostile:
         r = api.get("/events", params=params)
         assert r.status_code == 400, (params, r.text)
 
@@ -111,7 +114,9 @@ def test_a_member_sees_their_project_only(server: RunningServer, alice: httpx.Cl
         assert {e["project_id"] for e in only_bob} == {"bob"} and len(only_bob) == 2
 
 
-def test_a_member_long_poll_is_not_woken_by_another_project(alice: httpx.Client, bob: httpx.Client) -> None:
+def test_a_member_long_poll_is_not_woken_by_another_project(
+    server: RunningServer, alice: httpx.Client, bob: httpx.Client
+) -> None:
     _, start = follow(alice, 0)
     answer: dict[str, Any] = {}
 
@@ -122,19 +127,15 @@ def test_a_member_long_poll_is_not_woken_by_another_project(alice: httpx.Client,
 
     waiter = threading.Thread(target=poll)
     waiter.start()
+    notifier = server.app.state.notifier
+    deadline = time.monotonic() + 10
+    while notifier.member_waiters < 1:  # her poll is held by the server before bob commits
+        assert time.monotonic() < deadline, "alice's poll was not held"
+        time.sleep(0.005)
     network(bob, "wake-not-alice")
     waiter.join(30)
     assert answer["events"] == ([], start)
     assert answer["waited"] >= 1.4  # it waited its whole timeout: bob's commit woke nothing it could see
-
-
-def heartbeat(api: httpx.Client, host: str, report: dict[str, Any] | None = None) -> None:
-    r = api.put(f"/hosts/{host}", json={"host": {"agent_version": "t", "report": report or {}}})
-    assert r.status_code == 200, r.text
-
-
-def report(api: httpx.Client, host: str, *ports: dict[str, Any]) -> httpx.Response:
-    return api.put(f"/hosts/{host}/ports", json={"ports": list(ports)})
 
 
 def test_agents_reports_become_typed_events(server_config: ServerConfig, backend: str, request: Any) -> None:
@@ -144,9 +145,9 @@ def test_agents_reports_become_typed_events(server_config: ServerConfig, backend
     host = "ev-host"
     heartbeat(api, host)
     failure = {"object": "instance:i-1", "reason": "no such namespace", "since": "x", "attempts": 1}
-    heartbeat(api, host, {"failures": [failure]})
-    heartbeat(api, host, {"failures": [failure]})  # (the same failure again: no new event)
-    heartbeat(api, host, {})
+    heartbeat(api, host, report={"failures": [failure]})
+    heartbeat(api, host, report={"failures": [failure]})  # (the same failure again: no new event)
+    heartbeat(api, host, report={})
     net = network(api, "ev-net")
     ok, bad = (api.post("/ports", json={"port": {"network_id": net["id"], "binding:host_id": host}}).json()["port"]
                for _ in range(2))  # fmt: skip

@@ -1,5 +1,5 @@
 """/metrics of a real `cloudnet serve --tls`: scraped over HTTPS with an admin token, as Prometheus would (its
-Bearer header); a joined host's certificate, alone or with a member's token, gets nothing."""
+Bearer header); a joined host's certificate gets nothing (members' tokens: tests/api/test_metrics.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.scrape import parse
-from tests.support.tls import TlsServer, tls_serve
+from tests.support.tls import ADMIN, TlsServer, tls_serve
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def server(tmp_path: Path) -> Iterator[TlsServer]:
 def test_a_host_certificate_scrapes_nothing(server: TlsServer, tmp_path: Path) -> None:
     cert = server.join("mx-tls", tmp_path / "host")
     with server.client(None) as anyone:
-        r = anyone.get(server.url + "/metrics", headers={"Authorization": f"Bearer {server_token(server)}"})
+        r = anyone.get(server.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"})
         assert r.status_code == 200, r.text
         assert "cloudnet_api_requests" in parse(r.text).families
     with server.client(None, cert) as host:
@@ -29,9 +29,3 @@ def test_a_host_certificate_scrapes_nothing(server: TlsServer, tmp_path: Path) -
         assert r.status_code == 403, r.text
         assert r.json()["NeutronError"]["type"] == "HostCertificateRefused"
         assert host.put("/hosts/mx-tls", json={"host": {"report": {}}}).status_code == 200  # (its own calls work)
-
-
-def server_token(server: TlsServer) -> str:
-    """The admin token `server.client()` sends."""
-    with server.client() as c:
-        return str(c.headers["X-Auth-Token"])

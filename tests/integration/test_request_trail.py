@@ -19,6 +19,7 @@ import pytest
 
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
+from tests.support.mdata_raw import wait_for
 from tests.support.process import CLOUDNET, serve, stop
 
 
@@ -43,19 +44,11 @@ def site(tmp_path: Path) -> Iterator[Site]:
             agent = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True)
         try:
             with httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30) as api:
-                wait_for(lambda: api.get(f"/hosts/{host}").status_code == 200, "the agent registered")
+                wait_for(lambda: api.get(f"/hosts/{host}").status_code == 200, 30, "the agent registered")
                 yield Site(url, api, host, server, agent, agent_log)
         finally:
             stop(agent)
             LinuxDataplane(host).teardown()
-
-
-def wait_for(check: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -92,7 +85,7 @@ def test_a_request_id_from_post_to_kernel_and_the_monitor(site: Site) -> None:
         assert r.status_code == 201, r.text
         assert r.headers["X-OpenStack-Request-ID"] == rid
         inst = r.json()["instance"]
-        wait_for(lambda: api.get(f"/instances/{inst['id']}").json()["instance"]["status"] == "ACTIVE", "ACTIVE")
+        wait_for(lambda: api.get(f"/instances/{inst['id']}").json()["instance"]["status"] == "ACTIVE", 30, "ACTIVE")
         port_id = api.get(f"/instances/{inst['id']}").json()["instance"]["nets"][0]["port_id"]
         # Then an object the agent cannot converge: an instance whose namespace is a plain file.
         body = {"name": "broken", "host": site.host, "netns": "/etc/hostname", "nets": [{"network": net["id"]}]}

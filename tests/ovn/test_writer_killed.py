@@ -13,8 +13,9 @@ import pytest
 
 from cloudnet.store.db import Store
 from tests.ovn.converged import nb_differences
+from tests.support.api import create
 from tests.support.ovn import OvnSandbox
-from tests.support.writer_pair import WriterPair, create, writer_pair, writer_then_standby
+from tests.support.writer_pair import WriterPair, writer_pair, writer_then_standby
 
 
 @pytest.fixture
@@ -89,9 +90,10 @@ def test_the_standby_never_writes_while_the_writer_lives(pair: WriterPair, ovn: 
     the same NB and the same database, stays out (its log says it stands by and never resyncs)."""
     writer, standby, net = writer_then_standby(pair, "one-writer")
     with standby.api() as api:
-        port = create(api, "port", {"network_id": net["id"], "name": "via-standby"})
+        port = create(api, "ports", "port", network_id=net["id"], name="via-standby")
     pair.until("the writer wrote the standby's port", lambda: port["id"] in pair.switch_ports())
     ovn.nbctl("lsp-del", port["id"])
     pair.until("the writer repaired NB", lambda: port["id"] in pair.switch_ports())
-    pair.until("the writer logged its repair", lambda: "northbound" in writer.log_text())  # (log thread)
+    repaired = "rows changed outside cloudnet, repaired"  # (sync.py's line; polled: the server's log thread)
+    pair.until("the writer logged its repair", lambda: repaired in writer.log_text())
     assert "northbound resync" not in standby.log_text() and "repaired" not in standby.log_text()

@@ -23,6 +23,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs: bound, never listening (so no other run can
+    take it meanwhile, as one could a port released at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
+
+
 def stop(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
     """SIGTERM, and SIGKILL if it has not exited within `timeout` seconds."""
     if proc.poll() is None:

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from cloudnet.northbound.sync import STANDBY
+from tests.support.api import create, create_network, create_subnet
 from tests.support.ovn import OvnSandbox
 from tests.support.process import CLOUDNET, free_port
 
@@ -56,6 +57,7 @@ class WriterPair:
     def start(self, name: str) -> Server:
         """Start server `name` (again, after a kill: a new log) and return once its API answers."""
         srv = self.servers[name]
+        srv.port = free_port()  # (afresh at each start: a port released by a killed server may be another's now)
         srv.state.mkdir(parents=True, exist_ok=True)
         srv.log.unlink(missing_ok=True)
         with srv.log.open("ab") as out:
@@ -111,20 +113,14 @@ def writer_pair(root: Path, ovn: OvnSandbox) -> Iterator[WriterPair]:
         pair.stop()
 
 
-def create(api: httpx.Client, resource: str, body: dict[str, Any]) -> dict[str, Any]:
-    r = api.post(f"/{resource}s", json={resource: body})
-    assert r.status_code == 201, r.text
-    return dict(r.json()[resource])
-
-
 def writer_then_standby(pair: WriterPair, network_name: str) -> tuple[Server, Server, dict[str, Any]]:
     """Server a started first and seen writing (a port it made is in NB), then b started and seen standing by;
     returns (writer, standby, a network with a subnet to make ports on)."""
     writer = pair.start("a")
     with writer.api() as api:
-        net = create(api, "network", {"name": network_name})
-        create(api, "subnet", {"network_id": net["id"], "cidr": "10.79.0.0/22"})
-        first = create(api, "port", {"network_id": net["id"], "name": "first"})
+        net = create_network(api, name=network_name)
+        create_subnet(api, net["id"], "10.79.0.0/22")
+        first = create(api, "ports", "port", network_id=net["id"], name="first")
     pair.until("server a wrote NB", lambda: first["id"] in pair.switch_ports())
     standby = pair.start("b")
     pair.until("server b stands by", standby.standing_by)

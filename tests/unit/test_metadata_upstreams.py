@@ -4,22 +4,15 @@ API servers; one is down (nothing listening), or takes a request and drops the c
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
 from cloudnet.agent.metadata.upstream import UpstreamUnavailable
 from cloudnet.agent.metadata.upstreams import MAX_URLS, Upstreams, metadata_urls
+from tests.support.process import refused_port
 
 GET = b"GET /x HTTP/1.1\r\nHost: m\r\n\r\n"
 POST = b"POST /p HTTP/1.1\r\nHost: m\r\nContent-Length: 0\r\n\r\n"
-
-
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Api:
@@ -62,9 +55,9 @@ def test_the_list_is_checked() -> None:
 
 
 def test_requests_go_to_the_next_server_when_one_is_down_and_stay_there() -> None:
-    async def go() -> None:
+    async def go(down: int) -> None:
         b = Api(b"b")
-        upstreams = Upstreams(f"http://127.0.0.1:{_closed_port()},{await b.start()}")
+        upstreams = Upstreams(f"http://127.0.0.1:{down},{await b.start()}")
         assert (await upstreams.exchange(GET)).body == b"b"
         assert upstreams.url.endswith(str(b.server.sockets[0].getsockname()[1]))  # type: ignore[union-attr]
         # A POST too: nothing was sent to the one that could not be reached.
@@ -73,7 +66,8 @@ def test_requests_go_to_the_next_server_when_one_is_down_and_stay_there() -> Non
         await upstreams.close()
         await b.stop()
 
-    asyncio.run(go())
+    with refused_port() as down:
+        asyncio.run(go(down))
 
 
 def test_a_request_that_may_have_been_carried_out_is_not_sent_to_another_server() -> None:
@@ -92,11 +86,11 @@ def test_a_request_that_may_have_been_carried_out_is_not_sent_to_another_server(
 
 
 def test_all_down_is_one_failure_naming_the_last() -> None:
-    async def go() -> None:
-        ports = [_closed_port(), _closed_port()]
+    async def go(ports: list[int]) -> None:
         upstreams = Upstreams(",".join(f"http://127.0.0.1:{p}" for p in ports))
         with pytest.raises(UpstreamUnavailable):
             await upstreams.exchange(GET)
         await upstreams.close()
 
-    asyncio.run(go())
+    with refused_port() as one, refused_port() as two:
+        asyncio.run(go([one, two]))

@@ -23,6 +23,7 @@ E = t.events
 MAX_BATCH = 10000
 MAX_REVISION = 2**63 - 1  # the column's range
 MAX_TYPES = 16
+MAX_PROJECT = 255  # (the column's length)
 # port.active, or port (every port.* type), as services record them (store/events.py).
 _TYPE = re.compile(r"[a-z][a-z_]{0,31}(?:\.[a-z][a-z_]{0,31})?")
 
@@ -40,6 +41,8 @@ class Follow:
 
 def _scope(ctx: Context, project_id: str | None) -> str | None:
     """The project whose events the caller follows (None: all of them, for admins only)."""
+    if project_id is not None and len(project_id) > MAX_PROJECT:
+        raise BadRequest(f"Invalid input for project_id. Reason: longer than {MAX_PROJECT} characters.")
     if ctx.is_admin:
         return project_id
     if project_id is not None and project_id != ctx.project_id:
