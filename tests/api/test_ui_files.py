@@ -25,6 +25,9 @@ def test_the_page_and_its_files_carry_the_policy(web: httpx.Client) -> None:
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert page.headers["content-security-policy"] == ui.CSP
     assert "script-src 'self';" in ui.CSP and "unsafe-inline" not in ui.CSP and "unsafe-eval" not in ui.CSP
+    # no HTML sink at all: Trusted Types required, and no policy may make one
+    policy = [d.strip() for d in page.headers["content-security-policy"].split(";")]
+    assert "require-trusted-types-for 'script'" in policy and "trusted-types 'none'" in policy
     assert page.headers["x-content-type-options"] == "nosniff" and page.headers["x-frame-options"] == "DENY"
     for src in re.findall(r'(?:src|href)="([^"#:]+)"', page.text):  # every file the page names is served
         asset = web.get("/ui/" + src)
@@ -64,3 +67,4 @@ def test_the_files_are_package_data() -> None:
     kinds = {p.suffix for p in ui.UI_DIR.iterdir() if p.is_file()}
     for suffix in kinds:
         assert f'"ui/*{suffix}"' in project, suffix
+    assert set(ui.load()) == {p.name for p in ui.UI_DIR.iterdir() if p.is_file()}  # and every one is served

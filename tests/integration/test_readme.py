@@ -28,7 +28,7 @@ import pytest
 
 from cloudnet.dataplane.linux.dhcp import DhcpServers
 from tests.support.podman import BACKEND, describe, require
-from tests.support.process import CLOUDNET, free_port
+from tests.support.process import CLOUDNET, PRIVATE_NETNS, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "<!-- walkthrough -->"
@@ -66,11 +66,7 @@ def cloudnet_up(tmp_path: Path) -> Iterator[tuple[int, str, Path]]:
     log = (tmp_path / "up.log").open("w")
     command = [CLOUDNET, "up", "--state-dir", str(state), "--port", str(port), "--agent-host", f"readme-{tag}",
                "--metadata-listen", f"127.0.0.1:{free_port()}", "--uplink", f"physnet1:{uplink}"]  # fmt: skip
-    proc = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-         'mount -t tmpfs cloudnet-readme /run/netns && exec "$@"', "sh", *command],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    proc = subprocess.Popen([*PRIVATE_NETNS, *command], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

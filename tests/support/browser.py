@@ -29,7 +29,7 @@ def chromium(width: int = 1280, height: int = 800) -> webdriver.Chrome:
                 f"--window-size={width},{height}", "--disable-extensions",
                 "--disable-background-networking"):  # fmt: skip
         options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for driver.get_log("browser")
     return webdriver.Chrome(options=options, service=Service(DRIVER))
 
 
@@ -69,12 +69,13 @@ class UiPage:
     def all(self, selector: str) -> list[WebElement]:
         return self.driver.find_elements(By.CSS_SELECTOR, selector)
 
-    def login(self, user: str = "", password: str = "", token: str = "") -> None:
-        # a fresh page with no session (a reload keeps sessionStorage: cleared first)
-        self.driver.get(self.url + "/ui/#/map")
-        self.driver.execute_script("sessionStorage.clear()")
-        self.driver.get("about:blank")
-        self.driver.get(self.url + "/ui/#/map")
+    def login(self, user: str = "", password: str = "", token: str = "", fresh: bool = True) -> None:
+        """Log in from the form: of a fresh page with no session, else (`fresh` False) of the page as it is."""
+        if fresh:  # (a reload keeps sessionStorage: cleared first)
+            self.driver.get(self.url + "/ui/#/map")
+            self.driver.execute_script("sessionStorage.clear()")
+            self.driver.get("about:blank")
+            self.driver.get(self.url + "/ui/#/map")
         wait_for(lambda: self.all("#login:not(.hidden)"), why="the login form")
         for field, value in (("user", user), ("password", password), ("token", token)):
             self.css(f"#{field}").clear()
@@ -101,7 +102,8 @@ class UiPage:
     def form(self, title: str) -> WebElement:
         return self.css(f'form[aria-label="{title}"]')
 
-    def fill(self, title: str, submit: bool = True, **values: str | bool) -> None:
+    def fill(self, title: str, **values: str | bool) -> None:
+        """Fill the form's fields by name and submit it."""
         form = self.form(title)
         for name, value in values.items():
             control = form.find_element(By.NAME, name)
@@ -113,14 +115,20 @@ class UiPage:
             else:
                 control.clear()
                 control.send_keys(value)
-        if submit:
-            form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
 
     def table_text(self) -> str:
         return self.css("#page .data").text
 
     def error(self) -> str:
         return self.css("#error").text
+
+    def console_faults(self) -> list[str]:
+        """What the console said since the last call of a policy refusal or an uncaught error (not every SEVERE
+        entry: an API refusal the page expects, a 4xx, is logged at that level too)."""
+        entries = self.driver.get_log("browser")
+        faults = ("Content Security Policy", "Uncaught", "requires 'Trusted")  # (the last: a Trusted Types refusal)
+        return [e["message"] for e in entries if any(f in e["message"] for f in faults)]
 
     def shoot(self, name: str) -> Path:
         path = self.screenshots / f"{name}.png"

@@ -15,6 +15,10 @@ import httpx
 import pytest
 
 CLOUDNET = str(Path(sys.executable).parent / "cloudnet")
+# a `wrapper` for serve(): `cloudnet up` in a mount namespace of its own with a private /run/netns, so that its
+# instances' namespaces go with it (and never clash with another run's); the command follows it
+PRIVATE_NETNS = ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                 'mount -t tmpfs cloudnet-test /run/netns && exec "$@"', "sh")  # fmt: skip
 
 
 def free_port() -> int:

@@ -26,7 +26,7 @@ from selenium.webdriver.common.keys import Keys
 from cloudnet.dataplane.linux.dhcp import DhcpServers
 from tests.support.browser import UiPage, chromium, wait_for
 from tests.support.png import drawn_share
-from tests.support.process import CLOUDNET, free_port, serve
+from tests.support.process import CLOUDNET, PRIVATE_NETNS, free_port, serve
 
 PASSWORDS = {"ada": "ada-secret-pw-1", "mo": "mo-secret-pw-2"}  # ada: admin of ops; mo: member of alice
 HOSTILE = '<img src=x onerror="document.body.dataset.pwned=1">'
@@ -49,12 +49,6 @@ def _token(url: str, user: str) -> str:
     answer = httpx.post(url + "/v3/auth/tokens", json=body, timeout=30)
     assert answer.status_code == 201, answer.text
     return answer.headers["X-Subject-Token"]
-
-
-# `cloudnet up` in a mount namespace of its own with a private /run/netns: its instances' namespaces go with it
-# (as tests/integration/test_readme.py runs it)
-PRIVATE_NETNS = ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-                 'mount -t tmpfs cloudnet-ui /run/netns && exec "$@"', "sh")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -164,12 +158,16 @@ def test_admin_builds_a_network_router_and_forward(ui: UiPage, cloud: Cloud) -> 
                    why="a floating IP allocated")  # fmt: skip
     address = next(iter(new))
     wait_for(lambda: address in ui.table_text(), why="the floating IP listed")
+    ui.driver.execute_script("console.error('cloudnet console probe')")  # the console is read (loggingPrefs)
+    assert any("cloudnet console probe" in e["message"] for e in ui.driver.get_log("browser"))
     for page in PAGES:
         ui.go(page)
         ui.shoot(f"admin-{page}")
         # nothing wider than the 1280-pixel window: no sideways scrolling
         width = ui.driver.execute_script("return [document.documentElement.scrollWidth, innerWidth]")
         assert width[0] <= width[1], f"page {page} is {width[0]} px wide in a {width[1]} px window"
+        # no script refused by the policy, no uncaught error while it loaded and drew
+        assert ui.console_faults() == [], f"page {page}"
     ui.go("hosts")
     assert "port 1234: tap <b>gone</b> (since 2026-01-01T00:00:00Z, 3 attempts)" in ui.table_text()
     ui.go("forwards")
@@ -237,6 +235,15 @@ def test_a_member_sees_only_their_project_and_markup_as_text(ui: UiPage, cloud: 
     assert "bob-secret" not in svg and "live-vm" not in svg
     assert HOSTILE[:20] in svg and not ui.all("svg.map image, svg.map foreignObject")  # the map's labels: text too
     assert ui.driver.execute_script("return document.body.dataset.pwned") is None
+    # logged out: the live updates end (their mode leaves the header); in again without a reload, the map is the
+    # new session's (nothing of the last one's search)
+    wait_for(lambda: ui.css("#live").text, why="the live updates' mode shown")
+    ui.css('input[aria-label="Search the map"]').send_keys("alice")
+    ui.logout()
+    assert ui.css("#live").text == ""
+    ui.login("mo", PASSWORDS["mo"], fresh=False)
+    assert ui.css('input[aria-label="Search the map"]').get_attribute("value") == ""
+    wait_for(lambda: ui.css("#live").text, why="the live updates' mode shown again")
     # a token pasted instead of a password: the same view
     ui.login(token=_token(url, "mo"))
     ui.go("networks")

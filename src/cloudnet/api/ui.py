@@ -2,40 +2,31 @@
 authenticates every API call itself (X-Auth-Token, as any client).
 
 Every answer carries a strict Content-Security-Policy: scripts and styles from this origin only (no inline script,
-no eval), requests to this origin only, no framing. Whatever the API returns is put into the page as text by the
-UI (never as markup); the policy is the second wall if that ever slips.
+no eval), requests to this origin only, no framing, and no HTML sink at all (Trusted Types with no policy: Chromium
+refuses every innerHTML-like assignment). Whatever the API returns is put into the page as text by the UI (never as
+markup); the policy is the second wall if that ever slips.
 """
 
 from __future__ import annotations
 
-import mimetypes
-from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+
+from cloudnet.api.guard import ASGIApp, Receive, Scope, Send
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 PREFIX = "/ui"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")  # fmt: skip
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'; "
+       "require-trusted-types-for 'script'; trusted-types 'none'")  # fmt: skip
+# what the package ships (pyproject's package data: ui/*.html, ui/*.js, ui/*.css, one flat directory)
 TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
-         ".html": "text/html; charset=utf-8", ".svg": "image/svg+xml"}  # fmt: skip
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+         ".html": "text/html; charset=utf-8"}  # fmt: skip
 
 
-def load(root: Path = UI_DIR) -> dict[str, tuple[bytes, str]]:
-    """Every file of the UI by its path under /ui/ (read once: a request names a key of this table, never a path
+def load() -> dict[str, tuple[bytes, str]]:
+    """Every file of the UI by its name under /ui/ (read once: a request names a key of this table, never a path
     on disk, so no request can reach outside it)."""
-    files: dict[str, tuple[bytes, str]] = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.name.startswith("."):
-            kind = TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-            files[path.relative_to(root).as_posix()] = (path.read_bytes(), kind)
-    return files
+    return {p.name: (p.read_bytes(), TYPES[p.suffix]) for p in sorted(UI_DIR.glob("*")) if p.suffix in TYPES}
 
 
 def headers(kind: str, length: int) -> list[tuple[bytes, bytes]]:
@@ -49,9 +40,9 @@ def headers(kind: str, length: int) -> list[tuple[bytes, bytes]]:
 class UiFiles:
     """ASGI middleware: GET/HEAD under /ui from the table above, everything else to the application."""
 
-    def __init__(self, app: ASGIApp, root: Path = UI_DIR) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.files = load(root)
+        self.files = load()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")

@@ -79,6 +79,18 @@ export async function list(collection, key, extra) {
   return (await get(`/v2.0/${collection}${query ? "?" + query : ""}`))[key];
 }
 
+/** The forwards of these networks, each with its network_id: listed network by network (the API has no list of
+ * them all). A network gone meanwhile (404) has none; any other refusal is the API's error, shown as it said it. */
+export async function forwardsOf(networks) {
+  const found = await Promise.all(networks.map((n) => get(`/v2.0/networks/${encodeURIComponent(n.id)}/forwards`).then(
+    (b) => b.forwards.map((f) => ({ ...f, network_id: n.id })),
+    (err) => {
+      if (err instanceof ApiError && err.status === 404) return [];
+      throw err;
+    })));
+  return found.flat();
+}
+
 /** What a create body carries for an admin acting in another project. */
 export function owned(body) {
   return session.project ? { ...body, project_id: session.project } : body;

@@ -2,7 +2,7 @@
 // an admin's project switch, and live updates redrawing the page shown.
 
 import { ApiError, get, identify, login, session } from "./api.js";
-import { h } from "./dom.js";
+import { h, options } from "./dom.js";
 import { Live } from "./live.js";
 import { TopologyMap, loadTopology } from "./map.js";
 import { PAGES } from "./pages.js";
@@ -19,12 +19,13 @@ class App {
     this.generation = 0;
   }
 
-  /** Run an API call for the user: its error shown as the API said it; true when it worked. */
+  /** Run an API call for the user: its error shown as the API said it; true when it worked. The page is redrawn
+   * as after any change (debounced): the live event of this same change, due at once, makes no second read. */
   async run(fn) {
     this.error(null);
     try {
       await fn();
-      await this.refresh();
+      this.changed();
       return true;
     } catch (err) {
       this.error(err);
@@ -69,17 +70,16 @@ class App {
     const token = session.token;
     const data = await page.load();
     // a newer read is on its way, or the user changed (logged out, in again): this answer is not to be shown
-    if (generation !== this.generation || page !== this.page || token !== session.token) return false;
-    if (this.editing()) return false;
+    if (generation !== this.generation || page !== this.page || token !== session.token) return;
+    if (this.editing()) return;
     page.show(data);
     $("page").dataset.rendered = page.id; // for tests and the bench: the page's data is drawn
     performance.mark(`cloudnet:rendered:${page.id}`);
-    return true;
   }
 
   nav() {
-    const links = [["map", "Map"], ...PAGES.map(([id, title]) => [id, title])].filter(([id]) => this.admin || !["hosts"].includes(id));
-    $("nav").replaceChildren(...links.map(([id, title]) => h("a", { href: `#/${id}`, text: title, "data-page": id })));
+    const links = [{ id: "map", title: "Map" }, ...PAGES].filter((p) => this.admin || !p.admin);
+    $("nav").replaceChildren(...links.map(({ id, title }) => h("a", { href: `#/${id}`, text: title, "data-page": id })));
   }
 
   async route() {
@@ -91,11 +91,11 @@ class App {
       this.page = { id, load: loadTopology, show: (d) => this.map.update(d) };
       root.replaceChildren(h("h2", { text: "Topology" }), this.map.el);
     } else {
-      const found = PAGES.find(([pid]) => pid === id) || PAGES[0];
-      const built = found[2](this);
+      const found = PAGES.find((p) => p.id === id) || PAGES[0];
+      const built = found.build(this);
       const data = h("div", { class: "data", "aria-live": "polite" }, h("p", { class: "muted", text: "Loading…" }));
-      this.page = { id: found[0], load: built.load, show: (d) => data.replaceChildren(built.view(d)) };
-      root.replaceChildren(h("h2", { text: found[1] }), h("div", { class: "forms" }, built.forms), data);
+      this.page = { id: found.id, load: built.load, show: (d) => data.replaceChildren(built.view(d)) };
+      root.replaceChildren(h("h2", { text: found.title }), h("div", { class: "forms" }, built.forms), data);
     }
     document.title = `cloudnet: ${id}`;
     this.error(null);
@@ -138,7 +138,7 @@ class App {
       this.error(err);
     }
     session.project = sessionStorage.getItem(PROJECT) || "";
-    select.replaceChildren(h("option", { value: "", text: "(all projects)" }), ...names.map((n) => h("option", { value: n, text: n })));
+    select.replaceChildren(...options(names, (n) => n, (n) => n, "(all projects)"));
     select.value = names.includes(session.project) ? session.project : "";
     session.project = select.value;
     $("project-switch").classList.remove("hidden");
@@ -150,7 +150,9 @@ class App {
     sessionStorage.removeItem(PROJECT);
     session.project = "";
     this.page = null;
+    clearTimeout(this.timer);
     this.generation++; // reads still on their way are dropped
+    this.map = new TopologyMap(); // nothing of the last user's map (data, search, expanded groups) for the next
     delete $("page").dataset.rendered;
     this.showLogin();
   }

@@ -29,22 +29,15 @@ export function s(tag, props, ...children) {
   return fill(document.createElementNS(SVG_NS, tag), props, children);
 }
 
-export function clear(el) {
-  el.replaceChildren();
-  return el;
-}
-
 /** A table: columns are [title, row => text or Node]; rows get a data-id when they have an id. */
 export function table(columns, rows, label) {
   const head = h("tr", {}, columns.map(([title]) => h("th", { scope: "col", text: title })));
-  const body = h("tbody");
-  const frag = document.createDocumentFragment();
+  const body = h("tbody"); // not in the document yet: rows go straight in
   for (const row of rows) {
     const tr = h("tr", { "data-id": row.id ?? row.name ?? undefined });
     for (const [, get] of columns) tr.append(h("td", {}, get(row) ?? ""));
-    frag.append(tr);
+    body.append(tr);
   }
-  body.append(frag);
   if (!rows.length) body.append(h("tr", {}, h("td", { colspan: columns.length, class: "empty", text: "(none)" })));
   return h("table", { "aria-label": label }, h("thead", {}, head), body);
 }
@@ -54,6 +47,7 @@ export function field(label, input) {
   return h("label", { class: "field" }, h("span", { text: label }), input);
 }
 
+/** <option>s of a select: `blank` (when given) first, with the value "". */
 export function options(items, valueOf, labelOf, blank) {
   const list = blank === undefined ? [] : [h("option", { value: "", text: blank })];
   return list.concat(items.map((item) => h("option", { value: valueOf(item), text: labelOf(item) })));
@@ -65,4 +59,9 @@ export function addresses(fixedIps) {
 
 export function short(id) {
   return id ? String(id).slice(0, 8) : "";
+}
+
+/** What an object is called where it is shown: its name, else the start of its id. */
+export function name(item) {
+  return item ? item.name || short(item.id) : "";
 }

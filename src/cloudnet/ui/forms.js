@@ -1,6 +1,7 @@
 // Small building blocks of the pages: forms that call the API and show its refusal, buttons that do the same.
 
-import { field, h } from "./dom.js";
+import { del } from "./api.js";
+import { field, h, options } from "./dom.js";
 
 /** A form: `fields` are [name, label, control]; `submit(values)` runs on submit; the app shows its errors. */
 export function form(app, title, fields, submit, label = "Create") {
@@ -35,7 +36,7 @@ export function form(app, title, fields, submit, label = "Create") {
 
 export const input = (props) => h("input", { type: "text", autocomplete: "off", ...props });
 
-/** A button that runs `fn` (asking first when `confirmText`), then refreshes the page. */
+/** A button that runs `fn` (asking first when `confirmText`), then redraws the page. */
 export function button(app, text, fn, confirmText, label) {
   return h("button", {
     type: "button",
@@ -49,6 +50,12 @@ export function button(app, text, fn, confirmText, label) {
   });
 }
 
+/** A button that deletes `path` once confirmed: `what` names the object ("network web") in the question and the
+ * button's accessible name; `label` is the verb ("Release"), `text` what the button shows (the verb unless given). */
+export function deleteButton(app, what, path, label = "Delete", text = label) {
+  return button(app, text, () => del(path), `${label} ${what}?`, `${label} ${what}`);
+}
+
 /** A select filled from a list; keeps its choice across refreshes of the list. */
 export function select(items, valueOf, labelOf, blank) {
   const el = h("select");
@@ -58,9 +65,7 @@ export function select(items, valueOf, labelOf, blank) {
     if (key === shown) return; // unchanged: left alone (an open menu stays open)
     shown = key;
     const chosen = el.value;
-    el.replaceChildren();
-    if (blank !== undefined) el.append(h("option", { value: "", text: blank }));
-    for (const item of list) el.append(h("option", { value: valueOf(item), text: labelOf(item) }));
+    el.replaceChildren(...options(list, valueOf, labelOf, blank));
     if ([...el.options].some((o) => o.value === chosen)) el.value = chosen;
   };
   fill(items);

@@ -1,11 +1,9 @@
 // The topology map: an SVG drawn from layout.js, with zoom (wheel, buttons, + and -), pan (drag, arrow keys),
 // search (dims what does not match, Enter centres on the first match) and groups that expand on activation.
 
-import { get, list } from "./api.js";
+import { forwardsOf, list } from "./api.js";
 import { h, s } from "./dom.js";
-import { layout } from "./layout.js";
-
-const q = encodeURIComponent;
+import { instanceSearch, layout } from "./layout.js";
 
 export async function loadTopology() {
   const [networks, subnets, routers, ports, instances, floatingips] = await Promise.all([
@@ -15,9 +13,8 @@ export async function loadTopology() {
   ]);
   // forwards are listed per network: those with a router only (a forward needs an uplink)
   const routed = new Set(ports.map((p) => p.network_id));
-  const found = await Promise.all(networks.filter((n) => routed.has(n.id)).map((n) =>
-    get(`/v2.0/networks/${q(n.id)}/forwards`).then((b) => b.forwards.map((f) => ({ ...f, network_id: n.id })), () => [])));
-  return { networks, subnets, routers, ports, instances, floatingips, forwards: found.flat() };
+  const forwards = await forwardsOf(networks.filter((n) => routed.has(n.id)));
+  return { networks, subnets, routers, ports, instances, floatingips, forwards };
 }
 
 export class TopologyMap {
@@ -56,18 +53,15 @@ export class TopologyMap {
 
   matches() {
     if (!this.term) return null;
-    return (inst) => `${inst.name} ${inst.id} ${inst.nets.flatMap((n) => n.fixed_ips.map((f) => f.ip_address)).join(" ")}`
-      .toLowerCase().includes(this.term);
+    return (inst) => instanceSearch(inst).includes(this.term);
   }
 
   draw() {
     if (!this.data) return;
     const { nodes, edges, width, height } = layout(this.data, this.expanded, this.matches());
     this.nodes = nodes;
-    const frag = document.createDocumentFragment();
     const defs = s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto" },
       s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" })));
-    frag.append(defs);
     const blocks = s("g", { class: "blocks" });
     const lines = s("g", { class: "edges" });
     const boxes = s("g", { class: "nodes" });
@@ -85,7 +79,7 @@ export class TopologyMap {
         blocks.append(s("rect", { class: "block", x: n.x, y: n.y, width: n.w, height: n.h, rx: 6 }));
         continue;
       }
-      const hit = this.term && n.search !== undefined && n.search.toLowerCase().includes(this.term);
+      const hit = this.term && n.search !== undefined && n.search.includes(this.term); // (both lowercase)
       const dim = this.term && !hit && n.kind !== "group";
       const g = s("g", { class: `node ${n.kind}${hit ? " match" : ""}${dim ? " dim" : ""}`, transform: `translate(${n.x},${n.y})`,
         "data-id": n.id, "data-kind": n.kind.split(" ")[0] },
@@ -104,8 +98,7 @@ export class TopologyMap {
       if (n.kind.startsWith("instance")) shown++;
       boxes.append(g);
     }
-    frag.append(blocks, lines, boxes);
-    this.svg.replaceChildren(frag);
+    this.svg.replaceChildren(defs, blocks, lines, boxes); // (built detached: one change of the document)
     this.count.textContent = `${this.data.instances.length} instances (${shown} drawn), ${this.data.networks.length} networks, ${this.data.routers.length} routers`;
     this.extent = { width, height };
     if (!this.view) this.fit();
@@ -139,7 +132,7 @@ export class TopologyMap {
   }
 
   centreOnMatch() {
-    const hit = [...(this.nodes || new Map()).values()].find((n) => n.search && n.search.toLowerCase().includes(this.term));
+    const hit = [...(this.nodes || new Map()).values()].find((n) => n.search && n.search.includes(this.term));
     if (!hit) return;
     const k = Math.min(1, 1000 / this.view.w); // close enough to read its label
     const w = this.view.w * k, hh = this.view.h * k;

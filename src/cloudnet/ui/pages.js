@@ -1,13 +1,19 @@
 // The list pages: each reads what it shows (`load`), draws it (`view`, again on every live change) and offers
 // its forms (built once, so what is typed survives a refresh).
 
-import { del, get, list, owned, post, put, session } from "./api.js";
-import { addresses, h, short, table } from "./dom.js";
-import { button, form, formatPorts, input, parsePorts, select } from "./forms.js";
+import { forwardsOf, get, list, owned, post, put, session } from "./api.js";
+import { addresses, h, name, short, table } from "./dom.js";
+import { button, deleteButton, form, formatPorts, input, parsePorts, select } from "./forms.js";
 
 const byId = (items) => Object.fromEntries(items.map((i) => [i.id, i]));
-const name = (item) => (item ? item.name || short(item.id) : "");
 const q = encodeURIComponent;
+
+/** The page's reads at once: {key: promise} -> {key: value}. */
+async function all(reads) {
+  const keys = Object.keys(reads);
+  const values = await Promise.all(Object.values(reads));
+  return Object.fromEntries(keys.map((k, i) => [k, values[i]]));
+}
 
 function networks(app) {
   const netSelect = select([], (n) => n.id, name);
@@ -25,7 +31,7 @@ function networks(app) {
   ];
   return {
     forms,
-    load: async () => ({ networks: await list("networks", "networks"), subnets: await list("subnets", "subnets") }),
+    load: () => all({ networks: list("networks", "networks"), subnets: list("subnets", "subnets") }),
     view: ({ networks: nets, subnets }) => {
       netSelect.fill(nets);
       return table([
@@ -33,9 +39,9 @@ function networks(app) {
         ["ID", (n) => short(n.id)],
         ["Project", (n) => n.project_id],
         ["External", (n) => (n["router:external"] ? "yes" : "")],
-        ["Subnets", (n) => subnets.filter((s) => s.network_id === n.id).map((s) => `${s.name || short(s.id)} ${s.cidr}`).join(", ")],
+        ["Subnets", (n) => subnets.filter((s) => s.network_id === n.id).map((s) => `${name(s)} ${s.cidr}`).join(", ")],
         ["Status", (n) => n.status],
-        ["", (n) => button(app, "Delete", () => del(`/v2.0/networks/${q(n.id)}`), `Delete network ${n.name}?`, `Delete network ${n.name}`)],
+        ["", (n) => deleteButton(app, `network ${n.name}`, `/v2.0/networks/${q(n.id)}`)],
       ], nets, "Networks");
     },
   };
@@ -44,7 +50,10 @@ function networks(app) {
 function ports() {
   return {
     forms: [],
-    load: async () => ({ ports: await list("ports", "ports"), networks: byId(await list("networks", "networks")) }),
+    load: async () => {
+      const d = await all({ ports: list("ports", "ports"), networks: list("networks", "networks") });
+      return { ...d, networks: byId(d.networks) };
+    },
     view: ({ ports: items, networks: nets }) => table([
       ["Name", (p) => p.name],
       ["ID", (p) => short(p.id)],
@@ -61,7 +70,7 @@ function ports() {
 function routers(app) {
   const extSelect = select([], (n) => n.id, name, "(no gateway)");
   const routerSelect = select([], (r) => r.id, name);
-  const subnetSelect = select([], (s) => s.id, (s) => `${s.name || short(s.id)} ${s.cidr}`);
+  const subnetSelect = select([], (s) => s.id, (s) => `${name(s)} ${s.cidr}`);
   const forms = [
     form(app, "New router", [["name", "Name", input({ required: true })], ["external", "Gateway", extSelect]],
       (v) => post("/v2.0/routers", { router: owned({ name: v.name,
@@ -71,11 +80,11 @@ function routers(app) {
   ];
   return {
     forms,
-    load: async () => ({
-      routers: await list("routers", "routers"),
-      networks: await list("networks", "networks"),
-      subnets: await list("subnets", "subnets"),
-      ports: await list("ports", "ports", { device_owner: "network:router_interface" }),
+    load: () => all({
+      routers: list("routers", "routers"),
+      networks: list("networks", "networks"),
+      subnets: list("subnets", "subnets"),
+      ports: list("ports", "ports", { device_owner: "network:router_interface" }),
     }),
     view: (d) => {
       const nets = byId(d.networks);
@@ -88,7 +97,7 @@ function routers(app) {
         ["Gateway", (r) => (r.external_gateway_info ? `${name(nets[r.external_gateway_info.network_id])} ${addresses(r.external_gateway_info.external_fixed_ips)}` : "")],
         ["Interfaces", (r) => d.ports.filter((p) => p.device_id === r.id).map((p) => `${name(nets[p.network_id])} ${addresses(p.fixed_ips)}`).join(", ")],
         ["Status", (r) => r.status],
-        ["", (r) => button(app, "Delete", () => del(`/v2.0/routers/${q(r.id)}`), `Delete router ${r.name}?`, `Delete router ${r.name}`)],
+        ["", (r) => deleteButton(app, `router ${r.name}`, `/v2.0/routers/${q(r.id)}`)],
       ], d.routers, "Routers");
     },
   };
@@ -97,7 +106,10 @@ function routers(app) {
 function instances(app) {
   return {
     forms: [],
-    load: async () => ({ instances: await list("instances", "instances"), networks: byId(await list("networks", "networks")) }),
+    load: async () => {
+      const d = await all({ instances: list("instances", "instances"), networks: list("networks", "networks") });
+      return { ...d, networks: byId(d.networks) };
+    },
     view: ({ instances: items, networks: nets }) => table([
       ["Name", (i) => i.name],
       ["Kind", (i) => i.kind],
@@ -105,7 +117,7 @@ function instances(app) {
       ["Addresses", (i) => i.nets.map((n) => `${name(nets[n.network_id])}: ${addresses(n.fixed_ips)}`).join("; ")],
       ["Status", (i) => i.status],
       ["Reason", (i) => i.status_reason],
-      ["", (i) => button(app, "Delete", () => del(`/v2.0/instances/${q(i.id)}`), `Delete instance ${i.name}?`, `Delete instance ${i.name}`)],
+      ["", (i) => deleteButton(app, `instance ${i.name}`, `/v2.0/instances/${q(i.id)}`)],
     ], items, "Instances"),
   };
 }
@@ -143,8 +155,8 @@ function securityGroups(app) {
         ["ID", (g) => short(g.id)],
         ["Project", (g) => g.project_id],
         ["Rules", (g) => h("ul", { class: "plain" }, (g.security_group_rules || []).map((r) =>
-          h("li", {}, rule(r), " ", button(app, "×", () => del(`/v2.0/security-group-rules/${q(r.id)}`), "Delete this rule?", `Delete rule ${rule(r)}`))))],
-        ["", (g) => button(app, "Delete", () => del(`/v2.0/security-groups/${q(g.id)}`), `Delete group ${g.name}?`, `Delete group ${g.name}`)],
+          h("li", {}, rule(r), " ", deleteButton(app, `rule ${rule(r)}`, `/v2.0/security-group-rules/${q(r.id)}`, "Delete", "×"))))],
+        ["", (g) => deleteButton(app, `group ${g.name}`, `/v2.0/security-groups/${q(g.id)}`)],
       ], groups, "Security groups");
     },
   };
@@ -174,9 +186,9 @@ function forwards(app) {
     forms,
     load: async () => {
       const nets = await list("networks", "networks");
-      const found = await Promise.all(nets.map((n) => get(`/v2.0/networks/${q(n.id)}/forwards`)
-        .then((b) => b.forwards.map((f) => ({ ...f, network_id: n.id, network: name(n) })), () => [])));
-      return { networks: nets, forwards: found.flat() };
+      const names = byId(nets);
+      const found = await forwardsOf(nets);
+      return { networks: nets, forwards: found.map((f) => ({ ...f, network: name(names[f.network_id]) })) };
     },
     view: (d) => {
       netSelect.fill(d.networks);
@@ -185,8 +197,7 @@ function forwards(app) {
         ["Network", (f) => f.network],
         ["Default target", (f) => (f.config || {}).target_address || ""],
         ["Ports", edit],
-        ["", (f) => button(app, "Delete", () => del(`/v2.0/networks/${q(f.network_id)}/forwards/${q(f.listen_address)}`),
-          `Delete forward ${f.listen_address}?`, `Delete forward ${f.listen_address}`)],
+        ["", (f) => deleteButton(app, `forward ${f.listen_address}`, `/v2.0/networks/${q(f.network_id)}/forwards/${q(f.listen_address)}`)],
       ], d.forwards.map((f) => ({ ...f, id: `${f.network_id}/${f.listen_address}` })), "Forwards");
     },
   };
@@ -194,7 +205,7 @@ function forwards(app) {
 
 function floatingIps(app) {
   const extSelect = select([], (n) => n.id, name);
-  const portSelect = select([], (p) => p.id, (p) => `${p.name || short(p.id)} ${addresses(p.fixed_ips)}`, "(none)");
+  const portSelect = select([], (p) => p.id, (p) => `${name(p)} ${addresses(p.fixed_ips)}`, "(none)");
   const forms = [
     form(app, "New floating IP", [["network", "External network", extSelect], ["port", "Associate to port", portSelect]],
       (v) => post("/v2.0/floatingips", { floatingip: owned({ floating_network_id: v.network, ...(v.port ? { port_id: v.port } : {}) }) }),
@@ -202,11 +213,11 @@ function floatingIps(app) {
   ];
   return {
     forms,
-    load: async () => ({
-      fips: await list("floatingips", "floatingips"),
-      externals: await list("networks", "networks", { "router:external": "true" }),
+    load: () => all({
+      fips: list("floatingips", "floatingips"),
+      externals: list("networks", "networks", { "router:external": "true" }),
       // what an address may be associated to: instances' and plain ports, not routers' or DHCP's
-      ports: (await list("ports", "ports")).filter((p) => !String(p.device_owner || "").startsWith("network:")),
+      ports: list("ports", "ports").then((items) => items.filter((p) => !String(p.device_owner || "").startsWith("network:"))),
     }),
     view: ({ fips, externals, ports: candidates }) => {
       extSelect.fill(externals);
@@ -217,7 +228,7 @@ function floatingIps(app) {
         ["Port", (f) => short(f.port_id)],
         ["Project", (f) => f.project_id],
         ["Status", (f) => f.status],
-        ["", (f) => button(app, "Release", () => del(`/v2.0/floatingips/${q(f.id)}`), `Release ${f.floating_ip_address}?`, `Release ${f.floating_ip_address}`)],
+        ["", (f) => deleteButton(app, f.floating_ip_address, `/v2.0/floatingips/${q(f.id)}`, "Release")],
       ], fips, "Floating IPs");
     },
   };
@@ -268,9 +279,12 @@ function quotas() {
   };
 }
 
+/** The list pages in the order of the menu; `admin`: offered to admins only (the API refuses the others). */
 export const PAGES = [
-  ["networks", "Networks", networks], ["ports", "Ports", ports], ["routers", "Routers", routers],
-  ["instances", "Instances", instances], ["security-groups", "Security groups", securityGroups],
-  ["forwards", "Forwards", forwards], ["floatingips", "Floating IPs", floatingIps],
-  ["port-pools", "Port pools", pools], ["hosts", "Hosts", hosts], ["quotas", "Quotas", quotas],
+  { id: "networks", title: "Networks", build: networks }, { id: "ports", title: "Ports", build: ports },
+  { id: "routers", title: "Routers", build: routers }, { id: "instances", title: "Instances", build: instances },
+  { id: "security-groups", title: "Security groups", build: securityGroups },
+  { id: "forwards", title: "Forwards", build: forwards }, { id: "floatingips", title: "Floating IPs", build: floatingIps },
+  { id: "port-pools", title: "Port pools", build: pools }, { id: "hosts", title: "Hosts", build: hosts, admin: true },
+  { id: "quotas", title: "Quotas", build: quotas },
 ];
