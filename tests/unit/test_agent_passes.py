@@ -134,3 +134,31 @@ def test_a_pass_woken_by_the_dataplanes_news_alone_reuses_the_state_and_an_event
     assert len(api.reported) == 2
     agent.reconcile(full=False, reuse=False)  # (an event came: what the server holds now is fetched)
     assert api.fetches == 2 and len(api.reported) == 3  # (this fake server kept DOWN: reported again)
+
+
+class _Overdue(_Leftovers):
+    """A dataplane with one failed object whose backoff has ended and that its passes never try again (as one an
+    incremental pass does not look at)."""
+
+    def unfinished(self) -> bool:
+        return False
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [{"object": "router:r", "reason": "boom", "since": "", "attempts": 1, "retry_in": 0.0}]
+
+
+def test_a_failure_due_as_a_pass_ends_gets_one_pass_at_once_and_no_busy_loop() -> None:
+    """Its backoff may have ended while the last pass ran, after that pass looked at it: one more pass at once; still
+    due after it, the object was not looked at, and the agent waits for events (no pass after pass)."""
+    api, dataplane = _Api(), _Overdue()
+    agent = Agent(api, dataplane, heartbeat_interval=60, poll_timeout=30)  # type: ignore[arg-type]
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        assert api.quiet.wait(10), api.waits
+    finally:
+        agent.stop()
+        thread.join(timeout=10)
+    assert dataplane.passes[:2] == [True, False]  # the first (full), then the one for the due object
+    assert api.waits[0] == 0.0 and api.waits[1] > 0, api.waits
+    assert len(dataplane.passes) == 2, dataplane.passes

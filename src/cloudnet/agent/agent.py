@@ -68,6 +68,7 @@ class Agent:
         self.synced = threading.Event()  # set after each successful reconcile (tests and `up` wait on it)
         self.revision = -1
         self._failed_kinds: set[str] = set()
+        self._overdue: set[str] = set()  # failed objects already given a pass at once since their backoff ended
         # While held back, the API's long poll runs on a side thread (`_poll`); its end or the dataplane's news wakes
         # the wait (`_woken`).
         self._poll: Future[tuple[list[dict[str, Any]], int]] | None = None
@@ -213,9 +214,22 @@ class Agent:
         return future
 
     def _next_retry(self) -> float | None:
-        """Seconds until the next failed object's backoff ends; None when none is waiting. (One already due and
-        not retried by the last pass waits for the next event or full pass: never a busy loop.)"""
-        return min((r for f in self.dataplane.failures() if (r := float(f["retry_in"])) > 0), default=None)
+        """Seconds until the next failed object's backoff ends; None when none is waiting. One already due gets
+        one pass at once (0): its backoff may have ended while the last pass ran, after that pass had looked at it
+        (a slow pass on a loaded host). Still due after that pass, it was not looked at: it waits for the next event
+        or full pass (never a busy loop)."""
+        waits = []
+        failures = self.dataplane.failures()
+        for f in failures:
+            key, wait = str(f["object"]), float(f["retry_in"])
+            if wait > 0:
+                self._overdue.discard(key)
+                waits.append(wait)
+            elif key not in self._overdue:
+                self._overdue.add(key)
+                waits.append(0.0)
+        self._overdue &= {str(f["object"]) for f in failures}
+        return min(waits, default=None)
 
     def _report_failures(self) -> None:
         """Objects the dataplane could not converge go into the host's report (`cloudnet host show`), at once."""
