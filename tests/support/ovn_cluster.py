@@ -87,9 +87,13 @@ class ClusterRig:
 
     # -- processes ------------------------------------------------------------------------------------------------
 
-    def _start(self, name: str, ns: str, argv: list[str]) -> None:
+    def _start(self, name: str, ns: str, argv: list[str], token: bool = True) -> None:
+        """`cloudnet ARGV` in `ns`, logged to <name>.log (appended), with the admin token in its environment unless
+        not `token` (a joined agent's certificate is its credential)."""
         with (self.root / f"{name}.log").open("ab") as out:
-            env = {**os.environ, "CLOUDNET_TOKEN": self.token}
+            env = {k: v for k, v in os.environ.items() if k != "CLOUDNET_TOKEN"}
+            if token:
+                env["CLOUDNET_TOKEN"] = self.token
             self.procs[name] = subprocess.Popen(["ip", "netns", "exec", ns, CLOUDNET, *argv], stdout=out,
                                                 stderr=subprocess.STDOUT, env=env)  # fmt: skip
 
@@ -213,6 +217,10 @@ class ClusterRig:
                 return False
         return True
 
+    def chassis_hosts(self) -> list[tuple[str, Path, str]]:
+        """(namespace, chassis directory, host name) of each chassis host, for the stop."""
+        return [(self.chassis_ns, self.root / "c" / "ovn-chassis", self.host)]
+
     def alive(self, host: str) -> bool:
         try:
             with self.api() as api:
@@ -299,13 +307,14 @@ def _stop(rig: ClusterRig) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    daemons.stop(rig.root / "c" / "ovn-chassis", rig.chassis_ns)
+    for ns, chassis, _host in rig.chassis_hosts():
+        daemons.stop(chassis, ns)
     for index in SERVERS:
         daemons.stop(rig.rundir(index), rig.ns(index))
-    for prefix in (metadata_ns_prefix(rig.host), managed_ns_prefix(rig.host)):
-        for name in netns.names(prefix):
-            netns.remove(name)
-    instances = netns.names(f"cn-raft-{rig.suffix}-i")  # (the tests' instance namespaces)
-    for ns in (*instances, *(rig.ns(i) for i in SERVERS), rig.chassis_ns, rig.underlay):
+    for _ns, _chassis, host in rig.chassis_hosts():
+        for prefix in (metadata_ns_prefix(host), managed_ns_prefix(host)):
+            for name in netns.names(prefix):
+                netns.remove(name)
+    for ns in netns.names(f"cn-raft-{rig.suffix}-"):  # (the hosts', the tests' instances', the underlay: the run's)
         netns.remove(ns)
     shutil.rmtree(rig.root, ignore_errors=True)
