@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -125,7 +126,7 @@ def metadata_answers(f: Fleet) -> bool:
 
 
 def nb_in_step(f: Fleet) -> bool:
-    return not nb_differences(f.rig, f.store, [])  # type: ignore[arg-type]  # (a rig with nbctl, as the sandbox)
+    return not nb_differences(f.rig, f.store, [])  # (the rig has the sandbox's nbctl: the NB leader's)
 
 
 def healthy(f: Fleet) -> None:
@@ -170,6 +171,19 @@ def _off_loopback(ns: str) -> set[str]:
     return {a for a in _listeners(ns) if not a.rsplit(":", 1)[0].strip("[]").startswith(("127.", "::1"))}
 
 
+def _plain(ns: str, address: str, port: int) -> bytes:
+    """What a plain TCP client asking for OVSDB's databases, then an HTTP page, gets back (b"" if nothing)."""
+    with netns.entered(ns):
+        s = socket.create_connection((address, port), timeout=5)
+    try:
+        s.sendall(b'{"method": "list_dbs", "params": [], "id": 0}\nGET / HTTP/1.0\r\n\r\n')
+        return s.recv(4096)
+    except OSError:
+        return b""
+    finally:
+        s.close()
+
+
 def test_every_listener_off_loopback_is_tls_and_the_fleet_carries_traffic(fleet: Fleet) -> None:
     rig = fleet.rig
     ca, cert, key, _secret = Joined.files(rig.chassis[1].state)  # (a joined chassis' own certificate)
@@ -182,6 +196,9 @@ def test_every_listener_off_loopback_is_tls_and_the_fleet_carries_traffic(fleet:
         for local in found:  # each one completes a TLS handshake (with the cloud's CA) from another host
             port = int(local.rsplit(":", 1)[1])
             assert tls_handshake(rig.client_ns, address, port, context), local
+        for local in found:  # and a plain client gets nothing: no database listed, no HTTP answer
+            got = _plain(rig.client_ns, address, int(local.rsplit(":", 1)[1]))
+            assert b"OVN_" not in got and not got.startswith(b"HTTP/"), (local, got)
     for ns in (*(c.ns for c in rig.chassis.values()), rig.client_ns):
         assert _off_loopback(ns) == set(), ns
     # The chassis joined with tokens: ovn-controller has every SB member over SSL and the host's own certificate.
@@ -200,9 +217,11 @@ def test_the_api_writer_killed_during_churn_hands_nb_over(fleet: Fleet) -> None:
     assert STANDBY not in rig.server_log(1)
     with churning(rig.servers, fleet.churn_net) as churn:
         until_more(fleet, churn, "ports created before the kill", 5)
+        seen = {i: len(rig.server_log(i)) for i in (2, 3)}
         rig.kill_server(1)
         until_more(fleet, churn, "ports created after the kill")
-        rig.until("a survivor took NB over", lambda: any("northbound resync" in rig.server_log(i) for i in (2, 3)))
+        rig.until("a survivor took NB over (its first pass as the writer: a resync)",
+                  lambda: any("northbound resync" in rig.server_log(i)[seen[i]:] for i in (2, 3)))  # fmt: skip
     nothing_lost(fleet, churn)
     before = len(rig.server_log(1))
     rig.start_server(1)
@@ -258,6 +277,7 @@ def test_the_active_gateway_chassis_killed_during_churn_fails_over(fleet: Fleet)
         for name in ("ovs-vswitchd", "ovn-controller"):
             os.kill(running[name], signal.SIGKILL)
         rig.until("SNAT and the forward through the other gateway", lambda: _out_through(fleet, other), timeout=60)
+        assert _holder(fleet) == other
         until_more(fleet, churn, "ports created after the kill")
     nothing_lost(fleet, churn)
     rig.restart_chassis(active)
@@ -282,13 +302,19 @@ def test_a_chassis_cut_off_its_underlay_and_back_during_churn(fleet: Fleet) -> N
     healthy(fleet)
 
 
+def _postmaster(f: Fleet) -> int:
+    return int((f.rig.pg.data / "postmaster.pid").read_text().split()[0])
+
+
 def test_postgresql_restarted_during_churn(fleet: Fleet) -> None:
     """A crash and a start of PostgreSQL (immediate: no checkpoint): the servers answer 503 meanwhile, then write
     again by themselves; nothing they acknowledged is lost."""
     rig = fleet.rig
     with churning(rig.servers, fleet.churn_net, refusable=(503,)) as churn:
         until_more(fleet, churn, "ports created before the restart", 5)
+        postmaster = _postmaster(fleet)
         rig.pg.pg_ctl("-m", "immediate", "-l", str(rig.pg.socket_dir / "log"), "restart")
+        assert _postmaster(fleet) != postmaster  # (a new server: every connection of the API servers was cut)
         until_more(fleet, churn, "ports created after the restart")
     nothing_lost(fleet, churn)
     rig.until("every agent alive", lambda: all(rig.host_alive(j) for j in CHASSIS_HOSTS), timeout=60)
