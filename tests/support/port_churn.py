@@ -46,9 +46,10 @@ class Servers:
                     return client.request(method, url, json=json)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # (never sent: the next server may have it)
                 error = exc
-            except httpx.TransportError:
+            except httpx.TransportError as exc:  # (lost after it was sent: only a read is sent again)
                 if method != "GET":
                     raise
+                error = exc
         assert error is not None
         raise error
 
