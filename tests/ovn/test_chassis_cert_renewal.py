@@ -16,8 +16,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from cloudnet.agent import join as joining
 from cloudnet.dataplane.kernel import netns
 from cloudnet.ovn import daemons
 from cloudnet.pki import tls, x509
+from tests.support.process_netns import process_in_throwaway_netns
 from tests.support.tls import tls_serve
 
 
@@ -89,16 +90,6 @@ class TlsTap:
         self.drop()
 
 
-@contextmanager
-def _namespace() -> Iterator[str]:
-    ns = f"cn-crtren-{uuid.uuid4().hex[:8]}"
-    netns.create(ns)
-    try:
-        yield ns
-    finally:
-        netns.remove(ns)
-
-
 def _until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -109,7 +100,8 @@ def _until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> None:
 def test_ovn_controller_presents_a_renewed_certificate_without_a_restart(tmp_path: Path) -> None:
     rundir = Path(tempfile.mkdtemp(prefix="cn-crt-", dir="/tmp"))  # (short: unix socket paths)
     host = f"ch-crt-{uuid.uuid4().hex[:6]}"
-    with tls_serve(tmp_path / "server") as server, _namespace() as ns:
+    # (everything in a namespace of the test's own: OVN's fixed SB port, the chassis' bridges)
+    with process_in_throwaway_netns() as ns, tls_serve(tmp_path / "server") as server:
         tap = None
         try:
             cert_file, _key = server.join(host, tmp_path / "host")
@@ -121,9 +113,8 @@ def test_ovn_controller_presents_a_renewed_certificate_without_a_restart(tmp_pat
             skey = x509.new_key()
             x509.write_private(rundir / "tap.crt", x509.cert_pem(authority.server_cert(["127.0.0.1"], skey)))
             x509.write_private(rundir / "tap.key", x509.key_pem(skey))
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca_file)
-            context.verify_mode = ssl.CERT_REQUIRED
-            context.load_cert_chain(rundir / "tap.crt", rundir / "tap.key")
+            context = tls.server_context(tls.ServerFiles(rundir / "tap.crt", rundir / "tap.key", ca_file),
+                                         ssl.CERT_REQUIRED)  # fmt: skip
             tap = TlsTap(ns, daemons.SB_PORT, context, rundir / "central" / "ovnsb_db.sock")
             chassis = daemons.start_chassis(rundir / "chassis", host, f"ssl:127.0.0.1:{daemons.SB_PORT}", netns=ns,
                                             ssl=daemons.Ssl(key_file, cert_file, ca_file))  # fmt: skip
