@@ -29,7 +29,7 @@ from cloudnet.dataplane.ovn import veth
 from cloudnet.ovn import daemons
 from cloudnet.pki import tls
 from tests.support.ovn import UNDERLAY, UNDERLAY_PORT, outside_bridge, underlay_bridge, underlay_port
-from tests.support.ovn_cluster import API_PORT, SERVERS, ClusterRig, _answers, _stop
+from tests.support.ovn_cluster import API_PORT, SERVERS, ClusterRig, api_answers, stop_rig
 from tests.support.port_churn import Servers
 from tests.support.postgres import PostgresServer
 
@@ -48,7 +48,6 @@ class Chassis:
     ns: str
     host: str
     state: Path
-    proc: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> str:
@@ -201,7 +200,7 @@ def fleet_rig() -> Iterator[FleetRig]:
         admin = {"tokens": {rig.token: {"project_id": "admin", "role": "admin"}}}
         (rig.state(1) / "tokens.json").write_text(json.dumps(admin))
         rig.start_server(1)  # (first alone: it makes the CA and secrets, the clusters, and the schema)
-        rig.until("server 1 answers", lambda: _answers(rig), timeout=90)
+        rig.until("server 1 answers", lambda: api_answers(rig), timeout=90)
         for index in SERVERS[1:]:
             rig.share_secrets(index)
             rig.start_server(index)
@@ -214,7 +213,7 @@ def fleet_rig() -> Iterator[FleetRig]:
     finally:
         if rig._servers is not None:
             rig._servers.close()
-        _stop(rig)
+        stop_rig(rig)
         pg.stop()
 
 

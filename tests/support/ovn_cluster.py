@@ -274,20 +274,20 @@ def cluster_rig(agent: bool = True, tls: bool = False) -> Iterator[ClusterRig]:
         )
         rig.start_server()
         if tls:  # (the joins' tokens come from the API, which answers once the first member made its clusters)
-            rig.until("the API answers", lambda: _answers(rig))
+            rig.until("the API answers", lambda: api_answers(rig))
         for index in SERVERS[1:]:
             rig.start_join(index)
         rig.until("the NB and SB clusters formed", rig.formed)
-        rig.until("the API answers", lambda: _answers(rig))
+        rig.until("the API answers", lambda: api_answers(rig))
         if agent:
             rig.start_agent()
             rig.until("the chassis' agent registered", lambda: rig.alive(rig.host))
         yield rig
     finally:
-        _stop(rig)
+        stop_rig(rig)
 
 
-def _answers(rig: ClusterRig) -> bool:
+def api_answers(rig: ClusterRig) -> bool:
     if rig.tls and not (rig.state(1) / "pki" / "ca.crt").exists():
         return False  # (the server makes its CA as it starts)
     try:
@@ -297,7 +297,7 @@ def _answers(rig: ClusterRig) -> bool:
         return False
 
 
-def _stop(rig: ClusterRig) -> None:
+def stop_rig(rig: ClusterRig) -> None:
     for proc in rig.procs.values():  # (all at once: an agent ends its long poll of the API when the server stops)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
