@@ -157,7 +157,8 @@ def test_a_member_renews_its_certificate_when_due_and_serves_the_new_one(rig: Cl
     rig.until("host 3's NB presents the renewed certificate",
               lambda: _presented(rig, rig.addresses[2], 6641) == renewed.serial_number)  # fmt: skip
     # Its ovn-northd, which loads its certificate once, is started again when the file is replaced.
-    northd = daemons.pids(rig.rundir(3))["ovn-northd"]
+    # (polled: the renewal above may have it restarting at this moment; seen as a KeyError under load)
+    northd = rig.until("host 3's ovn-northd running", lambda: daemons.pids(rig.rundir(3)).get("ovn-northd"))
     x509.write_private(cert_file, cert_file.read_bytes())
     rig.until("host 3's ovn-northd restarted", lambda: daemons.pids(rig.rundir(3)).get("ovn-northd") not in
               (None, northd))  # fmt: skip

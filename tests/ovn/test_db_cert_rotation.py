@@ -14,9 +14,15 @@ from pathlib import Path
 
 from cryptography import x509 as cx
 
+from cloudnet import ovn_stack
+from cloudnet.config import ServerConfig
 from cloudnet.dataplane.kernel import netns
 from cloudnet.ovn import daemons
 from cloudnet.pki import tls, x509
+from cloudnet.store.db import Store
+from cloudnet.store.migrate import upgrade
+from tests.support.process_netns import process_in_throwaway_netns
+from tests.support.tls import aged
 
 
 def _server_pair(ca: x509.Authority, ssl_files: daemons.Ssl) -> int:
@@ -91,3 +97,60 @@ def test_the_sb_database_presents_a_renewed_certificate_and_keeps_its_connection
         daemons.stop(rundir, ns)
         netns.remove(ns)
         shutil.rmtree(rundir, ignore_errors=True)
+
+
+def test_the_server_remakes_its_members_certificate_when_due_and_restarts_ovn_northd_only(tmp_path: Path) -> None:
+    """ovn_stack.renew_ssl_if_due, as `serve --tls --ovn-cluster` runs it (a one-member cluster here, started by
+    ovn_stack.start): nothing while the databases' certificate is young; once it is 2/3 through its lifetime, a new
+    one for the same address and ovsdb-servers left running (new handshakes present it), and ovn-northd, which loads
+    its certificate once, started again: it takes NB changes into SB with the new one."""
+    rundir = Path(tempfile.mkdtemp(prefix="cn-srot-", dir="/tmp"))  # (short: unix socket paths)
+    config = ServerConfig(state_dir=rundir, tls=True, ovn_listen="127.0.0.1", ovn_cluster=("127.0.0.1",))
+    store = Store(f"sqlite:///{tmp_path / 'cloudnet.db'}")
+    upgrade(store)
+    stack = None
+    with process_in_throwaway_netns() as ns:  # (the daemons start in the process's namespace, as a server's do)
+        try:
+            stack = ovn_stack.start(config, store, None)
+            ca = x509.load_authority(config.pki_dir / "ca.crt", config.pki_dir / "ca.key")
+            key = x509.new_key()
+            client = rundir / "chassis.crt", rundir / "chassis.key"
+            x509.write_private(client[0], x509.cert_pem(ca.host_cert("chassis-1", x509.load_csr(
+                x509.new_csr("chassis-1", key).decode()))))  # fmt: skip
+            x509.write_private(client[1], x509.key_pem(key))
+            cert_file, ca_file = config.pki_dir / "ovsdb.crt", config.pki_dir / "ca.crt"
+            current = x509.load_cert(cert_file)
+            assert _presented(ns, daemons.NB_PORT, client, ca_file) == current.serial_number
+            assert not ovn_stack.renew_ssl_if_due(config)  # young: nothing done
+            assert x509.load_cert(cert_file).serial_number == current.serial_number
+
+            rundir_ovn = config.state_dir / "ovn"
+            before = daemons.pids(rundir_ovn)
+            x509.write_private(cert_file, x509.cert_pem(aged(current, ca, days_gone=300, days_left=65)))
+            assert ovn_stack.renew_ssl_if_due(config)
+            renewed = x509.load_cert(cert_file)
+            assert renewed.serial_number != current.serial_number and x509.names_address(renewed, "127.0.0.1")
+            assert not ovn_stack.renew_ssl_if_due(config)  # (young again)
+            deadline = time.monotonic() + 30
+            while (got := _presented(ns, daemons.NB_PORT, client, ca_file)) != renewed.serial_number:
+                assert time.monotonic() < deadline, f"NB still presents {got:x}, not {renewed.serial_number:x}"
+                time.sleep(0.1)
+            after = daemons.pids(rundir_ovn)
+            databases = ("ovnnb_db", "ovnsb_db")
+            assert [after.get(k) for k in databases] == [before[k] for k in databases]  # not restarted
+            assert after.get("ovn-northd") not in (None, before["ovn-northd"])
+            # The new ovn-northd works over SSL with the new certificate: an NB switch gets its SB datapath.
+            nb = ["ovn-nbctl", f"--db=unix:{rundir_ovn / 'ovnnb_db.sock'}", "--timeout=10"]
+            sb = ["ovn-sbctl", f"--db=unix:{rundir_ovn / 'ovnsb_db.sock'}", "--timeout=10"]
+            daemons.run(rundir_ovn, [*nb, "ls-add", "renewed"])
+            deadline = time.monotonic() + 30
+            while "renewed" not in daemons.run(rundir_ovn, [*sb, "--bare", "--columns=external_ids", "list",
+                                                            "Datapath_Binding"]):  # fmt: skip
+                assert time.monotonic() < deadline, "ovn-northd did not take the switch into SB"
+                time.sleep(0.1)
+        finally:
+            if stack is not None:
+                stack.stop()
+            daemons.stop(rundir / "ovn")
+            store.dispose()
+            shutil.rmtree(rundir, ignore_errors=True)

@@ -28,12 +28,11 @@ import pytest
 
 from cloudnet.dataplane.base import metadata_ns_prefix
 from cloudnet.dataplane.kernel import netns
-from cloudnet.dataplane.ovn import veth
 from cloudnet.namespaces import managed_ns_prefix
 from cloudnet.ovn import daemons
 from tests.support.cloud import ns_run, ping
 from tests.support.netserve import Responder, udp_ask
-from tests.support.ovn import UNDERLAY, UNDERLAY_PORT, underlay_bridge, underlay_port
+from tests.support.ovn import UNDERLAY, UNDERLAY_PORT, learned_on, outside_bridge, underlay_bridge, underlay_port
 from tests.support.process import CLOUDNET
 
 API_PORT, METADATA_PORT = 9696, 8775  # (in the test's own namespaces: nothing else listens there)
@@ -241,16 +240,7 @@ OUT = "192.0.2.1"
 
 def _outside(h: Hosts, *uplinks: tuple[str, str]) -> None:
     """The outside: a namespace whose bridge holds OUT and the far ends of the hosts' uplinks ((namespace, name))."""
-    netns.create(h.outside)
-    for cmd in (["link", "add", "out", "type", "bridge"], ["addr", "add", f"{OUT}/24", "dev", "out"],
-                ["link", "set", "out", "up"]):  # fmt: skip
-        subprocess.run(["ip", "-n", h.outside, *cmd], check=True, capture_output=True)
-    veth.tx_checksum_off(h.outside, "out")  # (the userspace datapath completes no partial checksums)
-    for ns, name in uplinks:
-        subprocess.run(["ip", "-n", ns, "link", "add", name, "type", "veth", "peer", "name", f"o-{name}", "netns",
-                        h.outside], check=True, capture_output=True)  # fmt: skip
-        subprocess.run(["ip", "-n", h.outside, "link", "set", f"o-{name}", "master", "out", "up"], check=True,
-                       capture_output=True)  # fmt: skip
+    outside_bridge(h.outside, f"{OUT}/24", *uplinks)
 
 
 def external_network(h: Hosts, physnet: str = "physnet1", cidr: str = "192.0.2.0/24") -> dict[str, Any]:
@@ -302,9 +292,7 @@ def _bridge_mappings(state_a: Path, chassis: str) -> str:
 
 def _learned_on(h: Hosts, mac: str) -> str | None:
     """The outside bridge's port the MAC was last seen on (which host's uplink it came out of)."""
-    out = subprocess.run(["bridge", "-n", h.outside, "-j", "fdb", "show", "br", "out"], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
-    return next((e["ifname"] for e in json.loads(out or "[]") if e.get("mac") == mac.lower()), None)
+    return learned_on(h.outside, mac)
 
 
 def test_an_agent_with_an_uplink_is_the_gateway_and_snat_goes_out_through_it(hosts: Hosts) -> None:

@@ -4,17 +4,16 @@ resyncs, and leaves NB equal to the store with nothing it acknowledged lost."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from cloudnet.store.db import Store
 from tests.ovn.converged import nb_differences
 from tests.support.api import create
 from tests.support.ovn import OvnSandbox
+from tests.support.port_churn import churning
 from tests.support.writer_pair import WriterPair, writer_pair, writer_then_standby
 
 
@@ -26,55 +25,18 @@ def pair(tmp_path: Path, ovn: OvnSandbox) -> Iterator[WriterPair]:
         ovn.nbctl("ls-del", name)  # (the module's next test starts from an empty NB)
 
 
-class Churn:
-    """Creates (and every third time deletes an earlier one) ports through one server until stopped; keeps what
-    the server acknowledged."""
-
-    def __init__(self, api: httpx.Client, network: str) -> None:
-        self.api, self.network = api, network
-        self.created: list[str] = []
-        self.deleted: set[str] = set()
-        self.failures: list[str] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        n = 0
-        while not self.stopping.is_set():
-            n += 1
-            r = self.api.post("/ports", json={"port": {"network_id": self.network, "name": f"churn-{n}"}})
-            if r.status_code != 201:
-                self.failures.append(f"create: {r.status_code} {r.text[:200]}")
-                continue
-            self.created.append(r.json()["port"]["id"])
-            if n % 3 == 0:
-                victim = self.created[-2]
-                r = self.api.delete(f"/ports/{victim}")
-                if r.status_code == 204:
-                    self.deleted.add(victim)
-                else:
-                    self.failures.append(f"delete: {r.status_code} {r.text[:200]}")
-
-    def acknowledged(self) -> int:
-        return len(self.created)
-
-
 def test_the_writer_killed_during_churn_hands_nb_to_the_other_server(pair: WriterPair, ovn: OvnSandbox) -> None:
     _writer, standby, net = writer_then_standby(pair, "handover")
     with standby.api() as api:
-        churn = Churn(api, net["id"])
-        churn.thread.start()
-        try:
+        with churning(api, net["id"]) as churn:
             pair.until("ports created through the standby", lambda: churn.acknowledged() >= 5)
             pair.kill("a")  # the writer, mid-churn
             before = churn.acknowledged()
             pair.until("ports created after the kill", lambda: churn.acknowledged() >= before + 10)
-        finally:
-            churn.stopping.set()
-            churn.thread.join(timeout=60)
-        assert churn.failures == [], churn.failures  # the API kept answering: the kill cost no request
+        # the API kept answering: the kill cost no request
+        assert (churn.failures, churn.lost, churn.unknown) == ([], 0, set()), churn.failures
         listed = {p["id"] for p in api.get("/ports", params={"network_id": net["id"]}).json()["ports"]}
-    kept = set(churn.created) - churn.deleted
+    kept = churn.kept()
     assert kept <= listed and not (churn.deleted & listed), "an acknowledged create or delete was lost"
     store = Store(pair.db_url)
     try:

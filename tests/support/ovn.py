@@ -6,6 +6,7 @@ the daemons by the pids in their pidfiles and removes the namespaces and the dir
 from __future__ import annotations
 
 import ipaddress
+import json
 import shutil
 import subprocess
 import tempfile
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.ovn import veth
 from cloudnet.ovn import daemons
 
 # The chassis' underlay: addresses inside the sandbox's own namespaces only (chassis i has the i-th address).
@@ -110,6 +113,28 @@ def underlay_port(underlay: str, netns: str, index: int) -> dict[str, Any]:
                     underlay], check=True, capture_output=True)  # fmt: skip
     subprocess.run(["ip", "-n", underlay, "link", "set", peer, "master", "ul", "up"], check=True, capture_output=True)
     return {"encap_ip": str(UNDERLAY[index]), "encap_port": (UNDERLAY_PORT, UNDERLAY.prefixlen)}
+
+
+def outside_bridge(ns: str, address: str, *uplinks: tuple[str, str]) -> None:
+    """The outside: namespace `ns` whose bridge `out` holds `address` (ADDR/PREFIX) and the far ends (o-NAME) of
+    hosts' uplinks ((namespace, NAME))."""
+    netns.create(ns)
+    for cmd in (["link", "add", "out", "type", "bridge"], ["addr", "add", address, "dev", "out"],
+                ["link", "set", "out", "up"]):  # fmt: skip
+        subprocess.run(["ip", "-n", ns, *cmd], check=True, capture_output=True)
+    veth.tx_checksum_off(ns, "out")  # (the userspace datapath completes no partial checksums)
+    for host_ns, name in uplinks:
+        subprocess.run(["ip", "-n", host_ns, "link", "add", name, "type", "veth", "peer", "name", f"o-{name}", "netns",
+                        ns], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(["ip", "-n", ns, "link", "set", f"o-{name}", "master", "out", "up"], check=True,
+                       capture_output=True)  # fmt: skip
+
+
+def learned_on(ns: str, mac: str) -> str | None:
+    """The outside bridge's port the MAC was last seen on (which host's uplink it came out of)."""
+    out = subprocess.run(["bridge", "-n", ns, "-j", "fdb", "show", "br", "out"], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    return next((e["ifname"] for e in json.loads(out or "[]") if e.get("mac") == mac.lower()), None)
 
 
 @contextmanager

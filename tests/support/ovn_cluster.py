@@ -87,9 +87,13 @@ class ClusterRig:
 
     # -- processes ------------------------------------------------------------------------------------------------
 
-    def _start(self, name: str, ns: str, argv: list[str]) -> None:
+    def _start(self, name: str, ns: str, argv: list[str], token: bool = True) -> None:
+        """`cloudnet ARGV` in `ns`, logged to <name>.log (appended), with the admin token in its environment unless
+        not `token` (a joined agent's certificate is its credential)."""
         with (self.root / f"{name}.log").open("ab") as out:
-            env = {**os.environ, "CLOUDNET_TOKEN": self.token}
+            env = {k: v for k, v in os.environ.items() if k != "CLOUDNET_TOKEN"}
+            if token:
+                env["CLOUDNET_TOKEN"] = self.token
             self.procs[name] = subprocess.Popen(["ip", "netns", "exec", ns, CLOUDNET, *argv], stdout=out,
                                                 stderr=subprocess.STDOUT, env=env)  # fmt: skip
 
@@ -213,6 +217,10 @@ class ClusterRig:
                 return False
         return True
 
+    def chassis_hosts(self) -> list[tuple[str, Path, str]]:
+        """(namespace, chassis directory, host name) of each chassis host, for the stop."""
+        return [(self.chassis_ns, self.root / "c" / "ovn-chassis", self.host)]
+
     def alive(self, host: str) -> bool:
         try:
             with self.api() as api:
@@ -266,20 +274,20 @@ def cluster_rig(agent: bool = True, tls: bool = False) -> Iterator[ClusterRig]:
         )
         rig.start_server()
         if tls:  # (the joins' tokens come from the API, which answers once the first member made its clusters)
-            rig.until("the API answers", lambda: _answers(rig))
+            rig.until("the API answers", lambda: api_answers(rig))
         for index in SERVERS[1:]:
             rig.start_join(index)
         rig.until("the NB and SB clusters formed", rig.formed)
-        rig.until("the API answers", lambda: _answers(rig))
+        rig.until("the API answers", lambda: api_answers(rig))
         if agent:
             rig.start_agent()
             rig.until("the chassis' agent registered", lambda: rig.alive(rig.host))
         yield rig
     finally:
-        _stop(rig)
+        stop_rig(rig)
 
 
-def _answers(rig: ClusterRig) -> bool:
+def api_answers(rig: ClusterRig) -> bool:
     if rig.tls and not (rig.state(1) / "pki" / "ca.crt").exists():
         return False  # (the server makes its CA as it starts)
     try:
@@ -289,7 +297,7 @@ def _answers(rig: ClusterRig) -> bool:
         return False
 
 
-def _stop(rig: ClusterRig) -> None:
+def stop_rig(rig: ClusterRig) -> None:
     for proc in rig.procs.values():  # (all at once: an agent ends its long poll of the API when the server stops)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -299,13 +307,14 @@ def _stop(rig: ClusterRig) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    daemons.stop(rig.root / "c" / "ovn-chassis", rig.chassis_ns)
+    for ns, chassis, _host in rig.chassis_hosts():
+        daemons.stop(chassis, ns)
     for index in SERVERS:
         daemons.stop(rig.rundir(index), rig.ns(index))
-    for prefix in (metadata_ns_prefix(rig.host), managed_ns_prefix(rig.host)):
-        for name in netns.names(prefix):
-            netns.remove(name)
-    instances = netns.names(f"cn-raft-{rig.suffix}-i")  # (the tests' instance namespaces)
-    for ns in (*instances, *(rig.ns(i) for i in SERVERS), rig.chassis_ns, rig.underlay):
+    for _ns, _chassis, host in rig.chassis_hosts():
+        for prefix in (metadata_ns_prefix(host), managed_ns_prefix(host)):
+            for name in netns.names(prefix):
+                netns.remove(name)
+    for ns in netns.names(f"cn-raft-{rig.suffix}-"):  # (the hosts', the tests' instances', the underlay: the run's)
         netns.remove(ns)
     shutil.rmtree(rig.root, ignore_errors=True)

@@ -189,7 +189,16 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
 
     async def peer_check(peer: Peer, instance_id: str | None) -> str | None:
         # (a read per request over a host certificate: agents' requests are few; users' carry none)
-        return await call(host_join_service.peer_refusal, store, peer.serial, peer.host, instance_id)
+        try:
+            return await call(host_join_service.peer_refusal, store, peer.serial, peer.host, instance_id)
+        except store_errors.DatabaseError as exc:
+            # (in the guard, before any route and its handlers: a database away is answered as they answer it)
+            why = store_errors.unavailable(exc)
+            if why is None:
+                raise
+            log.error("database unavailable checking host %s's certificate: %s (%s)", peer.host, why, exc)
+            raise ServiceUnavailable(f"The host's certificate could not be checked: {why}. Nothing was changed; "
+                                     "try again.", retry_after=5, type="DatabaseUnavailable") from None  # fmt: skip
 
     quota_service.configure(store, config.quotas)
     single_host.configure(store, config.dataplane)
