@@ -201,9 +201,9 @@ def test_the_guest_gets_the_answer_without_hop_headers_rendered_ahead() -> None:
     ttl = "x-aws-ec2-metadata-token-ttl-seconds"
     api = http1.Response(200, [("content-type", "application/json"), ("content-length", "2"), ("server", "x"),
                                ("connection", "keep-alive"), (ttl, "60")], b"{}")  # fmt: skip
-    for body in (b"{}", b"[1]"):  # the head is kept, the length is the body's
-        got = guest_answer(http1.Response(api.status, api.headers, body))
-        assert got.headers == [("content-type", "application/json"), (ttl, "60")]
+    for body, rid in ((b"{}", "req-1"), (b"[1]", "req-2")):  # the head is kept, the length is the body's
+        got = guest_answer(http1.Response(api.status, api.headers, body), rid)
+        assert got.headers == [("content-type", "application/json"), (ttl, "60"), ("X-OpenStack-Request-ID", rid)]
         assert got.wire == http1.render_response(200, got.headers, body, True) and got.body == body
 
 
@@ -259,3 +259,4 @@ def test_upstream_sends_again_only_what_may_be_repeated() -> None:
         await server.wait_closed()
 
     asyncio.run(go())
+
