@@ -71,7 +71,8 @@ OBJECTS_FAILED = Gauge("cloudnet_agent_objects_failed", "Dataplane objects whose
 LAST_PASS = Gauge("cloudnet_agent_last_successful_pass_timestamp_seconds", "When the last pass succeeded (Unix time)",
                   registry=AGENT)  # fmt: skip
 METADATA_REQUESTS = Counter("cloudnet_metadata_requests", "Guests' metadata requests (169.254.169.254), by tree and "
-                            "status (429: over the rate limit)", ["tree", "status"], registry=AGENT)  # fmt: skip
+                            "status (429: over the rate limit; tree none: a connection refused, too many from its "
+                            "source)", ["tree", "status"], registry=AGENT)  # fmt: skip
 METADATA_DURATION = Histogram("cloudnet_metadata_request_duration_seconds", "Guests' metadata request latency",
                               ["tree"], buckets=REQUEST_BUCKETS, registry=AGENT)  # fmt: skip
 MDATA_REQUESTS = Counter("cloudnet_mdata_requests", "SmartOS mdata socket requests, by command and result",

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
+from cloudnet import metrics
 from cloudnet.agent.metadata import upstream as metadata_upstream
+from cloudnet.agent.metadata.guest import MAX_CONNECTIONS_PER_SOURCE, NetworkGuests, Relay
 from cloudnet.agent.metadata.ratelimit import RateLimiter
 from cloudnet.agent.metadata.relay import Callers, canonical_ip, guest_forwarded, mac_of_link_local, upstream_request
 from cloudnet.agent.metadata.upstream import Upstream, UpstreamUnavailable
+from cloudnet.agent.metadata.upstreams import Upstreams
 from cloudnet.wire import http1, signing
 from tests.support.metadata import RunningMetadata
 
@@ -260,3 +264,31 @@ def test_upstream_sends_again_only_what_may_be_repeated() -> None:
 
     asyncio.run(go())
 
+
+def test_connections_refused_for_their_source_are_counted_as_429s() -> None:
+    # The proxy's own gate on a real listening socket: a source's connections beyond the cap are answered 429
+    # before any request, and counted (tree "none"); the ones admitted are not counted until they ask something.
+    def refused() -> float:
+        value = metrics.AGENT.get_sample_value("cloudnet_metadata_requests_total", {"tree": "none", "status": "429"})
+        return value or 0.0
+
+    guests = NetworkGuests(Relay(Upstreams("http://127.0.0.1:9"), RateLimiter(1, 1), Callers(STATE, "s")), "n1")
+    running = RunningMetadata.start(guests, gate=guests)
+    before = refused()
+    held: list[socket.socket] = []
+    try:
+        port = int(running.url.rsplit(":", 1)[1])
+        for _ in range(MAX_CONNECTIONS_PER_SOURCE):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        deadline = time.monotonic() + 10
+        while sum(guests.relay.per_source.values()) < MAX_CONNECTIONS_PER_SOURCE:  # all admitted by the server
+            assert time.monotonic() < deadline, guests.relay.per_source
+            time.sleep(0.01)
+        assert refused() == before
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            assert extra.recv(200).startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
+        assert refused() == before + 1
+    finally:
+        for sock in held:
+            sock.close()
+        running.stop()

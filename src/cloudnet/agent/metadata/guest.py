@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS_PER_SOURCE = 64
 MISS_WAIT = 2.0  # seconds an unknown caller's request waits for the agent's next states before its 404
 TOO_MANY_CONNECTIONS = http1.plain(429, "Too many connections.", ("Retry-After", "1"))
+REFUSED_TREE = "none"  # the `tree` of a connection refused before its first request
 TOKEN_FORWARDED = http1.plain(403, "Forbidden: token requests must not carry X-Forwarded-For.")
 
 
@@ -123,7 +124,11 @@ class NetworkGuests:
     def admit(self, peer: Any) -> Response | None:
         key, known = self._key(peer)
         count = self.relay.per_source[key] = self.relay.per_source.get(key, 0) + 1
-        return TOO_MANY_CONNECTIONS if not known or count > MAX_CONNECTIONS_PER_SOURCE else None
+        if known and count <= MAX_CONNECTIONS_PER_SOURCE:
+            return None
+        # Refused before any request is read: counted with the guests' 429s, under a tree of its own.
+        metrics.METADATA_REQUESTS.labels(REFUSED_TREE, "429").inc()
+        return TOO_MANY_CONNECTIONS
 
     def release(self, peer: Any) -> None:
         key, _known = self._key(peer)
