@@ -163,3 +163,30 @@ def test_handed_off_nic_survives_agent_restart_and_port_change(dockerd: dict[str
     # the container gone (Leave: its instance deleted), the host end goes too
     cloud.wait_for(lambda: link_index(host_ns, tap) is None, what="the host end removed")
     docker(dockerd, "network", "rm", name)
+
+
+def test_a_container_on_a_network_without_a_router_gets_the_metadata_route(
+    dockerd: dict[str, str], cloud: Cloud, driver_for: Any, api: httpx.Client
+) -> None:
+    # Issue 30's papercut: the device is handed from the namespace the agent routed to dockerd's sandbox, and its
+    # routes stayed behind; dockerd made only the default route, via a gateway nobody answers without a router.
+    cloud.start_agent()
+    d = driver_for("admin", cloud.host)
+    name = f"cnm-{uuid.uuid4().hex[:6]}"
+    docker(dockerd, "network", "create", "-d", d.name, "--ipam-driver", d.name, "--subnet", "10.94.0.0/24", name)
+    docker_id = docker(dockerd, "network", "inspect", "-f", "{{.Id}}", name).stdout.strip()
+    (network,) = api.get("/networks", params={"name": f"docker-{docker_id[:12]}"}).json()["networks"]
+    (subnet,) = api.get("/subnets", params={"network_id": network["id"]}).json()["subnets"]
+    routes = [{"destination": "192.0.2.0/24", "nexthop": "10.94.0.254"}]
+    assert api.put(f"/subnets/{subnet['id']}", json={"subnet": {"host_routes": routes}}).status_code == 200
+    try:
+        shown = docker(dockerd, "run", "--rm", *RUN, "--network", name, IMAGE, "ip", "route").stdout
+        (meta,) = api.get("/ports", params={"network_id": network["id"], "device_owner": "network:distributed"}).json()[
+            "ports"
+        ]
+        hop = meta["fixed_ips"][0]["ip_address"]
+        lines = {line.split(" proto")[0].strip() for line in shown.splitlines()}
+        assert {f"default via {subnet['gateway_ip']} dev eth0", f"169.254.169.254 via {hop} dev eth0",
+                "192.0.2.0/24 via 10.94.0.254 dev eth0"} <= lines, shown  # fmt: skip
+    finally:
+        docker(dockerd, "network", "rm", name)
