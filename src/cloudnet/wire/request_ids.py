@@ -14,7 +14,7 @@ from contextvars import ContextVar
 HEADER = "X-OpenStack-Request-ID"
 # What a client may send, first match wins: OpenStack clients send the first, proxies and other tools the second.
 CLIENT_HEADERS = (b"x-openstack-request-id", b"x-request-id")
-_FIRST = CLIENT_HEADERS[0]
+_FIRST, _OTHER = CLIENT_HEADERS
 _VARIANT = "89ab"  # RFC 4122's variant: the first hex digit of the fourth group
 MAX_LENGTH = 64
 # A client's id is kept only if it is short and of characters that need no escaping anywhere (a log line, JSON, a
@@ -44,11 +44,14 @@ def well_formed(raw: bytes | str | None) -> str | None:
 def from_headers(headers: list[tuple[bytes, bytes]]) -> str:
     """The id of a request with these header lines (names in any case: ASGI's are lower-cased, the metadata server's
     as received): the client's when well-formed, else a new one."""
-    for name in CLIENT_HEADERS:
-        for key, value in headers:
-            if len(key) == len(name) and key.lower() == name and (kept := well_formed(value)) is not None:
-                return kept
-    return new()
+    other = None
+    for key, value in headers:  # (one pass, names compared only at their length: the relay asks on every request)
+        size = len(key)
+        if size == len(_FIRST) and key.lower() == _FIRST and (kept := well_formed(value)) is not None:
+            return kept
+        if size == len(_OTHER) and other is None and key.lower() == _OTHER:
+            other = well_formed(value)
+    return other or new()
 
 
 def split_first(headers: list[tuple[bytes, bytes]]) -> tuple[str, list[tuple[bytes, bytes]]]:
