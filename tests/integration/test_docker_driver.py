@@ -106,6 +106,20 @@ def test_docker_network_and_containers(dockerd: dict[str, str], cloud: Cloud, dr
     assert api.get("/instances").json()["instances"] == []
 
 
+def docker_network(
+    dockerd: dict[str, str], cloud: Cloud, driver_for: Any, api: httpx.Client, cidr: str
+) -> tuple[str, dict[str, Any]]:
+    """This test's agent and driver, and a docker network of the driver's on `cidr`: its docker name and the cloudnet
+    network behind it."""
+    cloud.start_agent()
+    d = driver_for("admin", cloud.host)
+    name = f"cnt-{uuid.uuid4().hex[:6]}"
+    docker(dockerd, "network", "create", "-d", d.name, "--ipam-driver", d.name, "--subnet", cidr, name)
+    docker_id = docker(dockerd, "network", "inspect", "-f", "{{.Id}}", name).stdout.strip()
+    (network,) = api.get("/networks", params={"name": f"docker-{docker_id[:12]}"}).json()["networks"]
+    return name, network
+
+
 def link_index(ns: str | None, dev: str) -> int | None:
     """The ifindex of `dev` (in namespace `ns`, or this one), None if it is not there."""
     r = subprocess.run(["ip", *(["-n", ns] if ns else []), "-o", "link", "show", dev], capture_output=True, text=True)
@@ -119,12 +133,7 @@ def host_end_mtu(ns: str, dev: str) -> int:
 
 def test_handed_off_nic_survives_agent_restart_and_port_change(dockerd: dict[str, str], cloud: Cloud,
                                                                driver_for: Any, api: httpx.Client) -> None:  # fmt: skip
-    cloud.start_agent()
-    d = driver_for("admin", cloud.host)
-    name = f"cnt-{uuid.uuid4().hex[:6]}"
-    docker(dockerd, "network", "create", "-d", d.name, "--ipam-driver", d.name, "--subnet", "10.94.0.0/24", name)
-    docker_id = docker(dockerd, "network", "inspect", "-f", "{{.Id}}", name).stdout.strip()
-    (network,) = api.get("/networks", params={"name": f"docker-{docker_id[:12]}"}).json()["networks"]
+    name, network = docker_network(dockerd, cloud, driver_for, api, "10.94.0.0/24")
     box = f"{name}-a"
     try:
         docker(dockerd, "run", "-d", *RUN, "--network", name, "--name", box, IMAGE, "sleep", "300")
@@ -170,12 +179,7 @@ def test_a_container_on_a_network_without_a_router_gets_the_metadata_route(
 ) -> None:
     # Issue 30's papercut: the device is handed from the namespace the agent routed to dockerd's sandbox, and its
     # routes stayed behind; dockerd made only the default route, via a gateway nobody answers without a router.
-    cloud.start_agent()
-    d = driver_for("admin", cloud.host)
-    name = f"cnm-{uuid.uuid4().hex[:6]}"
-    docker(dockerd, "network", "create", "-d", d.name, "--ipam-driver", d.name, "--subnet", "10.94.0.0/24", name)
-    docker_id = docker(dockerd, "network", "inspect", "-f", "{{.Id}}", name).stdout.strip()
-    (network,) = api.get("/networks", params={"name": f"docker-{docker_id[:12]}"}).json()["networks"]
+    name, network = docker_network(dockerd, cloud, driver_for, api, "10.94.0.0/24")
     (subnet,) = api.get("/subnets", params={"network_id": network["id"]}).json()["subnets"]
     routes = [{"destination": "192.0.2.0/24", "nexthop": "10.94.0.254"}]
     assert api.put(f"/subnets/{subnet['id']}", json={"subnet": {"host_routes": routes}}).status_code == 200

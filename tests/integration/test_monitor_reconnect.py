@@ -67,12 +67,17 @@ def shown_line(monitor: subprocess.Popen[str]) -> dict[str, object]:
     return dict(json.loads(line))
 
 
-def test_a_restarted_server_under_a_running_monitor_loses_and_repeats_nothing(tmp_path: Path) -> None:
+def site(tmp_path: Path) -> tuple[Path, Path, str, int, str]:
+    """A server's state directory (tokens: an admin and the monitor's), its log, its address, port and URL."""
     state, log = tmp_path / "state", tmp_path / "server.log"
     state.mkdir()
     (state / "tokens.json").write_text(json.dumps({"tokens": TOKENS}))
     address, port = place()
-    url = f"http://{address}:{port}"
+    return state, log, address, port, f"http://{address}:{port}"
+
+
+def test_a_restarted_server_under_a_running_monitor_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    state, log, address, port, url = site(tmp_path)
     tag = uuid.uuid4().hex[:6]
     with server(state, address, port, log) as first:
         since = revision(url)
@@ -99,11 +104,7 @@ def test_a_restarted_server_under_a_running_monitor_loses_and_repeats_nothing(tm
 
 
 def test_a_monitor_whose_token_is_refused_after_a_restart_gives_up(tmp_path: Path) -> None:
-    state, log = tmp_path / "state", tmp_path / "server.log"
-    state.mkdir()
-    (state / "tokens.json").write_text(json.dumps({"tokens": TOKENS}))
-    address, port = place()
-    url = f"http://{address}:{port}"
+    state, log, address, port, url = site(tmp_path)
     with server(state, address, port, log) as first:
         monitor = subprocess.Popen([CLOUDNET, "--url", url, "--token", "watcher", "monitor", "--since",
                                     str(revision(url)), "--type", "network.created", "-f", "json"],
