@@ -58,6 +58,13 @@ OVN_CENTRAL_RESTARTS = Counter("cloudnet_ovn_central_restarts",
                                "running again under a new pid", ["daemon"], registry=SERVER)  # fmt: skip
 NB_ROWS = Counter("cloudnet_northbound_rows_written", "OVN northbound rows written (inserted, updated, deleted)",
                   registry=SERVER)  # fmt: skip
+# On OVN the forwards and security groups are NB rows, written by the server holding NB's lock (not by the agents):
+# its counts of them, as the Linux dataplane's agents count their nftables elements.
+NB_FORWARD_ELEMENTS = Gauge("cloudnet_northbound_forward_elements", "Load-balancer VIPs of the forwards in OVN's "
+                            "northbound database, as this server last wrote it", registry=SERVER)  # fmt: skip
+NB_FIREWALL_ELEMENTS = Gauge("cloudnet_northbound_firewall_elements", "ACLs and address-set addresses of the security "
+                             "groups in OVN's northbound database, as this server last wrote it",
+                             registry=SERVER)  # fmt: skip
 
 # -- agent (sent in the host's report; the server adds `host`) ----------------------------------------------------
 PASS_DURATION = Histogram("cloudnet_agent_pass_duration_seconds", "Agent reconcile passes", ["type"],
@@ -71,7 +78,8 @@ OBJECTS_FAILED = Gauge("cloudnet_agent_objects_failed", "Dataplane objects whose
 LAST_PASS = Gauge("cloudnet_agent_last_successful_pass_timestamp_seconds", "When the last pass succeeded (Unix time)",
                   registry=AGENT)  # fmt: skip
 METADATA_REQUESTS = Counter("cloudnet_metadata_requests", "Guests' metadata requests (169.254.169.254), by tree and "
-                            "status (429: over the rate limit)", ["tree", "status"], registry=AGENT)  # fmt: skip
+                            "status (429: over the rate limit; tree none: a connection refused, too many from its "
+                            "source)", ["tree", "status"], registry=AGENT)  # fmt: skip
 METADATA_DURATION = Histogram("cloudnet_metadata_request_duration_seconds", "Guests' metadata request latency",
                               ["tree"], buckets=REQUEST_BUCKETS, registry=AGENT)  # fmt: skip
 MDATA_REQUESTS = Counter("cloudnet_mdata_requests", "SmartOS mdata socket requests, by command and result",

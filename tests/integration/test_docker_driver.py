@@ -106,6 +106,15 @@ def test_docker_network_and_containers(dockerd: dict[str, str], cloud: Cloud, dr
     assert api.get("/instances").json()["instances"] == []
 
 
+def docker_network(dockerd: dict[str, str], d: Any, api: httpx.Client, cidr: str) -> tuple[str, dict[str, Any]]:
+    """A docker network of the driver's on `cidr`: its docker name and the cloudnet network behind it."""
+    name = f"cnt-{uuid.uuid4().hex[:6]}"
+    docker(dockerd, "network", "create", "-d", d.name, "--ipam-driver", d.name, "--subnet", cidr, name)
+    docker_id = docker(dockerd, "network", "inspect", "-f", "{{.Id}}", name).stdout.strip()
+    (network,) = api.get("/networks", params={"name": f"docker-{docker_id[:12]}"}).json()["networks"]
+    return name, network
+
+
 def link_index(ns: str | None, dev: str) -> int | None:
     """The ifindex of `dev` (in namespace `ns`, or this one), None if it is not there."""
     r = subprocess.run(["ip", *(["-n", ns] if ns else []), "-o", "link", "show", dev], capture_output=True, text=True)
@@ -120,11 +129,7 @@ def host_end_mtu(ns: str, dev: str) -> int:
 def test_handed_off_nic_survives_agent_restart_and_port_change(dockerd: dict[str, str], cloud: Cloud,
                                                                driver_for: Any, api: httpx.Client) -> None:  # fmt: skip
     cloud.start_agent()
-    d = driver_for("admin", cloud.host)
-    name = f"cnt-{uuid.uuid4().hex[:6]}"
-    docker(dockerd, "network", "create", "-d", d.name, "--ipam-driver", d.name, "--subnet", "10.94.0.0/24", name)
-    docker_id = docker(dockerd, "network", "inspect", "-f", "{{.Id}}", name).stdout.strip()
-    (network,) = api.get("/networks", params={"name": f"docker-{docker_id[:12]}"}).json()["networks"]
+    name, network = docker_network(dockerd, driver_for("admin", cloud.host), api, "10.94.0.0/24")
     box = f"{name}-a"
     try:
         docker(dockerd, "run", "-d", *RUN, "--network", name, "--name", box, IMAGE, "sleep", "300")
@@ -163,3 +168,47 @@ def test_handed_off_nic_survives_agent_restart_and_port_change(dockerd: dict[str
     # the container gone (Leave: its instance deleted), the host end goes too
     cloud.wait_for(lambda: link_index(host_ns, tap) is None, what="the host end removed")
     docker(dockerd, "network", "rm", name)
+
+
+def test_a_container_on_a_network_without_a_router_gets_the_metadata_route(
+    dockerd: dict[str, str], cloud: Cloud, driver_for: Any, api: httpx.Client
+) -> None:
+    # Issue 30's papercut: the device is handed from the namespace the agent routed to dockerd's sandbox, and its
+    # routes stayed behind; dockerd made only the default route, via a gateway nobody answers without a router.
+    cloud.start_agent()
+    name, network = docker_network(dockerd, driver_for("admin", cloud.host), api, "10.94.0.0/24")
+    (subnet,) = api.get("/subnets", params={"network_id": network["id"]}).json()["subnets"]
+    routes = [{"destination": "192.0.2.0/24", "nexthop": "10.94.0.254"}]
+    assert api.put(f"/subnets/{subnet['id']}", json={"subnet": {"host_routes": routes}}).status_code == 200
+    try:
+        shown = docker(dockerd, "run", "--rm", *RUN, "--network", name, IMAGE, "ip", "route").stdout
+        (meta,) = api.get("/ports", params={"network_id": network["id"], "device_owner": "network:distributed"}).json()[
+            "ports"
+        ]
+        hop = meta["fixed_ips"][0]["ip_address"]
+        lines = {line.split(" proto")[0].strip() for line in shown.splitlines()}
+        assert {f"default via {subnet['gateway_ip']} dev eth0", f"169.254.169.254 via {hop} dev eth0",
+                "192.0.2.0/24 via 10.94.0.254 dev eth0"} <= lines, shown  # fmt: skip
+    finally:
+        docker(dockerd, "network", "rm", name)
+
+
+def test_a_second_network_of_a_container_adds_no_second_metadata_route(
+    dockerd: dict[str, str], cloud: Cloud, driver_for: Any, api: httpx.Client
+) -> None:
+    # dockerd fails a sandbox whose static route it cannot add: only the sandbox's first endpoint of ours carries the
+    # metadata hop, so a container on two cloudnet networks starts and keeps the first network's.
+    cloud.start_agent()
+    d = driver_for("admin", cloud.host)  # (one driver, as a host runs it, for both networks)
+    first, _net = docker_network(dockerd, d, api, "10.95.0.0/24")
+    second, _other = docker_network(dockerd, d, api, "10.96.0.0/24")
+    box = f"{first}-two"
+    try:
+        docker(dockerd, "run", "-d", *RUN, "--network", first, "--name", box, IMAGE, "sleep", "300")
+        docker(dockerd, "network", "connect", second, box)  # (a clash would fail this, and the container's start)
+        shown = docker(dockerd, "exec", box, "ip", "route").stdout
+        metadata = [line for line in shown.splitlines() if line.startswith("169.254.169.254 ")]
+        assert len(metadata) == 1 and "10.95.0." in metadata[0], shown
+    finally:
+        docker(dockerd, "rm", "-f", box, check=False)
+        docker(dockerd, "network", "rm", first, second)

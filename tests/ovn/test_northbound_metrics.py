@@ -5,7 +5,9 @@ from __future__ import annotations
 import httpx
 
 from cloudnet.northbound.sync import NorthboundSync
+from tests.ovn.nb import as_list, keyed
 from tests.ovn.test_northbound import topology
+from tests.ovn.test_northbound_policy import site
 from tests.support.ovn import OvnSandbox
 from tests.support.scrape import scrape
 from tests.support.server import RunningServer
@@ -32,3 +34,33 @@ def test_passes_and_rows_written_are_counted(
     again = scrape(server.url)
     assert again.value(PASSES) > after.value(PASSES)
     assert again.value(ROWS) == after.value(ROWS)
+
+
+FORWARDS = "cloudnet_northbound_forward_elements"
+FIREWALL = "cloudnet_northbound_firewall_elements"
+
+
+def nb_elements(ovn: OvnSandbox) -> tuple[int, int]:
+    """What NB holds of cloudnet's, read with ovn-nbctl: the forwards' VIPs; the groups' ACLs and addresses."""
+    vips = sum(len(row["vips"]) for row in keyed(ovn, "Load_Balancer").values())
+    addresses = sum(len(as_list(row["addresses"])) for row in keyed(ovn, "Address_Set").values() if row["addresses"])
+    return vips, len(keyed(ovn, "ACL")) + addresses
+
+
+def test_forward_and_firewall_elements_are_the_rows_nb_holds(
+    api: httpx.Client, server: RunningServer, ovn: OvnSandbox, nb_sync: NorthboundSync
+) -> None:
+    s = site(api)  # a forward (tcp 80-81, udp 53 and 5353), a group with three rules (one a remote group), a FIP
+    assert nb_sync.wait_synced().ok
+    vips, firewall = nb_elements(ovn)
+    assert vips == 5 and firewall > 3, (vips, firewall)  # (the floating IP's address VIP is the fifth)
+    got = scrape(server.url)
+    assert (got.value(FORWARDS), got.value(FIREWALL)) == (vips, firewall)
+    # Taken away again: the counts follow NB.
+    assert api.delete(f"/networks/{s['net']['id']}/forwards/192.0.2.50").status_code in (200, 204)
+    assert api.delete(f"/security-group-rules/{s['r80']['id']}").status_code == 204
+    assert nb_sync.wait_synced().ok
+    now = nb_elements(ovn)
+    assert now == (1, firewall - 1)
+    got = scrape(server.url)
+    assert (got.value(FORWARDS), got.value(FIREWALL)) == now

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
+from cloudnet import metrics
 from cloudnet.agent.metadata import upstream as metadata_upstream
+from cloudnet.agent.metadata.guest import MAX_CONNECTIONS_PER_SOURCE, NetworkGuests, Relay
 from cloudnet.agent.metadata.ratelimit import RateLimiter
 from cloudnet.agent.metadata.relay import Callers, canonical_ip, guest_forwarded, mac_of_link_local, upstream_request
 from cloudnet.agent.metadata.upstream import Upstream, UpstreamUnavailable
+from cloudnet.agent.metadata.upstreams import Upstreams
 from cloudnet.wire import http1, signing
 from tests.support.metadata import RunningMetadata
 
@@ -201,9 +205,9 @@ def test_the_guest_gets_the_answer_without_hop_headers_rendered_ahead() -> None:
     ttl = "x-aws-ec2-metadata-token-ttl-seconds"
     api = http1.Response(200, [("content-type", "application/json"), ("content-length", "2"), ("server", "x"),
                                ("connection", "keep-alive"), (ttl, "60")], b"{}")  # fmt: skip
-    for body in (b"{}", b"[1]"):  # the head is kept, the length is the body's
-        got = guest_answer(http1.Response(api.status, api.headers, body))
-        assert got.headers == [("content-type", "application/json"), (ttl, "60")]
+    for body, rid in ((b"{}", "req-1"), (b"[1]", "req-2")):  # the head is kept, the length is the body's
+        got = guest_answer(http1.Response(api.status, api.headers, body), rid)
+        assert got.headers == [("content-type", "application/json"), (ttl, "60"), ("X-OpenStack-Request-ID", rid)]
         assert got.wire == http1.render_response(200, got.headers, body, True) and got.body == body
 
 
@@ -259,3 +263,32 @@ def test_upstream_sends_again_only_what_may_be_repeated() -> None:
         await server.wait_closed()
 
     asyncio.run(go())
+
+
+def test_connections_refused_for_their_source_are_counted_as_429s() -> None:
+    # The proxy's own gate on a real listening socket: a source's connections beyond the cap are answered 429
+    # before any request, and counted (tree "none"); the ones admitted are not counted until they ask something.
+    def refused() -> float:
+        value = metrics.AGENT.get_sample_value("cloudnet_metadata_requests_total", {"tree": "none", "status": "429"})
+        return value or 0.0
+
+    guests = NetworkGuests(Relay(Upstreams("http://127.0.0.1:9"), RateLimiter(1, 1), Callers(STATE, "s")), "n1")
+    running = RunningMetadata.start(guests, gate=guests)
+    before = refused()
+    held: list[socket.socket] = []
+    try:
+        port = int(running.url.rsplit(":", 1)[1])
+        for _ in range(MAX_CONNECTIONS_PER_SOURCE):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        deadline = time.monotonic() + 10
+        while sum(guests.relay.per_source.values()) < MAX_CONNECTIONS_PER_SOURCE:  # all admitted by the server
+            assert time.monotonic() < deadline, guests.relay.per_source
+            time.sleep(0.01)
+        assert refused() == before
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            assert extra.recv(200).startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
+        assert refused() == before + 1
+    finally:
+        for sock in held:
+            sock.close()
+        running.stop()

@@ -6,11 +6,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import uuid
 
 import pytest
 
+from cloudnet.cli.errors import ApiError
 from cloudnet.cli.monitor import line
-from cloudnet.wire import logs, request_ids
+from cloudnet.cni.errors import CniError
+from cloudnet.wire import http1, logs, request_ids
 
 
 def test_well_formed_ids_are_kept_and_others_replaced() -> None:
@@ -99,3 +102,44 @@ def test_the_writer_thread_gets_records_ready_to_write(monkeypatch: pytest.Monke
     assert "ValueError: boom" in lines[0]["exception"]
     dropped = "1 log lines were dropped: their writer was behind"
     assert [x["message"] for x in lines[1:]] == ["second", dropped, "fourth"]
+
+
+def test_fresh_ids_are_uuid4s_and_names_match_in_any_case() -> None:
+    for _ in range(200):
+        made = request_ids.new()
+        parsed = uuid.UUID(made.removeprefix("req-"))
+        assert made == f"req-{parsed}" and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    assert request_ids.from_headers([(b"X-OpenStack-Request-ID", b"as-sent")]) == "as-sent"  # the metadata server's
+
+
+def test_the_metadata_relay_s_id_is_taken_from_the_first_line_and_left_out_of_the_rest() -> None:
+    rest = [(b"host", b"metadata"), (b"x-instance-id", b"i")]
+    assert request_ids.split_first([(b"X-OpenStack-Request-ID", b"req-r"), *rest]) == ("req-r", rest)
+    elsewhere = [*rest, (b"x-openstack-request-id", b"later")]
+    assert request_ids.split_first(elsewhere) == ("later", elsewhere)  # any client: found, the lines left whole
+    bad_first = [(b"x-openstack-request-id", b"bad id"), *rest]
+    rid, lines = request_ids.split_first(bad_first)
+    assert rid.startswith("req-") and lines == bad_first
+
+
+def test_answers_get_the_id_as_their_first_header_rendered_or_not() -> None:
+    rendered = http1.Response(200, [("Content-Type", "x")], b"body", wire=http1.render_response(200, [("Content-Type",
+                              "x")], b"body", True))  # fmt: skip
+    stamped = http1.with_first_header(rendered, request_ids.HEADER, "req-9")
+    assert stamped.wire == http1.render_response(200, stamped.headers, b"body", True)
+    assert stamped.headers[0] == (request_ids.HEADER, "req-9") and rendered.headers == [("Content-Type", "x")]
+    assert http1.with_first_header(http1.plain(429, "no"), request_ids.HEADER, "r").wire is None
+
+
+def test_cli_and_cni_errors_name_a_well_formed_id_only() -> None:
+    error = ApiError.from_payload(409, {"NeutronError": {"message": "In use.", "type": "InUse"}}, "", "req-7")
+    assert str(error) == "In use. (409 InUse) (Request-ID: req-7)" and error.request_id == "req-7"
+    # Whatever answered chose the header: a hostile one is not printed.
+    assert str(ApiError.from_payload(500, None, "Boom", "x\x1b[2Jbad")) == "Boom (500)"
+    shaped = CniError(101, "could not plug", request_id="req-8").shape("1.1.0")
+    assert shaped["details"] == "Request-ID: req-8"
+    assert "details" not in CniError(100, "refused (Request-ID: req-8)", request_id="req-8").shape("1.1.0")
+    assert (
+        CniError(101, "a\nb", request_id="req-8").log_line("ADD")
+        == "cloudnet-cni: ADD failed: a\\nb (Request-ID: req-8)"
+    )

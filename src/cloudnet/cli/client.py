@@ -29,6 +29,7 @@ from cloudnet.cli.resources import (  # noqa: F401  (the CLI's modules import th
     api_root,
     reason,
 )
+from cloudnet.wire import request_ids
 
 
 class Client(Resources):
@@ -91,7 +92,8 @@ class Client(Resources):
             raise CliError(f"request to cloudnet at {self.url} failed: {reason(exc)}") from None
         if not response.is_success:
             # 3xx too: redirects are not followed, so the request did not happen.
-            raise ApiError.from_payload(response.status_code, _json_or_none(response), response.reason_phrase)
+            raise ApiError.from_payload(response.status_code, _json_or_none(response), response.reason_phrase,
+                                        response.headers.get(request_ids.HEADER))  # fmt: skip
         return response
 
     def _session(self) -> httpx.Client:

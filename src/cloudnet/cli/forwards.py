@@ -22,6 +22,7 @@ from cloudnet.cli.client import NETWORK, Client, api_root
 from cloudnet.cli.common import client_of
 from cloudnet.cli.errors import ApiError, CliError
 from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show, to_yaml
+from cloudnet.wire import request_ids
 
 app = typer.Typer(help="Manage network forwards (external addresses forwarded to instances).", no_args_is_help=True)
 port_app = typer.Typer(help="Manage the port forwards of a network forward.", no_args_is_help=True)
@@ -131,7 +132,8 @@ class Forwards:
         except (httpx.HTTPError, httpx.InvalidURL, ssl.SSLError) as exc:
             raise CliError(f"request to cloudnet at {client.url} failed: {_reason(exc)}") from None
         if not response.is_success:
-            raise ApiError.from_payload(response.status_code, _json(response), response.reason_phrase)
+            raise ApiError.from_payload(response.status_code, _json(response), response.reason_phrase,
+                                        response.headers.get(request_ids.HEADER))  # fmt: skip
         return response
 
 

@@ -60,6 +60,7 @@ class Resources(ABC):
     `ApiError` when cloudnet answered with an error status)."""
 
     url: str
+    last_request_id = ""  # the X-OpenStack-Request-ID of the last answer, when the client keeps it (cloudnet-cni)
 
     @abstractmethod
     def request(self, method: str, path: str, *, params: Params | None = None, body: Any = None) -> Any:

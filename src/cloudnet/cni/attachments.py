@@ -46,8 +46,8 @@ def api(what: str, unavailable: int = TRY_AGAIN_LATER) -> Iterator[None]:
         yield
     except ApiError as exc:
         if exc.status in RETRYABLE:
-            raise CniError(unavailable, f"{what}: cloudnet is busy", str(exc)) from None
-        raise CniError(API_REFUSED, f"{what}: {exc}") from None
+            raise CniError(unavailable, f"{what}: cloudnet is busy", str(exc), exc.request_id) from None
+        raise CniError(API_REFUSED, f"{what}: {exc}", request_id=exc.request_id) from None
     except CliError as exc:
         raise CniError(unavailable, f"{what}: {exc}") from None
 
@@ -56,6 +56,7 @@ class Attachments:
     def __init__(self, conf: NetConf, client: Resources) -> None:
         self.conf = conf
         self.client = client
+        self.created_by = ""  # the request id of the instance's POST: the agent's lines about its plug carry it
 
     # -- lookups --
 
@@ -93,6 +94,7 @@ class Attachments:
                 body = self._body(env, name, network)
                 try:
                     inst = self.client.create(INSTANCE, body)
+                    self.created_by = self.client.last_request_id
                 except CliError:  # (no VF free, a quota...): the port made for it goes at once
                     self._delete_own_ports([name])
                     raise
@@ -168,9 +170,10 @@ class Attachments:
                     self._delete(inst, name)
                 if failed:
                     raise CniError(PLUG_FAILED, f"cloudnet could not plug the container: "
-                                   f"{inst.get('status_reason') or 'no reason given'}")  # fmt: skip
+                                   f"{inst.get('status_reason') or 'no reason given'}",
+                                   request_id=self.created_by)  # fmt: skip
                 raise CniError(TRY_AGAIN_LATER, f"the instance was not ACTIVE within {self.conf.timeout:g} s (is "
-                               f"the agent of host {self.conf.host} running?)")  # fmt: skip
+                               f"the agent of host {self.conf.host} running?)", request_id=self.created_by)  # fmt: skip
             with api("waiting for the instance"):  # answered once the agent has reported
                 inst = self.client.show_settled(INSTANCE, inst["id"], min(deadline - time.monotonic(), WAIT_STEP),
                                                 0.02)  # fmt: skip

@@ -13,6 +13,7 @@ from urllib.parse import urlencode, urlsplit
 
 from cloudnet.cli.errors import ApiError, CliError
 from cloudnet.cli.resources import Params, Resources, api_root, reason
+from cloudnet.wire import request_ids
 
 MAX_BODY = 16 << 20  # an answer larger than this is not one of cloudnet's
 IDEMPOTENT = ("GET", "DELETE")  # retried once on a fresh connection when a kept-alive one was closed under them
@@ -53,11 +54,13 @@ class PluginClient(Resources):
             headers["Content-Type"] = "application/json"
         for attempt in (1, 2):
             reused = self._conn is not None
+            self.last_request_id = ""
             try:
                 conn = self._connection()
                 conn.request(method, target, body=data, headers=headers)
                 response = conn.getresponse()
                 status, text = response.status, response.read(MAX_BODY + 1)
+                self.last_request_id = request_ids.well_formed(response.getheader(request_ids.HEADER)) or ""
                 if response.will_close or len(text) > MAX_BODY:  # (the rest of a body too large is left unread)
                     self.close()
                 break
@@ -78,7 +81,7 @@ class PluginClient(Resources):
             raise CliError(f"cloudnet at {self.url} answered {method} {path} with over {MAX_BODY} bytes")
         payload = _json_or_none(text)
         if not 200 <= status < 300:  # 3xx too: redirects are not followed, so the request did not happen
-            raise ApiError.from_payload(status, payload, http.client.responses.get(status, ""))
+            raise ApiError.from_payload(status, payload, http.client.responses.get(status, ""), self.last_request_id)
         if status == 204 or not text:
             return None
         if payload is None:

@@ -36,6 +36,7 @@ def run(environ: Mapping[str, str], stdin: bytes) -> tuple[int, dict[str, Any] |
         commands = importlib.import_module("cloudnet.cni.commands")
         return 0, commands.execute(env, spec)
     except CniError as exc:
+        sys.stderr.write(exc.log_line(environ.get("CNI_COMMAND", "?")[:16]) + "\n")
         return 1, exc.shape(_reply_version(conf))
     except Exception as exc:  # a bug must still answer in the spec's shape, never with a bare traceback
         last = traceback.extract_tb(exc.__traceback__)[-1]

@@ -18,8 +18,11 @@ from cloudnet.docker import plugin as p
 from cloudnet.docker.cloudnet_api import Json, PluginError
 from cloudnet.docker.network import endpoint
 from cloudnet.docker.protocol import EndpointRef, Join
+from cloudnet.wire import guest_net
 
 POLL = 0.05
+NEXT_HOP = 0  # libnetwork's route types: 0 via a next hop, 1 connected
+DEFAULT_ROUTES = ("0.0.0.0/0", "::/0")  # (dockerd's own, from Gateway)
 
 
 async def join(plugin: p.Plugin, req: Join) -> Json:
@@ -47,15 +50,26 @@ async def join(plugin: p.Plugin, req: Join) -> Json:
             plugin.state.save()
         raise exc if isinstance(exc, PluginError) else PluginError(f"cannot hand over the device: {exc}") from None
     async with plugin.lock:
-        ep.device = name
+        # The sandbox's first endpoint of ours carries the metadata route (a second one would clash with it).
+        first = not any(e.sandbox == req.SandboxKey and e.instance_id for e in plugin.state.endpoints.values())
+        ep.device, ep.sandbox = name, req.SandboxKey
         plugin.state.save()
     out: Json = {"InterfaceName": {"SrcName": name, "DstPrefix": "eth"}}
+    subnets = {f["subnet_id"]: await plugin.api.get("subnets", "subnet", f["subnet_id"]) for f in port["fixed_ips"]}
     for fixed in port["fixed_ips"]:
-        gateway = (await plugin.api.get("subnets", "subnet", fixed["subnet_id"]))["gateway_ip"]
+        gateway = subnets[fixed["subnet_id"]]["gateway_ip"]
         if gateway:
             out.setdefault("GatewayIPv6" if ":" in gateway else "Gateway", gateway)
     if "Gateway" not in out and "GatewayIPv6" not in out:
         out["DisableGatewayService"] = True  # no docker_gwbridge: a subnet without a gateway means no way out
+    # The device left the namespace where the agent routed it, and its routes with it: dockerd makes the gateway's
+    # and these (the metadata hop, the subnets' host routes: what an instance made through the API has), without
+    # which a guest on a network with no router had no way to 169.254.169.254 (its gateway answers nobody).
+    routes = guest_net.port_routes(port["fixed_ips"], subnets, instance["nets"][0]["metadata_hops"], default=first)
+    static = [{"Destination": dst, "RouteType": NEXT_HOP, "NextHop": hop} for dst, hop in routes
+              if dst not in DEFAULT_ROUTES]  # fmt: skip
+    if static:
+        out["StaticRoutes"] = static
     return out
 
 
@@ -78,6 +92,6 @@ async def leave(plugin: p.Plugin, req: EndpointRef) -> Json:
     if ep.instance_id:
         await plugin.api.delete("instances", ep.instance_id)
     async with plugin.lock:
-        ep.instance_id, ep.device = None, None
+        ep.instance_id, ep.device, ep.sandbox = None, None, None
         plugin.state.save()
     return {}

@@ -32,6 +32,7 @@ class Endpoint:
     owned_port: bool  # made by CreateEndpoint (deleted with the endpoint), not by IPAM nor pre-created
     instance_id: str | None = None  # while joined
     device: str | None = None  # the device handed to dockerd
+    sandbox: str | None = None  # dockerd's sandbox it joined (a container's other networks are other endpoints)
 
 
 @dataclass

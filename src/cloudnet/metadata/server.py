@@ -12,6 +12,10 @@ Order of checks, as nova's handler (reference/metadata.md §1.2):
 4. an unknown instance, or one of another project than `X-Tenant-ID`, is a 404;
 5. IMDSv2: a presented token must be valid (401), and is required when the instance says so (401);
 6. then the tree: unknown paths and versions are 404s.
+
+Every answer carries the request's id (X-OpenStack-Request-ID): the relay's, sent as the first header line so that
+the lines after it (the ones the identity table is keyed by) stay the same for every request of a guest; a cached
+answer's rendering is spliced, not made again (wire/http1.with_first_header).
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from cloudnet.metadata.tokens import TOKEN_HEADER, TTL_HEADER, TokenIssuer, pars
 from cloudnet.metadata.trees import Reply
 from cloudnet.metadata.view import MAX_REPLIES, Entry, ViewCache
 from cloudnet.store.db import Store
-from cloudnet.wire import metadata_paths, signing
-from cloudnet.wire.http1 import Request, Response
+from cloudnet.wire import logs, metadata_paths, request_ids, signing
+from cloudnet.wire.http1 import Request, Response, with_first_header
 
 log = logging.getLogger(__name__)
 
@@ -116,22 +120,33 @@ class MetadataApp:
 
     def answer_now(self, request: Request) -> Response | None:
         """The answer when it needs no I/O (the usual case: a cached view); None when `answer` must be asked."""
+        rid, headers = request_ids.split_first(request.raw_headers)
         try:
             path = request.path
-            checked = self._identify(path, request.raw_headers)
+            checked = self._identify(path, headers)
             if isinstance(checked, Response):
-                return checked
+                return with_first_header(checked, request_ids.HEADER, rid)
             instance_id, found = checked
             entry = self.views.fresh(instance_id)
-            return None if entry is None else self._respond(request.method, path, found, entry)
+            response = None if entry is None else self._respond(request.method, path, found, entry)
+            return None if response is None else with_first_header(response, request_ids.HEADER, rid)
         except Exception:
-            log.exception("metadata: unexpected error on %s %s", request.method, request.target)
-            return FAILED
+            # (the id only for this line: this runs in the connection's callback, whose context outlives it)
+            token = request_ids.current.set(rid)
+            log.exception("metadata: unexpected error on %s %s", request.method, logs.printable(request.target))
+            request_ids.current.reset(token)
+            return with_first_header(FAILED, request_ids.HEADER, rid)
 
     async def answer(self, request: Request) -> Response:
+        # (a task of its own: the id stays with this request, in every line it logs)
+        rid, headers = request_ids.split_first(request.raw_headers)
+        request_ids.current.set(rid)
+        return with_first_header(await self._answer(request, headers), request_ids.HEADER, rid)
+
+    async def _answer(self, request: Request, headers: list[tuple[bytes, bytes]]) -> Response:
         try:
             path = request.path
-            checked = self._identify(path, request.raw_headers)
+            checked = self._identify(path, headers)
             if isinstance(checked, Response):
                 return checked
             instance_id, found = checked
@@ -146,7 +161,7 @@ class MetadataApp:
             log.warning("metadata: database error: %s", exc)
             return UNAVAILABLE
         except Exception:
-            log.exception("metadata: unexpected error on %s %s", request.method, request.target)
+            log.exception("metadata: unexpected error on %s %s", request.method, logs.printable(request.target))
             return FAILED
 
     # -- the checks, in nova's order ----------------------------------------------------------------
@@ -237,6 +252,7 @@ class MetadataApp:
             return PASSWORD_NOT_UTF8
         outcome = await asyncio.to_thread(passwords.store_password, self.store, instance_id, project_id, password)
         if outcome is passwords.Outcome.STORED:
+            log.info("metadata: instance %s stored its password", instance_id)  # (a write: logged, as the API's)
             self.views.drop(instance_id)
             return EMPTY
         if outcome is passwords.Outcome.ALREADY_SET:

@@ -60,7 +60,8 @@ def run(argv: Sequence[str], stdin: bytes) -> tuple[int, Any]:
         result = commands.execute(env, spec)
         return 0, status_block(result) if result is not None else None
     except CniError as exc:
-        return 1, {"error": f"{exc.msg}: {exc.details}" if exc.details else exc.msg}
+        shaped = exc.shape(netconf.LATEST)  # (its details name the request id, when there is one)
+        return 1, {"error": f"{exc.msg}: {shaped['details']}" if "details" in shaped else exc.msg}
     except Exception as exc:  # a bug must still answer in netavark's shape, never with a bare traceback
         last = traceback.extract_tb(exc.__traceback__)[-1]
         return 1, {"error": f"cloudnet-netavark failed: {type(exc).__name__}: {exc} ({last.filename}:{last.lineno})"}

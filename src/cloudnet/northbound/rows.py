@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,21 @@ class Desired:
     revision: int
     rows: list[Row] = field(default_factory=list)  # parents before their children
     refused: list[str] = field(default_factory=list)  # objects left out, with the reason
+
+
+def element_counts(rows: Iterable[Row]) -> tuple[int, int]:
+    """(the forwards' load-balancer VIPs, the security groups' ACLs and address-set addresses) among these rows: on
+    OVN, what the Linux dataplane's nftables map and set elements are (cloudnet_forward_elements and
+    cloudnet_firewall_elements)."""
+    forwards = firewall = 0
+    for row in rows:
+        if row.table == "Load_Balancer":
+            forwards += len(row.columns.get("vips") or ())
+        elif row.table == "ACL":
+            firewall += 1
+        elif row.table == "Address_Set":
+            firewall += len(row.columns.get("addresses") or ())
+    return forwards, firewall
 
 
 def ids(key: str, **values: str) -> dict[str, str]:

@@ -37,6 +37,7 @@ from cloudnet.northbound import desired as desired_rows
 from cloudnet.northbound import scoped
 from cloudnet.northbound.apply import ApplyRows, Report
 from cloudnet.northbound.mirror import Mirror, NbIdl
+from cloudnet.northbound.rows import element_counts
 from cloudnet.northbound.staging import FENCE_WAIT, Fence, StageNewPorts, needed, wait_northd
 from cloudnet.ovn.idl import follow_leader
 from cloudnet.ovn.jsonparser import use_c_parser
@@ -228,6 +229,10 @@ class NorthboundSync:
                 committed = time.monotonic()
                 metrics.NB_DURATION.observe(committed - started)
                 metrics.NB_ROWS.inc(len(report.created) + len(report.updated) + len(report.deleted))
+                if report or not self.status.passes:  # (NB now holds these rows: counted again when they change)
+                    forwards, firewall = element_counts(cached.rows.values())
+                    metrics.NB_FORWARD_ELEMENTS.set(forwards)
+                    metrics.NB_FIREWALL_ELEMENTS.set(firewall)
                 seen_seqno = before
                 self._report(report, reconnected=reconnected, drift=drift, first=self.status.passes == 0)
                 self._set(Status(True, "", cached.revision, self.status.passes + 1, report.summary(),

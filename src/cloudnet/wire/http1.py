@@ -120,5 +120,15 @@ def render_response(
     return out if head_length is not None else out + body
 
 
+def with_first_header(response: Response, name: str, value: str) -> Response:
+    """`response` with one more header line, first (a request's id: the rest of the answer may be shared by many
+    requests), its rendering spliced rather than made again."""
+    wire = response.wire
+    if wire is not None:
+        end = wire.index(b"\r\n") + 2  # after the status line
+        wire = b"".join((wire[:end], f"{name}: {value}\r\n".encode("latin-1"), wire[end:]))
+    return Response(response.status, [(name, value), *response.headers], response.body, response.keep_alive, wire)
+
+
 def plain(status: int, text: str, *headers: tuple[str, str]) -> Response:
     return Response(status, [("Content-Type", "text/plain; charset=utf-8"), *headers], text.encode())

@@ -26,7 +26,7 @@ from cloudnet.agent.metadata.relay import (
 )
 from cloudnet.agent.metadata.upstream import UpstreamUnavailable
 from cloudnet.agent.metadata.upstreams import Upstreams
-from cloudnet.wire import http1
+from cloudnet.wire import http1, logs, request_ids
 from cloudnet.wire.http1 import Request, Response
 from cloudnet.wire.metadata_paths import is_token_request
 
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS_PER_SOURCE = 64
 MISS_WAIT = 2.0  # seconds an unknown caller's request waits for the agent's next states before its 404
 TOO_MANY_CONNECTIONS = http1.plain(429, "Too many connections.", ("Retry-After", "1"))
+REFUSED_TREE = "none"  # the `tree` of a connection refused before its first request
 TOKEN_FORWARDED = http1.plain(403, "Forbidden: token requests must not carry X-Forwarded-For.")
 
 
@@ -98,6 +99,11 @@ class Relay:
             log.warning("metadata API %s unreachable: %s", self.upstream.url, exc)
 
 
+def _own(response: Response, rid: str) -> Response:
+    """One of the proxy's own answers, with the request's id."""
+    return http1.with_first_header(response, request_ids.HEADER, rid)
+
+
 def _address(peer: Any) -> str:
     return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
@@ -118,7 +124,11 @@ class NetworkGuests:
     def admit(self, peer: Any) -> Response | None:
         key, known = self._key(peer)
         count = self.relay.per_source[key] = self.relay.per_source.get(key, 0) + 1
-        return TOO_MANY_CONNECTIONS if not known or count > MAX_CONNECTIONS_PER_SOURCE else None
+        if known and count <= MAX_CONNECTIONS_PER_SOURCE:
+            return None
+        # Refused before any request is read: counted with the guests' 429s, under a tree of its own.
+        metrics.METADATA_REQUESTS.labels(REFUSED_TREE, "429").inc()
+        return TOO_MANY_CONNECTIONS
 
     def release(self, peer: Any) -> None:
         key, _known = self._key(peer)
@@ -141,9 +151,10 @@ class NetworkGuests:
         once the state is newer (asked once per request)."""
         caller = self.relay.callers.find(self.network_id, _address(request.peer))
         response = None if caller is None else self._refusal(caller, request)
-        if response is not None:
-            _counted(request, response, 0.0)
-        return response
+        if response is None:
+            return None
+        _counted(request, response, 0.0)
+        return _own(response, request_ids.from_headers(request.raw_headers))
 
     def _refusal(self, caller: Caller, request: Request) -> Response | None:
         wait = self.relay.limiter.take(caller.instance_id)
@@ -157,29 +168,37 @@ class NetworkGuests:
 
     async def answer(self, request: Request) -> Response:
         started = time.perf_counter()
-        response = await self._answer(request)
+        # The guest's id when well-formed (as the API keeps a client's), else a new one; sent on to the API, in
+        # the answer and in every line this request logs here (a task of its own: the id stays with it).
+        rid = request_ids.from_headers(request.raw_headers)
+        request_ids.current.set(rid)
+        response = await self._answer(request, rid)
         _counted(request, response, time.perf_counter() - started)
+        if request.method == "POST":  # a write (a password): logged, as the API logs its writes
+            log.info("metadata: %s %s from %s on network %s: %d", request.method, logs.printable(request.path),
+                     _address(request.peer), self.network_id, response.status)  # fmt: skip
         return response
 
-    async def _answer(self, request: Request) -> Response:
+    async def _answer(self, request: Request, rid: str) -> Response:
+        """The API's answer (with the id), or the proxy's own (`_own`)."""
         address = _address(request.peer)
         caller = self.relay.callers.find(self.network_id, address)
         if caller is None:  # not known (yet): `answer_now` passed it on without checks
             caller = await self.relay.find(self.network_id, address)
             if caller is None:
-                return http1.plain(404, f"Instance was not found on network {self.network_id}.")
+                return _own(http1.plain(404, f"Instance was not found on network {self.network_id}."), rid)
             refusal = self._refusal(caller, request)
             if refusal is not None:
-                return refusal
+                return _own(refusal, rid)
         source = canonical_ip(address) or address
         # A HEAD goes to the API as a GET: the server here answers it with the GET's length and no body, and
         # the API's answer has the same head either way.
         method = "GET" if request.method == "HEAD" else request.method
         try:
             response = await self.relay.upstream.exchange(
-                upstream_request(request, caller, self.network_id, source, method), retry=method != "POST"
+                upstream_request(request, caller, self.network_id, source, method, rid), retry=method != "POST"
             )
         except UpstreamUnavailable as exc:
             self.relay.warn_unreachable(exc)
-            return unavailable()
-        return guest_answer(response)
+            return _own(unavailable(), rid)
+        return guest_answer(response, rid)

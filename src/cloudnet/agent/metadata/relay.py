@@ -14,7 +14,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from cloudnet.wire import http1, signing
+from cloudnet.wire import http1, request_ids, signing
 from cloudnet.wire.http1 import Request, Response
 
 # Guest headers worth passing on; everything else is dropped, so no identity header or look-alike of one
@@ -24,10 +24,11 @@ FORWARDED_HEADERS = frozenset(
 )
 _FORWARDED_RAW = frozenset(name.encode() for name in FORWARDED_HEADERS)
 _FORWARDED_LENGTHS = frozenset(len(name) for name in FORWARDED_HEADERS)  # others are passed over at a glance
-# Response headers that describe the hop, not the answer.
+# Response headers that describe the hop, not the answer (and the API's copy of the request's id: the relay adds
+# its own, the same unless the API is older).
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "content-length", "te", "trailer",
-     "upgrade", "server", "date"}
+     "upgrade", "server", "date", "x-openstack-request-id"}
 )  # fmt: skip
 RETRY_AFTER = "2"
 
@@ -123,16 +124,17 @@ class Callers:
 
 
 def upstream_request(
-    request: Request, caller: Caller, network_id: str, source: str, method: str | None = None
+    request: Request, caller: Caller, network_id: str, source: str, method: str | None = None, request_id: str = ""
 ) -> bytes:
     """The request as the API gets it: same method (or `method`), path and body; identity headers set, not
-    passed on."""
+    passed on; `request_id` its first header line (where the API looks for it: wire/request_ids.split_first)."""
     target = request.target
     if not target.startswith("/"):
         # absolute-form ("GET http://169.254.169.254/x"): only the path and query matter to the API
         rest = target.split("://", 1)[-1]
         target = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-    parts = [f"{method or request.method} {target} HTTP/1.1\r\nHost: metadata\r\n".encode("latin-1"),
+    first = f"{request_ids.HEADER}: {request_id}\r\n" if request_id else ""
+    parts = [f"{method or request.method} {target} HTTP/1.1\r\n{first}Host: metadata\r\n".encode("latin-1"),
              caller.identity(network_id, source)]  # fmt: skip
     for name, value in request.raw_headers:
         if len(name) in _FORWARDED_LENGTHS:
@@ -155,10 +157,12 @@ def answer_headers(response: Response) -> list[tuple[str, str]]:
 # API answers a guest's usual questions with a handful of different heads.
 _GUEST_HEADS: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[list[tuple[str, str]], bytes]] = {}
 _FRAMING_TAIL = b"Content-Length: 0\r\nConnection: keep-alive\r\n\r\n"
+_ID_NAME = request_ids.HEADER.encode()
 
 
-def guest_answer(response: Response) -> Response:
-    """The API's answer as the guest gets it: hop headers dropped, rendered ahead for a kept-alive GET."""
+def guest_answer(response: Response, request_id: str) -> Response:
+    """The API's answer as the guest gets it: hop headers dropped, the request's id added (the upstream connection
+    took the API's copy of it out of the headers: they key this table), rendered ahead for a kept-alive GET."""
     key = (response.status, tuple(response.headers))
     head = _GUEST_HEADS.get(key)
     if head is None:
@@ -169,8 +173,9 @@ def guest_answer(response: Response) -> Response:
         _GUEST_HEADS[key] = head = (headers, rendered[: -len(_FRAMING_TAIL)])
     headers, start = head
     body = response.body
-    wire = b"%sContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%s" % (start, len(body), body)
-    return Response(response.status, headers, body, wire=wire)
+    wire = b"%s%s: %s\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%s" % (
+        start, _ID_NAME, request_id.encode("latin-1"), len(body), body)  # fmt: skip
+    return Response(response.status, [*headers, (request_ids.HEADER, request_id)], body, wire=wire)
 
 
 def guest_forwarded(request: Request) -> bool:

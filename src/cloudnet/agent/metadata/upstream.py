@@ -30,6 +30,7 @@ MAX_DEPTH = 8  # requests in flight on one connection
 SLOW = 0.003  # seconds: a connection whose oldest request has waited longer takes no more for now
 # Header lines as received -> decoded (names lower-cased): the API's answers have a handful of different heads.
 _DECODED: dict[tuple[tuple[bytes, bytes], ...], list[tuple[str, str]]] = {}
+_ID_NAME = b"x-openstack-request-id"  # the metadata API's answers carry it first (wire/http1.with_first_header)
 
 
 class UpstreamUnavailable(Exception):
@@ -117,7 +118,10 @@ class _Connection(asyncio.Protocol):
 
     def _complete(self, keep_alive: bool) -> None:
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        lines = tuple(self._headers)
+        raw = self._headers
+        if raw and len(raw[0][0]) == len(_ID_NAME) and raw[0][0].lower() == _ID_NAME:
+            raw = raw[1:]  # the request's id (the relay adds its own): the other lines key the table
+        lines = tuple(raw)
         headers = _DECODED.get(lines)
         if headers is None:
             headers = [(n.decode("ascii").lower(), v.decode("latin-1").strip(" \t")) for n, v in lines]
