@@ -20,6 +20,7 @@ from cloudnet.errors import BadRequest, Conflict, NotFound
 from cloudnet.services import common
 from cloudnet.services.context import Context
 from cloudnet.services.ports import trunk_rules as rules
+from cloudnet.services.ports.trunk_rules import SUBPORT_OWNER  # noqa: F401  (what the hosts' reports look for)
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.validation import Body, Tags, parse
 from cloudnet.store import tables as t
@@ -260,3 +261,19 @@ def details(conn: Connection, port_ids: list[str]) -> dict[str, dict[str, Any]]:
             "sub_ports": [{**s, "mac_address": macs.get(s["port_id"])} for s in subs.get(r.id, [])],
         }
     return out
+
+
+def subports_of(conn: Connection, parent_ids: list[str]) -> list[str]:
+    """The subports of the trunks on these parents (a host's desired state plugs them with their parents)."""
+    stmt = select(S.c.port_id).join(T, T.c.id == S.c.trunk_id).order_by(S.c.port_id)
+    return [pid for chunk in common.chunks(parent_ids, 5000) for (pid,) in conn.execute(
+        stmt.where(T.c.port_id.in_(chunk)))]  # fmt: skip
+
+
+def subports_on(conn: Connection, port_ids: list[str], host: str) -> set[str]:
+    """Those of `port_ids` that are subports of a trunk whose parent is bound to `host` (its agent reports them)."""
+    if not port_ids:
+        return set()
+    stmt = (select(S.c.port_id).join(T, T.c.id == S.c.trunk_id).join(P, P.c.id == T.c.port_id)
+            .where(S.c.port_id.in_(port_ids), P.c.host_id == host))  # fmt: skip
+    return {pid for (pid,) in conn.execute(stmt)}
