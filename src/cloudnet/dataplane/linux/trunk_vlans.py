@@ -36,22 +36,9 @@ from cloudnet.dataplane.linux.bridges import Bridges
 from cloudnet.dataplane.linux.links import Links, delete
 from cloudnet.dataplane.linux.passes import Pass, broken_reason, plugged_report
 from cloudnet.dataplane.steps import StepFailed
+from cloudnet.dataplane.trunks import Sub, trunks_of
 
 IFF_UP = 0x1
-Sub = tuple[dict[str, Any], int]  # the subport, its VLAN id
-
-
-def trunks_of(state: DesiredState) -> list[tuple[dict[str, Any], list[Sub]]]:
-    """Every instance port of the state with subports, and those subports (with their VLAN) the state has."""
-    ports, out = state["ports"], []
-    for inst in state["instances"]:
-        for pid in inst["ports"]:
-            details = (ports.get(pid) or {}).get("trunk_details") or {}
-            subs = [(ports[s["port_id"]], int(s["segmentation_id"])) for s in details.get("sub_ports") or []
-                    if s["port_id"] in ports]  # fmt: skip
-            if subs:
-                out.append((ports[pid], subs))
-    return out
 
 
 def _program_name(kind: str, program: bytes) -> str:
