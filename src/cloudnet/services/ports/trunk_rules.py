@@ -34,7 +34,7 @@ def subports_error(data: Any) -> str | None:
     if len(data) > MAX_SUBPORTS_PER_CALL:
         return f"At most {MAX_SUBPORTS_PER_CALL} subports may be given in one request"
     ids: set[str] = set()
-    seen: set[tuple[Any, Any]] = set()
+    seen: set[tuple[str, str]] = set()
     for sub in data:
         if not isinstance(sub, dict):
             return f"Invalid data format for subport: '{sub}' is not a dict"
@@ -50,10 +50,11 @@ def subports_error(data: Any) -> str | None:
         if (not kind or seg is None) and len(sub) > 1:
             return (f"Invalid subport details '{sub}': missing segmentation information. Must specify both "
                     "segmentation_id and segmentation_type")  # fmt: skip
-        if seg is not None and (kind, seg) in seen:
+        key = (str(kind), str(seg))  # (hashable whatever was sent)
+        if seg is not None and key in seen:
             return f"Segmentation ID '{seg}' for '{sub}' is not unique"
         if seg is not None:
-            seen.add((kind, seg))
+            seen.add(key)
         unknown = set(sub) - {"port_id", "segmentation_type", "segmentation_id"}
         if unknown:
             return f"Unrecognized attribute(s) '{', '.join(sorted(unknown))}' in subport '{port_id}'"
