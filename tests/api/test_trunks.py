@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from cloudnet.services.ports.trunk_rules import MAX_SUBPORTS_PER_CALL
+from tests.api.test_hosts import active, heartbeat, instance, port_ids, report
 from tests.support.api import check_error, create, create_network, create_subnet
 
 Json = dict[str, Any]
@@ -163,3 +164,32 @@ def test_another_projects_ports_are_refused(users: dict[str, httpx.Client]) -> N
     assert [t["id"] for t in alice.get("/trunks").json()["trunks"]] == [a_trunk["id"]]
     assert bob.get(f"/trunks/{trunk['id']}/get_subports").json() == {"sub_ports": []}
     assert alice.get(f"/ports/{a_sub['id']}").json()["port"]["device_id"] == ""
+
+
+def test_subports_in_the_parents_host_state_and_reported_by_that_host_only(api: httpx.Client) -> None:
+    heartbeat(api, "tr-h1")
+    heartbeat(api, "tr-h2")
+    net, other = net_of(api), net_of(api, "10.5.0.0/24")
+    (parent_id,) = port_ids(instance(api, "tr-i", "tr-h1", net["id"]))
+    child = port(api, other["id"])
+    trunk = create(api, "trunks", "trunk", port_id=parent_id, sub_ports=[sub(child["id"], 300)])
+    state = api.get("/hosts/tr-h1/state").json()
+    assert state["ports"][parent_id]["trunk_details"]["sub_ports"][0]["port_id"] == child["id"]
+    assert state["ports"][child["id"]]["network_id"] == other["id"]  # the subport, to plug on its network
+    assert other["id"] in state["networks"]
+    assert child["id"] not in api.get("/hosts/tr-h2/state").json()["ports"]
+    # hostile: another host reports the subport: ignored
+    body = report(api, "tr-h2", active(child["id"])).json()
+    assert child["id"] in body["ignored"]
+    assert api.get(f"/ports/{child['id']}").json()["port"]["status"] == "DOWN"
+    # the parent's host reports it: ACTIVE, bound there; the trunk is ACTIVE once the parent is too
+    assert report(api, "tr-h1", active(child["id"])).json()["updated"] == [child["id"]]
+    shown = api.get(f"/ports/{child['id']}").json()["port"]
+    assert (shown["status"], shown["binding:host_id"]) == ("ACTIVE", "tr-h1")
+    assert api.get(f"/trunks/{trunk['id']}").json()["trunk"]["status"] == "DOWN"
+    report(api, "tr-h1", active(parent_id))
+    assert api.get(f"/trunks/{trunk['id']}").json()["trunk"]["status"] == "ACTIVE"
+    failed = {"id": child["id"], "status": "ERROR", "binding:vif_type": "binding_failed",
+              "binding:vif_details": {"reason": "x"}}  # fmt: skip
+    report(api, "tr-h1", failed)
+    assert api.get(f"/trunks/{trunk['id']}").json()["trunk"]["status"] == "DEGRADED"
