@@ -1,9 +1,9 @@
 """Trunks on the Linux dataplane, with real traffic (root): an instance on a trunk's parent sees its subports as VLANs
 on its one device. A VLAN interface made inside with a subport's id, MAC and address reaches an instance on the
 subport's network; the subport's VLAN reaches that network and nothing else; a frame tagged with a VLAN that is no
-subport reaches nothing. Containers (namespaces) only: the VM tests' guests take minutes to boot under TCG, and the
-classifiers ride on a VM's tap exactly as on a veth's host end (trunk_vlans.py: names.port_device). This kernel has
-no 8021q, so the guest's VLAN interface is made in user space (tests/support/vlan_guest.py)."""
+subport reaches nothing. A container's parent (a veth) and a VM's (its tap, with tests/support/tap_guest.py as the
+VMM: no guest to boot). This kernel has no 8021q, so the guest's VLAN interface is made in user space
+(tests/support/vlan_guest.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from cloudnet.dataplane.linux import names
 from tests.support import frames
 from tests.support.cloud import Cloud, ns_run, ping
+from tests.support.tap_guest import TapGuest
 from tests.support.vlan_guest import VlanIface
 
 VID, OTHER_VID = 101, 102
@@ -91,3 +92,35 @@ def test_subport_vlans_reach_their_network_and_nothing_else(cloud: Cloud, reques
     host_links = lambda: ns_run(names.host_ns(cloud.host), "ip", "-o", "link").stdout  # noqa: E731
     cloud.wait_for(lambda: names.tap(sub["id"]) + "@" not in host_links(), what="the subport's VLAN device to go")
     assert not ping(peers["b"]["netns"], address(sub), count=1, wait=0.5)
+
+
+def test_a_vms_subport_vlan_reaches_its_network(cloud: Cloud, request: pytest.FixtureRequest) -> None:
+    """The parent a VM's NIC (its tap: tests/support/tap_guest.py as the VMM, a namespace as the guest)."""
+    cloud.start_agent()
+    api = cloud.api
+    net_a, _ = cloud.network("vtrunk-a", "10.74.0.0/24")
+    net_b, _ = cloud.network("vtrunk-b", "10.75.0.0/24")
+    box = cloud.instance("vpb", [{"network": net_b["id"]}])
+    inst = cloud.create("instances", "instance", {"name": "vtr", "host": cloud.host, "kind": "vm",
+                                                  "nets": [{"network": net_a["id"]}]})  # fmt: skip
+    nic = cloud.wait_active(inst["id"])["nets"][0]
+    sub = api.post("/ports", json={"port": {"network_id": net_b["id"]}}).json()["port"]
+    trunk = api.post("/trunks", json={"trunk": {"port_id": nic["port_id"], "sub_ports": [
+        {"port_id": sub["id"], "segmentation_type": "vlan", "segmentation_id": VID}]}}).json()["trunk"]  # fmt: skip
+    cloud.wait_for(lambda: api.get(f"/trunks/{trunk['id']}").json()["trunk"]["status"] == "ACTIVE",
+                   what="the VM's trunk ACTIVE")  # fmt: skip
+    guest = cloud.namespace("vtrg")
+    tap_guest = TapGuest(names.host_ns(cloud.host), nic["device"], guest, nic["mac_address"], 1500)
+    request.addfinalizer(tap_guest.close)
+    vlan = VlanIface(guest, "eth0", VID, f"eth0.{VID}", sub["mac_address"])
+    request.addfinalizer(vlan.close)
+    ns_run(guest, "ip", "addr", "add", f"{address(sub)}/24", "dev", f"eth0.{VID}", check=True)
+    assert ping(guest, address(port_of(api, box)), count=3), "the VM's subport VLAN does not reach its network"
+    caught = frames.Catcher.start(box["netns"])
+    try:
+        off_vid, on_vid = marker(), marker()
+        tap_guest.inject(broadcast(sub["mac_address"], address(sub), address(port_of(api, box)), off_vid, OTHER_VID))
+        tap_guest.inject(broadcast(sub["mac_address"], address(sub), address(port_of(api, box)), on_vid, VID))
+        assert caught.seen(on_vid, 3) and not caught.seen(off_vid, 0)
+    finally:
+        caught.stop()
