@@ -2,7 +2,7 @@
 
     instance netns:  eth0 (the parent port; the guest's VLAN interfaces on it, e.g. eth0.101 for a subport)
                        |  veth (or a VM's tap)
-    host netns:      cnt-<parent> on cnb-<parent's network>        (tc ingress: untag, kernel/vlan_bpf.py)
+    host netns:      cnt-<parent> on cnb-<parent's network>        (tc ingress: untag, cloudnet/vlan_bpf.py)
                        :  VLAN 101, untagged, redirected
                      cns-<subport> --veth-- cnt-<subport> on cnb-<subport's network>
                        (tc ingress: tag 101, redirected out of cnt-<parent>)
@@ -21,16 +21,14 @@ its subports are reported ACTIVE once their devices and both classifiers are in 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
 from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
+from cloudnet import vlan_bpf
 from cloudnet.dataplane import security
 from cloudnet.dataplane.base import DesiredState, PortReport, failed
-from cloudnet.dataplane.kernel import vlan_bpf
 from cloudnet.dataplane.linux import names
 from cloudnet.dataplane.linux.bridges import Bridges
 from cloudnet.dataplane.linux.links import Links, delete
@@ -39,12 +37,6 @@ from cloudnet.dataplane.steps import StepFailed
 from cloudnet.dataplane.trunks import Sub, trunks_of
 
 IFF_UP = 0x1
-
-
-def _program_name(kind: str, program: bytes) -> str:
-    """A name that says what the classifier does (kind, and a hash of its instructions): one found under that name
-    is the one wanted."""
-    return f"cn_{kind}_{hashlib.sha1(program).hexdigest()[:8]}"
 
 
 class TrunkVlans:
@@ -113,11 +105,9 @@ class TrunkVlans:
         for sub, vid in subs:
             mtu = min(networks[sub["network_id"]]["mtu"], lower.get_attr("IFLA_MTU"))
             end = self._veth(host, links, sub, mtu)
-            tag = vlan_bpf.tag_program(vid, lower["index"])
-            _attach(host, end, tag, _program_name("tag", tag))
+            vlan_bpf.ensure(host, end, vlan_bpf.tag_program(vid, lower["index"]), "tag")
             ends.append((vid, end))
-        untag = vlan_bpf.untag_program(ends)
-        _attach(host, lower["index"], untag, _program_name("untag", untag))
+        vlan_bpf.ensure(host, lower["index"], vlan_bpf.untag_program(ends), "untag")
 
     def _veth(self, host: IPRoute, links: Links, sub: dict[str, Any], mtu: int) -> int:
         """The subport's pair, as wanted: its cns- end's index."""
@@ -142,12 +132,3 @@ class TrunkVlans:
             host.link("set", index=end["index"], mtu=mtu, state="up")
             links.refresh(inner)
         return int(end["index"])
-
-
-def _attach(host: IPRoute, ifindex: int, program: bytes, name: str) -> None:
-    try:
-        if vlan_bpf.attached(host, ifindex) == name:
-            return
-    except NetlinkError:
-        pass  # (read again by attaching)
-    vlan_bpf.attach(host, ifindex, program, name)

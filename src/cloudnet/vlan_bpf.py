@@ -2,8 +2,9 @@
 
 Why not VLAN devices or the bridge's VLAN filtering: a kernel may have neither (CONFIG_VLAN_8021Q and
 CONFIG_BRIDGE_VLAN_FILTERING are options; the kernel these tests run on has neither), while cls_bpf's direct action
-with its VLAN helpers is in every kernel that runs containers. The programs are a dozen instructions each, built
-from parsed integers only (VLAN ids, ifindexes), so there is nothing to compile and nothing to ship.
+with its VLAN helpers is in every kernel that runs containers. Shared: the agent tags for a trunk's subports on the
+host (dataplane/linux/trunk_vlans.py), cloudnet-cni for a pod's in a VM (cni/nested.py). The programs are a dozen
+instructions each, built from parsed integers only (VLAN ids, ifindexes): nothing to compile, nothing to ship.
 
   untag(subports)   on the ingress of a trunk parent's host device: a frame tagged with a subport's VLAN (802.1Q)
                     loses its tag and is redirected to that subport's device; an untagged frame goes on to the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import struct
 
@@ -139,6 +141,18 @@ def attach(ipr: IPRoute, ifindex: int, program: bytes, name: str) -> None:
                classid=1, direct_action=True)  # fmt: skip
     finally:
         os.close(fd)
+
+
+def ensure(ipr: IPRoute, ifindex: int, program: bytes, kind: str) -> None:
+    """`program` on the device unless it is there already: its name says what it does (`kind`) and hashes its
+    instructions, so one found under that name is the one wanted."""
+    name = f"cn_{kind}_{hashlib.sha1(program).hexdigest()[:8]}"
+    try:
+        if attached(ipr, ifindex) == name:
+            return
+    except NetlinkError:
+        pass  # (read again by attaching)
+    attach(ipr, ifindex, program, name)
 
 
 def detach(ipr: IPRoute, ifindex: int) -> None:
