@@ -6,6 +6,7 @@ from typing import Any
 
 from cloudnet.cni.attachments import Attachments
 from cloudnet.cni.http import PluginClient
+from cloudnet.cni.nested import Nested
 from cloudnet.cni.netconf import Env, NetConf
 
 REQUEST_TIMEOUT = 10.0  # one API request; the wait for ACTIVE has the configuration's own bound
@@ -16,6 +17,9 @@ def execute(env: Env, spec: NetConf) -> dict[str, Any] | None:
     client = PluginClient(spec.url, spec.token, REQUEST_TIMEOUT)
     try:
         attachments = Attachments(spec, client)
+        if spec.nested is not None and env.command in ("ADD", "DEL"):  # (a pod in a VM: nested.py)
+            nested = Nested(spec, client)
+            return nested.add(env) if env.command == "ADD" else nested.delete(env)
         if env.command == "ADD":
             return attachments.add(env)
         if env.command == "DEL":
