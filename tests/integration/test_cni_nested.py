@@ -63,15 +63,31 @@ def test_a_pod_nested_in_a_vm_gets_a_subport_vlan(rig: CniCloud) -> None:
     assert f" {own}/24 " in ns_run(pod, "ip", "-o", "-4", "addr", "show", "eth0").stdout
     assert ping(pod, peer_ip, count=3), "the pod does not reach its network through the VM's trunk"
     assert ping(peer["netns"], own, count=1)
-    # the VM's own traffic stays untagged on its own network
     assert ns_run(vm["netns"], "ip", "link", "show", "cnk-1").returncode == 0
+    assert invoke("CHECK", {**conf, "prevResult": out}, "pod-1", f"/var/run/netns/{pod}") == (0, None)
 
-    code, out = invoke("DEL", conf, "pod-1", f"/var/run/netns/{pod}")
-    assert code == 0, out
-    assert api.get(f"/trunks/{trunk['id']}").json()["trunk"]["sub_ports"] == []
+    # a second pod takes the next VLAN; GC (the runtime lists only the second) takes the first away
+    pod2 = cloud.namespace("pod2")
+    code, out2 = invoke("ADD", conf, "pod-2", f"/var/run/netns/{pod2}")
+    assert code == 0, out2
+    assert sorted(s["segmentation_id"] for s in api.get(f"/trunks/{trunk['id']}").json()["trunk"]["sub_ports"]) == [
+        1,
+        2,
+    ]
+    valid = [{"containerID": "pod-2", "ifname": "eth0"}]
+    assert invoke("GC", {**conf, "cni.dev/valid-attachments": valid}) == (0, None)
+    (left,) = api.get(f"/trunks/{trunk['id']}").json()["trunk"]["sub_ports"]
+    assert left["segmentation_id"] == 2
     assert api.get(f"/ports/{port['id']}").status_code == 404
     assert ns_run(vm["netns"], "ip", "link", "show", "cnk-1").returncode != 0
     assert not ping(pod, peer_ip, count=1, wait=0.5)
+    assert ping(pod2, peer_ip, count=2)
+
+    code, out = invoke("DEL", conf, "pod-2", f"/var/run/netns/{pod2}")
+    assert code == 0, out
+    assert api.get(f"/trunks/{trunk['id']}").json()["trunk"]["sub_ports"] == []
+    assert ns_run(vm["netns"], "ip", "link", "show", "cnk-2").returncode != 0
+    assert invoke("DEL", conf, "pod-2", f"/var/run/netns/{pod2}")[0] == 0  # a second DEL finds nothing to do
 
 
 def test_a_link_whose_port_is_no_trunk_parent_is_refused(rig: CniCloud) -> None:

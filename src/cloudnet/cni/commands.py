@@ -17,9 +17,8 @@ def execute(env: Env, spec: NetConf) -> dict[str, Any] | None:
     client = PluginClient(spec.url, spec.token, REQUEST_TIMEOUT)
     try:
         attachments = Attachments(spec, client)
-        if spec.nested is not None and env.command in ("ADD", "DEL"):  # (a pod in a VM: nested.py)
-            nested = Nested(spec, client)
-            return nested.add(env) if env.command == "ADD" else nested.delete(env)
+        if spec.nested is not None and env.command != "STATUS":  # (a pod in a VM: nested.py)
+            return _nested(Nested(spec, client), env)
         if env.command == "ADD":
             return attachments.add(env)
         if env.command == "DEL":
@@ -33,3 +32,15 @@ def execute(env: Env, spec: NetConf) -> dict[str, Any] | None:
         return None
     finally:
         client.close()
+
+
+def _nested(nested: Nested, env: Env) -> dict[str, Any] | None:
+    if env.command == "ADD":
+        return nested.add(env)
+    if env.command == "DEL":
+        nested.delete(env)
+    elif env.command == "CHECK":
+        nested.check(env)
+    else:
+        nested.gc()
+    return None

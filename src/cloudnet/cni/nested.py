@@ -26,12 +26,13 @@ from cloudnet import vlan_bpf
 from cloudnet.cli.errors import ApiError
 from cloudnet.cli.resources import PORT, SECURITY_GROUP, SUBNET, Resources
 from cloudnet.cni import result, sandbox
-from cloudnet.cni.attachments import Attachments, api, instance_name
-from cloudnet.cni.errors import INVALID_CONFIG, PLUG_FAILED, TRY_AGAIN_LATER, CniError
+from cloudnet.cni.attachments import Attachments, api, instance_name, prefix
+from cloudnet.cni.errors import CHECK_FAILED, INVALID_CONFIG, PLUG_FAILED, TRY_AGAIN_LATER, CniError
 from cloudnet.cni.netconf import Env, NetConf
 from cloudnet.wire import guest_net
 
 END = "cnk-"  # + the VLAN id: a pod's end in the VM
+SUBPORT_OWNER = "trunk:subport"  # (what the server makes a subport's device_owner)
 VLANS = range(1, 4095)
 ADD_TRIES = 8  # a VLAN another ADD took meanwhile (DuplicateSubPort): the next free one
 LOCK_DIR = "/run"
@@ -116,7 +117,7 @@ class Nested:
         body: dict[str, Any] = {"network_id": network["id"], "name": name,
                                 "description": f"{self.conf.mark} {self.conf.name}"[:255]}  # fmt: skip
         if self.conf.security_groups:
-            body["security_groups"] = [self.attachments._one(SECURITY_GROUP, g)["id"]
+            body["security_groups"] = [self.attachments.one(SECURITY_GROUP, g)["id"]
                                        for g in self.conf.security_groups]  # fmt: skip
         if self.conf.fixed_ips:
             body["fixed_ips"] = [{"ip_address": ip} for ip in self.conf.fixed_ips]
@@ -211,19 +212,50 @@ class Nested:
         else:
             vlan_bpf.detach(vm, lower)
 
-    # -- DEL --
+    # -- CHECK --
+
+    def check(self, env: Env) -> None:
+        name = instance_name(self.conf, env.container_id, env.ifname)
+        with api("reading the pod's port"):
+            port = self._own_port(name)
+        if port is None or port.get("device_owner") != SUBPORT_OWNER:
+            raise CniError(CHECK_FAILED, f"no subport for container {env.container_id}")
+        if port["status"] != "ACTIVE":
+            raise CniError(CHECK_FAILED, f"subport {port['id']} is {port['status']}")
+        result.check(self.conf.prev_result, env.ifname, env.netns, port)
+        sandbox.enter_and_check(env.netns, env.ifname, port["mac_address"])  # last: it leaves the host's namespace
+
+    # -- DEL and GC --
 
     def delete(self, env: Env) -> None:
-        name = instance_name(self.conf, env.container_id, env.ifname)
-        vid = None
         with api("removing the pod's port"):
-            port = self._own_port(name)
-            if port is not None:
-                if port.get("device_owner") == "trunk:subport" and port.get("device_id"):
-                    trunk = self.client.get(f"trunks/{port['device_id']}")["trunk"]
-                    vid = next((s["segmentation_id"] for s in trunk["sub_ports"] if s["port_id"] == port["id"]), None)
-                    self.client.put(f"trunks/{trunk['id']}/remove_subports", {"sub_ports": [{"port_id": port["id"]}]})
-                self.attachments._remove_quietly(PORT, port["id"])
+            port = self._own_port(instance_name(self.conf, env.container_id, env.ifname))
+            vid = self._release(port) if port is not None else None
+        self._unplumb(vid)
+
+    def gc(self) -> None:
+        """The configuration's pod ports that no valid attachment names: off the trunk, deleted, their pairs gone."""
+        valid = {instance_name(self.conf, cid, ifname) for cid, ifname in self.conf.valid_attachments}
+        mine = prefix(self.conf)
+        with api("collecting stale pod ports"):
+            stale = [p for p in self.client.list_all(PORT, [("device_owner", SUBPORT_OWNER)])
+                     if str(p.get("name", "")).startswith(mine) and p["name"] not in valid
+                     and str(p.get("description", "")).startswith(self.conf.mark)]  # fmt: skip
+            vids = [self._release(p) for p in stale]
+        for vid in vids:
+            self._unplumb(vid)
+
+    def _release(self, port: dict[str, Any]) -> int | None:
+        """The port off its trunk and deleted; the VLAN it had."""
+        vid = None
+        if port.get("device_owner") == SUBPORT_OWNER and port.get("device_id"):
+            trunk = self.client.get(f"trunks/{port['device_id']}")["trunk"]
+            vid = next((s["segmentation_id"] for s in trunk["sub_ports"] if s["port_id"] == port["id"]), None)
+            self.client.put(f"trunks/{trunk['id']}/remove_subports", {"sub_ports": [{"port_id": port["id"]}]})
+        self.attachments.remove_quietly(PORT, port["id"])
+        return vid
+
+    def _unplumb(self, vid: int | None) -> None:
         with self._locked(), _iproute_in(self.link_ns) as vm:
             found = vm.link_lookup(ifname=self.link)
             if vid is not None:
