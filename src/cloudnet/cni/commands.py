@@ -17,30 +17,19 @@ def execute(env: Env, spec: NetConf) -> dict[str, Any] | None:
     client = PluginClient(spec.url, spec.token, REQUEST_TIMEOUT)
     try:
         attachments = Attachments(spec, client)
-        if spec.nested is not None and env.command != "STATUS":  # (a pod in a VM: nested.py)
-            return _nested(Nested(spec, client), env)
-        if env.command == "ADD":
-            return attachments.add(env)
-        if env.command == "DEL":
-            attachments.delete(env)
-        elif env.command == "CHECK":
-            attachments.check(env)
-        elif env.command == "GC":
-            attachments.gc()
-        else:
+        if env.command == "STATUS":
             attachments.status()
+            return None
+        # A pod in a VM, on its trunk (nested.py), or a container of this host (attachments.py): the same commands.
+        target: Attachments | Nested = Nested(spec, client) if spec.nested is not None else attachments
+        if env.command == "ADD":
+            return target.add(env)
+        if env.command == "DEL":
+            target.delete(env)
+        elif env.command == "CHECK":
+            target.check(env)
+        else:
+            target.gc()
         return None
     finally:
         client.close()
-
-
-def _nested(nested: Nested, env: Env) -> dict[str, Any] | None:
-    if env.command == "ADD":
-        return nested.add(env)
-    if env.command == "DEL":
-        nested.delete(env)
-    elif env.command == "CHECK":
-        nested.check(env)
-    else:
-        nested.gc()
-    return None
