@@ -55,6 +55,8 @@ EXTENSIONS = [
         "Atomic add/remove extra routes",
         "Edit extra routes of a router on server side by atomic add/remove extra routes",
     ),
+    ("trunk", "Trunk Extension", "Provides support for trunk ports"),
+    ("trunk-details", "Trunk port details", "Expose trunk port details"),
     ("tag-creation", "Tag support on create", "Enables to specify tags on create"),
     ("security-group", "security-group", "The security groups extension."),
     ("port-security", "Port Security", "Provides port security"),
@@ -124,6 +126,8 @@ EXTENSIONS = [
 REQUIRES: dict[str, tuple[str, ...]] = {
     "router": ("/v2.0/routers", "/v2.0/floatingips"),
     "ext-gw-mode": ("/v2.0/routers", "/v2.0/floatingips"),
+    "trunk": ("/v2.0/trunks", "/v2.0/trunks/{trunk_id}/add_subports"),
+    "trunk-details": ("/v2.0/trunks",),
 }
 
 

@@ -30,7 +30,7 @@ from cloudnet.services.forwards import floating_ips, port_forwardings
 from cloudnet.services.hosts import host_join, hosts
 from cloudnet.services.networks import networks, routers, subnet_specs
 from cloudnet.services.pools import pools
-from cloudnet.services.ports import port_specs
+from cloudnet.services.ports import port_specs, trunks
 from cloudnet.services.security import security_group_rules, security_groups
 
 PATHS = ("/openapi.json", "/v2.0/openapi.json")
@@ -59,6 +59,7 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "security_group_rule": (security_group_rules.RuleCreate, None),
     "instance": (instances.InstanceCreate, instances.InstanceUpdate),
     "floatingip": (floating_ips.FloatingIpCreate, floating_ips.FloatingIpUpdate),
+    "trunk": (trunks.TrunkCreate, trunks.TrunkUpdate),
 }
 # Request models the table refers to besides MODELS (each becomes a component schema).
 OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,
@@ -138,6 +139,16 @@ def _table() -> dict[tuple[str, str], Op]:
     pf_body = _wrapped("port_forwarding", port_forwardings.PortForwardingBody)
     router = envelope("router", schemas.ROUTER)
     token = envelope("token", schemas.TOKEN)
+    subports = obj({"sub_ports": array(OBJ)}, ("sub_ports",))
+    ops.update(
+        {
+            ("PUT", "/v2.0/trunks/{trunk_id}/add_subports"): Op(200, schemas.TRUNK, subports),
+            ("PUT", "/v2.0/trunks/{trunk_id}/remove_subports"): Op(200, schemas.TRUNK, subports),
+            ("GET", "/v2.0/trunks/{trunk_id}/get_subports"): Op(
+                200, obj({"sub_ports": array(schemas.SUBPORT)}, ("sub_ports",))
+            ),
+        }
+    )
     ops.update({
         ("GET", pf_base): Op(200, listing("port_forwardings", schemas.PORT_FORWARDING, False), query=LIST_QUERY),
         ("POST", pf_base): Op(201, pf, pf_body),

@@ -17,7 +17,7 @@ from cloudnet.northbound import gateway_ha
 from cloudnet.services import events, instances
 from cloudnet.services.forwards import floating_ips
 from cloudnet.services.networks import networks, routers, subnets
-from cloudnet.services.ports import ports
+from cloudnet.services.ports import ports, trunks
 from cloudnet.services.security import security_group_rules, security_groups
 
 MAX_MEMBER_WAIT = 30.0  # seconds a GET ?wait=S may hold its connection (any project's member may ask)
@@ -79,6 +79,8 @@ RESOURCES = [
               "get_group", "create_groups", "update_group", "delete_group"),
     replace(_resource("instances", "instance", "instances", instances, "list_instances", "get_instance",
                       "create_instances", "update_instance", "delete_instance"), settled=instances.settled),
+    _resource("trunks", "trunk", "trunks", trunks, "list_trunks", "get_trunk", "create_trunks", "update_trunk",
+              "delete_trunk"),
     _resource("security-group-rules", "security_group_rule", "security_group_rules", security_group_rules,
               "list_rules", "get_rule", "create_rules", None, "delete_rule"),
 ]  # fmt: skip

@@ -62,7 +62,12 @@ PORT = obj({
     "allowed_address_pairs": array(obj({"ip_address": STR, "mac_address": STR}, ("ip_address",))),
     "extra_dhcp_opts": array(OBJ), "binding:vnic_type": STR, "binding:host_id": STR, "binding:profile": OBJ,
     "binding:vif_type": STR, "binding:vif_details": OBJ,
+    "trunk_details": obj({"trunk_id": STR, "sub_ports": array(OBJ)}, ("trunk_id", "sub_ports")),
 })  # fmt: skip
+SUBPORT = obj({"port_id": STR, "segmentation_type": STR, "segmentation_id": INT},
+              ("port_id", "segmentation_type", "segmentation_id"))  # fmt: skip
+TRUNK = obj({**STANDARD, "port_id": STR, "admin_state_up": BOOL, "sub_ports": array(SUBPORT),
+             "status": {"enum": ["ACTIVE", "DOWN", "BUILD", "DEGRADED", "ERROR"]}})  # fmt: skip
 GATEWAY = obj({"network_id": STR, "enable_snat": BOOL, "external_fixed_ips": array(FIXED_IP)}, ("network_id",))
 ROUTER = obj({
     **STANDARD, "admin_state_up": BOOL, "status": STR, "external_gateway_info": nullable(GATEWAY),
@@ -142,7 +147,7 @@ ERROR = obj({"NeutronError": obj({"type": STR, "message": STR, "detail": STR}, (
 # The Neutron-style members, by body key.
 MEMBERS: dict[str, Schema] = {
     "network": NETWORK, "subnet": SUBNET, "port": PORT, "router": ROUTER, "security_group": SECURITY_GROUP,
-    "security_group_rule": RULE, "instance": INSTANCE, "floatingip": FLOATINGIP,
+    "security_group_rule": RULE, "instance": INSTANCE, "floatingip": FLOATINGIP, "trunk": TRUNK,
 }  # fmt: skip
 
 

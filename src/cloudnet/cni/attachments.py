@@ -60,7 +60,7 @@ class Attachments:
 
     # -- lookups --
 
-    def _one(self, kind: Kind, value: str, params: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    def one(self, kind: Kind, value: str, params: list[tuple[str, str]] | None = None) -> dict[str, Any]:
         """A resource the configuration names, by id or name; not visible to the token is a bad configuration."""
         if UUID.match(value):  # (a name is looked up by name at once: one request less on every ADD)
             with contextlib.suppress(ApiError):
@@ -73,7 +73,7 @@ class Attachments:
 
     def network(self) -> dict[str, Any]:
         with api("looking up the network"):
-            return self._one(NETWORK, self.conf.network)
+            return self.one(NETWORK, self.conf.network)
 
     def _mine(self, name: str) -> list[dict[str, Any]]:
         found = self.client.list_all(INSTANCE, [("name", name), ("host", self.conf.host)])
@@ -119,7 +119,7 @@ class Attachments:
         if self.conf.project:
             body["project_id"] = self.conf.project
         if self.conf.port:
-            port = self._one(PORT, self.conf.port)
+            port = self.one(PORT, self.conf.port)
             if port["network_id"] != network["id"]:
                 raise CniError(INVALID_CONFIG, f"port {self.conf.port} is not on network {self.conf.network}")
             body["nets"] = [{"port": port["id"], "ifname": env.ifname}]
@@ -129,7 +129,7 @@ class Attachments:
             # Instances take no groups: a port of the plugin's own carries them (from the first packet on).
             port_body: dict[str, Any] = {
                 "network_id": network["id"], "name": name, "description": f"{self.conf.mark} {self.conf.name}"[:255],
-                "security_groups": [self._one(SECURITY_GROUP, g)["id"] for g in self.conf.security_groups],
+                "security_groups": [self.one(SECURITY_GROUP, g)["id"] for g in self.conf.security_groups],
                 "fixed_ips": [{"ip_address": ip} for ip in self.conf.fixed_ips] or None,
             }  # fmt: skip
             if self.conf.project:
@@ -182,7 +182,7 @@ class Attachments:
     # -- DEL and GC --
 
     def _delete(self, inst: dict[str, Any], name: str) -> None:
-        self._remove_quietly(INSTANCE, inst["id"])  # gone already is what DEL wants
+        self.remove_quietly(INSTANCE, inst["id"])  # gone already is what DEL wants
         self._delete_own_ports([name])
 
     def _delete_own_ports(self, names: list[str]) -> None:
@@ -193,9 +193,9 @@ class Attachments:
         for name in names:
             for port in self.client.list_all(PORT, [("name", name)]):
                 if str(port.get("description", "")).startswith(self.conf.mark) and not port.get("device_id"):
-                    self._remove_quietly(PORT, port["id"])
+                    self.remove_quietly(PORT, port["id"])
 
-    def _remove_quietly(self, kind: Kind, ident: str) -> None:
+    def remove_quietly(self, kind: Kind, ident: str) -> None:
         try:
             self.client.remove(kind, ident)
         except ApiError as exc:
@@ -207,7 +207,7 @@ class Attachments:
         with api("deleting the instance"):
             found = self._mine(name)
             for inst in found:
-                self._remove_quietly(INSTANCE, inst["id"])
+                self.remove_quietly(INSTANCE, inst["id"])
             self._delete_own_ports([name])
 
     def gc(self) -> list[str]:
@@ -221,14 +221,14 @@ class Attachments:
                      and str(i.get("description", "")).startswith(self.conf.mark)]  # fmt: skip
             valid = self._valid_names(found)
             for inst in (i for i in found if i["name"] not in valid):
-                self._remove_quietly(INSTANCE, inst["id"])
+                self.remove_quietly(INSTANCE, inst["id"])
                 gone.append(str(inst["name"]))
             if self.conf.security_groups or self.conf.physnet:
-                network = self._one(NETWORK, self.conf.network)
+                network = self.one(NETWORK, self.conf.network)
                 for port in self.client.list_all(PORT, [("network_id", network["id"])]):
                     name = str(port.get("name", ""))
                     if name.startswith(mine) and name not in valid and not port.get("device_id"):
-                        self._remove_quietly(PORT, port["id"])
+                        self.remove_quietly(PORT, port["id"])
         return gone
 
     def _valid_names(self, found: list[dict[str, Any]]) -> set[str]:
@@ -260,7 +260,7 @@ class Attachments:
         """Ready when cloudnet answers the plugin's token and shows it the network."""
         with api("reaching cloudnet", unavailable=NOT_AVAILABLE):
             try:
-                self._one(NETWORK, self.conf.network)
+                self.one(NETWORK, self.conf.network)
             except ApiError as exc:
                 if exc.status in (401, 403):
                     raise CniError(NOT_AVAILABLE, f"cloudnet refuses the plugin's token: {exc}") from None

@@ -65,6 +65,8 @@ class NetConf:
     # netavark plugin's instances are never a CNI configuration's, whatever the names.
     mark: str = "cloudnet-cni"
     valid_containers: frozenset[str] | None = None  # GC by container alone (netavark: the runtime's container list)
+    # Kuryr's nested mode (nested.py): (the trunk parent's interface, the namespace holding it; None: the plugin's)
+    nested: tuple[str, str | None] | None = None
 
 
 def read_env(environ: Mapping[str, str]) -> Env:
@@ -202,7 +204,25 @@ def read_netconf(conf: dict[str, Any], command: str) -> NetConf:
         fixed_ips=_fixed_ips(runtime.get("ips")),
         timeout=float(timeout), prev_result=prev,
         valid_attachments=_attachments(conf.get("cni.dev/valid-attachments")) if command == "GC" else frozenset(),
+        nested=_nested(options.get("nested", conf.get("nested"))),
     )  # fmt: skip
+
+
+def _nested(value: Any) -> tuple[str, str | None] | None:
+    """`"nested": {"link": "eth0"}` (the VM's interface on its trunk's parent port; `netns`: the namespace holding
+    it when not the plugin's own, e.g. a node that is itself a container)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"link", "netns"}:
+        raise CniError(INVALID_CONFIG, "nested must be an object with link (and netns)")
+    link = value.get("link")
+    if not isinstance(link, str) or not IFNAME.match(link) or link in (".", "..", "lo"):
+        raise CniError(INVALID_CONFIG, "nested.link must be an interface name")
+    netns = value.get("netns")
+    if netns is not None and (not isinstance(netns, str) or not netns.startswith("/") or len(netns) > 4096
+                              or "\x00" in netns or any(c.isspace() for c in netns)):  # fmt: skip
+        raise CniError(INVALID_CONFIG, "nested.netns must be the absolute path of a network namespace")
+    return link, netns
 
 
 def with_args_ips(spec: NetConf, args: tuple[tuple[str, str], ...]) -> NetConf:

@@ -30,6 +30,7 @@ from cloudnet.services.forwards import forward_targets
 from cloudnet.services.ports import metadata_ports
 from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.store import tables as t
+from cloudnet.store import tables_trunks
 from cloudnet.store.db import Store
 
 ROUTER_LSP_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
@@ -64,12 +65,15 @@ def _port_security(mac: str, ips: list[str], pairs: list[tuple[str, str]]) -> li
 
 
 def port_row(p: Any, fixed: list[tuple[str, str]], pairs: list[tuple[str, str]], subnets: dict[str, Any],
-             dhcp: dict[str, str], router_port: bool) -> Row:  # fmt: skip
-    """A port's Logical_Switch_Port (`router_port`: it is an interface or gateway of a router that exists)."""
+             dhcp: dict[str, str], router_port: bool, trunk: tuple[str, int] | None = None) -> Row:  # fmt: skip
+    """A port's Logical_Switch_Port (`router_port`: it is an interface or gateway of a router that exists; `trunk`:
+    it is a subport, (its parent, its VLAN): a container port in OVN's words, as Neutron's OVN trunk driver writes
+    it, bound wherever its parent is)."""
     ips = [address for _subnet, address in fixed]
     key = f"lsp/{p.id}"
     columns: dict[str, Any] = {
-        "name": p.id, "enabled": [bool(p.admin_state_up)], "options": {}, "port_security": [], "tag": [],
+        "name": p.id, "enabled": [bool(p.admin_state_up)], "options": {}, "port_security": [],
+        "parent_name": [trunk[0]] if trunk else [], "tag": [trunk[1]] if trunk else [],
         "external_ids": ids(key, port_id=p.id, network_id=p.network_id, project_id=p.project_id, name=p.name,
                              device_owner=p.device_owner, device_id=p.device_id),
     }  # fmt: skip
@@ -87,13 +91,20 @@ def port_row(p: Any, fixed: list[tuple[str, str]], pairs: list[tuple[str, str]],
         columns.update(type="", addresses=[own, "unknown"])
     refs: dict[str, list[str]] = {"dhcpv4_options": [], "dhcpv6_options": []}
     if columns["type"] == "":
-        if p.host_id and SAFE_NAME.fullmatch(p.host_id):
+        if p.host_id and SAFE_NAME.fullmatch(p.host_id) and trunk is None:
             # Only the chassis the port is bound to claims it: its iface-id plugged on another stays unbound.
             columns["options"] = {"requested-chassis": p.host_id}
         for version in (4, 6):
             linked = [dhcp[s] for s, _a in fixed if s in dhcp and subnets[s].ip_version == version]
             refs[f"dhcpv{version}_options"] = linked[:1]
     return Row("Logical_Switch_Port", key, columns, parent=f"ls/{p.network_id}", parent_column="ports", refs=refs)
+
+
+def subports(conn: Connection) -> dict[str, tuple[str, int]]:
+    """Every subport: (its parent port, its VLAN)."""
+    S, T = tables_trunks.subports, tables_trunks.trunks
+    rows = conn.execute(select(S.c.port_id, T.c.port_id, S.c.segmentation_id).join(T, T.c.id == S.c.trunk_id))
+    return {sub: (parent, vid) for sub, parent, vid in rows}
 
 
 def current_revision(conn: Connection) -> int:
@@ -125,6 +136,7 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
     for port_id, mac, address in conn.execute(PAIRS):
         pairs[port_id].append((mac, address))
     routers = {r.id: r for r in conn.execute(select(R).order_by(R.c.id))}
+    trunked = subports(conn)
     chassis = [c for c in gateway_chassis if SAFE_NAME.fullmatch(c)]
     out.refused += [f"gateway chassis {c!r}: not a plain name" for c in gateway_chassis if c not in chassis]
     by_physnet, reporting = desired_routers.uplink_hosts(conn, out)
@@ -170,7 +182,10 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
             basis.special.add(p.id)
             continue
         router_port = p.device_owner in ROUTER_LSP_OWNERS and p.device_id in routers
-        lsp = port_row(p, fixed.get(p.id, []), pairs.get(p.id, []), subnets, dhcp, router_port)
+        trunk = trunked.get(p.id)
+        if trunk is not None and not SAFE_NAME.fullmatch(trunk[0]):
+            trunk = None  # (a parent refused for its id: the subport stays a plain port)
+        lsp = port_row(p, fixed.get(p.id, []), pairs.get(p.id, []), subnets, dhcp, router_port, trunk)
         out.rows.append(lsp)
         if (budget := desired_dhcp.budget(lsp)) is not None:
             out.rows.append(budget)
@@ -182,6 +197,8 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
                 filtered[p.id] = sorted(groups.get(p.id, []))
         if p.device_owner in ROUTER_LSP_OWNERS or p.device_owner == metadata_ports.DEVICE_OWNER:
             basis.special.add(p.id)  # (routers' rows, DHCP's metadata route and forwards depend on these)
+        if trunk is not None:
+            basis.special |= {p.id, trunk[0]}  # (a subport's row names its parent: either changing reads in full)
 
     # Forwards realise the targets a port holds: a port holding one is special, one taking one is read in full.
     basis.targets = forward_targets.targets(conn)

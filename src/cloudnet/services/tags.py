@@ -16,6 +16,7 @@ from cloudnet.services.networks import networks, subnets
 from cloudnet.services.validation import MAX_TAGS, check_tags, tag_error
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
+from cloudnet.store.tables_trunks import trunks
 
 # (conn, ctx, id) -> the row, if the caller may see it (else a NotFound)
 Finder = Callable[[Connection, Context, str], Any]
@@ -37,6 +38,7 @@ TABLES: dict[str, Taggable] = {
     "routers": Taggable("router", t.routers),
     "security-groups": Taggable("security_group", t.security_groups),
     "floatingips": Taggable("floatingip", t.forwards),
+    "trunks": Taggable("trunk", trunks),
 }
 
 

@@ -57,6 +57,7 @@ from cloudnet.dataplane.linux.passes import Kept, Pass, Plugged, needed_networks
 from cloudnet.dataplane.linux.pool import PoolDevices
 from cloudnet.dataplane.linux.radverts import RouterAdverts
 from cloudnet.dataplane.linux.routers import Routers
+from cloudnet.dataplane.linux.trunk_vlans import TrunkVlans
 from cloudnet.dataplane.linux.vm_ports import VmPorts
 from cloudnet.dataplane.steps import DEFAULT_TIMEOUT, StepFailed, Steps
 
@@ -90,6 +91,8 @@ class LinuxDataplane:
         self.ports: base.Ports[Pass] = InstancePorts(host, bridges, self.firewall, plugged, self.steps, not_veth)
         # VM NICs: a persistent tap each, owned by the VMM's user and group (uid, gid), that the VMM attaches to.
         self.vm_ports = VmPorts(host, bridges, self.firewall, self.steps, vm_owner)
+        # Trunk subports: a VLAN device each on its parent's host device, on the subport network's bridge.
+        self.trunks = TrunkVlans(bridges, self.firewall)
         # Pre-plumbed devices for ready pool ports (Kuryr's CNI half), each parked in a namespace of its own.
         self.pool: base.PoolPorts[Pass] = PoolDevices(host, park, bridges, self.firewall, plugged, self.steps)
         self.metadata: base.MetadataReach[Pass] = MetadataNamespaces(host, bridges)
@@ -113,8 +116,8 @@ class LinuxDataplane:
 
     def _jobs(self) -> tuple[base.Job, ...]:
         """Its jobs, in the order of a pass (the binders' are theirs)."""
-        return (self.networks, self.ports, self.vm_ports, self.pool, self.metadata, self.dhcp, self.routers,
-                self.adverts)  # fmt: skip
+        return (self.networks, self.ports, self.vm_ports, self.trunks, self.pool, self.metadata, self.dhcp,
+                self.routers, self.adverts)  # fmt: skip
 
     def _forget(self) -> None:
         for job in self._jobs():
@@ -179,6 +182,7 @@ class LinuxDataplane:
             run.found("firewall", self.firewall.drift)
             reports = self.ports.apply(run)
             reports += self.vm_ports.apply(run)
+            reports += self.trunks.apply(run, self._is_plugged)
             for binder in self.binders:
                 reports += binder.apply(state, self.steps, guard)
             reports += self.pool.apply(run)

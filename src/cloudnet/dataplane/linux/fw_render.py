@@ -15,7 +15,9 @@ address inside is one of its own MACs: the server answers by that address, so an
 A metadata namespace's DHCP replies reach this host's instance ports only (not an uplink: each host answers its own
 guests, as OVN's distributed DHCP does).
 Frames other than IPv4, IPv6 and ARP (VLAN-tagged ones skip br_netfilter) neither leave nor
-reach a filtered port, and an instance device the firewall does not know (yet) passes nothing.
+reach a filtered port, and an instance device the firewall does not know (yet) passes nothing. No instance device
+sends a tagged frame into its bridge, port security or not (as OVN drops a VIF's tagged frames): a trunk's subport
+VLANs leave the parent's device through their VLAN devices (linux/trunk_vlans.py) before the bridge sees them.
 
 The metadata service knows a caller by its source address: a frame from any instance port (port security or not)
 to 169.254.169.254 or fe80::a9fe:a9fe passes only from one of the port's own fixed IPs or its MAC's link-local
@@ -98,6 +100,8 @@ def skeleton() -> str:
   chain prerouting {{
     type filter hook prerouting priority -200; policy accept;
     meta mark set 0
+    ether type {{ 8021q, 8021ad }} iifname {taps} drop
+    ether type {{ 8021q, 8021ad }} iifgroup {vm_taps} drop
     ether type ip ip daddr {md4} iifname {taps} iifname . ip saddr != @meta_src4 drop
     ether type ip6 ip6 daddr {md6} iifname {taps} iifname . ip6 saddr != @meta_src6 drop
     ether type ip ip daddr {md4} iifgroup {vm_taps} iifname . ip saddr != @meta_src4 drop

@@ -33,9 +33,11 @@ GATEWAY_LEG = "cng-"  # host end of a router gateway's veth
 METADATA_LEG = "cnm-"  # host end of a metadata namespace's veth
 METADATA_IFACE = "md-"  # metadata namespace end
 VM_TAP_NEW = "cnv-"  # a VM's tap being made (vm_ports.py): renamed to Nova's name (guest_net.vm_device) when ready
+TRUNK_END = "cns-"  # inner end of a trunk subport's veth (its cnt- end is on the subport's bridge): trunk_vlans.py
 ROUTER_IFACE = "qr-"  # router end of an interface leg (inside the router namespace)
 ROUTER_GW = "qg-"  # router end of the gateway leg
-PREFIXES = (BRIDGE, TAP, TAP_PEER, RETIRED, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE, VM_TAP_NEW)
+PREFIXES = (BRIDGE, TAP, TAP_PEER, RETIRED, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE, VM_TAP_NEW,
+            TRUNK_END)  # fmt: skip
 # A VM's tap is named as Nova names it ("tap" + port id), a name anybody may use: cloudnet's carry a mark instead
 # (kernel/tuntap.mark, their alias), and the device group VM_TAP_GROUP, which the bridge filter matches (fw_render.py:
 # a VM tap it does not know passes nothing, as a cnt- device).
@@ -55,6 +57,10 @@ def bridge(network_id: str) -> str:
 
 def tap(port_id: str) -> str:
     return _short(port_id, TAP)
+
+
+def trunk_end(port_id: str) -> str:
+    return _short(port_id, TRUNK_END)
 
 
 def retired() -> str:

@@ -25,7 +25,7 @@ from cloudnet.dataplane.kernel import netns, ns_guard
 from cloudnet.dataplane.ovn import names, tapdev, veth, vm_ports
 from cloudnet.dataplane.ovn.metadata import MetadataPorts
 from cloudnet.dataplane.ovn.passes import OvnPass
-from cloudnet.dataplane.ovn.ports import InstancePorts
+from cloudnet.dataplane.ovn.ports import InstancePorts, subport_reports
 from cloudnet.dataplane.ovn.southbound import Southbound
 from cloudnet.dataplane.ovn.uplinks import Uplinks
 from cloudnet.dataplane.ovn.vm_ports import VmPorts
@@ -94,6 +94,8 @@ class OvnDataplane:
                       self._ours() if full else {}, read_bound=self.sb.bound)  # fmt: skip
         self.uplinks.apply(run)
         reports = self.ports.apply(run) + self.vms.apply(run)
+        reports += subport_reports(state, lambda p: self.ports.is_plugged(p) or self.vms.is_plugged(p), self._bound,
+                                   self.chassis)  # fmt: skip
         served, metadata_reports = self.metadata.apply(run)
         reports += metadata_reports
         if full or self._went_away(run):

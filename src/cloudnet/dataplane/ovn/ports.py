@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from cloudnet.dataplane.base import DesiredState, PortReport, failed
@@ -14,6 +15,7 @@ from cloudnet.dataplane.kernel import addressing, netns
 from cloudnet.dataplane.ovn import names, veth
 from cloudnet.dataplane.ovn.passes import OvnPass
 from cloudnet.dataplane.steps import StepFailed
+from cloudnet.dataplane.trunks import trunks_of
 from cloudnet.namespaces import is_managed_ns
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,14 @@ def report(port: dict[str, Any], ifname: str, bound: set[str], chassis: str) -> 
     details = {"port_filter": True, "bridge_name": "br-int", "tap": names.tap(port["id"]), "ifname": ifname,
                "chassis": chassis}  # fmt: skip
     return PortReport(port["id"], status, "ovs", details)
+
+
+def subport_reports(state: DesiredState, plugged: Callable[[str], bool], bound: set[str], chassis: str
+                    ) -> list[PortReport]:  # fmt: skip
+    """A trunk's subports ride on their parent's VIF (OVN container ports: the server writes their parent_name and
+    tag): each ACTIVE once ovn-controller has bound it here, which it does once the parent is."""
+    return [report(sub, f"{names.tap(parent['id'])}.{vid}", bound, chassis)
+            for parent, subs in trunks_of(state) if plugged(parent["id"]) for sub, vid in subs]  # fmt: skip
 
 
 class InstancePorts:

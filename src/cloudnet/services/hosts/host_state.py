@@ -14,7 +14,7 @@ from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_targets, uplinks
 from cloudnet.services.hosts.hosts import admin_only
 from cloudnet.services.networks import network_config, networks, single_host
-from cloudnet.services.ports import compute_ports, metadata_ports, port_views, sriov
+from cloudnet.services.ports import compute_ports, metadata_ports, port_views, sriov, trunks
 from cloudnet.services.ports.port_specs import ROUTER_INTERFACE
 from cloudnet.services.security.host_security import agent_port, groups_of
 from cloudnet.store import tables as t
@@ -57,6 +57,8 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         # VMs a compute service plugs with plain ports (Nova's way): instances of their own here.
         plugged_by_compute = compute_ports.instances_on(conn, host)
         instance_ports += [pid for i in plugged_by_compute for pid in i["ports"]]
+        # Trunk subports ride on their parent's device (a VLAN each): ports of this host, in no instance's list.
+        instance_ports += trunks.subports_of(conn, instance_ports)
         network_ids = set(conn.execute(select(P.c.network_id).distinct().where(P.c.id.in_(instance_ports))).scalars())
         # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,
         # router, metadata namespace and proxy), and the agent may park a device for each of them.

@@ -14,7 +14,7 @@ from cloudnet.services.context import Context
 from cloudnet.services.hosts import agent_samples
 from cloudnet.services.networks import networks
 from cloudnet.services.pools import pool_recovery
-from cloudnet.services.ports import metadata_ports, sriov
+from cloudnet.services.ports import metadata_ports, sriov, trunks
 from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
@@ -251,11 +251,13 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
             ).where(P.c.id.in_(list(wanted)))
         ).all()
         found = {r.id: r for r in rows}
+        # A trunk's subports are reported by the host of their parent, and bound there (as Neutron binds them).
+        riding = trunks.subports_on(tx.conn, [r.id for r in rows if r.device_owner == trunks.SUBPORT_OWNER], host)
         for port_id, item in wanted.items():
             row = found.get(port_id)
-            if row is None or not _reports_on(row, host):
+            if row is None or not (_reports_on(row, host) or port_id in riding):
                 continue
-            values: dict[str, Any] = {}
+            values: dict[str, Any] = {} if port_id not in riding or row.host_id == host else {"host_id": host}
             if row.status != item.status:
                 values["status"] = item.status
             if row.device_owner in SHARED_OWNERS:  # (status only: their binding is no host's)
@@ -273,6 +275,6 @@ def report_ports(store: Store, ctx: Context, host: str, body: dict[str, Any]) ->
                 common.touch(tx, P, port_id, "port", row.project_id, values)
                 _note_status(tx, row.status, item)
                 updated.append(port_id)
-    ignored = set(wanted) - set(found) | {i for i, r in found.items() if not _reports_on(r, host)}
+    ignored = set(wanted) - set(found) | {i for i, r in found.items() if not (_reports_on(r, host) or i in riding)}
     return {"updated": updated, "ignored": sorted(ignored), "revision_before": before,
             "revision": before + len(tx.events)}  # fmt: skip

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, and_, or_, select
 from cloudnet.errors import InvalidInput
 from cloudnet.services import common
 from cloudnet.services.context import Context
+from cloudnet.services.ports import trunks
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
 from cloudnet.services.security import address_pairs
 from cloudnet.store import tables as t
@@ -65,11 +66,18 @@ def to_dicts(conn: Connection, rows: list[Any], fields: set[str] | None = None) 
     ips, sgs, tags = extra.get("fixed_ips", {}), extra.get("security_groups", {}), extra.get("tags", {})
     pairs = extra.get("allowed_address_pairs", {})
     keys = rows[0]._fields if rows else ()
-    return [
+    out = [
         port_dict(dict(zip(keys, r, strict=True)), ips.get(r.id, []), sgs.get(r.id, []), tags.get(r.id),
                   pairs.get(r.id, []))
         for r in rows
     ]  # fmt: skip
+    if rows and (not fields or "trunk_details" in fields):
+        # (trunk-details: only a trunk's parent has the key, as in Neutron)
+        found = trunks.details(conn, [r.id for r in rows])
+        for d in out:
+            if d["id"] in found:
+                d["trunk_details"] = found[d["id"]]
+    return out
 
 
 def port_dict(

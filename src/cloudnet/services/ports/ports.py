@@ -14,7 +14,7 @@ from cloudnet.services.context import Context
 from cloudnet.services.forwards import floating_common, forward_deps, forward_targets
 from cloudnet.services.networks import single_host
 from cloudnet.services.networks.ipam import SubnetInfo
-from cloudnet.services.ports import port_policy
+from cloudnet.services.ports import port_policy, trunk_rules
 from cloudnet.services.ports.port_create import Creator, Plan
 from cloudnet.services.ports.port_specs import (
     ROUTER_INTERFACE,
@@ -185,6 +185,7 @@ def delete_port(store: Store, ctx: Context, port_id: str) -> None:
 
 
 def delete_in_tx(tx: Tx, row: Any) -> None:
+    trunk_rules.port_deletable(tx.conn, row.id)  # (whoever deletes it: a trunk's ports stay while it does)
     # Its addresses go: floating IPs on them are disassociated (Neutron), forwards keep them (LXD).
     forward_targets.release(tx, row.network_id, {ip for _s, ip in floating_common.port_ips(tx.conn, row.id)})
     tx.conn.execute(delete(A).where(A.c.port_id == row.id))
