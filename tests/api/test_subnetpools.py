@@ -235,3 +235,13 @@ def test_concurrent_allocations_never_share_a_prefix(api: httpx.Client) -> None:
     assert len(cidrs) == len(set(cidrs)) >= 16
     nets_ = [ipaddress.ip_network(c) for c in cidrs]
     assert not any(a.overlaps(b) for i, a in enumerate(nets_) for b in nets_[i + 1 :])
+
+
+def test_a_network_deleted_gives_its_prefixes_back(api: httpx.Client) -> None:
+    p = pool(api, "10.120.0.0/24", default_prefixlen=25)
+    net = create_network(api)
+    assert [subnet_from(api, net["id"], subnetpool_id=p["id"])["cidr"] for _ in "ab"] == [
+        "10.120.0.0/25", "10.120.0.128/25"]  # fmt: skip
+    check_error(from_pool(api, create_network(api)["id"], subnetpool_id=p["id"]), 409, "SubnetAllocationError")
+    assert api.delete(f"/networks/{net['id']}").status_code == 204
+    assert subnet_from(api, create_network(api)["id"], subnetpool_id=p["id"])["cidr"] == "10.120.0.0/25"

@@ -36,6 +36,9 @@ subnetpools = Table(
     Column("is_default", Boolean, nullable=False, default=False),
     # The IP version while is_default, else NULL: unique, so only one default pool per version can exist.
     Column("default_for_version", Integer, nullable=True, unique=True),
+    # A new random value on every change of its prefixes or allocations (Neutron's subnetpools.hash): what a
+    # server's cached free space of the pool is valid for.
+    Column("hash", String(36), nullable=False, default=""),
 )
 
 # A subnet's prefix taken from a pool: first and last address as 32 hex digits (sortable, IPv6 included).

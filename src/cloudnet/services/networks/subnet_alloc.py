@@ -7,6 +7,8 @@ take turns; the allocations table's unique (pool, first address) stops any two t
 from __future__ import annotations
 
 import ipaddress
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +75,7 @@ def allocate(conn: Connection, ctx: Context, spec: SubnetCreate, project_id: str
         return None
     if spec.ip_version is not None and spec.ip_version != pool.ip_version:
         raise _bad(f"Cannot allocate IPv{spec.ip_version} subnet from IPv{pool.ip_version} subnet pool")
-    conn.execute(select(SP.c.id).where(SP.c.id == pool.id).with_for_update())
+    token = conn.execute(select(SP.c.hash).where(SP.c.id == pool.id).with_for_update()).scalar_one()
     bits = ps.BITS[pool.ip_version]
     if spec.cidr is not None:
         wanted: Net | None = _parse(spec.cidr)
@@ -92,15 +94,42 @@ def allocate(conn: Connection, ctx: Context, spec: SubnetCreate, project_id: str
         raise BadRequest(f"Unable to allocate subnet with prefix length {prefixlen}, minimum allowed prefix is "
                          f"{pool.min_prefixlen}.", type="MinPrefixSubnetAllocationError")  # fmt: skip
     _check_quota(conn, pool, project_id, prefixlen)
-    free = ps.minus(subnetpools.ranges_of(pool.prefixes), subnetpools.used(conn, pool.id))
+    free = _free_space(conn, pool.id, pool.prefixes, token)
     if wanted is not None:
         if not ps.contains(free, (int(wanted.network_address), int(wanted.broadcast_address))):
             raise _failed("Cannot allocate requested subnet from the available set of prefixes")
-        return Allocation(pool.id, wanted)
-    first = ps.best_fit(free, prefixlen, bits)
-    if first is None:
-        raise _failed(f"Insufficient prefix space to allocate subnet size /{prefixlen}")
-    return Allocation(pool.id, ipaddress.ip_network((first, prefixlen)))
+        cidr: Net = wanted
+    else:
+        first = ps.best_fit(free, prefixlen, bits)
+        if first is None:
+            raise _failed(f"Insufficient prefix space to allocate subnet size /{prefixlen}")
+        cidr = ipaddress.ip_network((first, prefixlen))
+    # The pool's new hash, and its free space under it: the next allocation here reads no allocation rows.
+    # (A hash is random: one this transaction made and then rolled back is never the pool's.)
+    _remember(pool.id, subnetpools.bump(conn, pool.id),
+              ps.minus(free, [(int(cidr.network_address), int(cidr.broadcast_address))]))  # fmt: skip
+    return Allocation(pool.id, cidr)
+
+
+_FREE: OrderedDict[str, tuple[str, list[ps.Range]]] = OrderedDict()  # pool id -> (its hash, its free space)
+_FREE_LOCK = threading.Lock()
+MAX_CACHED_POOLS = 256
+
+
+def _free_space(conn: Connection, pool_id: str, prefixes: list[str], token: str) -> list[ps.Range]:
+    with _FREE_LOCK:
+        cached = _FREE.get(pool_id)
+    if cached is not None and cached[0] == token:
+        return cached[1]
+    return ps.minus(subnetpools.ranges_of(prefixes), subnetpools.used(conn, pool_id))
+
+
+def _remember(pool_id: str, token: str, free: list[ps.Range]) -> None:
+    with _FREE_LOCK:
+        _FREE[pool_id] = (token, free)
+        _FREE.move_to_end(pool_id)
+        while len(_FREE) > MAX_CACHED_POOLS:
+            _FREE.popitem(last=False)
 
 
 def _check_quota(conn: Connection, pool: Any, project_id: str, prefixlen: int) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import Field
-from sqlalchemy import Connection, delete, insert, or_, select
+from sqlalchemy import Connection, delete, insert, or_, select, update
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import common
@@ -219,6 +219,7 @@ def _insert(tx: Tx, ctx: Context, spec: PoolCreate) -> str:
         ip_version=version, prefixes=ps.cidrs(ranges, version), min_prefixlen=lo, max_prefixlen=hi,
         default_prefixlen=default, default_quota=spec.default_quota, address_scope_id=spec.address_scope_id,
         shared=spec.shared, is_default=spec.is_default, default_for_version=version if spec.is_default else None,
+        hash=common.new_id(),
     )  # fmt: skip
     tx.conn.execute(insert(SP).values(**row))
     if spec.tags:
@@ -261,7 +262,8 @@ def update_pool(store: Store, ctx: Context, pool_id: str, body: dict[str, Any]) 
             elif not ctx.is_admin:
                 raise disallowed("update_subnetpool:is_default")
             changes.update(is_default=spec.is_default, default_for_version=row.ip_version if spec.is_default else None)
-        common.touch(tx, SP, pool_id, "subnetpool", row.project_id, changes, row=row)
+        if common.touch(tx, SP, pool_id, "subnetpool", row.project_id, changes, row=row):
+            bump(tx.conn, pool_id)
         return _fetch(tx.conn, pool_id)
 
 
@@ -287,8 +289,16 @@ def change_prefixes(store: Store, ctx: Context, pool_id: str, body: dict[str, An
             if not ranges:
                 raise BadRequest("Empty subnet pool prefix list.", type="EmptySubnetPoolPrefixList")
         prefixes = ps.cidrs(ranges, version)
-        common.touch(tx, SP, pool_id, "subnetpool", row.project_id, {"prefixes": prefixes}, row=row)
+        if common.touch(tx, SP, pool_id, "subnetpool", row.project_id, {"prefixes": prefixes}, row=row):
+            bump(tx.conn, pool_id)
         return {"prefixes": prefixes}
+
+
+def bump(conn: Connection, pool_id: str) -> str:
+    """A new hash for the pool: its prefixes or allocations changed (every server's cached free space is stale)."""
+    token = common.new_id()
+    conn.execute(update(SP).where(SP.c.id == pool_id).values(hash=token))
+    return token
 
 
 def used(conn: Connection, pool_id: str) -> list[ps.Range]:

@@ -11,7 +11,7 @@ from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_
 from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps, uplinks
-from cloudnet.services.networks import networks, subnet_alloc, subnet_specs
+from cloudnet.services.networks import networks, subnet_alloc, subnet_specs, subnetpools
 from cloudnet.services.networks.subnet_specs import AUTO, Pool, SubnetCreate, SubnetUpdate
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import is_uuid, parse
@@ -220,6 +220,8 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
     A, P = t.ip_allocations, t.ports
     with store.write() as tx:
         row = _get_owned(tx.conn, ctx, subnet_id, "delete_subnet")
+        if row.subnetpool_id:  # its prefix goes back: the pool's row first, as allocations take it before the network
+            subnetpools.bump(tx.conn, row.subnetpool_id)
         # The network first, as router interface changes and forward writers take it (forward_deps.subnet_kept
         # checks under it) before they allocate from a subnet: the same order, so none waits for the other.
         uplinks.lock_networks(tx.conn, {row.network_id})

@@ -51,6 +51,7 @@ def upgrade() -> None:
         sa.Column("shared", sa.Boolean, nullable=False),
         sa.Column("is_default", sa.Boolean, nullable=False),
         sa.Column("default_for_version", sa.Integer, nullable=True),
+        sa.Column("hash", sa.String(36), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_subnetpools"),
         sa.ForeignKeyConstraint(
             ["address_scope_id"], ["address_scopes.id"], name="fk_subnetpools_address_scope_id_address_scopes"
