@@ -245,3 +245,24 @@ def test_a_network_deleted_gives_its_prefixes_back(api: httpx.Client) -> None:
     check_error(from_pool(api, create_network(api)["id"], subnetpool_id=p["id"]), 409, "SubnetAllocationError")
     assert api.delete(f"/networks/{net['id']}").status_code == 204
     assert subnet_from(api, create_network(api)["id"], subnetpool_id=p["id"])["cidr"] == "10.120.0.0/25"
+
+
+def test_a_networks_scope_and_its_affinity(api: httpx.Client) -> None:
+    s = scope(api)
+    scoped = pool(api, "10.130.0.0/16", address_scope_id=s["id"], default_prefixlen=24)
+    plain = pool(api, "10.131.0.0/16", default_prefixlen=24)
+    net = create_network(api)
+    assert (net["ipv4_address_scope"], net["ipv6_address_scope"]) == (None, None)
+    subnet_from(api, net["id"], subnetpool_id=scoped["id"])
+    got = api.get(f"/networks/{net['id']}").json()["network"]
+    assert (got["ipv4_address_scope"], got["ipv6_address_scope"]) == (s["id"], None)
+    # Neutron: one IP version's subnets on a network share one address scope.
+    for body in ({"subnetpool_id": plain["id"]}, {"cidr": "10.140.0.0/24"}):
+        check_error(from_pool(api, net["id"], **body), 400, "NetworkAddressScopeAffinityError")
+    assert subnet_from(api, net["id"], subnetpool_id=scoped["id"])["cidr"] == "10.130.1.0/24"
+    # A pool whose subnets share a network with another pool's cannot change scope alone.
+    other = create_network(api)
+    subnet_from(api, other["id"], subnetpool_id=plain["id"])
+    subnet_from(api, other["id"], cidr="10.141.0.0/24")
+    r = api.put(f"/subnetpools/{plain['id']}", json={"subnetpool": {"address_scope_id": s["id"]}})
+    check_error(r, 400, "NetworkAddressScopeAffinityError")

@@ -137,11 +137,16 @@ def get_owned(conn: Connection, ctx: Context, network_id: str, action: str) -> A
 def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
     subnet_ids: dict[str, list[str]] = defaultdict(list)
+    scopes: dict[tuple[str, int], set[str | None]] = defaultdict(set)  # (network, IP version) -> its subnets' scopes
+    S, SP = t.subnets, tsp.subnetpools
     for chunk in common.chunks(ids, 5000):
-        for sid, nid in conn.execute(
-            select(t.subnets.c.id, t.subnets.c.network_id).where(t.subnets.c.network_id.in_(chunk))
+        for sid, nid, version, scope in conn.execute(
+            select(S.c.id, S.c.network_id, S.c.ip_version, SP.c.address_scope_id)
+            .outerjoin(SP, SP.c.id == S.c.subnetpool_id)
+            .where(S.c.network_id.in_(chunk))
         ):
             subnet_ids[nid].append(sid)
+            scopes[nid, version].add(scope)
     tags = common.load_tags(conn, ids)
     out = []
     for r in rows:
@@ -160,8 +165,8 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "port_security_enabled": r.port_security_enabled,
                 "availability_zone_hints": [],
                 "availability_zones": [],
-                "ipv4_address_scope": None,
-                "ipv6_address_scope": None,
+                "ipv4_address_scope": _scope(scopes.get((r.id, 4))),
+                "ipv6_address_scope": _scope(scopes.get((r.id, 6))),
                 "is_default": False,
                 "l2_adjacency": True,
                 "config": r.config or {},
@@ -170,6 +175,11 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
         )
         out.append(d)
     return out
+
+
+def _scope(found: set[str | None] | None) -> str | None:
+    """A network's address scope of one IP version: its subnets' (they share one: subnet_alloc.check_affinity)."""
+    return next(iter(found)) if found and len(found) == 1 else None
 
 
 def list_networks(store: Store, ctx: Context, q: ListQuery) -> Page:

@@ -19,6 +19,7 @@ from cloudnet.services.context import Context
 from cloudnet.services.networks import prefix_sets as ps
 from cloudnet.services.networks import subnet_specs, subnetpools
 from cloudnet.services.networks.subnet_specs import Net, SubnetCreate
+from cloudnet.store import tables as t
 from cloudnet.store import tables_subnetpools as tsp
 
 SP, ALLOC = tsp.subnetpools, tsp.subnetpool_allocations
@@ -28,6 +29,7 @@ SP, ALLOC = tsp.subnetpools, tsp.subnetpool_allocations
 class Allocation:
     pool_id: str
     cidr: Net
+    scope_id: str | None  # the pool's address scope
 
 
 def _bad(msg: str) -> BadRequest:
@@ -108,7 +110,7 @@ def allocate(conn: Connection, ctx: Context, spec: SubnetCreate, project_id: str
     # (A hash is random: one this transaction made and then rolled back is never the pool's.)
     _remember(pool.id, subnetpools.bump(conn, pool.id),
               ps.minus(free, [(int(cidr.network_address), int(cidr.broadcast_address))]))  # fmt: skip
-    return Allocation(pool.id, cidr)
+    return Allocation(pool.id, cidr, pool.address_scope_id)
 
 
 _FREE: OrderedDict[str, tuple[str, list[ps.Range]]] = OrderedDict()  # pool id -> (its hash, its free space)
@@ -144,6 +146,15 @@ def _check_quota(conn: Connection, pool: Any, project_id: str, prefixlen: int) -
     held = sum(int(b, 16) - int(a, 16) + 1 for a, b in conn.execute(stmt))
     if (held + (1 << (bits - prefixlen))) / (1 << (bits - unit)) > pool.default_quota:
         raise Conflict("Per-tenant subnet pool prefix quota exceeded.", type="SubnetPoolQuotaExceeded")
+
+
+def check_affinity(conn: Connection, network_id: str, version: int, scope_id: str | None) -> None:
+    """Neutron: the subnets of one IP version on a network are all in one address scope (or all in none)."""
+    S = t.subnets
+    stmt = (select(SP.c.address_scope_id).select_from(S).outerjoin(SP, SP.c.id == S.c.subnetpool_id)
+            .where(S.c.network_id == network_id, S.c.ip_version == version))  # fmt: skip
+    if any(scope != scope_id for (scope,) in conn.execute(stmt)):
+        raise subnetpools.affinity_error()
 
 
 def record(conn: Connection, subnet_id: str, project_id: str, allocation: Allocation) -> None:

@@ -175,6 +175,22 @@ def _check_scope(conn: Connection, ctx: Context, scope_id: str | None, pool_id: 
                            "prefixes.", type="AddressScopePrefixConflict")  # fmt: skip
 
 
+def _check_rescope(conn: Connection, pool_id: str, version: int) -> None:
+    """Neutron's _check_subnetpool_address_scope_network_affinity: a pool changes scope only if no network holding
+    its subnets holds another subnet of its IP version (that one would be left in the old scope)."""
+    S = t.subnets
+    nets = select(S.c.network_id).where(S.c.subnetpool_id == pool_id)
+    stmt = select(S.c.id).where(S.c.network_id.in_(nets), S.c.ip_version == version,
+                                (S.c.subnetpool_id != pool_id) | S.c.subnetpool_id.is_(None)).limit(1)  # fmt: skip
+    if conn.execute(stmt).first():
+        raise affinity_error()
+
+
+def affinity_error() -> BadRequest:
+    return BadRequest("Subnets of the same address family hosted on the same network must all participate in the same "
+                      "address scope.", type="NetworkAddressScopeAffinityError")  # fmt: skip
+
+
 def _check_default(conn: Connection, ctx: Context, version: int, action: str) -> None:
     if not ctx.is_admin:
         raise disallowed(f"{action}:is_default")
@@ -255,6 +271,8 @@ def update_pool(store: Store, ctx: Context, pool_id: str, body: dict[str, Any]) 
         scope = spec.address_scope_id if "address_scope_id" in given else row.address_scope_id
         if scope != row.address_scope_id or changes["prefixes"] != list(row.prefixes):
             _check_scope(tx.conn, ctx, scope, pool_id, row.ip_version, ranges)
+            if scope != row.address_scope_id:
+                _check_rescope(tx.conn, pool_id, row.ip_version)
             changes["address_scope_id"] = scope
         if "is_default" in given and spec.is_default is not None and spec.is_default != row.is_default:
             if spec.is_default:

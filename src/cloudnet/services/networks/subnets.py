@@ -129,6 +129,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     # concurrent creates on one network take turns and each sees the subnets the others committed.
     N = t.networks
     tx.conn.execute(select(N.c.id).where(N.c.id == network.id).with_for_update(key_share=True))
+    subnet_alloc.check_affinity(tx.conn, network.id, cidr.version, allocation.scope_id if allocation else None)
     for other in tx.conn.execute(select(S.c.id, S.c.cidr).where(S.c.network_id == network.id)):
         if cidr.overlaps(ipaddress.ip_network(other.cidr)):
             raise InvalidInput(
