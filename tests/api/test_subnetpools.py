@@ -208,7 +208,13 @@ def test_hostile_other_projects_pools_and_scopes(users: dict[str, httpx.Client])
     check_error(bob.post("/subnetpools", json={"subnetpool": {"prefixes": ["10.90.0.0/16"],
                 "address_scope_id": alices["id"]}}), 404, "AddressScopeNotFound")  # fmt: skip
     shared = scope(admin, shared=True)
-    assert pool(bob, "10.91.0.0/16", address_scope_id=shared["id"])["address_scope_id"] == shared["id"]
+    in_shared = pool(bob, "10.91.0.0/16", address_scope_id=shared["id"])
+    assert in_shared["address_scope_id"] == shared["id"]
+    # ...and a pool in a shared scope of another project changes no more (Neutron: IllegalSubnetPoolUpdate).
+    check_error(bob.put(f"/subnetpools/{in_shared['id']}", json={"subnetpool": {"name": "x"}}), 400,
+                "IllegalSubnetPoolUpdate", "associated with shared address scope")  # fmt: skip
+    check_error(bob.put(f"/subnetpools/{in_shared['id']}/add_prefixes", json={"prefixes": ["10.94.0.0/16"]}), 400,
+                "IllegalSubnetPoolUpdate")  # fmt: skip
     check_error(bob.post("/address-scopes", json={"address_scope": {"ip_version": 4, "shared": True}}), 403,
                 "PolicyNotAuthorized", "create_address_scope:shared")  # fmt: skip
     check_error(bob.post("/subnetpools", json={"subnetpool": {"prefixes": ["10.92.0.0/16"], "shared": True}}), 403,

@@ -191,6 +191,17 @@ def affinity_error() -> BadRequest:
                       "address scope.", type="NetworkAddressScopeAffinityError")  # fmt: skip
 
 
+def _check_update_allowed(conn: Connection, ctx: Context, row: Any) -> None:
+    """Neutron's _check_subnetpool_update_allowed: a pool in a shared address scope that is not the caller's
+    changes no more (the scope's owner delegated its addresses, not their management)."""
+    if row.address_scope_id is None or ctx.is_admin:
+        return
+    owner = conn.execute(select(tsp.address_scopes.c.project_id).where(tsp.address_scopes.c.id == row.address_scope_id))
+    if owner.scalar() != ctx.project_id:
+        raise BadRequest(f"Illegal subnetpool update : subnetpool {row.id} cannot be updated when associated with "
+                         f"shared address scope {row.address_scope_id}.", type="IllegalSubnetPoolUpdate")  # fmt: skip
+
+
 def _check_default(conn: Connection, ctx: Context, version: int, action: str) -> None:
     if not ctx.is_admin:
         raise disallowed(f"{action}:is_default")
@@ -250,6 +261,7 @@ def update_pool(store: Store, ctx: Context, pool_id: str, body: dict[str, Any]) 
     with store.write() as tx:
         row = _get_owned(tx.conn, ctx, pool_id, "update_subnetpool")
         tx.conn.execute(select(SP.c.id).where(SP.c.id == pool_id).with_for_update())
+        _check_update_allowed(tx.conn, ctx, row)
         changes: dict[str, Any] = {k: getattr(spec, k) for k in ("name", "description") if k in given
                                    and getattr(spec, k) is not None}  # fmt: skip
         ranges = ranges_of(row.prefixes)
@@ -292,6 +304,7 @@ def change_prefixes(store: Store, ctx: Context, pool_id: str, body: dict[str, An
     with store.write() as tx:
         row = _get_owned(tx.conn, ctx, pool_id, "add_prefixes" if add else "remove_prefixes")
         tx.conn.execute(select(SP.c.id).where(SP.c.id == pool_id).with_for_update())
+        _check_update_allowed(tx.conn, ctx, row)
         version, given = _read_prefixes(spec.prefixes)
         if version != row.ip_version:
             raise BadRequest("Cannot mix IPv4 and IPv6 prefixes in a subnet pool.", type="PrefixVersionMismatch")
