@@ -15,10 +15,9 @@ import psycopg
 import pytest
 
 from cloudnet.config import ServerConfig
-from cloudnet.store import tables_trunks  # noqa: F401  (its tables join the metadata: emptied with the rest)
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
-from cloudnet.store.tables import metadata
+from cloudnet.store.schema import metadata
 from tests.support.podman import describe
 from tests.support.postgres import PostgresServer
 from tests.support.server import RunningServer

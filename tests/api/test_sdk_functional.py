@@ -30,6 +30,8 @@ TOKENS = {
 }
 CLOUDS = {"devstack": "sdk-demo", "devstack-alt": "sdk-alt", "devstack-admin": "sdk-admin",
           "devstack-system-admin": "sdk-admin"}  # fmt: skip
+# The classes issue 31's extensions bring (each advertised only when all of it works).
+ISSUE_31 = {"TestAddressScope", "TestSubnetFromSubnetPool", "TestSubnetPool", "TestTrunk"}
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +78,8 @@ def test_applicable_classes_pass(cloudnet: RunningServer, tmp_path: Path) -> Non
     applicable = sorted(name for name in classes if not sdk.missing(name, aliases))
     waiting = {name: sdk.missing(name, aliases) for name in sorted(classes) if name not in applicable}
     # What this cloudnet offers of them today (a shrinking list would need a look at the extensions).
-    assert {"TestExtension", "TestNetwork", "TestPort", "TestSecurityGroup", "TestSubnet", "TestTrunk"} <= set(
-        applicable
-    )
+    offered = {"TestExtension", "TestNetwork", "TestPort", "TestSecurityGroup", "TestSubnet"} | ISSUE_31
+    assert not offered - set(applicable), f"no longer applicable: {offered - set(applicable)}"
     targets = [f"{classes[name].relative_to(sdk.SDK)}::{name}" for name in applicable]
     outcome = sdk.run(targets, clouds_yaml(cloudnet.url, tmp_path / "clouds.yaml"), tmp_path / "junit.xml", 600)
     print(f"sdk functional network/v2: {dict(outcome.total())} in {len(applicable)} classes; not applicable:")

@@ -41,6 +41,7 @@ from cloudnet.api import (
     port_pools,
     quotas,
     resources,
+    subnetpools,
     tags,
     trunks,
     ui,
@@ -207,7 +208,7 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
                        hosts.router, host_join.router, forwards.router, port_forwardings.router,
                        instance_metadata.router, quotas.router, identity.router, keystone.router, metrics.router,
-                       trunks.router]),
+                       trunks.router, subnetpools.router]),
         exception_handlers=handlers,
         middleware=[Middleware(RequestIds),  # type: ignore[arg-type]
                     *([Middleware(metrics.RequestMetrics)] if config.metrics else []),  # type: ignore[arg-type]

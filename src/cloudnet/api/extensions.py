@@ -97,6 +97,14 @@ EXTENSIONS = [
     ("sorting", "Sorting support", "Extension that indicates that sorting is enabled."),
     ("fields", "Field selection", "Extension that indicates that the fields parameter is supported."),
     ("filter-validation", "Filter parameters validation", "Provides validation on filter parameters."),
+    ("subnet_allocation", "Subnet Allocation", "Enables allocation of subnets from a subnet pool"),
+    ("address-scope", "Address scope", "Address scopes extension."),
+    ("default-subnetpools", "Default Subnetpools", "Provides ability to mark and use a subnetpool as the default."),
+    (
+        "subnetpool-prefix-ops",
+        "Subnet Pool Prefix Operations",
+        "Provides support for adjusting the prefix list of subnet pools",
+    ),
     (
         "cloudnet-events",
         "cloudnet revision log",
@@ -128,6 +136,10 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "ext-gw-mode": ("/v2.0/routers", "/v2.0/floatingips"),
     "trunk": ("/v2.0/trunks", "/v2.0/trunks/{trunk_id}/add_subports"),
     "trunk-details": ("/v2.0/trunks",),
+    "subnet_allocation": ("/v2.0/subnetpools",),
+    "address-scope": ("/v2.0/address-scopes",),
+    "default-subnetpools": ("/v2.0/subnetpools",),
+    "subnetpool-prefix-ops": ("/v2.0/subnetpools/{pool_id}/add_prefixes",),
 }
 
 

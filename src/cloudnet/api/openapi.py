@@ -28,7 +28,7 @@ from cloudnet.api.schemas import BOOL, INT, OBJ, STR, STRS, Schema, array, envel
 from cloudnet.services import instance_metadata, instances, tags
 from cloudnet.services.forwards import floating_ips, port_forwardings
 from cloudnet.services.hosts import host_join, hosts
-from cloudnet.services.networks import networks, routers, subnet_specs
+from cloudnet.services.networks import address_scopes, networks, routers, subnet_specs, subnetpools
 from cloudnet.services.pools import pools
 from cloudnet.services.ports import port_specs, trunks
 from cloudnet.services.security import security_group_rules, security_groups
@@ -60,13 +60,16 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "instance": (instances.InstanceCreate, instances.InstanceUpdate),
     "floatingip": (floating_ips.FloatingIpCreate, floating_ips.FloatingIpUpdate),
     "trunk": (trunks.TrunkCreate, trunks.TrunkUpdate),
+    "subnetpool": (subnetpools.PoolCreate, subnetpools.PoolUpdate),
+    "address_scope": (address_scopes.ScopeCreate, address_scopes.ScopeUpdate),
 }
 # Request models the table refers to besides MODELS (each becomes a component schema).
 OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,
                                              pools.ReleaseSpec, hosts.HostReport, hosts.PortStatusReport,
                                              instance_metadata.MetadataItem,
                                              port_forwardings.PortForwardingBody, host_join.TokenRequest,
-                                             host_join.JoinRequest, host_join.RenewRequest)  # fmt: skip
+                                             host_join.JoinRequest, host_join.RenewRequest,
+                                             subnetpools.PrefixOps)  # fmt: skip
 JOIN_TOKEN = obj({"token": STR, "host": STR, "expires_at": STR}, ("token", "host", "expires_at"))
 JOINED = obj({"host": STR, "certificate": STR, "ca": STR, "ovn_sb": {"type": ["string", "null"]},
               "metadata_listen": STR, "metadata_secret": {"type": ["string", "null"]}},
@@ -81,6 +84,7 @@ FORWARD_BODY = obj({
 }, extra=False)  # fmt: skip
 QUOTA_BODY = envelope("quota", {"type": "object", "properties": {"check_limit": BOOL},
                                 "additionalProperties": INT})  # fmt: skip
+PREFIXES = obj({"prefixes": STRS}, ("prefixes",))
 ROUTES_BODY = envelope("router", obj({"routes": array(schemas.ROUTE)}, ("routes",), extra=False))
 NAME_OR_ID = obj({"id": STR, "name": STR, "domain": OBJ})
 # Keystone's POST /v3/auth/tokens (the password and token methods; project scope or "unscoped").
@@ -155,6 +159,8 @@ def _table() -> dict[tuple[str, str], Op]:
         ("GET", pf_base + "/{pf_id}"): Op(200, pf, query=FIELDS),
         ("PUT", pf_base + "/{pf_id}"): Op(200, pf, pf_body),
         ("DELETE", pf_base + "/{pf_id}"): Op(204, None),
+        ("PUT", "/v2.0/subnetpools/{pool_id}/add_prefixes"): Op(200, PREFIXES, subnetpools.PrefixOps),
+        ("PUT", "/v2.0/subnetpools/{pool_id}/remove_prefixes"): Op(200, PREFIXES, subnetpools.PrefixOps),
         ("PUT", "/v2.0/routers/{router_id}/add_extraroutes"): Op(200, router, ROUTES_BODY),
         ("PUT", "/v2.0/routers/{router_id}/remove_extraroutes"): Op(200, router, ROUTES_BODY),
         ("GET", "/v2.0/routers/{router_id}/gateway_chassis"): Op(200, envelope("gateway_chassis",

@@ -16,7 +16,7 @@ from cloudnet.api.events import long_poll
 from cloudnet.northbound import gateway_ha
 from cloudnet.services import events, instances
 from cloudnet.services.forwards import floating_ips
-from cloudnet.services.networks import networks, routers, subnets
+from cloudnet.services.networks import address_scopes, networks, routers, subnetpools, subnets
 from cloudnet.services.ports import ports, trunks
 from cloudnet.services.security import security_group_rules, security_groups
 
@@ -83,6 +83,10 @@ RESOURCES = [
               "delete_trunk"),
     _resource("security-group-rules", "security_group_rule", "security_group_rules", security_group_rules,
               "list_rules", "get_rule", "create_rules", None, "delete_rule"),
+    _resource("subnetpools", "subnetpool", "subnetpools", subnetpools, "list_pools", "get_pool", "create_pools",
+              "update_pool", "delete_pool"),
+    _resource("address-scopes", "address_scope", "address_scopes", address_scopes, "list_scopes", "get_scope",
+              "create_scopes", "update_scope", "delete_scope"),
 ]  # fmt: skip
 
 

@@ -55,6 +55,12 @@ SUBNET = obj({
     "host_routes": array(ROUTE), "enable_dhcp": BOOL, "ipv6_ra_mode": NSTR, "ipv6_address_mode": NSTR,
     "subnetpool_id": NSTR, "service_types": STRS,
 })  # fmt: skip
+SUBNETPOOL = obj({
+    **STANDARD, "ip_version": {"enum": [4, 6]}, "prefixes": STRS, "min_prefixlen": INT, "max_prefixlen": INT,
+    "default_prefixlen": INT, "default_quota": NINT, "address_scope_id": NSTR, "shared": BOOL, "is_default": BOOL,
+})  # fmt: skip
+ADDRESS_SCOPE = obj({**{k: v for k, v in STANDARD.items() if k != "tags"}, "ip_version": {"enum": [4, 6]},
+                     "shared": BOOL})  # fmt: skip
 PORT = obj({
     **STANDARD, "network_id": STR, "mac_address": STR, "admin_state_up": BOOL,
     "status": {"enum": ["ACTIVE", "DOWN", "BUILD", "ERROR"]}, "device_id": STR, "device_owner": STR,
@@ -148,6 +154,7 @@ ERROR = obj({"NeutronError": obj({"type": STR, "message": STR, "detail": STR}, (
 MEMBERS: dict[str, Schema] = {
     "network": NETWORK, "subnet": SUBNET, "port": PORT, "router": ROUTER, "security_group": SECURITY_GROUP,
     "security_group_rule": RULE, "instance": INSTANCE, "floatingip": FLOATINGIP, "trunk": TRUNK,
+    "subnetpool": SUBNETPOOL, "address_scope": ADDRESS_SCOPE,
 }  # fmt: skip
 
 

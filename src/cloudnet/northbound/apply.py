@@ -26,12 +26,12 @@ from cloudnet.northbound.rows import Row
 
 TABLES = ("Logical_Switch", "Logical_Switch_Port", "Logical_Router", "Logical_Router_Port", "Gateway_Chassis",
           "Logical_Router_Static_Route", "NAT", "DHCP_Options", "Port_Group", "Address_Set", "ACL",
-          "Load_Balancer", "QoS")  # fmt: skip
+          "Load_Balancer", "QoS", "Logical_Router_Policy")  # fmt: skip
 MUTATE_OVER = 64  # values: a bigger set or map column whose NB value is known is written by its difference
 # (parent table, column holding its children)
 LINKS = (("Logical_Switch", "ports"), ("Logical_Router", "ports"), ("Logical_Router", "static_routes"),
          ("Logical_Router", "nat"), ("Logical_Router_Port", "gateway_chassis"), ("Logical_Switch", "acls"),
-         ("Port_Group", "acls"), ("Logical_Switch", "qos_rules"))  # fmt: skip
+         ("Port_Group", "acls"), ("Logical_Switch", "qos_rules"), ("Logical_Router", "policies"))  # fmt: skip
 PARENTS: dict[str, set[str]] = {}  # parent table -> its columns of children
 for _table, _column in LINKS:
     PARENTS.setdefault(_table, set()).add(_column)

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, select
 from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, address, cidr_len, ids
 from cloudnet.services.forwards import uplinks
 from cloudnet.store import tables as t
+from cloudnet.store import tables_subnetpools as tsp
 
 
 def uplink_hosts(conn: Connection, out: Desired) -> tuple[dict[str, list[str]], set[str]]:
@@ -118,9 +119,14 @@ def router(conn: Connection, out: Desired, r: Any, interfaces: list[Any], gatewa
         out.rows.append(Row("Logical_Router_Static_Route", key, {
             "ip_prefix": prefix, "nexthop": nexthop, "external_ids": ids(key, router_id=r.id),
         }, parent=lr, parent_column="static_routes"))  # fmt: skip
+    scopes = subnet_scopes(conn, [s for p in [*interfaces, *([gateway] if gateway is not None else [])]
+                                  for s, _a in fixed.get(p.id, [])])  # fmt: skip
+    scope_policies(out, lr, r.id, [(s, subnets[s]) for p in interfaces for s, _a in fixed.get(p.id, [])], scopes)
     outside = [a for s, a in gateway_ips if subnets[s].ip_version == 4]
     if not (r.enable_snat and outside):
         return
+    # Neutron: an IPv4 subnet in the external subnet's address scope is routed, not SNATed.
+    outside_scope = next((scopes.get(s) for s, _a in gateway_ips if subnets[s].ip_version == 4), None)
     for port in interfaces:
         uplink = uplinks.router_of(conn, port.network_id)
         chosen = None
@@ -129,10 +135,38 @@ def router(conn: Connection, out: Desired, r: Any, interfaces: list[Any], gatewa
             chosen = (config or {}).get("ipv4.nat.address")
         for subnet_id, _address in fixed.get(port.id, []):
             subnet = subnets[subnet_id]
-            if subnet.ip_version != 4:
+            if subnet.ip_version != 4 or (outside_scope and scopes.get(subnet_id) == outside_scope):
                 continue
             key = f"snat/{r.id}/{subnet.cidr}"
             out.rows.append(Row("NAT", key, {
                 "type": "snat", "logical_ip": subnet.cidr, "external_ip": chosen or outside[0],
                 "external_ids": ids(key, router_id=r.id, network_id=port.network_id, subnet_id=subnet_id),
             }, parent=lr, parent_column="nat"))  # fmt: skip
+
+
+def subnet_scopes(conn: Connection, subnet_ids: list[str]) -> dict[str, str]:
+    """The address scope of each of these subnets that has one (its pool's)."""
+    S, SP = t.subnets, tsp.subnetpools
+    stmt = select(S.c.id, SP.c.address_scope_id).join(SP, SP.c.id == S.c.subnetpool_id).where(S.c.id.in_(subnet_ids))
+    return {sid: scope for sid, scope in conn.execute(stmt) if scope}
+
+
+SCOPE_PRIORITY = 32000  # (policies' range is 0..32767: above any a user could want to route by)
+
+
+def scope_policies(out: Desired, lr: str, router_id: str, legs: list[tuple[str, Any]], scopes: dict[str, str]) -> None:
+    """Neutron's L3 agent drops what would cross from one address scope into another behind a router (no scope is
+    one of its own): a drop policy per ordered pair of the router's interface subnets in different scopes. (The
+    outside's new connections into another scope are not told from replies in OVN's router policies: left open.)"""
+    for version, ip in ((4, "ip4"), (6, "ip6")):
+        cidrs = sorted({(sub.cidr, scopes.get(sid)) for sid, sub in legs if sub.ip_version == version},
+                       key=lambda c: (c[0], c[1] or ""))  # fmt: skip
+        for a, scope_a in cidrs:
+            for b, scope_b in cidrs:
+                if scope_a == scope_b:
+                    continue
+                key = f"scope/{router_id}/{a}/{b}"
+                out.rows.append(Row("Logical_Router_Policy", key, {
+                    "priority": SCOPE_PRIORITY, "match": f"{ip}.src == {a} && {ip}.dst == {b}", "action": "drop",
+                    "external_ids": ids(key, router_id=router_id),
+                }, parent=lr, parent_column="policies"))  # fmt: skip

@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from cloudnet.errors import BadRequest, NotFound, disallowed, not_found
 from cloudnet.services import common
 from cloudnet.services.context import Context
-from cloudnet.services.networks import networks, subnets
+from cloudnet.services.networks import networks, subnetpools, subnets
 from cloudnet.services.validation import MAX_TAGS, check_tags, tag_error
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
@@ -39,6 +39,7 @@ TABLES: dict[str, Taggable] = {
     "security-groups": Taggable("security_group", t.security_groups),
     "floatingips": Taggable("floatingip", t.forwards),
     "trunks": Taggable("trunk", trunks),
+    "subnetpools": Taggable("subnetpool", subnetpools.SP, subnetpools.get_visible),
 }
 
 

@@ -112,6 +112,8 @@ subnets = Table(
     Column("enable_dhcp", Boolean, nullable=False, default=True),
     Column("ipv6_ra_mode", String(32), nullable=True),
     Column("ipv6_address_mode", String(32), nullable=True),
+    # The pool its prefix came from (tables_subnetpools.py holds the allocation).
+    Column("subnetpool_id", ID, nullable=True, index=True),
 )
 
 ports = Table(

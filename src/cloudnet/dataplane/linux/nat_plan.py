@@ -100,6 +100,11 @@ class Structure:
     internal: tuple[str, ...]  # CIDRs behind the router
     snat: tuple[tuple[tuple[str, ...], str], ...]  # (source CIDRs, address), most specific first
     default_snat: str | None  # the router's external address
+    # Internal CIDRs in the external subnet's address scope: routed out with their own addresses, not SNATed.
+    routed: tuple[str, ...] = ()
+    # Address scopes (Neutron's L3 agent): per interface, the interfaces a new connection entering it may leave by
+    # (its scope's, and the gateway while SNAT takes the others out); empty while the router has one scope.
+    scopes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def family(self) -> str:
@@ -138,14 +143,26 @@ class Structure:
         if self.gateway_if:
             for sources, address in self.snat:
                 post.append(f'oifname "{gw}" {ipk} saddr {{ {", ".join(sources)} }} snat {ipk} to {address}')
-            if self.default_snat and self.internal:
-                inside = ", ".join(self.internal)
-                post.append(f'oifname "{gw}" {ipk} saddr {{ {inside} }} snat {ipk} to {self.default_snat}')
+            natted = [c for c in self.internal if c not in self.routed]
+            if self.default_snat and natted:
+                post.append(f'oifname "{gw}" {ipk} saddr {{ {", ".join(natted)} }} snat {ipk} to {self.default_snat}')
         return {
             "prerouting": ("type nat hook prerouting priority dstnat; policy accept;", dnat),
             "output": ("type nat hook output priority -100; policy accept;", dnat),
             "postrouting": ("type nat hook postrouting priority srcnat; policy accept;", post),
+            "scope": ("type filter hook forward priority filter; policy accept;", self.scope_rules()),
         }
+
+    def scope_rules(self) -> list[str]:
+        """New connections that would cross from one address scope into another are dropped; replies and what a
+        forward (floating IP) let in pass, as Neutron's marks and connmarks let them."""
+        if not self.scopes:
+            return []
+        rules = ["ct state != new accept", "ct status dnat accept"]
+        for inside, allowed in self.scopes:
+            names = ", ".join(f'"{n}"' for n in allowed)
+            rules.append(f'iifname "{inside}" oifname != {{ {names} }} drop')
+        return rules
 
     def render(self) -> str:
         """The table's body: its maps and chains."""

@@ -44,8 +44,45 @@ def nat_structures(router: dict[str, Any], state: DesiredState) -> dict[int, Str
         default = external[0] if version == 4 and router["enable_snat"] and external else None
         if not router["enable_snat"]:
             snat = ()
-        structures[version] = Structure(version, gw_if, internal, snat, default)
+        legs = scoped_legs(router, state, version)
+        outside = legs[gw_if][0] if gw_if in legs else None
+        # Neutron's L3 agent: an IPv4 subnet in the external subnet's address scope is routed, not SNATed.
+        routed = tuple(c for scope, cidrs in legs.values() if outside and scope == outside for c in cidrs)
+        routed = tuple(c for c in routed if c in internal) if version == 4 else ()
+        gateway_out = gw_if if version == 4 and router["enable_snat"] else None
+        structures[version] = Structure(version, gw_if, internal, snat, default, routed,
+                                        scope_rules(legs, gateway_out))  # fmt: skip
     return structures
+
+
+def scoped_legs(
+    router: dict[str, Any], state: DesiredState, version: int
+) -> dict[str, tuple[str | None, tuple[str, ...]]]:
+    """Each leg with an address of this IP version: (its address scope, None for none; its subnets' CIDRs)."""
+    gw_port = gateway_port(router)
+    out: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+    for pid, p in sorted(router["ports"].items()):
+        subnets = [state["subnets"][f["subnet_id"]] for f in p["fixed_ips"] if f["subnet_id"] in state["subnets"]]
+        subnets = [s for s in subnets if s["ip_version"] == version]
+        if subnets:
+            name = names.router_gw(pid) if gw_port and pid == gw_port["id"] else names.router_iface(pid)
+            out[name] = (subnets[0].get("address_scope_id"), tuple(sorted(s["cidr"] for s in subnets)))
+    return out
+
+
+def scope_rules(legs: dict[str, tuple[str | None, tuple[str, ...]]],
+                gateway_out: str | None) -> tuple[tuple[str, tuple[str, ...]], ...]:  # fmt: skip
+    """Per leg, the legs a new connection entering it may leave by: those of its own address scope, and the
+    gateway while it SNATs (IPv4); none while every leg is in one scope (nothing to keep apart)."""
+    if len({scope for scope, _c in legs.values()}) < 2:
+        return ()
+    out = []
+    for name, (scope, _cidrs) in legs.items():
+        allowed = {n for n, (s, _c) in legs.items() if s == scope}
+        if gateway_out and name != gateway_out:
+            allowed.add(gateway_out)
+        out.append((name, tuple(sorted(allowed))))
+    return tuple(out)
 
 
 def gateway_extras(router: dict[str, Any]) -> list[tuple[str, int]]:

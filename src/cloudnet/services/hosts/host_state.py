@@ -18,6 +18,7 @@ from cloudnet.services.ports import compute_ports, metadata_ports, port_views, s
 from cloudnet.services.ports.port_specs import ROUTER_INTERFACE
 from cloudnet.services.security.host_security import agent_port, groups_of
 from cloudnet.store import tables as t
+from cloudnet.store import tables_subnetpools as tsp
 from cloudnet.store.db import Store
 from cloudnet.wire import guest_net
 
@@ -98,12 +99,18 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         security_groups, remote_groups = groups_of(conn, filtered + list(pool_ports.values()))
         direct = sriov.desired(conn, host)
         nets = conn.execute(select(t.networks).where(t.networks.c.id.in_(network_ids))).all()
-        subs = conn.execute(select(t.subnets).where(t.subnets.c.network_id.in_(network_ids))).all()
+        SP = tsp.subnetpools  # (a subnet's address scope is its pool's: routers keep scopes apart)
+        subs = conn.execute(
+            select(t.subnets, SP.c.address_scope_id)
+            .outerjoin(SP, SP.c.id == t.subnets.c.subnetpool_id)
+            .where(t.subnets.c.network_id.in_(network_ids))
+        ).all()
     subnets = {
         s.id: {
             "id": s.id, "network_id": s.network_id, "cidr": s.cidr, "ip_version": s.ip_version,
             "gateway_ip": s.gateway_ip, "host_routes": s.host_routes, "dns_nameservers": s.dns_nameservers,
             "enable_dhcp": s.enable_dhcp, "ipv6_ra_mode": s.ipv6_ra_mode, "ipv6_address_mode": s.ipv6_address_mode,
+            "address_scope_id": s.address_scope_id,
         }
         for s in subs
     }  # fmt: skip

@@ -13,10 +13,11 @@ from cloudnet.errors import Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps, forwards
-from cloudnet.services.networks import network_config
+from cloudnet.services.networks import network_config, subnetpools
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
+from cloudnet.store import tables_subnetpools as tsp
 from cloudnet.store.db import Store, Tx
 
 N = t.networks
@@ -136,11 +137,16 @@ def get_owned(conn: Connection, ctx: Context, network_id: str, action: str) -> A
 def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
     subnet_ids: dict[str, list[str]] = defaultdict(list)
+    scopes: dict[tuple[str, int], set[str | None]] = defaultdict(set)  # (network, IP version) -> its subnets' scopes
+    S, SP = t.subnets, tsp.subnetpools
     for chunk in common.chunks(ids, 5000):
-        for sid, nid in conn.execute(
-            select(t.subnets.c.id, t.subnets.c.network_id).where(t.subnets.c.network_id.in_(chunk))
+        for sid, nid, version, scope in conn.execute(
+            select(S.c.id, S.c.network_id, S.c.ip_version, SP.c.address_scope_id)
+            .outerjoin(SP, SP.c.id == S.c.subnetpool_id)
+            .where(S.c.network_id.in_(chunk))
         ):
             subnet_ids[nid].append(sid)
+            scopes[nid, version].add(scope)
     tags = common.load_tags(conn, ids)
     out = []
     for r in rows:
@@ -159,8 +165,8 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "port_security_enabled": r.port_security_enabled,
                 "availability_zone_hints": [],
                 "availability_zones": [],
-                "ipv4_address_scope": None,
-                "ipv6_address_scope": None,
+                "ipv4_address_scope": _scope(scopes.get((r.id, 4))),
+                "ipv6_address_scope": _scope(scopes.get((r.id, 6))),
                 "is_default": False,
                 "l2_adjacency": True,
                 "config": r.config or {},
@@ -169,6 +175,11 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
         )
         out.append(d)
     return out
+
+
+def _scope(found: set[str | None] | None) -> str | None:
+    """A network's address scope of one IP version: its subnets' (they share one: subnet_alloc.check_affinity)."""
+    return next(iter(found)) if found and len(found) == 1 else None
 
 
 def list_networks(store: Store, ctx: Context, q: ListQuery) -> Page:
@@ -329,6 +340,15 @@ def _pool_ports_follow(tx: Tx, network_id: str, enabled: bool) -> None:
 def delete_network(store: Store, ctx: Context, network_id: str) -> None:
     with store.write() as tx:
         row = get_owned(tx.conn, ctx, network_id, "delete_network")
+        # Its subnets' prefixes go back to their pools: the pools' rows first, as allocations take them before the
+        # network (a pool of a subnet that came meanwhile is taken after: see below).
+        S = t.subnets
+        pools_of = (
+            select(S.c.subnetpool_id).distinct().where(S.c.network_id == network_id, S.c.subnetpool_id.is_not(None))
+        )
+        bumped = {p for (p,) in tx.conn.execute(pools_of)}
+        for pool_id in sorted(bumped):
+            subnetpools.bump(tx.conn, pool_id)
         # Wait for transactions still adding ports or subnets to it (their foreign-key locks conflict
         # with this one), so that the check below sees them, and keep new ones out until the end.
         tx.conn.execute(select(N.c.id).where(N.c.id == network_id).with_for_update())
@@ -354,6 +374,11 @@ def delete_network(store: Store, ctx: Context, network_id: str) -> None:
         for sid, sproject in subnet_rows:
             tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == sid))
             tx.record("subnet", sid, "delete", sproject)
+        for (pool_id,) in tx.conn.execute(pools_of):
+            if pool_id not in bumped:
+                subnetpools.bump(tx.conn, pool_id)
+        ALLOC = tsp.subnetpool_allocations
+        tx.conn.execute(delete(ALLOC).where(ALLOC.c.subnet_id.in_([sid for sid, _p in subnet_rows])))
         tx.conn.execute(delete(t.subnets).where(t.subnets.c.network_id == network_id))
         forwards.delete_for_network(tx, network_id)
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == network_id))

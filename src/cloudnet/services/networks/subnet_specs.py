@@ -44,7 +44,8 @@ AUTO = "auto"
 
 class SubnetCreate(Body):
     network_id: str
-    cidr: str
+    cidr: str | None = Field(None, max_length=64)  # none: from a subnet pool (subnet_alloc.py)
+    prefixlen: int | None = Field(None, ge=0, le=128)
     ip_version: Literal[4, 6] | None = None
     name: str = Field("", max_length=255)
     description: str = Field("", max_length=255)
@@ -57,7 +58,8 @@ class SubnetCreate(Body):
     enable_dhcp: bool = True
     ipv6_ra_mode: Ipv6Mode | None = None
     ipv6_address_mode: Ipv6Mode | None = None
-    subnetpool_id: None = None
+    subnetpool_id: str | None = Field(None, max_length=36)
+    use_default_subnetpool: bool = False
     tags: Tags
 
     _dns = field_validator("dns_nameservers")(lambda v: dns_list(v))

@@ -11,14 +11,16 @@ from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_
 from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps, uplinks
-from cloudnet.services.networks import networks, subnet_specs
+from cloudnet.services.networks import networks, subnet_alloc, subnet_specs, subnetpools
 from cloudnet.services.networks.subnet_specs import AUTO, Pool, SubnetCreate, SubnetUpdate
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import is_uuid, parse
 from cloudnet.store import tables as t
+from cloudnet.store import tables_subnetpools as tsp
 from cloudnet.store.db import Store, Tx
 
 S = t.subnets
+ALLOC = tsp.subnetpool_allocations
 ROUTER_OWNERS = ("network:router_interface", "network:router_gateway")
 
 ATTRS: dict[str, Attr] = {
@@ -30,6 +32,7 @@ ATTRS: dict[str, Attr] = {
     "enable_dhcp": Attr(S.c.enable_dhcp, to_bool),
     "ipv6_ra_mode": Attr(S.c.ipv6_ra_mode),
     "ipv6_address_mode": Attr(S.c.ipv6_address_mode),
+    "subnetpool_id": Attr(S.c.subnetpool_id),
 }
 
 
@@ -50,7 +53,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "enable_dhcp": r.enable_dhcp,
                 "ipv6_ra_mode": r.ipv6_ra_mode,
                 "ipv6_address_mode": r.ipv6_address_mode,
-                "subnetpool_id": None,
+                "subnetpool_id": r.subnetpool_id,
                 "service_types": [],
             }
         )
@@ -109,8 +112,10 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
             # as for a port on it (port_create.py); a shared network is seen as such, and refused by policy (403).
             raise not_found("network", spec.network_id)
         raise disallowed("create_subnet")
+    project = common.owner_project(ctx, spec.project_id or spec.tenant_id, "create_subnet")
+    allocation = subnet_alloc.allocate(tx.conn, ctx, spec, project)
     try:
-        cidr = subnet_specs.network(spec.cidr)
+        cidr = allocation.cidr if allocation else subnet_specs.network(spec.cidr or "")
     except ValueError as exc:
         raise BadRequest(f"Invalid input for cidr. Reason: {exc}.") from None
     if spec.ip_version is not None and spec.ip_version != cidr.version:
@@ -124,6 +129,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     # concurrent creates on one network take turns and each sees the subnets the others committed.
     N = t.networks
     tx.conn.execute(select(N.c.id).where(N.c.id == network.id).with_for_update(key_share=True))
+    subnet_alloc.check_affinity(tx.conn, network.id, cidr.version, allocation.scope_id if allocation else None)
     for other in tx.conn.execute(select(S.c.id, S.c.cidr).where(S.c.network_id == network.id)):
         if cidr.overlaps(ipaddress.ip_network(other.cidr)):
             raise InvalidInput(
@@ -151,8 +157,11 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
         enable_dhcp=spec.enable_dhcp,
         ipv6_ra_mode=spec.ipv6_ra_mode,
         ipv6_address_mode=spec.ipv6_address_mode,
+        subnetpool_id=allocation.pool_id if allocation else None,
     )
     tx.conn.execute(insert(S).values(**row))
+    if allocation:
+        subnet_alloc.record(tx.conn, row["id"], row["project_id"], allocation)
     if spec.tags:
         common.set_tags(tx.conn, row["id"], spec.tags)
     tx.record("subnet", row["id"], "create", row["project_id"])
@@ -212,6 +221,8 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
     A, P = t.ip_allocations, t.ports
     with store.write() as tx:
         row = _get_owned(tx.conn, ctx, subnet_id, "delete_subnet")
+        if row.subnetpool_id:  # its prefix goes back: the pool's row first, as allocations take it before the network
+            subnetpools.bump(tx.conn, row.subnetpool_id)
         # The network first, as router interface changes and forward writers take it (forward_deps.subnet_kept
         # checks under it) before they allocate from a subnet: the same order, so none waits for the other.
         uplinks.lock_networks(tx.conn, {row.network_id})
@@ -234,5 +245,6 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
             tx.conn.execute(delete(A).where(A.c.subnet_id == subnet_id, A.c.port_id == port_id))
             common.touch(tx, P, port_id, "port", project)
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == subnet_id))
+        tx.conn.execute(delete(ALLOC).where(ALLOC.c.subnet_id == subnet_id))
         tx.conn.execute(delete(S).where(S.c.id == subnet_id))
         tx.record("subnet", subnet_id, "delete", row.project_id)

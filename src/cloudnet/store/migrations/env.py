@@ -5,8 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from cloudnet.store import tables_trunks  # noqa: F401  (its tables join the metadata)
-from cloudnet.store.tables import metadata
+from cloudnet.store.schema import metadata
 
 config = context.config
 

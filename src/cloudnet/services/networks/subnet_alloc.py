@@ -1,0 +1,165 @@
+"""A subnet's CIDR from a subnet pool, as Neutron's create_subnet and SubnetAllocator decide it: the pool named
+(`subnetpool_id`) or the default pool of the IP version (`use_default_subnetpool`); a /prefixlen (the pool's default
+when none) placed in the smallest free block that holds it, or the CIDR asked for if it is free; bounded by the pool's
+prefix lengths and its per-project quota. The pool's row is locked for the transaction, so allocations from one pool
+take turns; the allocations table's unique (pool, first address) stops any two that did not."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from cloudnet.errors import BadRequest, Conflict
+from cloudnet.services.context import Context
+from cloudnet.services.networks import prefix_sets as ps
+from cloudnet.services.networks import subnet_specs, subnetpools
+from cloudnet.services.networks.subnet_specs import Net, SubnetCreate
+from cloudnet.store import tables as t
+from cloudnet.store import tables_subnetpools as tsp
+
+SP, ALLOC = tsp.subnetpools, tsp.subnetpool_allocations
+
+
+@dataclass(frozen=True)
+class Allocation:
+    pool_id: str
+    cidr: Net
+    scope_id: str | None  # the pool's address scope
+
+
+def _bad(msg: str) -> BadRequest:
+    return BadRequest(f"Bad subnets request: {msg}.", type="BadRequest")
+
+
+def _failed(reason: str) -> Conflict:
+    # Neutron answers SubnetAllocationError (not in its fault map) with a 500; a 5xx here is a bug, so a 409.
+    return Conflict(f"Failed to allocate subnet: {reason}.", type="SubnetAllocationError")
+
+
+def _pool_of(conn: Connection, ctx: Context, spec: SubnetCreate) -> Any:
+    """The pool the subnet comes from, or None (a plain CIDR)."""
+    if spec.cidr is not None and spec.prefixlen is not None:
+        raise _bad("cidr and prefixlen must not be supplied together")
+    if spec.subnetpool_id is not None:
+        return subnetpools.get_visible(conn, ctx, spec.subnetpool_id)
+    if spec.cidr is not None:
+        version: int | None = _parse(spec.cidr).version
+    else:
+        version = spec.ip_version
+        if version is None:
+            raise _bad("ip_version must be specified in the absence of cidr and subnetpool_id")
+    if spec.use_default_subnetpool:
+        row = conn.execute(subnetpools.visible_stmt(ctx).where(SP.c.default_for_version == version)).first()
+        if row is None:
+            raise _bad(f"No default subnetpool found for IPv{version}")
+        return row
+    if spec.cidr is None:
+        raise _bad("A cidr must be specified in the absence of a subnet pool")
+    return None
+
+
+def _parse(text: str) -> Net:
+    try:
+        return subnet_specs.network(text)
+    except ValueError as exc:
+        raise BadRequest(f"Invalid input for cidr. Reason: {exc}.") from None
+
+
+def allocate(conn: Connection, ctx: Context, spec: SubnetCreate, project_id: str) -> Allocation | None:
+    """The pool and CIDR for a new subnet (None: no pool, the request's CIDR as it is)."""
+    pool = _pool_of(conn, ctx, spec)
+    if pool is None:
+        return None
+    if spec.ip_version is not None and spec.ip_version != pool.ip_version:
+        raise _bad(f"Cannot allocate IPv{spec.ip_version} subnet from IPv{pool.ip_version} subnet pool")
+    token = conn.execute(select(SP.c.hash).where(SP.c.id == pool.id).with_for_update()).scalar_one()
+    bits = ps.BITS[pool.ip_version]
+    if spec.cidr is not None:
+        wanted: Net | None = _parse(spec.cidr)
+        assert wanted is not None
+        if wanted.version != pool.ip_version:
+            raise _bad(f"Cannot allocate IPv{wanted.version} subnet from IPv{pool.ip_version} subnet pool")
+        prefixlen = wanted.prefixlen
+    else:
+        if spec.allocation_pools is not None:
+            raise _bad("allocation_pools allowed only for specific subnet requests.")
+        wanted, prefixlen = None, pool.default_prefixlen if spec.prefixlen is None else spec.prefixlen
+    if prefixlen > pool.max_prefixlen:
+        raise BadRequest(f"Unable to allocate subnet with prefix length {prefixlen}, maximum allowed prefix is "
+                         f"{pool.max_prefixlen}.", type="MaxPrefixSubnetAllocationError")  # fmt: skip
+    if prefixlen < pool.min_prefixlen:
+        raise BadRequest(f"Unable to allocate subnet with prefix length {prefixlen}, minimum allowed prefix is "
+                         f"{pool.min_prefixlen}.", type="MinPrefixSubnetAllocationError")  # fmt: skip
+    _check_quota(conn, pool, project_id, prefixlen)
+    free = _free_space(conn, pool.id, pool.prefixes, token)
+    if wanted is not None:
+        if not ps.contains(free, (int(wanted.network_address), int(wanted.broadcast_address))):
+            raise _failed("Cannot allocate requested subnet from the available set of prefixes")
+        cidr: Net = wanted
+    else:
+        first = ps.best_fit(free, prefixlen, bits)
+        if first is None:
+            raise _failed(f"Insufficient prefix space to allocate subnet size /{prefixlen}")
+        cidr = ipaddress.ip_network((first, prefixlen))
+    # The pool's new hash, and its free space under it: the next allocation here reads no allocation rows.
+    # (A hash is random: one this transaction made and then rolled back is never the pool's.)
+    _remember(pool.id, subnetpools.bump(conn, pool.id),
+              ps.minus(free, [(int(cidr.network_address), int(cidr.broadcast_address))]))  # fmt: skip
+    return Allocation(pool.id, cidr, pool.address_scope_id)
+
+
+_FREE: OrderedDict[str, tuple[str, list[ps.Range]]] = OrderedDict()  # pool id -> (its hash, its free space)
+_FREE_LOCK = threading.Lock()
+MAX_CACHED_POOLS = 256
+
+
+def _free_space(conn: Connection, pool_id: str, prefixes: list[str], token: str) -> list[ps.Range]:
+    with _FREE_LOCK:
+        cached = _FREE.get(pool_id)
+    if cached is not None and cached[0] == token:
+        return cached[1]
+    return ps.minus(subnetpools.ranges_of(prefixes), subnetpools.used(conn, pool_id))
+
+
+def _remember(pool_id: str, token: str, free: list[ps.Range]) -> None:
+    with _FREE_LOCK:
+        _FREE[pool_id] = (token, free)
+        _FREE.move_to_end(pool_id)
+        while len(_FREE) > MAX_CACHED_POOLS:
+            _FREE.popitem(last=False)
+
+
+def _check_quota(conn: Connection, pool: Any, project_id: str, prefixlen: int) -> None:
+    """default_quota: addresses (IPv4) or /64s (IPv6) one project may hold in the pool, as Neutron counts them.
+    (Neutron counts the pool owner's subnets whoever asks; the project the subnet is for is counted here, as its
+    API reference describes the quota: per project.)"""
+    if not pool.default_quota:
+        return
+    bits, unit = ps.BITS[pool.ip_version], subnetpools.QUOTA_UNIT[pool.ip_version]
+    stmt = select(ALLOC.c.first, ALLOC.c.last).where(ALLOC.c.subnetpool_id == pool.id,
+                                                     ALLOC.c.project_id == project_id)  # fmt: skip
+    held = sum(int(b, 16) - int(a, 16) + 1 for a, b in conn.execute(stmt))
+    if (held + (1 << (bits - prefixlen))) / (1 << (bits - unit)) > pool.default_quota:
+        raise Conflict("Per-tenant subnet pool prefix quota exceeded.", type="SubnetPoolQuotaExceeded")
+
+
+def check_affinity(conn: Connection, network_id: str, version: int, scope_id: str | None) -> None:
+    """Neutron: the subnets of one IP version on a network are all in one address scope (or all in none)."""
+    S = t.subnets
+    stmt = (select(SP.c.address_scope_id).select_from(S).outerjoin(SP, SP.c.id == S.c.subnetpool_id)
+            .where(S.c.network_id == network_id, S.c.ip_version == version))  # fmt: skip
+    if any(scope != scope_id for (scope,) in conn.execute(stmt)):
+        raise subnetpools.affinity_error()
+
+
+def record(conn: Connection, subnet_id: str, project_id: str, allocation: Allocation) -> None:
+    net = allocation.cidr
+    conn.execute(insert(ALLOC).values(
+        subnet_id=subnet_id, subnetpool_id=allocation.pool_id, project_id=project_id,
+        first=ps.hexed(int(net.network_address)), last=ps.hexed(int(net.broadcast_address)),
+    ))  # fmt: skip
