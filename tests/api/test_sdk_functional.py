@@ -31,7 +31,17 @@ TOKENS = {
 CLOUDS = {"devstack": "sdk-demo", "devstack-alt": "sdk-alt", "devstack-admin": "sdk-admin",
           "devstack-system-admin": "sdk-admin"}  # fmt: skip
 # The classes issue 31's extensions bring (each advertised only when all of it works).
-ISSUE_31 = {"TestAddressScope", "TestSubnetFromSubnetPool", "TestSubnetPool", "TestTrunk"}
+ISSUE_31 = {
+    "TestAddressScope",
+    "TestSubnetFromSubnetPool",
+    "TestSubnetPool",
+    "TestTrunk",
+    "TestQoSPolicy",
+    "TestQoSBandwidthLimitRule",
+    "TestQoSDSCPMarkingRule",
+    "TestQoSMinimumBandwidthRule",
+    "TestQoSRuleType",
+}
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,7 @@ from cloudnet.api import (
     openapi,
     port_forwardings,
     port_pools,
+    qos,
     quotas,
     resources,
     subnetpools,
@@ -208,7 +209,7 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
                        hosts.router, host_join.router, forwards.router, port_forwardings.router,
                        instance_metadata.router, quotas.router, identity.router, keystone.router, metrics.router,
-                       trunks.router, subnetpools.router]),
+                       trunks.router, subnetpools.router, qos.build()]),
         exception_handlers=handlers,
         middleware=[Middleware(RequestIds),  # type: ignore[arg-type]
                     *([Middleware(metrics.RequestMetrics)] if config.metrics else []),  # type: ignore[arg-type]

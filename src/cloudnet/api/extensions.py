@@ -105,6 +105,19 @@ EXTENSIONS = [
         "Subnet Pool Prefix Operations",
         "Provides support for adjusting the prefix list of subnet pools",
     ),
+    # QoS (services/qos/): enforced on the Linux dataplane by tc and nftables, on OVN by its QoS rows.
+    ("qos", "Quality of Service", "The Quality of Service extension."),
+    (
+        "qos-bw-limit-direction",
+        "Direction for QoS bandwidth limit rule",
+        "Allow to configure QoS bandwidth limit rule with specific direction: ingress or egress",
+    ),
+    ("qos-default", "QoS default policy", "Expose the QoS default policy per project"),
+    (
+        "qos-rule-type-details",
+        "Details of QoS rule types",
+        "Expose details about QoS rule types supported by loaded backend drivers",
+    ),
     (
         "cloudnet-events",
         "cloudnet revision log",
@@ -140,6 +153,10 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "address-scope": ("/v2.0/address-scopes",),
     "default-subnetpools": ("/v2.0/subnetpools",),
     "subnetpool-prefix-ops": ("/v2.0/subnetpools/{pool_id}/add_prefixes",),
+    **{
+        alias: ("/v2.0/qos/policies", "/v2.0/qos/rule-types")
+        for alias in ("qos", "qos-bw-limit-direction", "qos-default", "qos-rule-type-details")
+    },
 }
 
 

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from cloudnet import __version__
-from cloudnet.api import resources, schemas
+from cloudnet.api import qos, resources, schemas
 from cloudnet.api.guard import PUBLIC_PATHS
 from cloudnet.api.instance_metadata import CONFIG_DRIVE, ISO_TYPE
 from cloudnet.api.neutron import JSON
@@ -31,6 +31,8 @@ from cloudnet.services.hosts import host_join, hosts
 from cloudnet.services.networks import address_scopes, networks, routers, subnet_specs, subnetpools
 from cloudnet.services.pools import pools
 from cloudnet.services.ports import port_specs, trunks
+from cloudnet.services.qos import policies as qos_policies
+from cloudnet.services.qos import rules as qos_rules
 from cloudnet.services.security import security_group_rules, security_groups
 
 PATHS = ("/openapi.json", "/v2.0/openapi.json")
@@ -62,6 +64,7 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "trunk": (trunks.TrunkCreate, trunks.TrunkUpdate),
     "subnetpool": (subnetpools.PoolCreate, subnetpools.PoolUpdate),
     "address_scope": (address_scopes.ScopeCreate, address_scopes.ScopeUpdate),
+    "policy": (qos_policies.PolicyCreate, qos_policies.PolicyUpdate),
 }
 # Request models the table refers to besides MODELS (each becomes a component schema).
 OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,
@@ -110,7 +113,7 @@ def _ref(model: type[BaseModel]) -> str:
 
 def _table() -> dict[tuple[str, str], Op]:
     ops: dict[tuple[str, str], Op] = {}
-    for res in resources.RESOURCES:
+    for res in [*resources.RESOURCES, qos.RESOURCE]:
         if res.member not in MODELS or res.member not in schemas.MEMBERS:
             continue  # a resource added without its schemas: listed as undocumented
         base, member = f"/v2.0/{res.collection}", schemas.MEMBERS[res.member]
@@ -228,6 +231,33 @@ def _table() -> dict[tuple[str, str], Op]:
                                            ("type", {"type": "array", "items": {"type": "string"}, "maxItems": 16}),
                                            ("project_id", {"type": "string"}))),
     })  # fmt: skip
+    ops.update(_qos_rules())
+    return ops
+
+
+def _qos_rules() -> dict[tuple[str, str], Op]:
+    """Each rule type's sub-resource of a policy (services/qos/rules.py: its attributes and their values), and the
+    rule types."""
+    ops: dict[tuple[str, str], Op] = {}
+    for kind in qos_rules.KINDS.values():
+        base = f"/v2.0/qos/policies/{{policy_id}}/{kind.collection}"
+        attrs = {
+            name: {"enum": list(spec[1])}
+            if spec[0] == "values"
+            else {"type": "integer", "minimum": spec[1], "maximum": spec[2]}
+            for name, spec in kind.params.items()
+        }
+        required = tuple(name for name in kind.params if name not in kind.defaults)
+        rule = envelope(kind.member, schemas.QOS_RULE)
+        ops.update({
+            ("GET", base): Op(200, listing(kind.collection, schemas.QOS_RULE), query=LIST_QUERY),
+            ("POST", base): Op(201, rule, envelope(kind.member, obj(attrs, required, extra=False))),
+            ("GET", base + "/{rule_id}"): Op(200, rule, query=FIELDS),
+            ("PUT", base + "/{rule_id}"): Op(200, rule, envelope(kind.member, obj(attrs, extra=False))),
+            ("DELETE", base + "/{rule_id}"): Op(204, None),
+        })  # fmt: skip
+    ops[("GET", "/v2.0/qos/rule-types")] = Op(200, listing("rule_types", schemas.QOS_RULE_TYPE, False))
+    ops[("GET", "/v2.0/qos/rule-types/{name}")] = Op(200, envelope("rule_type", schemas.QOS_RULE_TYPE))
     return ops
 
 

@@ -90,7 +90,7 @@ RESOURCES = [
 ]  # fmt: skip
 
 
-def _add_routes(router: APIRouter, res: Resource) -> None:
+def add_routes(router: APIRouter, res: Resource) -> None:
     base = f"/v2.0/{res.collection}"
 
     async def list_(request: Request) -> Response:
@@ -144,7 +144,7 @@ def _add_routes(router: APIRouter, res: Resource) -> None:
 def build() -> APIRouter:
     router = APIRouter()
     for res in RESOURCES:
-        _add_routes(router, res)
+        add_routes(router, res)
 
     async def add_interface(request: Request, router_id: str) -> Response:
         neutron.check_id("router", router_id)

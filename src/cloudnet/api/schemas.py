@@ -47,7 +47,7 @@ NETWORK = obj({
     "router:external": BOOL, "provider:network_type": NSTR, "provider:physical_network": NSTR,
     "provider:segmentation_id": NINT, "port_security_enabled": BOOL, "availability_zone_hints": STRS,
     "availability_zones": STRS, "ipv4_address_scope": NSTR, "ipv6_address_scope": NSTR, "is_default": BOOL,
-    "l2_adjacency": BOOL, "config": OBJ, "cloudnet:routes": STRS,
+    "l2_adjacency": BOOL, "config": OBJ, "cloudnet:routes": STRS, "qos_policy_id": NSTR,
 })  # fmt: skip
 SUBNET = obj({
     **STANDARD, "network_id": STR, "ip_version": {"enum": [4, 6]}, "cidr": STR, "gateway_ip": NSTR,
@@ -150,11 +150,18 @@ KEYSTONE_ERROR = obj({"error": obj({"code": INT, "title": STR, "message": STR}, 
 ERROR = obj({"NeutronError": obj({"type": STR, "message": STR, "detail": STR}, ("type", "message", "detail"))},
             ("NeutronError",))  # fmt: skip
 
+# QoS (services/qos/): a policy with its rules, each rule type's own attributes.
+QOS_RULE = obj({"id": STR, "type": STR, "qos_policy_id": STR, "max_kbps": INT, "max_burst_kbps": INT,
+                "direction": {"enum": ["egress", "ingress"]}, "dscp_mark": INT, "min_kbps": INT})  # fmt: skip
+QOS_POLICY = obj({**STANDARD, "shared": BOOL, "is_default": BOOL, "rules": array(QOS_RULE)})
+QOS_RULE_TYPE = obj({"type": STR, "drivers": array(obj({"name": STR, "supported_parameters": array(OBJ)}))},
+                    ("type",))  # fmt: skip
+
 # The Neutron-style members, by body key.
 MEMBERS: dict[str, Schema] = {
     "network": NETWORK, "subnet": SUBNET, "port": PORT, "router": ROUTER, "security_group": SECURITY_GROUP,
     "security_group_rule": RULE, "instance": INSTANCE, "floatingip": FLOATINGIP, "trunk": TRUNK,
-    "subnetpool": SUBNETPOOL, "address_scope": ADDRESS_SCOPE,
+    "subnetpool": SUBNETPOOL, "address_scope": ADDRESS_SCOPE, "policy": QOS_POLICY,
 }  # fmt: skip
 
 

@@ -11,7 +11,8 @@ expression. User text (names) travels only in external_ids, as data.
   from its fixed IPs and allowed address pairs, `requested-chassis` its binding host; the network's metadata port
   is its `localport`;
 - a subnet with DHCP: a DHCP_Options row its ports link, and each such port a QoS row, its budget of DHCP asks
-  (desired_dhcp.py);
+  (desired_dhcp.py); a port with a QoS policy (its own or its network's), QoS rows of its limits and mark
+  (desired_qos.py);
 - a router: desired_routers.py; security groups: desired_acls.py; forwards and floating IPs: desired_forwards.py.
 """
 
@@ -24,11 +25,12 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from cloudnet.northbound import desired_acls, desired_dhcp, desired_forwards, desired_routers
+from cloudnet.northbound import desired_acls, desired_dhcp, desired_forwards, desired_qos, desired_routers
 from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, ids, ip_key
 from cloudnet.services.forwards import forward_targets
 from cloudnet.services.ports import metadata_ports
 from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
+from cloudnet.services.qos import qos_state
 from cloudnet.store import tables as t
 from cloudnet.store import tables_trunks
 from cloudnet.store.db import Store
@@ -173,6 +175,7 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
     filtered: dict[str, list[str]] = {}  # port -> its groups, for every port with port security on
     identities: dict[str, tuple[str, str, list[str]]] = {}  # port -> (network, MAC, fixed IPs)
     router_ports: dict[str, list[Any]] = defaultdict(list)  # router -> its interface ports
+    qos = qos_state.for_ports(conn, None)
     for p in ports:
         if p.network_id not in switches:
             basis.special.add(p.id)
@@ -189,6 +192,7 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
         out.rows.append(lsp)
         if (budget := desired_dhcp.budget(lsp)) is not None:
             out.rows.append(budget)
+        out.rows += desired_qos.rows(lsp, qos.get(p.id))
         if router_port and p.device_owner != ROUTER_GATEWAY:
             router_ports[p.device_id].append(p)
         if lsp.columns["type"] == "":

@@ -23,10 +23,11 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from cloudnet.northbound import desired_acls, desired_dhcp
+from cloudnet.northbound import desired_acls, desired_dhcp, desired_qos
 from cloudnet.northbound.desired import AP, PAIRS, ROUTER_LSP_OWNERS, Basis, port_row
 from cloudnet.northbound.rows import SAFE_NAME, Desired, Row, ip_key
 from cloudnet.services.ports import metadata_ports
+from cloudnet.services.qos import qos_state
 from cloudnet.services.security.host_security import members
 from cloudnet.store import tables as t
 
@@ -36,7 +37,8 @@ DROP_KEY = "pg/drop"
 
 
 def _own_keys(port_id: str) -> tuple[str, ...]:
-    return f"lsp/{port_id}", f"qos/dhcp/{port_id}", f"acl/identity/{port_id}/4", f"acl/identity/{port_id}/6"
+    return (f"lsp/{port_id}", f"qos/dhcp/{port_id}", f"acl/identity/{port_id}/4", f"acl/identity/{port_id}/6",
+            *desired_qos.keys(port_id))  # fmt: skip
 
 
 @dataclass
@@ -110,6 +112,7 @@ class Cache:
             groups.setdefault(port_id, []).append(group_id)
 
         out = Desired(revision)
+        qos = qos_state.for_ports(conn, port_ids)
         filtered = set(acls.filtered)
         touched: dict[str, set[str]] = {}  # group -> its filtered members now
         in_groups: set[str] = set()  # every group a port was or is in
@@ -134,6 +137,7 @@ class Cache:
             out.rows.append(lsp)
             if (budget := desired_dhcp.budget(lsp)) is not None:
                 out.rows.append(budget)
+            out.rows += desired_qos.rows(lsp, qos.get(port_id))
             identity = (p.network_id, p.mac_address, [address for _subnet, address in fixed[port_id]])
             if desired_acls.identity_rules(out, {port_id: identity}):
                 return None  # (a refusal: read in full, so that the report stays the full read's)

@@ -96,6 +96,8 @@ networks = Table(
     Column("routes", JSON, nullable=False, default=list),
     # What its new ports get when they say nothing (Neutron's port-security extension on networks).
     Column("port_security_enabled", Boolean, nullable=False, default=True),
+    # Its QoS policy (store/tables_qos.py), which its ports without one of their own follow.
+    Column("qos_policy_id", ID, nullable=True, index=True),
 )
 
 subnets = Table(
@@ -132,6 +134,7 @@ ports = Table(
     Column("profile", JSON, nullable=False),
     Column("vif_type", String(32), nullable=False, default="unbound"),
     Column("vif_details", JSON, nullable=False),
+    Column("qos_policy_id", ID, nullable=True, index=True),  # (tables_qos.py; a port's own wins over its network's)
     UniqueConstraint("network_id", "mac_address", name="uq_ports_network_mac"),
 )
 

@@ -55,6 +55,7 @@ from cloudnet.dataplane.linux.links import Links
 from cloudnet.dataplane.linux.metadata import MetadataNamespaces
 from cloudnet.dataplane.linux.passes import Kept, Pass, Plugged, needed_networks
 from cloudnet.dataplane.linux.pool import PoolDevices
+from cloudnet.dataplane.linux.qos import PortQos
 from cloudnet.dataplane.linux.radverts import RouterAdverts
 from cloudnet.dataplane.linux.routers import Routers
 from cloudnet.dataplane.linux.trunk_vlans import TrunkVlans
@@ -95,6 +96,8 @@ class LinuxDataplane:
         self.trunks = TrunkVlans(bridges, self.firewall)
         # Pre-plumbed devices for ready pool ports (Kuryr's CNI half), each parked in a namespace of its own.
         self.pool: base.PoolPorts[Pass] = PoolDevices(host, park, bridges, self.firewall, plugged, self.steps)
+        # QoS of the plugged ports: tc on their host devices, DSCP marks in nftables (qos.py).
+        self.qos = PortQos(self.host_ns)
         self.metadata: base.MetadataReach[Pass] = MetadataNamespaces(host, bridges)
         # DHCP for guests that ask (VMs): a dnsmasq per network in its metadata namespace.
         self.dhcp = DhcpServers(host)
@@ -122,6 +125,7 @@ class LinuxDataplane:
     def _forget(self) -> None:
         for job in self._jobs():
             job.forget()
+        self.qos.forget()
         self._kept = None
         self.firewall.forget()
 
@@ -183,6 +187,7 @@ class LinuxDataplane:
             reports = self.ports.apply(run)
             reports += self.vm_ports.apply(run)
             reports += self.trunks.apply(run, self._is_plugged)
+            self.qos.apply(run, [r.port_id for r in reports if r.status == "ACTIVE" and r.vif_type != "binding_failed"])
             for binder in self.binders:
                 reports += binder.apply(state, self.steps, guard)
             reports += self.pool.apply(run)
@@ -217,7 +222,7 @@ class LinuxDataplane:
 
     def step_keys(self, state: DesiredState) -> list[str]:
         """The step keys of every object of the desired state (failures of others are forgotten)."""
-        keys = ["garbage", *self.firewall.step_keys()]
+        keys = ["garbage", *self.firewall.step_keys(), *self.qos.step_keys(state)]
         for job in (*self._jobs(), *self.binders):
             keys += job.step_keys(state)
         return keys

@@ -83,6 +83,10 @@ class Links:
         self._known[name] = msg
         return msg
 
+    def cached(self, name: str) -> Any | None:
+        """The link if this pass has read or made it already (never a lookup)."""
+        return self._known.get(name)
+
     def __contains__(self, name: str) -> bool:
         return self.get(name) is not None
 

@@ -36,8 +36,9 @@ VM_TAP_NEW = "cnv-"  # a VM's tap being made (vm_ports.py): renamed to Nova's na
 TRUNK_END = "cns-"  # inner end of a trunk subport's veth (its cnt- end is on the subport's bridge): trunk_vlans.py
 ROUTER_IFACE = "qr-"  # router end of an interface leg (inside the router namespace)
 ROUTER_GW = "qg-"  # router end of the gateway leg
+IFB = "cnf-"  # an instance port's ifb device: what the instance sends is shaped there (qos_tc.py)
 PREFIXES = (BRIDGE, TAP, TAP_PEER, RETIRED, ROUTER_LEG, GATEWAY_LEG, METADATA_LEG, METADATA_IFACE, VM_TAP_NEW,
-            TRUNK_END)  # fmt: skip
+            TRUNK_END, IFB)  # fmt: skip
 # A VM's tap is named as Nova names it ("tap" + port id), a name anybody may use: cloudnet's carry a mark instead
 # (kernel/tuntap.mark, their alias), and the device group VM_TAP_GROUP, which the bridge filter matches (fw_render.py:
 # a VM tap it does not know passes nothing, as a cnt- device).
@@ -61,6 +62,10 @@ def tap(port_id: str) -> str:
 
 def trunk_end(port_id: str) -> str:
     return _short(port_id, TRUNK_END)
+
+
+def ifb(port_id: str) -> str:
+    return _short(port_id, IFB)
 
 
 def retired() -> str:

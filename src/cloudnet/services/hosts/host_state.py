@@ -16,6 +16,7 @@ from cloudnet.services.hosts.hosts import admin_only
 from cloudnet.services.networks import network_config, networks, single_host
 from cloudnet.services.ports import compute_ports, metadata_ports, port_views, sriov, trunks
 from cloudnet.services.ports.port_specs import ROUTER_INTERFACE
+from cloudnet.services.qos import qos_state
 from cloudnet.services.security.host_security import agent_port, groups_of
 from cloudnet.store import tables as t
 from cloudnet.store import tables_subnetpools as tsp
@@ -98,6 +99,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         filtered = [agent_port(port_dicts[pid]) for pid in instance_ports if pid in port_dicts]
         security_groups, remote_groups = groups_of(conn, filtered + list(pool_ports.values()))
         direct = sriov.desired(conn, host)
+        qos = qos_state.for_ports(conn, instance_ports)
         nets = conn.execute(select(t.networks).where(t.networks.c.id.in_(network_ids))).all()
         SP = tsp.subnetpools  # (a subnet's address scope is its pool's: routers keep scopes apart)
         subs = conn.execute(
@@ -151,6 +153,8 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "pool_ports": pool_ports,
         "security_groups": security_groups,
         "remote_groups": remote_groups,
+        # port id -> what the host enforces of its QoS policy (services/qos/qos_state.py)
+        "qos": qos,
     }  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps, forwards
 from cloudnet.services.networks import network_config, subnetpools
+from cloudnet.services.qos import policies as qos_policies
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
@@ -42,6 +43,7 @@ ATTRS: dict[str, Attr] = {
     "provider:physical_network": Attr(N.c.physical_network),
     "provider:segmentation_id": Attr(N.c.segmentation_id, to_int),
     "port_security_enabled": Attr(N.c.port_security_enabled, to_bool),
+    "qos_policy_id": Attr(N.c.qos_policy_id),
     "subnets": Attr(
         filter=lambda values: N.c.id.in_(select(t.subnets.c.network_id).where(t.subnets.c.id.in_(values))),
         sortable=False,
@@ -66,6 +68,7 @@ class NetworkCreate(Body):
     availability_zone_hints: list[str] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)
     routes: list[Any] = Field(default_factory=list, alias="cloudnet:routes")
+    qos_policy_id: str | None = Field(None, max_length=36)
 
     @model_validator(mode="after")
     def _segment(self) -> NetworkCreate:
@@ -93,6 +96,7 @@ class NetworkUpdate(Body):
     port_security_enabled: bool | None = None
     config: dict[str, Any] | None = None
     routes: list[Any] | None = Field(None, alias="cloudnet:routes")
+    qos_policy_id: str | None = Field(None, max_length=36)
 
 
 def _segment_key(network_type: str, physnet: str | None, segid: int | None) -> str | None:
@@ -163,6 +167,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "provider:physical_network": r.physical_network,
                 "provider:segmentation_id": r.segmentation_id,
                 "port_security_enabled": r.port_security_enabled,
+                "qos_policy_id": r.qos_policy_id,
                 "availability_zone_hints": [],
                 "availability_zones": [],
                 "ipv4_address_scope": _scope(scopes.get((r.id, 4))),
@@ -235,6 +240,9 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay
         config=network_config.merge_config(tx.conn, None, {}, spec.config),
         routes=network_config.check_routes(spec.routes, spec.router_external),
         port_security_enabled=spec.port_security_enabled,
+        qos_policy_id=qos_policies.for_new_network(
+            tx, ctx, row["project_id"], "qos_policy_id" in spec.model_fields_set, spec.qos_policy_id
+        ),
     )
     if spec.routes and not ctx.is_admin:
         raise disallowed("create_network:cloudnet:routes")
@@ -310,7 +318,12 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
             changes["routes"] = network_config.check_routes(changes["routes"], bool(external))
             forward_deps.ranges_kept(tx.conn, network_id, f"Unable to change cloudnet:routes of network {network_id}",
                                      "NetworkRoutesInUse", routes=changes["routes"])  # fmt: skip
-        changes = {k: v for k, v in changes.items() if v is not None}
+        qos = (
+            {"qos_policy_id": qos_policies.check_usable(tx, ctx, changes["qos_policy_id"])}
+            if "qos_policy_id" in changes
+            else {}
+        )
+        changes = {k: v for k, v in changes.items() if v is not None} | qos
         if changes.get("port_security_enabled", row.port_security_enabled) != row.port_security_enabled:
             _pool_ports_follow(tx, network_id, changes["port_security_enabled"])
         common.touch(tx, N, network_id, "network", row.project_id, changes, row=row)

@@ -22,6 +22,7 @@ from cloudnet.services.networks import ipam, networks
 from cloudnet.services.networks.ipam import SubnetInfo
 from cloudnet.services.ports.port_specs import ROUTER_INTERFACE, FixedIp, PortCreate
 from cloudnet.services.ports.port_views import port_dict
+from cloudnet.services.qos import policies as qos_policies
 from cloudnet.services.security import address_pairs, port_security, security_groups
 from cloudnet.services.security.address_pairs import Pair
 from cloudnet.store import tables as t
@@ -108,6 +109,7 @@ class Creator:
             profile=spec.profile or {},
             vif_type="unbound",
             vif_details={},
+            qos_policy_id=qos_policies.check_usable(self.tx, self.ctx, spec.qos_policy_id),
         )
         plan = Plan(row=row, network=network, tags=spec.tags, pairs=address_pairs.parse(spec.allowed_address_pairs))
         port_security.check_new_port(secured, spec.security_groups, plan.pairs)

@@ -54,6 +54,7 @@ class PortCreate(Body):
     vnic_type: Literal["normal", "direct"] = Field("normal", alias="binding:vnic_type")
     host_id: str = Field("", alias="binding:host_id", max_length=255)
     profile: dict[str, Any] | None = Field(None, alias="binding:profile")
+    qos_policy_id: str | None = Field(None, max_length=36)
     tags: Tags
 
     _mac = field_validator("mac_address")(_mac)
@@ -73,6 +74,7 @@ class PortUpdate(Body):
     vnic_type: Literal["normal", "direct"] | None = Field(None, alias="binding:vnic_type")
     host_id: str | None = Field(None, alias="binding:host_id", max_length=255)
     profile: dict[str, Any] | None = Field(None, alias="binding:profile")
+    qos_policy_id: str | None = Field(None, max_length=36)
 
     _mac = field_validator("mac_address")(_mac)
 

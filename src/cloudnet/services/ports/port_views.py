@@ -49,6 +49,7 @@ ATTRS: dict[str, Attr] = {
     "device_id": Attr(P.c.device_id),
     "device_owner": Attr(P.c.device_owner),
     "port_security_enabled": Attr(P.c.port_security_enabled, to_bool),
+    "qos_policy_id": Attr(P.c.qos_policy_id),
     "binding:vnic_type": Attr(P.c.vnic_type),
     "binding:host_id": Attr(P.c.host_id),
     "binding:vif_type": Attr(P.c.vif_type),
@@ -105,6 +106,7 @@ def port_dict(
             "binding:profile": m["profile"],
             "binding:vif_type": m["vif_type"],
             "binding:vif_details": m["vif_details"],
+            "qos_policy_id": m.get("qos_policy_id"),
         }
     )
     return d
@@ -123,7 +125,7 @@ COLUMN_FIELDS = {
     "device_owner": P.c.device_owner, "port_security_enabled": P.c.port_security_enabled,
     "binding:vnic_type": P.c.vnic_type, "binding:host_id": P.c.host_id, "binding:profile": P.c.profile,
     "binding:vif_type": P.c.vif_type, "binding:vif_details": P.c.vif_details,
-    "revision_number": P.c.revision_number,
+    "revision_number": P.c.revision_number, "qos_policy_id": P.c.qos_policy_id,
 }  # fmt: skip
 RELATED_FIELDS = {"fixed_ips", "security_groups", "tags", "allowed_address_pairs"}
 

@@ -25,6 +25,7 @@ from cloudnet.services.ports.port_specs import (
     reject_read_only,
 )
 from cloudnet.services.ports.port_views import list_page, load, to_dicts
+from cloudnet.services.qos import policies as qos_policies
 from cloudnet.services.query import ListQuery, Page
 from cloudnet.services.security import port_security
 from cloudnet.services.validation import parse
@@ -137,6 +138,8 @@ def update_in_tx(tx: Tx, ctx: Context, port_id: str, spec: PortUpdate, extra: di
     if {"port_security_enabled", "security_groups", "allowed_address_pairs"} & given:
         mac = changes.get("mac_address", row.mac_address)
         changes.setdefault("port_security_enabled", port_security.update(tx, ctx, row, spec, mac))
+    if "qos_policy_id" in given:
+        changes["qos_policy_id"] = qos_policies.check_usable(tx, ctx, spec.qos_policy_id, port_id)
     if "fixed_ips" in given:
         _update_fixed_ips(tx, ctx, row, spec.fixed_ips or [], changes.get("device_owner", row.device_owner))
     after = {k: v for k, v in load(tx.conn, [port_id])[0].items() if k in side} if side else {}

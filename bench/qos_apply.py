@@ -1,0 +1,165 @@
+"""QoS apply benchmark (issue 31). Prints figures beside targets; asserts nothing.
+
+A real `cloudnet serve` (SQLite) and this host's real agent with the Linux dataplane (in this process, as the
+integration tests run it), one network with `--ports` instances, each port with a policy of its own; then, N times,
+one policy's bandwidth limit changed through the API (PUT .../bandwidth_limit_rules/{id}) and timed until the kernel
+holds it: the tbf of that port's ifb device shapes at the new rate (read with pyroute2 in the host namespace,
+polled every 2 ms). Also the first limit of a port (ifb device made, redirect, shaping) and its removal.
+
+Target (issue 31): a QoS change applied on the host, p99 <= 50 ms.
+
+Usage (root): .venv/bin/python bench/qos_apply.py [--ports 50] [-n 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from common import cloudnet_server, machine_load, ms, percentile, row
+from pyroute2 import IPRoute
+from tests.support.cloud import running_agent
+
+from cloudnet.dataplane.kernel import netns
+from cloudnet.dataplane.linux import names, qos_tc
+from cloudnet.dataplane.linux.driver import LinuxDataplane
+
+TARGET = 0.050
+
+
+def create(api: httpx.Client, path: str, member: str, body: dict[str, object]) -> dict[str, object]:
+    r = api.post(path, json={member: body})
+    if r.status_code != 201:
+        raise RuntimeError(r.text)
+    return dict(r.json()[member])
+
+
+def wait(check: Callable[[], bool], timeout: float = 10.0) -> float:
+    """Seconds until `check` holds (polled); raises after `timeout`."""
+    start = time.perf_counter()
+    while not check():
+        if time.perf_counter() - start > timeout:
+            raise RuntimeError("the kernel never held the change")
+        time.sleep(0.002)  # (the agent runs in this process: a tighter poll takes the GIL from it)
+    return time.perf_counter() - start
+
+
+def ifb_rate(ipr: IPRoute, ifb: str) -> int | None:
+    found = ipr.link_lookup(ifname=ifb)
+    if not found:
+        return None
+    for q in ipr.get_qdiscs(index=found[0]):
+        if q.get_attr("TCA_KIND") == "tbf":
+            return int(q.get_nested("TCA_OPTIONS", "TCA_TBF_PARMS")["rate"])
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ports", type=int, default=50)
+    parser.add_argument("-n", type=int, default=100)
+    args = parser.parse_args()
+    machine_load()
+    host = f"qosbench-{uuid.uuid4().hex[:6]}"
+    made: list[str] = []
+    with cloudnet_server() as url, httpx.Client(base_url=url + "/v2.0", headers={"X-Auth-Token": "admin"},
+                                                timeout=30) as api:  # fmt: skip
+        dataplane = LinuxDataplane(host)
+        passes: list[float] = []  # the agent's passes (desired state in hand -> kernel converged)
+        qos_steps: list[float] = []  # within them, the QoS job's
+        apply, qos_apply = dataplane.apply, dataplane.qos.apply
+
+        def timed_pass(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return apply(*a, **kw)
+            finally:
+                passes.append(time.perf_counter() - t0)
+
+        def timed_qos(*a: Any, **kw: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                qos_apply(*a, **kw)
+            finally:
+                qos_steps.append(time.perf_counter() - t0)
+
+        dataplane.apply = timed_pass  # type: ignore[method-assign]
+        dataplane.qos.apply = timed_qos  # type: ignore[method-assign]
+        try:
+            with running_agent(url, host, dataplane):
+                net = create(api, "/networks", "network", {"name": "qos-bench"})
+                create(api, "/subnets", "subnet", {"network_id": net["id"], "cidr": "10.80.0.0/16"})
+                policies, rules, ports = [], [], []
+                for i in range(args.ports):
+                    pol = create(api, "/qos/policies", "policy", {"name": f"p{i}"})
+                    rule = create(api, f"/qos/policies/{pol['id']}/bandwidth_limit_rules", "bandwidth_limit_rule",
+                                  {"max_kbps": 10000 + i})  # fmt: skip
+                    ns = f"cntest-qb{i}-{host[-6:]}"
+                    netns.ensure(ns)
+                    made.append(ns)
+                    inst = create(api, "/instances", "instance", {"name": f"i{i}", "host": host, "netns": ns,
+                                                                  "nets": [{"network": net["id"]}]})  # fmt: skip
+                    policies.append(pol)
+                    rules.append(rule)
+                    ports.append(inst["nets"][0]["port_id"])  # type: ignore[index]
+                with netns.entered(names.host_ns(host)):
+                    ipr = IPRoute()
+                with ipr:
+                    wait(lambda: all(ipr.link_lookup(ifname=names.tap(p)) for p in ports), timeout=120)
+                    first, changes, removals = [], [], []
+                    for i, port in enumerate(ports):  # the first limit of each port
+                        start = time.perf_counter()
+                        r = api.put(f"/ports/{port}", json={"port": {"qos_policy_id": policies[i]["id"]}})
+                        if r.status_code != 200:
+                            raise RuntimeError(r.text)
+                        ifb = names.ifb(port)
+                        wait(lambda ifb=ifb: ifb_rate(ipr, ifb) is not None)
+                        first.append(time.perf_counter() - start)
+                    del passes[:], qos_steps[:]
+                    for k in range(args.n):  # one limit changed
+                        i = k % len(ports)
+                        kbps = 20000 + k
+                        start = time.perf_counter()
+                        r = api.put(f"/qos/policies/{policies[i]['id']}/bandwidth_limit_rules/{rules[i]['id']}",
+                                    json={"bandwidth_limit_rule": {"max_kbps": kbps}})  # fmt: skip
+                        if r.status_code != 200:
+                            raise RuntimeError(r.text)
+                        rate = qos_tc.rate_and_burst({"max_kbps": kbps})[0]
+                        ifb = names.ifb(ports[i])
+                        try:
+                            wait(lambda ifb=ifb, rate=rate: ifb_rate(ipr, ifb) == rate)
+                        except RuntimeError:
+                            raise RuntimeError(
+                                f"{ports[i]}: {ifb_rate(ipr, ifb)} != {rate}; failures "
+                                f"{dataplane.failures()}; applied {dataplane.qos.applied.get(ports[i])}; "
+                                f"wanted {api.get(f'/hosts/{host}/state').json()['qos'].get(ports[i])}"
+                            ) from None
+                        changes.append(time.perf_counter() - start)
+                    pass_times, qos_times = list(passes), list(qos_steps)
+                    for port in ports[: min(len(ports), args.n)]:  # the policy taken off
+                        start = time.perf_counter()
+                        api.put(f"/ports/{port}", json={"port": {"qos_policy_id": None}})
+                        ifb = names.ifb(port)
+                        wait(lambda ifb=ifb: not ipr.link_lookup(ifname=ifb))
+                        removals.append(time.perf_counter() - start)
+        finally:
+            dataplane.teardown()
+            for ns in made:
+                netns.remove(ns)
+    print(f"QoS apply, API call -> tc state in the kernel ({args.ports} ports with policies on the host)")
+    row("a rule's limit changed, p50", ms(percentile(changes, 50)), "")
+    row("a rule's limit changed, p99", ms(percentile(changes, 99)), "<= 50 ms", percentile(changes, 99) <= TARGET)
+    row("  the agent's pass in it, p50", ms(percentile(pass_times, 50)), "")
+    row("  the QoS job in that pass, p50", ms(percentile(qos_times, 50)), "")
+    row("a port's first limit, p50", ms(percentile(first, 50)), "")
+    row("a port's first limit, p99", ms(percentile(first, 99)), "<= 50 ms", percentile(first, 99) <= TARGET)
+    row("a policy taken off a port, p99", ms(percentile(removals, 99)), "<= 50 ms",
+        percentile(removals, 99) <= TARGET)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
