@@ -7,7 +7,10 @@
                               own (cnf-<port>), whose root tbf shapes it before the ifb hands it back to the host
                               device's receive path (bridge, firewall) as if it had just arrived. (Shaping, not
                               policing: the kernels cloudnet runs on need not have tc's police action, and a shaped
-                              TCP stream keeps its rate where a policed one saws.)
+                              TCP stream keeps its rate where a policed one saws.) The redirect is one filter on an
+                              ingress qdisc it shares: a trunk parent's VLAN classifier (vlan_bpf.py) runs first and
+                              sends its subports' tagged frames on (the ifb's hand-back skips the device's filters),
+                              so only the parent's own traffic is shaped here, as Neutron applies a parent's policy.
 
 Each function reads the kernel first and changes only what differs: applying the same limit twice changes nothing.
 """
@@ -19,6 +22,7 @@ from typing import Any
 from pyroute2 import IPRoute, protocols
 from pyroute2.netlink.exceptions import NetlinkError
 
+from cloudnet import vlan_bpf
 from cloudnet.dataplane.linux.links import ENODEV
 
 ROOT, TBF_HANDLE, INGRESS_HANDLE = 0xFFFFFFFF, 0x10000, 0xFFFF0000
@@ -26,7 +30,9 @@ LATENCY = "50ms"  # the longest a packet waits in a tbf queue (Neutron's tc_lib:
 BURST_SHARE = 0.8  # Neutron's default burst when a rule gives none: 80 % of the rate's bits in a second
 MIN_BURST = 15000  # bytes: ten full frames, so that a small limit still passes whole packets
 MAX_RATE = 2**32 - 1  # bytes/s: tbf's 32-bit rate (34 Gbit/s); a larger limit is this one
-ENOENT, EINVAL = 2, 22
+ENOENT, EINVAL, EEXIST = 2, 22, 17
+REDIRECT_PRIO = vlan_bpf.PRIO + 0x10  # after a trunk parent's VLAN classifier on the same ingress qdisc
+MATCH_ALL = ["0x0/0x0+0"]
 
 
 def rate_and_burst(limit: dict[str, Any]) -> tuple[int, int]:
@@ -83,23 +89,21 @@ def redirect_target(ipr: IPRoute, index: int) -> int | None:
             return None
         raise
     for f in filters:
+        if (f["info"] >> 16) != REDIRECT_PRIO:
+            continue  # (another's filter on the shared qdisc: a trunk's VLAN classifier)
         parms = f.get_nested("TCA_OPTIONS", "TCA_U32_ACT", "TCA_ACT_PRIO_1", "TCA_ACT_OPTIONS", "TCA_MIRRED_PARMS")
         if parms:
             return int(parms["ifindex"])
     return None
 
 
-def _has_ingress(ipr: IPRoute, index: int) -> bool:
-    return any(q.get_attr("TCA_KIND") == "ingress" for q in ipr.get_qdiscs(index=index))
-
-
 def set_redirect(ipr: IPRoute, index: int, ifb_index: int | None) -> bool:
     """Device `index`'s arriving traffic redirected to device `ifb_index` (None: not redirected). Whether it
     changed."""
-    present = _has_ingress(ipr, index)
-    if (redirect_target(ipr, index) if present else None) == ifb_index and (present or ifb_index is None):
+    current = redirect_target(ipr, index)
+    if current == ifb_index:
         return False
-    if present:
+    if current is not None:
         unredirect(ipr, index)
     if ifb_index is not None:
         redirect(ipr, index, ifb_index)
@@ -107,15 +111,29 @@ def set_redirect(ipr: IPRoute, index: int, ifb_index: int | None) -> bool:
 
 
 def unredirect(ipr: IPRoute, index: int) -> None:
-    """No ingress qdisc on device `index` (its filters go with it), without reading first."""
-    _ignore_gone(lambda: ipr.tc("del", "ingress", index, INGRESS_HANDLE))
+    """No redirect filter on device `index`'s ingress; the qdisc goes too unless it holds another's filter (a
+    trunk's classifier)."""
+    try:
+        # (pyroute2's u32 wants the filter's match to delete it; the priority alone picks ours, as `tc` does)
+        ipr.tc("del-filter", "u32", index, parent=INGRESS_HANDLE, prio=REDIRECT_PRIO, protocol=protocols.ETH_P_ALL,
+               target=0x10001, keys=MATCH_ALL)  # fmt: skip
+        if not any(f["info"] for f in ipr.get_filters(index=index, parent=INGRESS_HANDLE)):
+            ipr.tc("del", "ingress", index, INGRESS_HANDLE)
+    except NetlinkError as exc:
+        if exc.code not in (ENOENT, EINVAL, ENODEV):  # (no such filter, no ingress qdisc, no device)
+            raise
 
 
 def redirect(ipr: IPRoute, index: int, ifb_index: int) -> None:
-    """An ingress qdisc on device `index` (which has none) redirecting all it receives to device `ifb_index`."""
-    ipr.tc("add", "ingress", index, INGRESS_HANDLE)
-    ipr.tc("add-filter", "u32", index, parent=INGRESS_HANDLE, prio=1, protocol=protocols.ETH_P_ALL,
-           target=0x10001, keys=["0x0/0x0+0"],
+    """A filter on device `index`'s ingress qdisc (made when missing) redirecting what it receives to device
+    `ifb_index`."""
+    try:
+        ipr.tc("add", "ingress", index, INGRESS_HANDLE)
+    except NetlinkError as exc:
+        if exc.code != EEXIST:
+            raise
+    ipr.tc("add-filter", "u32", index, parent=INGRESS_HANDLE, prio=REDIRECT_PRIO, protocol=protocols.ETH_P_ALL,
+           target=0x10001, keys=MATCH_ALL,
            action={"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_index})  # fmt: skip
     return True
 
