@@ -95,6 +95,15 @@ EXTENSIONS = [
     ("sorting", "Sorting support", "Extension that indicates that sorting is enabled."),
     ("fields", "Field selection", "Extension that indicates that the fields parameter is supported."),
     ("filter-validation", "Filter parameters validation", "Provides validation on filter parameters."),
+    # Hosts' zones (cloudnet agent --availability-zone) and hints on networks and routers: services/hosts/zones.py.
+    ("availability_zone", "Availability Zone", "The availability zone extension."),
+    (
+        "availability_zone_filter",
+        "Availability Zone Filter Extension",
+        "Add filter parameters to AvailabilityZone resource",
+    ),
+    ("network_availability_zone", "Network Availability Zone", "Availability zone support for network."),
+    ("router_availability_zone", "Router Availability Zone", "Availability zone support for router."),
     (
         "cloudnet-events",
         "cloudnet revision log",
@@ -124,6 +133,10 @@ EXTENSIONS = [
 REQUIRES: dict[str, tuple[str, ...]] = {
     "router": ("/v2.0/routers", "/v2.0/floatingips"),
     "ext-gw-mode": ("/v2.0/routers", "/v2.0/floatingips"),
+    "availability_zone": ("/v2.0/availability_zones",),
+    "availability_zone_filter": ("/v2.0/availability_zones",),
+    "network_availability_zone": ("/v2.0/availability_zones",),
+    "router_availability_zone": ("/v2.0/availability_zones", "/v2.0/routers"),
 }
 
 

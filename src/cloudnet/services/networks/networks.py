@@ -13,6 +13,7 @@ from cloudnet.errors import Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps, forwards
+from cloudnet.services.hosts import zones
 from cloudnet.services.networks import network_config
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
@@ -62,7 +63,7 @@ class NetworkCreate(Body):
     segmentation_id: int | None = Field(None, alias="provider:segmentation_id")
     tags: Tags
     port_security_enabled: bool = True
-    availability_zone_hints: list[str] = Field(default_factory=list)
+    availability_zone_hints: zones.Hints
     config: dict[str, Any] = Field(default_factory=dict)
     routes: list[Any] = Field(default_factory=list, alias="cloudnet:routes")
 
@@ -92,6 +93,7 @@ class NetworkUpdate(Body):
     port_security_enabled: bool | None = None
     config: dict[str, Any] | None = None
     routes: list[Any] | None = Field(None, alias="cloudnet:routes")
+    availability_zone_hints: zones.ReadOnly = None  # (read-only: refused by name)
 
 
 def _segment_key(network_type: str, physnet: str | None, segid: int | None) -> str | None:
@@ -142,6 +144,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
         ):
             subnet_ids[nid].append(sid)
     tags = common.load_tags(conn, ids)
+    placed = zones.network_zones(conn, ids)
     out = []
     for r in rows:
         d = common.standard_fields(r, tags.get(r.id))
@@ -157,8 +160,8 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "provider:physical_network": r.physical_network,
                 "provider:segmentation_id": r.segmentation_id,
                 "port_security_enabled": r.port_security_enabled,
-                "availability_zone_hints": [],
-                "availability_zones": [],
+                "availability_zone_hints": list(r.availability_zone_hints or []),
+                "availability_zones": placed.get(r.id, []),
                 "ipv4_address_scope": None,
                 "ipv6_address_scope": None,
                 "is_default": False,
@@ -211,6 +214,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay
         raise _segment_in_use(spec)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "network")
     quotas.enforce(tx, row["project_id"], "network", 1)
+    zones.require_known(tx.conn, spec.availability_zone_hints)
     row.update(
         admin_state_up=spec.admin_state_up,
         shared=spec.shared,
@@ -224,6 +228,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay
         config=network_config.merge_config(tx.conn, None, {}, spec.config),
         routes=network_config.check_routes(spec.routes, spec.router_external),
         port_security_enabled=spec.port_security_enabled,
+        availability_zone_hints=spec.availability_zone_hints,
     )
     if spec.routes and not ctx.is_admin:
         raise disallowed("create_network:cloudnet:routes")
@@ -266,6 +271,7 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
                    overlay_overhead: int = 0) -> dict[str, Any]:  # fmt: skip
     """`default_mtu`, `overlay_overhead`: as for create_networks (an overlay network's MTU stays within the tunnel)."""
     spec = parse(NetworkUpdate, body)
+    zones.read_only(spec.model_fields_set)
     changes = spec.model_dump(exclude_unset=True, by_alias=False)
     with store.write() as tx:
         row = get_owned(tx.conn, ctx, network_id, "update_network")
