@@ -15,9 +15,13 @@ PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_LENGTH - 1}}}$"
 _NAME = re.compile(PATTERN)
 
 
+def valid(name: str) -> bool:
+    return bool(_NAME.fullmatch(name))
+
+
 def check(name: str) -> str:
     """`name` if it is a usable zone name, else ValueError saying why."""
-    if not _NAME.fullmatch(name):
+    if not valid(name):
         raise ValueError(f"{name[:64]!r} is not an availability zone name: 1-{MAX_LENGTH} letters, digits, '_', '.' "
                          "or '-', starting with a letter or a digit")  # fmt: skip
     return name

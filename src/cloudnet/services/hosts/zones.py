@@ -30,6 +30,7 @@ from cloudnet.services import common
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, utcnow
+from cloudnet.wire import zones
 
 H, P = t.hosts, t.ports
 RESOURCES = ("network", "router")
@@ -75,7 +76,8 @@ def require_known(conn: Connection, hints: list[str]) -> None:
     Neutron's AvailabilityZoneNotFound (404)."""
     if not hints:
         return
-    known = set(conn.execute(select(H.c.availability_zone).distinct().where(H.c.availability_zone.in_(hints)))
+    names = [h for h in hints if zones.valid(h)]  # (no host is in another: not worth a query, and NULs are refused)
+    known = set(conn.execute(select(H.c.availability_zone).distinct().where(H.c.availability_zone.in_(names)))
                 .scalars())  # fmt: skip
     missing = [h for h in hints if h not in known]
     if missing:
@@ -120,4 +122,4 @@ def network_zones(conn: Connection, network_ids: list[str]) -> dict[str, list[st
 
 def host_zones(conn: Connection) -> dict[str, str]:
     """Each registered host's zone (the northbound writer's view: a chassis is named after its host)."""
-    return dict(conn.execute(select(H.c.name, H.c.availability_zone)).tuples().all())
+    return {name: zone for name, zone in conn.execute(select(H.c.name, H.c.availability_zone))}
