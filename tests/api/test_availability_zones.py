@@ -15,7 +15,9 @@ import pytest
 
 from cloudnet.config import ServerConfig
 from tests.support.api import error
+from tests.support.cli import Cli, table_dicts
 from tests.support.mdata_raw import wait_for
+from tests.support.server import RunningServer
 from tests.support.tls import TlsServer, tls_serve
 
 Json = dict[str, Any]
@@ -158,3 +160,15 @@ def test_a_hosts_certificate_sets_its_own_zone_only(tls_server: TlsServer, tmp_p
     with tls_server.client() as admin:
         assert admin.get("/hosts/host-a").status_code == 404
         assert admin.get("/hosts/host-b").json()["host"]["availability_zone"] == "az-b"
+
+
+def test_the_cloudnet_cli_shows_host_zones_and_agents_check_theirs(server: RunningServer, api: httpx.Client) -> None:
+    cli = Cli(server.url)
+    beat(api, "h-cli", "az-cli")
+    assert [(h["Name"], h["Availability Zone"]) for h in table_dicts(cli.out("host", "list"))] == [
+        ("h-cli", "az-cli")]  # fmt: skip
+    assert cli.json("host", "show", "h-cli")["availability_zone"] == "az-cli"
+    # A zone name the heartbeat would refuse stops the agent (and `up`) before it starts anything.
+    for command in ("agent", "up"):
+        line = cli.fail(command, "--availability-zone", "a:b", url=False)
+        assert line.startswith("Error: --availability-zone: 'a:b' is not an availability zone name"), line
