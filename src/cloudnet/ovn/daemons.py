@@ -231,13 +231,18 @@ def listen(central: Central, address: str, netns: str | None = None, timeout: fl
     return remotes[0][2], remotes[1][2]
 
 
-def cms_options(availability_zone: str | None, gateway: bool) -> str:
+GATEWAY_OPTION, ZONES_OPTION = "enable-chassis-as-gw", "availability-zones="
+
+
+def cms_options(availability_zone: str | None, gateway: bool, current: str = "") -> str:
     """A chassis' `ovn-cms-options` as Neutron's OVN deployments set them (neutron/common/ovn/utils.py reads them):
     `enable-chassis-as-gw` on one with uplinks (cloudnet makes such hosts gateway chassis), and
-    `availability-zones=NAME` (Neutron lists zones from it, ':'-separated; a cloudnet host has one)."""
-    options = (["enable-chassis-as-gw"] if gateway else []) + ([f"availability-zones={availability_zone}"]
-                                                                if availability_zone else [])  # fmt: skip
-    return ",".join(options)
+    `availability-zones=NAME` (Neutron lists zones from it, ':'-separated; a cloudnet host has one); the other
+    options of `current` (an operator's) kept."""
+    kept = [o for o in (o.strip() for o in current.split(",")) if o and o != GATEWAY_OPTION
+            and not o.startswith(ZONES_OPTION)]  # fmt: skip
+    options = ([GATEWAY_OPTION] if gateway else []) + kept
+    return ",".join(options + ([ZONES_OPTION + availability_zone] if availability_zone else []))
 
 
 def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "127.0.0.1", netns: str | None = None,
