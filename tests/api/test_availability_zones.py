@@ -177,3 +177,28 @@ def test_the_cloudnet_cli_shows_host_zones_and_agents_check_theirs(server: Runni
     for command in ("agent", "up"):
         line = cli.fail(command, "--availability-zone", "a:b", url=False)
         assert line.startswith("Error: --availability-zone: 'a:b' is not an availability zone name"), line
+
+
+@pytest.mark.ovn_dataplane
+def test_a_routers_gateway_chassis_are_those_of_its_zones(api: httpx.Client) -> None:
+    beat(api, "gw-b", "az-b", uplinks={"physnet1": "eth1"})
+    beat(api, "gw-c", "az-c", uplinks={"physnet1": "eth1"})
+    beat(api, "plain", "az-d", uplinks={})  # (in a zone, but no uplink: no gateway)
+    flat = {"provider:network_type": "flat", "provider:physical_network": "physnet1"}
+    pub = api.post("/networks", json={"network": {"name": "pub", "router:external": True, **flat}}).json()["network"]
+    api.post("/subnets", json={"subnet": {"network_id": pub["id"], "cidr": "192.0.2.0/24"}}).raise_for_status()
+
+    def chassis(hints: list[str]) -> Json:
+        body = {"name": "r", "availability_zone_hints": hints, "external_gateway_info": {"network_id": pub["id"]}}
+        router = api.post("/routers", json={"router": body}).json()["router"]
+        r = api.get(f"/routers/{router['id']}/gateway_chassis")
+        assert r.status_code == 200, r.text
+        return dict(r.json()["gateway_chassis"])
+
+    assert [(c["host"], c["availability_zone"]) for c in chassis([])["chassis"]] == [("gw-b", "az-b"), ("gw-c", "az-c")]
+    got = chassis(["az-c"])
+    assert ([c["host"] for c in got["chassis"]], got["availability_zone_hints"]) == (["gw-c"], ["az-c"])
+    assert [c["host"] for c in chassis(["az-c", "az-b"])["chassis"]] == ["gw-b", "gw-c"]  # (priorities as without)
+    got = chassis(["az-d"])
+    assert (got["chassis"], got["failover"]) == ([], False)
+    assert got["reason"].startswith("No gateway chassis in its availability zones (az-d)"), got["reason"]
