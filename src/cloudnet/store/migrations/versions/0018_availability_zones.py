@@ -28,8 +28,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # ALTER TABLE ... DROP COLUMN (SQLite >= 3.35 too): a batch's copy of networks would drop the table under the rows
+    # that refer to it, which SQLite's foreign keys refuse.
     for table in ("routers", "networks"):
-        with op.batch_alter_table(table) as batch:
-            batch.drop_column("availability_zone_hints")
-    with op.batch_alter_table("hosts") as batch:
-        batch.drop_column("availability_zone")
+        op.drop_column(table, "availability_zone_hints")
+    op.drop_column("hosts", "availability_zone")
