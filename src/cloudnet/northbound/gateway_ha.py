@@ -11,6 +11,7 @@ a third chassis holds a port there; three or more see each other. One has nothin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, or_, select
@@ -69,7 +70,7 @@ def assess(conn: Connection, router_id: str, gw_port_id: str | None, configured:
 
 
 def verdict(has_gateway: bool, physnet: str | None, chassis: list[str], others: list[str],
-            hints: list[str] = ()) -> tuple[bool, str]:  # fmt: skip
+            hints: Sequence[str] = ()) -> tuple[bool, str]:  # fmt: skip
     where = f"physical network {physnet}" if physnet else "the external network"
     if not has_gateway:
         return False, "The router has no external gateway."
