@@ -113,6 +113,8 @@ class AgentConfig:
     state_dir: Path = DEFAULT_STATE_DIR
     # physical network -> host interface bridged to external networks of that physical network
     uplinks: dict[str, str] = field(default_factory=dict)
+    # The availability zone this host reports in its heartbeats (--availability-zone; Neutron's agents' default).
+    availability_zone: str = "nova"
     heartbeat_interval: float = 10.0
     # The metadata API the per-network proxies forward to (http://HOST:PORT, HOST:PORT or unix:/PATH);
     # None: no metadata proxy on this host.

@@ -100,6 +100,7 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
             chassis = daemons.start_chassis(rundir, agent.host, sb_url, encap_ip=agent.encap_ip,
                                             encap_port=agent.encap_port,
                                             bridge_mappings=daemons.bridge_mappings(agent.uplinks),
+                                            availability_zone=agent.availability_zone,
                                             ssl=central.ssl if central is not None else None)  # fmt: skip
         # (after the chassis: its encap address may be the one listened on, and members retry until it is there)
         if central is not None and central.cluster is not None:

@@ -63,14 +63,17 @@ def test_failover_needs_two_gateway_chassis_and_a_third_chassis_or_three_gateway
     heartbeat(api, "gw-b", {"physnet1": "eth1"})
     heartbeat(api, "other", {"physnet2": "eth1"})  # (an uplink elsewhere: not a gateway here)
     got = show(api, router["id"])
-    assert (got["chassis"], got["failover"]) == ([{"host": "gw-b", "priority": 1}], False)
+    assert (got["chassis"], got["failover"]) == ([{"host": "gw-b", "priority": 1, "availability_zone": "nova"}], False)
     assert got["reason"].startswith("One gateway chassis (gw-b): nothing to fail over to")
 
     heartbeat(api, "gw-c", {"physnet1": "eth1"})
     # Two, and an instance's port only on one of them: the other could not tell a dead peer from its isolation.
     create(api, "ports", "port", {"network_id": inner["id"], "binding:host_id": "gw-c"})
     got = show(api, router["id"])
-    assert got["chassis"] == [{"host": "gw-b", "priority": 2}, {"host": "gw-c", "priority": 1}]
+    assert got["chassis"] == [
+        {"host": "gw-b", "priority": 2, "availability_zone": "nova"},
+        {"host": "gw-c", "priority": 1, "availability_zone": "nova"},
+    ]
     assert (got["failover"], got["reference_chassis"]) == (False, [])
     assert "are the only chassis holding ports of the networks it joins" in got["reason"]
 

@@ -54,17 +54,19 @@ class Gateways:
 
 
 @contextmanager
-def gateway_hosts() -> Iterator[Gateways]:
-    """Hosts A, B and C up and joined, B and C with uplinks on every physical network of EXTERNAL."""
+def gateway_hosts(extra: dict[str, tuple[str, ...]] | None = None) -> Iterator[Gateways]:
+    """Hosts A, B and C up and joined, B and C with uplinks on every physical network of EXTERNAL (`extra`: more
+    arguments of each host's command, by letter)."""
+    more = extra or {}
     with running_hosts(3) as h:
         _outside(h, *((ns_of(h, letter), uplink(letter, p)) for letter in GATEWAY_HOSTS for p in EXTERNAL))
         for cidr in list(EXTERNAL.values())[1:]:  # (outside() gave the outside the first one's)
             first = f"{ipaddress.ip_network(cidr)[1]}/{ipaddress.ip_network(cidr).prefixlen}"
             subprocess.run(["ip", "-n", h.outside, "addr", "add", first, "dev", "out"], check=True)
-        _join(h, agent_extra=uplink_args("b"))
+        _join(h, up_extra=more.get("a", ()), agent_extra=uplink_args("b") + more.get("b", ()))
         agents = {"b": h.procs[-1]}
         for letter in GATEWAY_HOSTS[1:]:
-            agents[letter] = start_agent(h, letter, uplink_args(letter))[0]
+            agents[letter] = start_agent(h, letter, uplink_args(letter) + more.get(letter, ()))[0]
         yield Gateways(h, agents)
 
 

@@ -255,15 +255,16 @@ def external_network(h: Hosts, physnet: str = "physnet1", cidr: str = "192.0.2.0
     return pub
 
 
-def _routed_out(h: Hosts, host: str, pub: dict[str, Any] | None = None,
-                index: int = 1) -> tuple[dict[str, Any], dict[str, Any], str]:  # fmt: skip
-    """A router with its gateway on the external network (physnet1's, made, unless given) and a network behind it
-    (10.7<6+index>.0.0/24), and an instance on `host` in that network: (router, instance, the router's address
-    outside)."""
+def _routed_out(h: Hosts, host: str, pub: dict[str, Any] | None = None, index: int = 1,
+                **router_attrs: Any) -> tuple[dict[str, Any], dict[str, Any], str]:  # fmt: skip
+    """A router (with `router_attrs`) with its gateway on the external network (physnet1's, made, unless given) and a
+    network behind it (10.7<6+index>.0.0/24), and an instance on `host` in that network: (router, instance, the
+    router's address outside)."""
     pub = pub or external_network(h)
     net = h.create("networks", "network", {"name": f"inner{index}"})
     sub = h.create("subnets", "subnet", {"network_id": net["id"], "cidr": f"10.{76 + index}.0.0/24"})
-    router = h.create("routers", "router", {"name": f"edge{index}", "external_gateway_info": {"network_id": pub["id"]}})
+    router = h.create("routers", "router", {"name": f"edge{index}", "external_gateway_info": {"network_id": pub["id"]},
+                                            **router_attrs})  # fmt: skip
     r = h.api("PUT", f"/routers/{router['id']}/add_router_interface", {"subnet_id": sub["id"]})
     assert r.status_code == 200, r.text
     router = h.api("GET", f"/routers/{router['id']}").json()["router"]

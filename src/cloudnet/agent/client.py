@@ -102,10 +102,11 @@ class _Servers:
 
 class ApiClient:
     def __init__(self, server: str | Sequence[str], host: str, token: str = "agent", timeout: float = 30.0,
-                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
+                 tls: ssl.SSLContext | None = None, availability_zone: str | None = None) -> None:  # fmt: skip
         """`server`: one URL, `URL1,URL2,...` or a list (failed over in turn); `token` "": none sent (a host
-        certificate in `tls` is the credential)."""
+        certificate in `tls` is the credential); `availability_zone`: the zone its heartbeats report."""
         self.host = host
+        self.availability_zone = availability_zone
         self._http = _Servers(servers_of(server), {"X-Auth-Token": token} if token else {}, timeout,
                               True if tls is None else tls)  # fmt: skip
 
@@ -117,7 +118,9 @@ class ApiClient:
         return r.json()
 
     def heartbeat(self, report: dict[str, Any]) -> dict[str, Any]:
-        body = {"host": {"agent_version": __version__, "report": report}}
+        body: dict[str, Any] = {"host": {"agent_version": __version__, "report": report}}
+        if self.availability_zone is not None:
+            body["host"]["availability_zone"] = self.availability_zone
         return self._check(self._http.put(f"/hosts/{self.host}", json=body))["host"]
 
     def desired_state(self) -> dict[str, Any]:

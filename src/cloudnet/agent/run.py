@@ -47,7 +47,9 @@ def build(config: AgentConfig) -> Agent:
         threading.Thread(target=renew_when_due, args=(config.state_dir, servers_of(config.server), context,
                                                       threading.Event()), daemon=True,
                          name="cloudnet-renewal").start()  # fmt: skip
-    client = ApiClient(config.server, config.host, config.token, tls=context)
+    client = ApiClient(
+        config.server, config.host, config.token, tls=context, availability_zone=config.availability_zone
+    )
     report = drivers.host_report(config)
     dataplane = drivers.build(config, report)  # shares `report` with the Agent (the driver may refresh parts)
     observers: list[StateObserver] = []

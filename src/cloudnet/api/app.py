@@ -46,6 +46,7 @@ from cloudnet.api import (
     tags,
     trunks,
     ui,
+    zones,
 )
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.deps import AppState, call
@@ -209,7 +210,7 @@ def create_app(config: ServerConfig, store: Store, auth: Authenticator | None = 
         routes=routes([resources.build(), port_pools.router, extensions.router, events.router, tags.router,
                        hosts.router, host_join.router, forwards.router, port_forwardings.router,
                        instance_metadata.router, quotas.router, identity.router, keystone.router, metrics.router,
-                       trunks.router, subnetpools.router, qos.build()]),
+                       trunks.router, subnetpools.router, qos.build(), zones.router]),
         exception_handlers=handlers,
         middleware=[Middleware(RequestIds),  # type: ignore[arg-type]
                     *([Middleware(metrics.RequestMetrics)] if config.metrics else []),  # type: ignore[arg-type]

@@ -118,6 +118,15 @@ EXTENSIONS = [
         "Details of QoS rule types",
         "Expose details about QoS rule types supported by loaded backend drivers",
     ),
+    # Hosts' zones (cloudnet agent --availability-zone) and hints on networks and routers: services/hosts/zones.py.
+    ("availability_zone", "Availability Zone", "The availability zone extension."),
+    (
+        "availability_zone_filter",
+        "Availability Zone Filter Extension",
+        "Add filter parameters to AvailabilityZone resource",
+    ),
+    ("network_availability_zone", "Network Availability Zone", "Availability zone support for network."),
+    ("router_availability_zone", "Router Availability Zone", "Availability zone support for router."),
     (
         "cloudnet-events",
         "cloudnet revision log",
@@ -157,6 +166,10 @@ REQUIRES: dict[str, tuple[str, ...]] = {
         alias: ("/v2.0/qos/policies", "/v2.0/qos/rule-types")
         for alias in ("qos", "qos-bw-limit-direction", "qos-default", "qos-rule-type-details")
     },
+    "availability_zone": ("/v2.0/availability_zones",),
+    "availability_zone_filter": ("/v2.0/availability_zones",),
+    "network_availability_zone": ("/v2.0/availability_zones",),
+    "router_availability_zone": ("/v2.0/availability_zones", "/v2.0/routers"),
 }
 
 

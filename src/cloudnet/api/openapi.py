@@ -52,6 +52,8 @@ class Op:
 LIST_QUERY = (("fields", STR), ("limit", {"type": "integer", "minimum": 0}), ("marker", STR), ("sort_key", STR),
               ("sort_dir", {"enum": ["asc", "desc"]}), ("page_reverse", BOOL))  # fmt: skip
 FIELDS = (("fields", STR),)
+AZ_QUERY = (("fields", STR), ("name", STR), ("resource", {"enum": ["network", "router"]}),
+            ("state", {"enum": ["available", "unavailable"]}))  # fmt: skip
 MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "network": (networks.NetworkCreate, networks.NetworkUpdate),
     "subnet": (subnet_specs.SubnetCreate, subnet_specs.SubnetUpdate),
@@ -166,6 +168,8 @@ def _table() -> dict[tuple[str, str], Op]:
         ("PUT", "/v2.0/subnetpools/{pool_id}/remove_prefixes"): Op(200, PREFIXES, subnetpools.PrefixOps),
         ("PUT", "/v2.0/routers/{router_id}/add_extraroutes"): Op(200, router, ROUTES_BODY),
         ("PUT", "/v2.0/routers/{router_id}/remove_extraroutes"): Op(200, router, ROUTES_BODY),
+        ("GET", "/v2.0/availability_zones"): Op(200, listing("availability_zones", schemas.AVAILABILITY_ZONE, False),
+                                                query=AZ_QUERY),
         ("GET", "/v2.0/routers/{router_id}/gateway_chassis"): Op(200, envelope("gateway_chassis",
                                                                                  schemas.GATEWAY_CHASSIS)),
         ("POST", "/v2.0/{collection}/{resource_id}/tags"): Op(201, tag_list, tag_list),

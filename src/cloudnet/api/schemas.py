@@ -92,13 +92,16 @@ INSTANCE = obj({
     "ssh_keys": array(OBJ), "nets": array(OBJ), "ports": array(OBJ), "metadata_tokens": STR,
 })  # fmt: skip
 HOST = obj({
-    "name": STR, "agent_version": STR, "heartbeat_at": NSTR, "alive": BOOL, "created_at": STR, "updated_at": STR,
-    "report": OBJ,
+    "name": STR, "agent_version": STR, "availability_zone": STR, "heartbeat_at": NSTR, "alive": BOOL,
+    "created_at": STR, "updated_at": STR, "report": OBJ,
 }, ("name",))  # fmt: skip
+AVAILABILITY_ZONE = obj({"name": STR, "resource": {"enum": ["network", "router"]},
+                         "state": {"enum": ["available", "unavailable"]}}, ("name", "resource", "state"))  # fmt: skip
 # A router's gateway chassis on OVN and whether its gateway can fail over (northbound/gateway_ha.py).
 GATEWAY_CHASSIS = obj({
-    "router_id": STR, "chassis": array(obj({"host": STR, "priority": INT}, ("host", "priority"))),
-    "reference_chassis": STRS, "failover": BOOL, "reason": STR,
+    "router_id": STR, "chassis": array(obj({"host": STR, "priority": INT, "availability_zone": NSTR},
+                                           ("host", "priority"))),
+    "availability_zone_hints": STRS, "reference_chassis": STRS, "failover": BOOL, "reason": STR,
 }, ("router_id", "chassis", "reference_chassis", "failover", "reason"))  # fmt: skip
 PORT_POOL = obj({"id": STR, "host": STR, "project_id": STR, "network_id": STR}, ("id",))
 FORWARD_PORT = obj({"description": STR, "protocol": STR, "listen_port": STR, "target_port": STR,

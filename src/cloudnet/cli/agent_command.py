@@ -12,6 +12,7 @@ import typer
 from cloudnet.agent import join as joining
 from cloudnet.cli.daemons import (
     DEFAULT_STATE_DIR,
+    AvailabilityZone,
     LogFormatOption,
     MdataIdle,
     MdataMaxConnections,
@@ -29,6 +30,7 @@ from cloudnet.cli.daemons import (
     sriov_of,
     uplinks_of,
     vm_owner,
+    zone_of,
 )
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.ovn_options import ChassisSb, EncapIface, EncapIp, set_encap
@@ -108,6 +110,7 @@ def register(app: typer.Typer) -> None:
         join: Join = None,
         state_dir: StateDir = DEFAULT_STATE_DIR,
         uplink: Uplink = None,
+        availability_zone: AvailabilityZone = AgentConfig.availability_zone,
         metadata_url: Annotated[
             str | None,
             typer.Option(
@@ -167,7 +170,8 @@ def register(app: typer.Typer) -> None:
         from cloudnet.wire.signing import SecretError
 
         config = AgentConfig(host=host or socket.gethostname(), state_dir=state_dir, uplinks=uplinks_of(uplink),
-                             metadata_secret_file=metadata_secret_file)  # fmt: skip
+                             metadata_secret_file=metadata_secret_file,
+                             availability_zone=zone_of(availability_zone))  # fmt: skip
         joined = _joined(config, join, host)
         # What the command line says wins over what the join wrote; a joined agent sends no token unless given one.
         config.server = server or (config.server if joined else DEFAULT_SERVER)
@@ -194,7 +198,8 @@ def register(app: typer.Typer) -> None:
             if ovn_sb is not None and ovs_db is None:  # this host's ovs-vswitchd and ovn-controller, started here
                 chassis = start_chassis(state_dir / "ovn-chassis", config.host, ovn_sb, encap_ip=config.encap_ip,
                                         encap_port=config.encap_port, ssl=_ssl(config, ovn_sb),
-                                        bridge_mappings=bridge_mappings(config.uplinks))  # fmt: skip
+                                        bridge_mappings=bridge_mappings(config.uplinks),
+                                        availability_zone=config.availability_zone)  # fmt: skip
                 config.ovs_db = chassis.ovs_url
             run(config)
         except SecretError as exc:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
 from cloudnet.cli.client import SUBNET, Client, Kind
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.parsing import parse_fixed_ip
+
+# Networks' and routers' availability_zone_hints at create (read-only after, as in Neutron).
+AzHintOption = Annotated[
+    list[str] | None,
+    typer.Option("--availability-zone-hint", metavar="ZONE", help="Availability zone to realise it in (repeatable)."),
+]
 
 
 def client_of(ctx: typer.Context) -> Client:

@@ -32,7 +32,7 @@ from cloudnet.config import (
 )
 from cloudnet.docker.command import DEFAULT_SOCKET
 from cloudnet.errors import CloudnetError
-from cloudnet.wire import logs
+from cloudnet.wire import logs, zones
 
 if TYPE_CHECKING:  # (loaded only when `up` runs: see _docker)
     from cloudnet.server import Companion
@@ -146,6 +146,24 @@ VendorData = Annotated[
 LogFormatOption = Annotated[
     logs.LogFormat, typer.Option("--log-format", help="text (for people) or json (one object a line, for log "
                                  "shippers); both carry each line's request id.")]  # fmt: skip
+
+
+AvailabilityZone = Annotated[
+    str,
+    typer.Option(
+        metavar="NAME",
+        help="The availability zone this host is in, reported in its heartbeats (Neutron's agents' "
+        "availability_zone; OVN: the chassis' ovn-cms-options availability-zones=NAME). Networks and routers hint "
+        "zones; on OVN a router's gateway goes only to chassis of its hinted zones.",
+    ),
+]
+
+
+def zone_of(value: str) -> str:
+    try:
+        return zones.check(value)
+    except ValueError as exc:
+        raise CliError(f"--availability-zone: {exc}") from None
 
 
 def uplinks_of(values: list[str] | None) -> dict[str, str]:
@@ -279,6 +297,7 @@ def register(app: typer.Typer) -> None:
         default_mtu: Mtu = 1500,
         agent_host: AgentHost = None,
         uplink: Uplink = None,
+        availability_zone: AvailabilityZone = AgentConfig.availability_zone,
         metadata_listen: MetadataListen = DEFAULT_METADATA_LISTEN,
         vendor_data: VendorData = None,
         sriov: Sriov = None,
@@ -331,6 +350,7 @@ def register(app: typer.Typer) -> None:
                                    token="", state_dir=state_dir,  # the server gives it a token of its own
                                    uplinks=uplinks_of(uplink), metadata_url=metadata_url_of(metadata_listen),
                                    metadata_secret_file=config.metadata_secret_file)  # fmt: skip
+        agent_config.availability_zone = zone_of(availability_zone)
         agent_config.sriov, agent_config.sriov_exclude = sriov_of(sriov, sriov_exclude)
         agent_config.sysfs_root = sysfs_root
         agent_config.park_pool_devices = park_pool_devices

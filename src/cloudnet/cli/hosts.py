@@ -19,6 +19,7 @@ COLUMNS = [
     Column("Name", "name"),
     Column("Alive", lambda h: "yes" if h.get("alive") else "no"),
     Column("Heartbeat", "heartbeat_at"),
+    Column("Availability Zone", "availability_zone"),
     Column("Agent Version", "agent_version"),
 ]
 

@@ -9,7 +9,7 @@ import typer
 
 from cloudnet.cli import forwards
 from cloudnet.cli.client import NETWORK
-from cloudnet.cli.common import client_of, delete_each, require_changes, set_if
+from cloudnet.cli.common import AzHintOption, client_of, delete_each, require_changes, set_if
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show, up_down
 from cloudnet.cli.parsing import parse_assignments
@@ -68,6 +68,7 @@ def create(
     project: Annotated[str | None, typer.Option(help="Owning project id (admin only).")] = None,
     route: RouteOption = None,
     port_security: PortSecurityOption = None,
+    availability_zone_hint: AzHintOption = None,
     fmt: FormatOption = Format.table,
     columns: ColumnsOption = None,
 ) -> None:
@@ -85,6 +86,7 @@ def create(
     set_if(body, "cloudnet:routes", list(route) if route else None)
     set_if(body, "project_id", project)
     set_if(body, "port_security_enabled", port_security)
+    set_if(body, "availability_zone_hints", availability_zone_hint or None)
     print_show(client_of(ctx).create(NETWORK, body), fmt, columns)
 
 

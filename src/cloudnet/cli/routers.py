@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from cloudnet.cli.client import NETWORK, PORT, ROUTER, SUBNET, Client, Kind
-from cloudnet.cli.common import client_of, delete_each, require_changes, resolve_fixed_ips, set_if
+from cloudnet.cli.common import AzHintOption, client_of, delete_each, require_changes, resolve_fixed_ips, set_if
 from cloudnet.cli.errors import CliError
 from cloudnet.cli.output import Column, ColumnsOption, Format, FormatOption, print_list, print_show, up_down
 
@@ -42,6 +42,7 @@ def create(
     name: Annotated[str, typer.Argument(help="Name of the new router.")],
     disable: Annotated[bool, typer.Option("--disable", help="Create administratively down.")] = False,
     description: Annotated[str | None, typer.Option(help="Description.")] = None,
+    availability_zone_hint: AzHintOption = None,
     fmt: FormatOption = Format.table,
     columns: ColumnsOption = None,
 ) -> None:
@@ -49,6 +50,7 @@ def create(
     body: dict[str, object] = {"name": name}
     set_if(body, "admin_state_up", False if disable else None)
     set_if(body, "description", description)
+    set_if(body, "availability_zone_hints", availability_zone_hint or None)
     print_show(client_of(ctx).create(ROUTER, body), fmt, columns)
 
 

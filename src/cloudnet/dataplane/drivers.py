@@ -52,7 +52,7 @@ def _ovn(config: AgentConfig, report: dict[str, Any]) -> Dataplane:
             raise ValueError("an ssl: SB database needs this host's certificate (join with a token)")
         idl.use_ssl(config.key_file, config.cert_file, config.ca_file)
     return OvnDataplane(config.host, config.ovs_db, config.ovn_sb, host_ns=config.ovs_netns, uplinks=config.uplinks,
-                        step_timeout=config.step_timeout,
+                        step_timeout=config.step_timeout, availability_zone=config.availability_zone,
                         vm_owner=tapdev.Owner(*config.vm_owner))  # fmt: skip
 
 

@@ -28,6 +28,7 @@ from sqlalchemy import Connection, select
 from cloudnet.northbound import desired_acls, desired_dhcp, desired_forwards, desired_qos, desired_routers
 from cloudnet.northbound.rows import PREFIX, SAFE_NAME, Desired, Row, ids, ip_key
 from cloudnet.services.forwards import forward_targets
+from cloudnet.services.hosts import zones
 from cloudnet.services.ports import metadata_ports
 from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.services.qos import qos_state
@@ -142,6 +143,7 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
     chassis = [c for c in gateway_chassis if SAFE_NAME.fullmatch(c)]
     out.refused += [f"gateway chassis {c!r}: not a plain name" for c in gateway_chassis if c not in chassis]
     by_physnet, reporting = desired_routers.uplink_hosts(conn, out)
+    host_zones = zones.host_zones(conn)
     physnets = {n.id: n.physical_network for n in networks}
 
     switches: set[str] = set()
@@ -218,6 +220,7 @@ def build_with_basis(conn: Connection, gateway_chassis: Sequence[str] = ()) -> t
             gateway = None
         physnet = physnets.get(gateway.network_id) if gateway is not None else None
         gateways = desired_routers.gateways(chassis, physnet, by_physnet, reporting)
+        gateways = desired_routers.in_zones(gateways, list(r.availability_zone_hints or []), host_zones)
         desired_routers.router(
             conn, out, r, router_ports[r.id], gateway, fixed, subnets, gateways, {n.id: n.mtu for n in networks}
         )

@@ -7,6 +7,9 @@ it has an uplink there, when its agent says), then every host whose agent report
 PHYSNET:IFACE) on the external network's physical network, by name: a chassis is named after its host, and only
 there does the external network reach the outside (Neutron schedules gateways on chassis with bridge mappings of
 the network's physnet likewise). The first has the highest priority; OVN moves the port to the next when it goes.
+A router with `availability_zone_hints` gets only the chassis whose host reports one of those zones (Neutron's OVN
+L3 scheduler filters its candidates so): when they all die its gateway goes to no other zone, and with none there it
+has no Gateway_Chassis at all (an unhosted gateway port, as in Neutron).
 
 Router advertisements are ovn-controller's, from an interface port's `ipv6_ra_configs` (ra_configs): only for an
 IPv6 subnet with an `ipv6_ra_mode`, as Neutron's OVN driver writes them and its L3 agent's radvd sends them
@@ -53,6 +56,13 @@ def gateways(configured: list[str], physnet: str | None, by_physnet: dict[str, l
     uplinked = by_physnet.get(physnet or "", [])
     first = [c for c in configured if physnet is None or c in uplinked or c not in reporting]
     return first + [h for h in uplinked if h not in first]
+
+
+def in_zones(chassis: list[str], hints: list[str], zone_of: dict[str, str]) -> list[str]:
+    """The chassis (in their order) whose host is in one of the hinted zones; all of them without hints."""
+    if not hints:
+        return chassis
+    return [c for c in chassis if zone_of.get(c) in hints]
 
 
 RA_MODES = {"slaac": "slaac", "dhcpv6-stateful": "dhcpv6_stateful", "dhcpv6-stateless": "dhcpv6_stateless"}

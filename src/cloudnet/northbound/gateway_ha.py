@@ -11,6 +11,7 @@ a third chassis holds a port there; three or more see each other. One has nothin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, or_, select
@@ -19,6 +20,7 @@ from cloudnet.errors import NotFound, not_found
 from cloudnet.northbound import desired_routers
 from cloudnet.northbound.rows import SAFE_NAME, Desired
 from cloudnet.services.context import Context
+from cloudnet.services.hosts import zones
 from cloudnet.services.hosts.hosts import admin_only
 from cloudnet.services.ports import metadata_ports
 from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
@@ -32,16 +34,19 @@ ROUTER_OWNERS = (ROUTER_INTERFACE, ROUTER_GATEWAY)
 def show(store: Store, ctx: Context, router_id: str, configured: list[str], dataplane: str) -> dict[str, Any]:
     admin_only(ctx)
     with store.read() as conn:
-        router = conn.execute(select(t.routers.c.id, t.routers.c.gw_port_id).where(t.routers.c.id == router_id)).first()
+        R = t.routers
+        router = conn.execute(select(R.c.id, R.c.gw_port_id, R.c.availability_zone_hints)
+                              .where(R.c.id == router_id)).first()  # fmt: skip
         if router is None:
             raise not_found("router", router_id)
         if dataplane != "ovn":
             raise NotFound(f"Router {router_id} has no gateway chassis: they are OVN's (this dataplane is {dataplane})",
                            type="GatewayChassisNotFound")  # fmt: skip
-        return assess(conn, router_id, router.gw_port_id, configured)
+        return assess(conn, router_id, router.gw_port_id, configured, list(router.availability_zone_hints or []))
 
 
-def assess(conn: Connection, router_id: str, gw_port_id: str | None, configured: list[str]) -> dict[str, Any]:
+def assess(conn: Connection, router_id: str, gw_port_id: str | None, configured: list[str],
+           hints: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     physnet = None
     if gw_port_id:
         physnet = conn.execute(select(N.c.physical_network).join(P, P.c.network_id == N.c.id)
@@ -49,20 +54,29 @@ def assess(conn: Connection, router_id: str, gw_port_id: str | None, configured:
     by_physnet, reporting = desired_routers.uplink_hosts(conn, Desired(0))
     chosen = [c for c in configured if SAFE_NAME.fullmatch(c)]
     chassis = desired_routers.gateways(chosen, physnet, by_physnet, reporting) if gw_port_id else []
+    zone_of = zones.host_zones(conn)
+    chassis = desired_routers.in_zones(chassis, hints or [], zone_of)
     others = sorted(reference_hosts(conn, router_id) - set(chassis))
+    listed = [{"host": name, "priority": len(chassis) - i, "availability_zone": zone_of.get(name)}
+              for i, name in enumerate(chassis)]  # fmt: skip
     out: dict[str, Any] = {
         "router_id": router_id,
-        "chassis": [{"host": name, "priority": len(chassis) - i} for i, name in enumerate(chassis)],
+        "chassis": listed,
+        "availability_zone_hints": hints or [],
         "reference_chassis": others,  # chassis beside the gateways that hold ports of the router's networks
     }
-    out["failover"], out["reason"] = verdict(gw_port_id is not None, physnet, chassis, others)
+    out["failover"], out["reason"] = verdict(gw_port_id is not None, physnet, chassis, others, hints or [])
     return out
 
 
-def verdict(has_gateway: bool, physnet: str | None, chassis: list[str], others: list[str]) -> tuple[bool, str]:
+def verdict(has_gateway: bool, physnet: str | None, chassis: list[str], others: list[str],
+            hints: Sequence[str] = ()) -> tuple[bool, str]:  # fmt: skip
     where = f"physical network {physnet}" if physnet else "the external network"
     if not has_gateway:
         return False, "The router has no external gateway."
+    if not chassis and hints:
+        return False, (f"No gateway chassis in its availability zones ({', '.join(hints)}): no host of them has an "
+                       f"uplink on {where}; its gateway goes to no other zone.")  # fmt: skip
     if not chassis:
         return False, f"No gateway chassis: no host has an uplink on {where} (cloudnet agent --uplink PHYSNET:IFACE)."
     if len(chassis) == 1:

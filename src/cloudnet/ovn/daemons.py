@@ -231,14 +231,30 @@ def listen(central: Central, address: str, netns: str | None = None, timeout: fl
     return remotes[0][2], remotes[1][2]
 
 
+GATEWAY_OPTION, ZONES_OPTION = "enable-chassis-as-gw", "availability-zones="
+
+
+def cms_options(availability_zone: str | None, gateway: bool, current: str = "") -> str:
+    """A chassis' `ovn-cms-options` as Neutron's OVN deployments set them (neutron/common/ovn/utils.py reads them):
+    `enable-chassis-as-gw` on one with uplinks (cloudnet makes such hosts gateway chassis), and
+    `availability-zones=NAME` (Neutron lists zones from it, ':'-separated; a cloudnet host has one); the other
+    options of `current` (an operator's) kept."""
+    kept = [o for o in (o.strip() for o in current.split(",")) if o and o != GATEWAY_OPTION
+            and not o.startswith(ZONES_OPTION)]  # fmt: skip
+    options = ([GATEWAY_OPTION] if gateway else []) + kept
+    return ",".join(options + ([ZONES_OPTION + availability_zone] if availability_zone else []))
+
+
 def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "127.0.0.1", netns: str | None = None,
                   bridge_mappings: dict[str, str] | None = None, encap_port: tuple[str, int] | None = None,
-                  timeout: float = 10.0, ssl: Ssl | None = None) -> Chassis:  # fmt: skip
+                  timeout: float = 10.0, ssl: Ssl | None = None,
+                  availability_zone: str | None = None) -> Chassis:  # fmt: skip
     """This host's Open_vSwitch database, ovs-vswitchd with the integration bridge, and ovn-controller joined to the
     SB database at `sb_remote`; returns once the chassis has registered there. `encap_port`: (interface, prefix
     length) of the underlay the other chassis are reached through, given `encap_ip` here (see the module's doc).
     `ssl`: this host's key and certificate, and the CA, for an `ssl:` SB remote (`ovs-vsctl set-ssl`: ovn-controller
-    reads them from its Open_vSwitch database)."""
+    reads them from its Open_vSwitch database). `availability_zone`: the chassis' zone in `ovn-cms-options`
+    (cms_options)."""
     rundir.mkdir(parents=True, exist_ok=True, mode=0o700)
     dp = datapath_type()
     mappings = bridge_mappings or {}
@@ -258,7 +274,8 @@ def start_chassis(rundir: Path, name: str, sb_remote: str, *, encap_ip: str = "1
         bridges += ["--", "--may-exist", "add-port", ENCAP_BRIDGE, encap_port[0]]
     ids = {"system-id": name, "hostname": name, "ovn-remote": sb_remote, "ovn-encap-type": "geneve",
            "ovn-encap-ip": encap_ip, "ovn-bridge": INTEGRATION_BRIDGE, "ovn-bridge-datapath-type": dp,
-           "ovn-bridge-mappings": ",".join(f"{k}:{v}" for k, v in sorted(mappings.items()))}  # fmt: skip
+           "ovn-bridge-mappings": ",".join(f"{k}:{v}" for k, v in sorted(mappings.items())),
+           "ovn-cms-options": cms_options(availability_zone, bool(mappings))}  # fmt: skip
     settings = [f'external_ids:{k}="{v}"' for k, v in ids.items() if v]
     run(rundir, [*vsctl, *bridges, "--", "set", "Open_vSwitch", ".", *settings], netns)
     if ssl is not None:

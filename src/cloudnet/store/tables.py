@@ -98,6 +98,8 @@ networks = Table(
     Column("port_security_enabled", Boolean, nullable=False, default=True),
     # Its QoS policy (store/tables_qos.py), which its ports without one of their own follow.
     Column("qos_policy_id", ID, nullable=True, index=True),
+    # Neutron's network_availability_zone: the zones asked for at create ([] none), read-only after.
+    Column("availability_zone_hints", JSON, nullable=False, default=list),
 )
 
 subnets = Table(
@@ -212,6 +214,7 @@ routers = Table(
     Column("enable_snat", Boolean, nullable=False, default=True),
     # extraroute: [{"destination": cidr, "nexthop": ip}], checked against the router's subnets
     Column("routes", JSON, nullable=False, default=list),
+    Column("availability_zone_hints", JSON, nullable=False, default=list),  # (router_availability_zone)
 )
 
 tags = Table(
@@ -235,6 +238,8 @@ hosts = Table(
     Column("revision_number", BigInteger, nullable=False, default=0),
     # What the agent reports about itself: uplinks, later SR-IOV inventory.
     Column("report", JSON, nullable=False),
+    # The zone its agent reports (`cloudnet agent --availability-zone`, Neutron's agents' availability_zone).
+    Column("availability_zone", String(255), nullable=False, default="nova"),
 )
 
 # Join tokens (`cloudnet host join-token`): single use, short-lived, for one host name; the secret's SHA-256 only.

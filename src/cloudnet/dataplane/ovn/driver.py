@@ -41,11 +41,12 @@ class OvnDataplane:
     def __init__(
         self, host: str, ovs_url: str, sb_url: str, *, chassis: str | None = None, host_ns: str | None = None,
         uplinks: dict[str, str] | None = None, step_timeout: float = DEFAULT_TIMEOUT,
-        vm_owner: tapdev.Owner | None = None,
+        vm_owner: tapdev.Owner | None = None, availability_zone: str | None = None,
     ) -> None:  # fmt: skip
         """`chassis`: this chassis' name in SB (its Open_vSwitch system-id; default the host's name); `host_ns`: the
         namespace ovs-vswitchd runs in (default the agent's own); `uplinks`: {physical network: interface};
-        `vm_owner`: who may open VMs' taps (default: only a VMM with CAP_NET_ADMIN)."""
+        `vm_owner`: who may open VMs' taps (default: only a VMM with CAP_NET_ADMIN); `availability_zone`: this
+        host's, in the chassis' ovn-cms-options."""
         self.host = host
         self.chassis = chassis or host
         self.host_ns = host_ns or netns.AGENT_NS
@@ -56,6 +57,7 @@ class OvnDataplane:
         self.vms = VmPorts(host, self.chassis, self.host_ns, vm_owner or tapdev.Owner())
         self.metadata = MetadataPorts(host)
         self.uplinks = Uplinks(uplinks or {})
+        self.zone = availability_zone
         self.restarts = Restarts.of_chassis(ovs_url)
         self._bound: set[str] = set()
         self._full_done = False
@@ -93,6 +95,10 @@ class OvnDataplane:
         run = OvnPass(state, full, self.host_ns, self.vswitch, guard, self.steps, self._bound,
                       self._ours() if full else {}, read_bound=self.sb.bound)  # fmt: skip
         self.uplinks.apply(run)
+        if full:  # (kept so on full passes: an operator's ovs-vsctl may have rewritten them)
+            with contextlib.suppress(StepFailed):
+                gateway = bool(self.uplinks.mappings)
+                self.steps.run("cms-options", lambda: self.vswitch.set_cms_options(self.zone, gateway))
         reports = self.ports.apply(run) + self.vms.apply(run)
         reports += subport_reports(state, lambda p: self.ports.is_plugged(p) or self.vms.is_plugged(p), self._bound,
                                    self.chassis)  # fmt: skip
@@ -103,8 +109,9 @@ class OvnDataplane:
                 self.steps.run("garbage", lambda: self._collect(run))
         with contextlib.suppress(StepFailed):
             self.steps.run("chassis", lambda: self.sb.publish_metadata_networks(served), tuple(served))
-        self.steps.keep_only(["garbage", "chassis", *self.uplinks.step_keys(), *self.ports.step_keys(state),
-                              *self.vms.step_keys(state), *self.metadata.step_keys(state)])  # fmt: skip
+        self.steps.keep_only(["garbage", "chassis", "cms-options", *self.uplinks.step_keys(),
+                              *self.ports.step_keys(state), *self.vms.step_keys(state),
+                              *self.metadata.step_keys(state)])  # fmt: skip
         self._full_done = self._full_done or full
         self._kept = (frozenset(run.wanted), frozenset(run.wanted_ns))
         return reports

@@ -12,9 +12,10 @@ from typing import Any
 
 from cloudnet.dataplane.ovn import names
 from cloudnet.ovn import idl
-from cloudnet.ovn.daemons import INTEGRATION_BRIDGE
+from cloudnet.ovn.daemons import INTEGRATION_BRIDGE, cms_options
 
 MAPPINGS = "ovn-bridge-mappings"
+CMS_OPTIONS = "ovn-cms-options"
 
 
 class Vswitch:
@@ -86,6 +87,16 @@ class Vswitch:
             txn.add(api.add_port(bridge, iface, may_exist=True))
             if current.get(MAPPINGS) != text:
                 txn.add(api.db_set("Open_vSwitch", ".", ("external_ids", {MAPPINGS: text})))
+
+    def set_cms_options(self, availability_zone: str | None, gateway: bool) -> None:
+        """This chassis' `ovn-cms-options` (daemons.cms_options, other options kept): ovn-controller copies them to
+        its SB Chassis row, where Neutron's tools read the zone. A chassis started by cloudnet has them from the
+        start; one of --ovs-db gets them here."""
+        api = self.api()
+        current = api.db_get("Open_vSwitch", ".", "external_ids").execute(check_error=True).get(CMS_OPTIONS, "")
+        wanted = cms_options(availability_zone, gateway, current)
+        if wanted != current:
+            api.db_set("Open_vSwitch", ".", ("external_ids", {CMS_OPTIONS: wanted})).execute(check_error=True)
 
     def unplug(self, name: str) -> None:
         api = self.api()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 from sqlalchemy import Connection, delete, insert, select, update
 
 from cloudnet.errors import Conflict, Forbidden, not_found
@@ -19,7 +19,7 @@ from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx, utcnow
-from cloudnet.wire import request_ids
+from cloudnet.wire import request_ids, zones
 
 H = t.hosts
 P = t.ports
@@ -29,6 +29,8 @@ AGENT_PORT_STATUSES = ("ACTIVE", "DOWN", "BUILD", "ERROR")
 
 class HostReport(Body):
     agent_version: str = Field("", max_length=64)
+    # The zone its agent reports (as Neutron's agents do in their state reports); absent: the one it had (new: nova).
+    availability_zone: Annotated[str, Field(max_length=zones.MAX_LENGTH), AfterValidator(zones.check)] | None = None
     report: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -65,6 +67,7 @@ def _host_dict(row: Any, now: datetime, down_time: float) -> dict[str, Any]:
     return {
         "name": row.name,
         "agent_version": row.agent_version,
+        "availability_zone": row.availability_zone,
         "heartbeat_at": common.fmt_time(row.heartbeat_at),
         "alive": alive(row, now, down_time),
         "created_at": common.fmt_time(row.created_at),
@@ -91,19 +94,21 @@ def heartbeat(store: Store, ctx: Context, name: str, body: dict[str, Any], down_
                 insert(H).values(
                     name=name, agent_version=spec.agent_version, heartbeat_at=tx.now, dead_since=None,
                     created_at=tx.now, updated_at=tx.now, revision_number=0, report=spec.report,
+                    availability_zone=spec.availability_zone or zones.DEFAULT,
                 )
             )  # fmt: skip
             tx.record("host", name, "create", type="host.up", detail="registered")
             _note_failures(tx, name, {}, spec.report, alone=True)
         else:
-            changed = (row.agent_version != spec.agent_version or row.dead_since
+            zone = spec.availability_zone or row.availability_zone
+            changed = (row.agent_version != spec.agent_version or row.dead_since or zone != row.availability_zone
                        or without_metrics(row.report) != without_metrics(spec.report))  # fmt: skip
             values: dict[str, Any] = {"heartbeat_at": tx.now, "dead_since": None}
             if row.report != spec.report:  # (new samples alone: stored, without an event that wakes every agent)
                 values["report"] = spec.report
             if changed:
                 values.update(
-                    agent_version=spec.agent_version, report=spec.report, updated_at=tx.now,
+                    agent_version=spec.agent_version, report=spec.report, updated_at=tx.now, availability_zone=zone,
                     revision_number=H.c.revision_number + 1,
                 )  # fmt: skip
                 tx.record("host", name, "update")

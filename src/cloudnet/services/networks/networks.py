@@ -13,6 +13,7 @@ from cloudnet.errors import Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps, forwards
+from cloudnet.services.hosts import zones
 from cloudnet.services.networks import network_config, subnetpools
 from cloudnet.services.qos import policies as qos_policies
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
@@ -65,7 +66,7 @@ class NetworkCreate(Body):
     segmentation_id: int | None = Field(None, alias="provider:segmentation_id")
     tags: Tags
     port_security_enabled: bool = True
-    availability_zone_hints: list[str] = Field(default_factory=list)
+    availability_zone_hints: zones.Hints
     config: dict[str, Any] = Field(default_factory=dict)
     routes: list[Any] = Field(default_factory=list, alias="cloudnet:routes")
     qos_policy_id: str | None = Field(None, max_length=36)
@@ -97,6 +98,7 @@ class NetworkUpdate(Body):
     config: dict[str, Any] | None = None
     routes: list[Any] | None = Field(None, alias="cloudnet:routes")
     qos_policy_id: str | None = Field(None, max_length=36)
+    availability_zone_hints: zones.ReadOnly = None  # (read-only: refused by name)
 
 
 def _segment_key(network_type: str, physnet: str | None, segid: int | None) -> str | None:
@@ -152,6 +154,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
             subnet_ids[nid].append(sid)
             scopes[nid, version].add(scope)
     tags = common.load_tags(conn, ids)
+    placed = zones.network_zones(conn, ids)
     out = []
     for r in rows:
         d = common.standard_fields(r, tags.get(r.id))
@@ -168,8 +171,8 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "provider:segmentation_id": r.segmentation_id,
                 "port_security_enabled": r.port_security_enabled,
                 "qos_policy_id": r.qos_policy_id,
-                "availability_zone_hints": [],
-                "availability_zones": [],
+                "availability_zone_hints": list(r.availability_zone_hints or []),
+                "availability_zones": placed.get(r.id, []),
                 "ipv4_address_scope": _scope(scopes.get((r.id, 4))),
                 "ipv6_address_scope": _scope(scopes.get((r.id, 6))),
                 "is_default": False,
@@ -227,6 +230,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay
         raise _segment_in_use(spec)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "network")
     quotas.enforce(tx, row["project_id"], "network", 1)
+    zones.require_known(tx.conn, spec.availability_zone_hints)
     row.update(
         admin_state_up=spec.admin_state_up,
         shared=spec.shared,
@@ -243,6 +247,7 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay
         qos_policy_id=qos_policies.for_new_network(
             tx, ctx, row["project_id"], "qos_policy_id" in spec.model_fields_set, spec.qos_policy_id
         ),
+        availability_zone_hints=spec.availability_zone_hints,
     )
     if spec.routes and not ctx.is_admin:
         raise disallowed("create_network:cloudnet:routes")
@@ -285,6 +290,7 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
                    overlay_overhead: int = 0) -> dict[str, Any]:  # fmt: skip
     """`default_mtu`, `overlay_overhead`: as for create_networks (an overlay network's MTU stays within the tunnel)."""
     spec = parse(NetworkUpdate, body)
+    zones.read_only(spec.model_fields_set)
     changes = spec.model_dump(exclude_unset=True, by_alias=False)
     with store.write() as tx:
         row = get_owned(tx.conn, ctx, network_id, "update_network")

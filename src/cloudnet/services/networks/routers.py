@@ -13,6 +13,7 @@ from cloudnet.errors import BadRequest, Conflict, NotFound, disallowed
 from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps
+from cloudnet.services.hosts import zones
 from cloudnet.services.networks import networks, router_routes, single_host, subnets
 from cloudnet.services.ports import ports
 from cloudnet.services.ports.port_specs import ROUTER_GATEWAY, ROUTER_INTERFACE, FixedIp, PortCreate, PortUpdate
@@ -47,6 +48,7 @@ class RouterCreate(Body):
     admin_state_up: bool = True
     external_gateway_info: GatewayInfo | None = None
     tags: Tags
+    availability_zone_hints: zones.Hints
 
 
 class RouterUpdate(Body):
@@ -56,6 +58,7 @@ class RouterUpdate(Body):
     # {} or null removes the gateway
     external_gateway_info: dict[str, Any] | None = None
     routes: Any = None  # (checked by router_routes, which bounds the list before reading it)
+    availability_zone_hints: zones.ReadOnly = None  # (read-only: refused by name)
 
 
 class InterfaceRequest(Body):
@@ -64,6 +67,18 @@ class InterfaceRequest(Body):
 
 
 # -- reading ------------------------------------------------------------------------------------
+
+
+def _zones(conn: Connection, router_ids: list[str]) -> dict[str, list[str]]:
+    """Each router's `availability_zones`: those of the networks it has interfaces on (a host realises a router for
+    their ports; its gateway chassis on OVN: GET /v2.0/routers/{id}/gateway_chassis)."""
+    joins: dict[str, set[str]] = defaultdict(set)
+    for chunk in common.chunks(router_ids, 5000):
+        for router_id, network_id in conn.execute(select(P.c.device_id, P.c.network_id).where(
+                P.c.device_id.in_(chunk), P.c.device_owner == ROUTER_INTERFACE)):  # fmt: skip
+            joins[router_id].add(network_id)
+    by_network = zones.network_zones(conn, sorted({n for ns in joins.values() for n in ns}))
+    return {r: sorted({z for n in ns for z in by_network.get(n, [])}) for r, ns in joins.items()}
 
 
 def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
@@ -78,6 +93,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
         ):
             gw_ips[pid].append({"subnet_id": sid, "ip_address": ip})
     tags = common.load_tags(conn, [r.id for r in rows])
+    placed = _zones(conn, [r.id for r in rows])
     out = []
     for r in rows:
         d = common.standard_fields(r, tags.get(r.id))
@@ -96,8 +112,8 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
                 "routes": list(r.routes or []),
                 "distributed": False,
                 "ha": False,
-                "availability_zone_hints": [],
-                "availability_zones": [],
+                "availability_zone_hints": list(r.availability_zone_hints or []),
+                "availability_zones": placed.get(r.id, []),
                 "flavor_id": None,
             }
         )
@@ -178,7 +194,14 @@ def create_routers(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> 
                 ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "router"
             )
             quotas.enforce(tx, row["project_id"], "router", 1)
-            row.update(admin_state_up=spec.admin_state_up, status="ACTIVE", gw_port_id=None, enable_snat=True)
+            zones.require_known(tx.conn, spec.availability_zone_hints)
+            row.update(
+                admin_state_up=spec.admin_state_up,
+                status="ACTIVE",
+                gw_port_id=None,
+                enable_snat=True,
+                availability_zone_hints=spec.availability_zone_hints,
+            )
             tx.conn.execute(insert(R).values(**row))
             # The router's event comes before its gateway port's, which refers to it.
             tx.record("router", row["id"], "create", row["project_id"])
@@ -194,6 +217,7 @@ def create_routers(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> 
 def update_router(store: Store, ctx: Context, router_id: str, body: dict[str, Any]) -> dict[str, Any]:
     spec = parse(RouterUpdate, body)
     given = spec.model_fields_set
+    zones.read_only(given)
     routes = router_routes.parse(spec.routes or [], router_id) if "routes" in given else None
     with store.write() as tx:
         router = common.get_row(tx.conn, R, "router", router_id, ctx)
