@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from cloudnet.config import ServerConfig
+from cloudnet.store import tables_rbac  # noqa: F401  (its table is on the same MetaData)
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 from cloudnet.store.tables import metadata

@@ -18,7 +18,7 @@ from tests.support.server import RunningServer
 
 Json = dict[str, Any]
 DEFAULTS = {"network": 100, "subnet": 100, "port": 500, "router": 10, "security_group": 10,
-            "security_group_rule": 100, "floatingip": 50, "forward": 50}  # fmt: skip
+            "security_group_rule": 100, "floatingip": 50, "forward": 50, "rbac_policy": 100}  # fmt: skip
 
 
 def set_quota(admin: httpx.Client, project: str, **limits: int) -> Json:

@@ -57,6 +57,12 @@ EXTENSIONS = [
     ),
     ("tag-creation", "Tag support on create", "Enables to specify tags on create"),
     ("security-group", "security-group", "The security groups extension."),
+    (
+        "rbac-policies",
+        "RBAC Policies",
+        "Allows creation and modification of policies that control tenant access to resources.",
+    ),
+    ("rbac-security-groups", "Add security_group type to network RBAC", "Add security_group type to network RBAC"),
     ("port-security", "Port Security", "Provides port security"),
     ("allowed-address-pairs", "Allowed Address Pairs", "Provides allowed address pairs"),
     (
@@ -124,6 +130,8 @@ EXTENSIONS = [
 REQUIRES: dict[str, tuple[str, ...]] = {
     "router": ("/v2.0/routers", "/v2.0/floatingips"),
     "ext-gw-mode": ("/v2.0/routers", "/v2.0/floatingips"),
+    "rbac-policies": ("/v2.0/rbac-policies",),
+    "rbac-security-groups": ("/v2.0/rbac-policies",),
 }
 
 

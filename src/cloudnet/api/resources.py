@@ -18,6 +18,7 @@ from cloudnet.services import events, instances
 from cloudnet.services.forwards import floating_ips
 from cloudnet.services.networks import networks, routers, subnets
 from cloudnet.services.ports import ports
+from cloudnet.services.rbac import policies as rbac_policies
 from cloudnet.services.security import security_group_rules, security_groups
 
 MAX_MEMBER_WAIT = 30.0  # seconds a GET ?wait=S may hold its connection (any project's member may ask)
@@ -81,6 +82,8 @@ RESOURCES = [
                       "create_instances", "update_instance", "delete_instance"), settled=instances.settled),
     _resource("security-group-rules", "security_group_rule", "security_group_rules", security_group_rules,
               "list_rules", "get_rule", "create_rules", None, "delete_rule"),
+    _resource("rbac-policies", "rbac_policy", "rbac_policies", rbac_policies, "list_policies", "get_policy",
+              "create_policies", "update_policy", "delete_policy"),
 ]  # fmt: skip
 
 

@@ -104,7 +104,7 @@ def create_subnets(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> 
 def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     network = networks.get_visible(tx.conn, ctx, spec.network_id)
     if network.project_id != ctx.project_id and not ctx.is_admin:
-        if not network.shared:
+        if not networks.shared_with_caller(tx.conn, ctx, network):
             # Neutron's _validate_network_project_ownership: 404 for a network seen only because it is external,
             # as for a port on it (port_create.py); a shared network is seen as such, and refused by policy (403).
             raise not_found("network", spec.network_id)

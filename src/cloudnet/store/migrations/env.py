@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
+from cloudnet.store import tables_rbac  # noqa: F401  (its table is on the same MetaData)
 from cloudnet.store.tables import metadata
 
 config = context.config
