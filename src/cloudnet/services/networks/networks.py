@@ -145,10 +145,7 @@ def shared_with_caller(conn: Connection, ctx: Context, network: Any) -> bool:
 
 def get_owned(conn: Connection, ctx: Context, network_id: str, action: str) -> Any:
     """A network the caller may change: 404 if they cannot see it, 403 if they only see it (shared, external)."""
-    row = get_visible(conn, ctx, network_id)
-    if not (ctx.is_admin or row.project_id == ctx.project_id):
-        raise disallowed(action)
-    return row
+    return common.only_owner(get_visible(conn, ctx, network_id), ctx, action)
 
 
 def to_dicts(conn: Connection, rows: list[Any], ctx: Context) -> list[dict[str, Any]]:

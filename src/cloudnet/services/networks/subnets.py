@@ -76,10 +76,7 @@ def get_visible(conn: Connection, ctx: Context, subnet_id: str) -> Any:
 
 def _get_owned(conn: Connection, ctx: Context, subnet_id: str, action: str) -> Any:
     """A subnet the caller may change: 404 if they cannot see it, 403 if they only see it (shared network)."""
-    row = get_visible(conn, ctx, subnet_id)
-    if not (ctx.is_admin or row.project_id == ctx.project_id):
-        raise disallowed(action)
-    return row
+    return common.only_owner(get_visible(conn, ctx, subnet_id), ctx, action)
 
 
 def list_subnets(store: Store, ctx: Context, q: ListQuery) -> Page:

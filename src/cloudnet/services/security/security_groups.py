@@ -10,7 +10,7 @@ from pydantic import Field
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cloudnet.errors import Conflict, disallowed, not_found
+from cloudnet.errors import Conflict, not_found
 from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.networks import networks
@@ -152,14 +152,6 @@ def get_visible(conn: Connection, ctx: Context, sg_id: str) -> Any:
     return row
 
 
-def _get_owned(conn: Connection, ctx: Context, sg_id: str, action: str) -> Any:
-    """A group the caller may change: 404 if they cannot see it, 403 if it is only shared with them."""
-    row = get_visible(conn, ctx, sg_id)
-    if not (ctx.is_admin or row.project_id == ctx.project_id):
-        raise disallowed(action)
-    return row
-
-
 def create_groups(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     specs = [parse(GroupCreate, b) for b in bodies]
     with store.write() as tx:
@@ -188,7 +180,7 @@ def update_group(store: Store, ctx: Context, sg_id: str, body: dict[str, Any]) -
     spec = parse(GroupUpdate, body)
     changes = {k: v for k, v in spec.model_dump(exclude_unset=True).items() if v is not None}
     with store.write() as tx:
-        row = _get_owned(tx.conn, ctx, sg_id, "update_security_group")
+        row = common.only_owner(get_visible(tx.conn, ctx, sg_id), ctx, "update_security_group")
         if row.default_for_project and changes.get("name", "default") != "default":
             raise Conflict("Updating default security group not allowed.", type="SecurityGroupCannotUpdateDefault")
         if changes.get("stateful", row.stateful) != row.stateful and _in_use(tx.conn, sg_id):
@@ -200,7 +192,7 @@ def update_group(store: Store, ctx: Context, sg_id: str, body: dict[str, Any]) -
 
 def delete_group(store: Store, ctx: Context, sg_id: str) -> None:
     with store.write() as tx:
-        row = _get_owned(tx.conn, ctx, sg_id, "delete_security_group")
+        row = common.only_owner(get_visible(tx.conn, ctx, sg_id), ctx, "delete_security_group")
         if row.default_for_project and not ctx.is_admin:
             raise Conflict("Removing default security group not allowed.", type="SecurityGroupCannotRemoveDefault")
         _forget_in_pools(tx, sg_id)
