@@ -8,7 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
+from sqlalchemy import select
 
+from cloudnet.errors import Conflict
+from cloudnet.services.rbac import policies
+from cloudnet.store import tables
+from cloudnet.store.db import Store
 from tests.support.api import check_error, create
 
 Json = dict[str, Any]
@@ -223,3 +229,22 @@ def test_extensions_and_quota(users: dict[str, httpx.Client]) -> None:
     for target in ("p1", "p2"):
         _ok(_policy(alice, net["id"], target), 201)
     check_error(_policy(alice, net["id"], "p3"), 409, "OverQuota")
+
+
+def test_unsharing_a_wildcard_in_use_is_refused(users: dict[str, httpx.Client], store: Store) -> None:
+    """policies.check_unshare, what a type with a `shared` column calls before turning it off: a wildcard policy
+    another project relies on may not go (here a security group's, which has no such column of its own)."""
+    admin, alice, bob = users["admin"], users["alice"], users["bob"]
+    sg = create(alice, "security-groups", "security_group", name="everyone's")
+    _ok(_policy(admin, sg["id"], "*", object_type="security_group"), 201)
+    net = create(bob, "networks", "network", name="b-net")
+    port = create(bob, "ports", "port", network_id=net["id"], security_groups=[sg["id"]])
+    SG = tables.security_groups
+    with store.read() as conn:
+        row = conn.execute(select(SG).where(SG.c.id == sg["id"])).one()
+        with pytest.raises(Conflict) as refused:
+            policies.check_unshare(conn, "security_group", row)
+        assert refused.value.type == "RbacPolicyInUse" and "project_id=*" in refused.value.message
+    _ok(bob.delete(f"/ports/{port['id']}"), 204)
+    with store.read() as conn:
+        policies.check_unshare(conn, "security_group", row)  # nobody else uses it now

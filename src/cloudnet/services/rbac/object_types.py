@@ -2,7 +2,16 @@
 
 A new type (address_scope, subnetpool, qos_policy, ...) is one `ObjectType` added to TYPES: its table (rows with
 `id` and `project_id`), its actions, who depends on it through a policy, and, when the object has a plain `shared`
-column, that column (kept equal to "a wildcard access_as_shared policy exists", as Neutron derives it).
+column, that column (kept equal to "a wildcard access_as_shared policy exists", as Neutron derives it). Its own
+service then, with rbac/grants.py:
+- makes the wildcard policy where it is created with `shared: true` (`grants.insert(..., grants.WILDCARD)`), and
+  moves it when `shared` changes (`grants.wildcard`; turning it off checked first with policies.check_unshare);
+- lists and shows what `grants.visible(table, type, ctx, (grants.SHARED,), table.c.shared.is_(True))` lets the
+  caller see, `shared` as `row.shared or row.id in grants.shared_with(...)` (what Neutron shows: to whom asks);
+- lets a project use another's object (a pool for a subnet, a scope for a pool, a QoS policy on a port or network)
+  when `grants.shared_with(conn, type, [id], project)` says so;
+- removes the object's policies with it (`grants.remove_all`);
+and api/extensions.py advertises its alias (rbac-address-scope, rbac-subnetpool) beside rbac-security-groups.
 """
 
 from __future__ import annotations

@@ -193,6 +193,21 @@ def _check_losing(conn: Connection, otype: ObjectType, obj: Any, policy: Any, ne
         raise _in_use(obj.id, otype.details(policy.action, obj.id, target))
 
 
+def check_unshare(conn: Connection, object_type: str, obj: Any) -> None:
+    """`shared` turned off on an object of a registered type (its wildcard policy about to go, with
+    `grants.wildcard(..., False)`): refused as that policy's removal would be (Neutron's update_shared)."""
+    star = conn.execute(
+        select(RB).where(
+            RB.c.object_type == object_type,
+            RB.c.object_id == obj.id,
+            RB.c.action == grants.SHARED,
+            RB.c.target_project == grants.WILDCARD,
+        )
+    ).first()
+    if star is not None:
+        _check_losing(conn, TYPES[object_type], obj, star, None)
+
+
 def _in_use(object_id: str, details: str) -> Conflict:
     return Conflict(
         f"RBAC policy on object {object_id} cannot be removed because other objects depend on it.\nDetails: {details}",
