@@ -31,6 +31,7 @@ from cloudnet.services.hosts import host_join, hosts
 from cloudnet.services.networks import networks, routers, subnet_specs
 from cloudnet.services.pools import pools
 from cloudnet.services.ports import port_specs
+from cloudnet.services.rbac import policies as rbac_policies
 from cloudnet.services.security import security_group_rules, security_groups
 
 PATHS = ("/openapi.json", "/v2.0/openapi.json")
@@ -59,6 +60,7 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "security_group_rule": (security_group_rules.RuleCreate, None),
     "instance": (instances.InstanceCreate, instances.InstanceUpdate),
     "floatingip": (floating_ips.FloatingIpCreate, floating_ips.FloatingIpUpdate),
+    "rbac_policy": (rbac_policies.PolicyCreate, rbac_policies.PolicyUpdate),
 }
 # Request models the table refers to besides MODELS (each becomes a component schema).
 OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,

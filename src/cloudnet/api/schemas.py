@@ -140,9 +140,11 @@ ERROR = obj({"NeutronError": obj({"type": STR, "message": STR, "detail": STR}, (
             ("NeutronError",))  # fmt: skip
 
 # The Neutron-style members, by body key.
+RBAC_POLICY = obj({"id": STR, "project_id": STR, "tenant_id": STR, "object_type": STR, "object_id": STR,
+                   "action": STR, "target_tenant": STR})  # fmt: skip
 MEMBERS: dict[str, Schema] = {
     "network": NETWORK, "subnet": SUBNET, "port": PORT, "router": ROUTER, "security_group": SECURITY_GROUP,
-    "security_group_rule": RULE, "instance": INSTANCE, "floatingip": FLOATINGIP,
+    "security_group_rule": RULE, "instance": INSTANCE, "floatingip": FLOATINGIP, "rbac_policy": RBAC_POLICY,
 }  # fmt: skip
 
 
