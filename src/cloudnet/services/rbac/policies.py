@@ -161,7 +161,7 @@ def delete_policy(store: Store, ctx: Context, policy_id: str) -> None:
     with store.write() as tx:
         row = _get(tx.conn, ctx, policy_id)
         otype = TYPES[row.object_type]
-        obj = tx.conn.execute(select(otype.table).where(otype.table.c.id == row.object_id)).one()
+        obj = _locked(tx.conn, otype, row.object_id)
         _check_losing(tx.conn, otype, obj, row, None)
         tx.conn.execute(RB.delete().where(RB.c.id == row.id))
         otype.after_change(tx, obj)
@@ -169,10 +169,16 @@ def delete_policy(store: Store, ctx: Context, policy_id: str) -> None:
 
 
 def _owned_object(conn: Connection, ctx: Context, otype: ObjectType, policy: Any) -> Any:
-    obj = conn.execute(select(otype.table).where(otype.table.c.id == policy.object_id)).one()
+    obj = _locked(conn, otype, policy.object_id)
     if not (ctx.is_admin or obj.project_id == ctx.project_id):  # (Neutron: BEFORE_UPDATE's failure is InUse)
         raise _in_use(policy.object_id, f"Only admins can manipulate policies on {otype.owned_words} they do not own")
     return obj
+
+
+def _locked(conn: Connection, otype: ObjectType, object_id: str) -> Any:
+    """The object a policy is taken from, locked until commit: on PostgreSQL a port (or anything referring to it)
+    being added meanwhile holds a key-share lock on it, so the check that follows waits for it and sees it."""
+    return conn.execute(select(otype.table).where(otype.table.c.id == object_id).with_for_update()).one()
 
 
 def _check_losing(conn: Connection, otype: ObjectType, obj: Any, policy: Any, new_target: str | None) -> None:
