@@ -45,7 +45,8 @@ def _made(r: httpx.Response, member: str) -> dict[str, Any]:
 
 
 def test_a_network_and_group_shared_by_policy_carry_traffic_through_ovn(
-    members: dict[str, httpx.Client], chassis: Chassis  # noqa: F811 (the fixture imported above)
+    members: dict[str, httpx.Client],
+    chassis: Chassis,  # noqa: F811 (the fixture imported above)
 ) -> None:
     alice, bob, cloud = members["alice"], members["bob"], chassis.cloud
     net = _made(alice.post("/networks", json={"network": {"name": f"rbac-{cloud.suffix}"}}), "network")
