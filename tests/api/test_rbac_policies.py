@@ -216,8 +216,17 @@ def test_pool_claim_on_shared_network(users: dict[str, httpx.Client]) -> None:
     create(alice, "subnets", "subnet", network_id=net["id"], cidr="10.42.0.0/24")
     claim = {"claim": {"host": HOST, "network_id": net["id"]}}
     check_error(bob.post("/port-pools/claim", json=claim), 404, "NetworkNotFound")
-    _ok(_policy(alice, net["id"], "bob"), 201)
-    assert _ok(bob.post("/port-pools/claim", json=claim), 201)["port"]["project_id"] == "bob"
+    pol = _ok(_policy(alice, net["id"], "bob"), 201)["rbac_policy"]
+    claimed = _ok(bob.post("/port-pools/claim", json=claim), 201)["port"]
+    assert claimed["project_id"] == "bob"
+    # his claimed port holds the share; his pool's ready ports do not, and go with it (nor is the pool refilled)
+    check_error(alice.delete(f"/rbac-policies/{pol['id']}"), 409, "RbacPolicyInUse")
+    _ok(bob.delete(f"/ports/{claimed['id']}"), 204)
+    assert _ok(admin.get("/ports", params={"network_id": net["id"], "project_id": "bob"}))["ports"]  # ready ones
+    _ok(alice.delete(f"/rbac-policies/{pol['id']}"), 204)
+    assert _ok(admin.get("/ports", params={"network_id": net["id"], "project_id": "bob"}))["ports"] == []
+    check_error(bob.post("/port-pools/claim", json=claim), 404, "NetworkNotFound")
+    assert _ok(admin.get("/ports", params={"network_id": net["id"], "project_id": "bob"}))["ports"] == []
 
 
 def test_extensions_and_quota(users: dict[str, httpx.Client]) -> None:

@@ -332,6 +332,8 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
         if changes.get("port_security_enabled", row.port_security_enabled) != row.port_security_enabled:
             _pool_ports_follow(tx, network_id, changes["port_security_enabled"])
         common.touch(tx, N, network_id, "network", row.project_id, changes, row=row)
+        if changes.get("shared") is False and row.shared:
+            drop_unusable_ready_ports(tx, network_id)
         return to_dicts(tx.conn, [tx.conn.execute(select(N).where(N.c.id == network_id)).one()], ctx)[0]
 
 
@@ -346,13 +348,34 @@ def _keep_sharers(conn: Connection, network: Any) -> None:
     their own, have ports or subnets on it (Neutron's _validate_shared_update: InvalidSharedSetting)."""
     P, S = t.ports, t.subnets
     allowed = {network.project_id} | grants.targets(conn, "network", network.id, grants.SHARED)
-    users = select(P.c.project_id).where(P.c.network_id == network.id, ~P.c.device_owner.startswith("network:"))
+    users = select(P.c.project_id).where(
+        P.c.network_id == network.id, ~P.c.device_owner.startswith("network:"), P.c.device_owner != POOL_FREE_OWNER
+    )  # (ready pool ports: see below)
     users = users.union(select(S.c.project_id).where(S.c.network_id == network.id))
     if {r.project_id for r in conn.execute(users)} - allowed:
         raise Conflict(
             f"Unable to reconfigure sharing settings for network {network.name}. Multiple projects are using it.",
             type="InvalidSharedSetting",
         )
+
+
+def drop_unusable_ready_ports(tx: Tx, network_id: str) -> None:
+    """The network's sharing changed: ready pool ports (nobody's in use yet) of projects that may no longer use it
+    go, as they go with a deleted network, rather than keep the sharing alive (their pools stop refilling)."""
+    network = tx.conn.execute(select(N).where(N.c.id == network_id)).one()
+    P = t.ports
+    ready = tx.conn.execute(
+        select(P.c.id, P.c.project_id).where(P.c.network_id == network_id, P.c.device_owner == POOL_FREE_OWNER)
+    ).all()
+    lost: dict[str, bool] = {}
+    for port_id, project_id in ready:
+        if project_id not in lost:
+            lost[project_id] = not (network.project_id == project_id or network.shared or grants.SHARED in
+                                    grants.actions_for(tx.conn, "network", network_id, project_id))  # fmt: skip
+        if lost[project_id]:
+            tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == port_id))
+            tx.conn.execute(delete(P).where(P.c.id == port_id))
+            tx.record("port", port_id, "delete", project_id)
 
 
 def _pool_ports_follow(tx: Tx, network_id: str, enabled: bool) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Column, Connection, Table, select
 
 from cloudnet.services import common
-from cloudnet.services.networks.networks import external_in_use
+from cloudnet.services.networks.networks import POOL_FREE_OWNER, drop_unusable_ready_ports, external_in_use
 from cloudnet.services.rbac import grants
 from cloudnet.store import tables as t
 from cloudnet.store.db import Tx
@@ -62,6 +62,8 @@ class ObjectType:
                 raise external_in_use(row.id)  # its last access_as_external policy: it would stop being external
             values["router_external"] = external
         common.touch(tx, self.table, row.id, self.kind, row.project_id, values, changed=True)
+        if self.name == "network":
+            drop_unusable_ready_ports(tx, row.id)
 
 
 P, R = t.ports, t.routers
@@ -69,8 +71,10 @@ ROUTER_GATEWAY = "network:router_gateway"
 
 
 def _port_projects(conn: Connection, network_id: str) -> set[str]:
-    # (a router's gateway port is on the network through access_as_external, not through sharing)
-    stmt = select(P.c.project_id).where(P.c.network_id == network_id, P.c.device_owner != ROUTER_GATEWAY).distinct()
+    # (a router's gateway port is on the network through access_as_external, not through sharing; ready pool ports
+    # are nobody's in use: they go with the access, networks.drop_unusable_ready_ports)
+    not_using = P.c.device_owner.not_in((ROUTER_GATEWAY, POOL_FREE_OWNER))
+    stmt = select(P.c.project_id).where(P.c.network_id == network_id, not_using).distinct()
     return {r.project_id for r in conn.execute(stmt)}
 
 
