@@ -5,53 +5,19 @@ gone bob's new ports and instances on the network are refused (root)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
-from cloudnet.config import ServerConfig
 from tests.support.api import check_error
 from tests.support.cloud import Cloud, ping
-from tests.support.server import RunningServer
-
-TOKENS = {
-    "admin": {"project_id": "ops", "role": "admin"},  # (the agent's and the `api` fixture's token)
-    "alice-token": {"project_id": "alice", "role": "member"},
-    "bob-token": {"project_id": "bob", "role": "member"},
-}
-
-
-@pytest.fixture
-def tokens(server_config: ServerConfig) -> dict[str, Any]:
-    server_config.tokens_file.write_text(json.dumps({"tokens": TOKENS}))
-    return TOKENS
-
-
-@pytest.fixture
-def members(server: RunningServer, tokens: dict[str, Any]) -> Iterator[dict[str, httpx.Client]]:
-    made = {who: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{who}-token"}, timeout=30)
-            for who in ("alice", "bob")}  # fmt: skip
-    yield made
-    for client in made.values():
-        client.close()
-
-
-def _made(r: httpx.Response, member: str) -> dict[str, Any]:
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
+from tests.support.rbac import made as _made
+from tests.support.rbac import members, peers_group, share_with_bob, tokens  # noqa: F401 -- fixtures
 
 
 def _instance(client: httpx.Client, cloud: Cloud, name: str, net: dict[str, str]) -> httpx.Response:
     body = {"name": f"{name}-{cloud.suffix}", "host": cloud.host, "nets": [net]}
     return client.post("/instances", json={"instance": body})
-
-
-def _share(client: httpx.Client, object_type: str, object_id: str) -> dict[str, Any]:
-    body = {"object_type": object_type, "object_id": object_id, "action": "access_as_shared", "target_tenant": "bob"}
-    return _made(client.post("/rbac-policies", json={"rbac_policy": body}), "rbac_policy")
 
 
 def _port(client: httpx.Client, net_id: str, group_id: str) -> httpx.Response:
@@ -63,23 +29,21 @@ def _ip(inst: dict[str, Any]) -> str:
 
 
 def test_a_network_shared_by_policy_carries_traffic_and_its_removal_refuses_new_ports(
-    cloud: Cloud, members: dict[str, httpx.Client]
+    cloud: Cloud,
+    members: dict[str, httpx.Client],  # noqa: F811 (the fixture imported above)
 ) -> None:
     alice, bob = members["alice"], members["bob"]
     cloud.start_agent()
     net = _made(alice.post("/networks", json={"network": {"name": f"shared-{cloud.suffix}"}}), "network")
     _made(alice.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": "10.96.0.0/24"}}), "subnet")
-    peers = _made(alice.post("/security-groups", json={"security_group": {"name": "peers"}}), "security_group")
-    rule = {"security_group_id": peers["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "icmp",
-            "remote_group_id": peers["id"]}  # fmt: skip
-    _made(alice.post("/security-group-rules", json={"security_group_rule": rule}), "security_group_rule")
+    peers = peers_group(alice)
     a_port = _made(_port(alice, net["id"], peers["id"]), "port")
     a = cloud.wait_active(_made(_instance(alice, cloud, "a", {"port": a_port["id"]}), "instance")["id"])
     # not yet his: neither the network nor the group
     check_error(_instance(bob, cloud, "b0", {"network": net["id"]}), 404, "NetworkNotFound")
-    net_policy = _share(alice, "network", net["id"])
+    net_policy = share_with_bob(alice, "network", net["id"])
     check_error(_port(bob, net["id"], peers["id"]), 404, "SecurityGroupNotFound")
-    group_policy = _share(alice, "security_group", peers["id"])
+    group_policy = share_with_bob(alice, "security_group", peers["id"])
 
     b_port = _made(_port(bob, net["id"], peers["id"]), "port")
     b = cloud.wait_active(_made(_instance(bob, cloud, "b", {"port": b_port["id"]}), "instance")["id"])

@@ -4,62 +4,26 @@ holds both projects' ports); once the policies go, his new ports on the network 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
-from cloudnet.config import ServerConfig
 from tests.ovn.test_chassis import Chassis, chassis, ovn  # noqa: F401 -- the chassis' fixtures
 from tests.support.api import check_error
 from tests.support.cloud import ping
-from tests.support.server import RunningServer
-
-TOKENS = {
-    "admin": {"project_id": "ops", "role": "admin"},  # (the agent's and the `api` fixture's token)
-    "alice-token": {"project_id": "alice", "role": "member"},
-    "bob-token": {"project_id": "bob", "role": "member"},
-}
-
-
-@pytest.fixture
-def tokens(server_config: ServerConfig) -> dict[str, Any]:
-    server_config.tokens_file.write_text(json.dumps({"tokens": TOKENS}))
-    return TOKENS
-
-
-@pytest.fixture
-def members(server: RunningServer, tokens: dict[str, Any]) -> Iterator[dict[str, httpx.Client]]:
-    made = {who: httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": f"{who}-token"}, timeout=30)
-            for who in ("alice", "bob")}  # fmt: skip
-    yield made
-    for client in made.values():
-        client.close()
-
-
-def _made(r: httpx.Response, member: str) -> dict[str, Any]:
-    assert r.status_code == 201, r.text
-    return dict(r.json()[member])
+from tests.support.rbac import made as _made
+from tests.support.rbac import members, peers_group, share_with_bob, tokens  # noqa: F401 -- fixtures
 
 
 def test_a_network_and_group_shared_by_policy_carry_traffic_through_ovn(
-    members: dict[str, httpx.Client],
-    chassis: Chassis,  # noqa: F811 (the fixture imported above)
+    members: dict[str, httpx.Client],  # noqa: F811 (the fixtures imported above)
+    chassis: Chassis,  # noqa: F811
 ) -> None:
     alice, bob, cloud = members["alice"], members["bob"], chassis.cloud
     net = _made(alice.post("/networks", json={"network": {"name": f"rbac-{cloud.suffix}"}}), "network")
     _made(alice.post("/subnets", json={"subnet": {"network_id": net["id"], "cidr": "10.62.0.0/24"}}), "subnet")
-    peers = _made(alice.post("/security-groups", json={"security_group": {"name": "peers"}}), "security_group")
-    rule = {"security_group_id": peers["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "icmp",
-            "remote_group_id": peers["id"]}  # fmt: skip
-    _made(alice.post("/security-group-rules", json={"security_group_rule": rule}), "security_group_rule")
-    policies = []
-    for object_type, object_id in (("network", net["id"]), ("security_group", peers["id"])):
-        body = {"object_type": object_type, "object_id": object_id, "action": "access_as_shared",
-                "target_tenant": "bob"}  # fmt: skip
-        policies.append(_made(alice.post("/rbac-policies", json={"rbac_policy": body}), "rbac_policy"))
+    peers = peers_group(alice)
+    policies = [share_with_bob(alice, "network", net["id"]), share_with_bob(alice, "security_group", peers["id"])]
 
     def instance(client: httpx.Client, name: str) -> dict[str, Any]:
         port = _made(client.post("/ports", json={"port": {"network_id": net["id"], "security_groups": [peers["id"]]}}),
