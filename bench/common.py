@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import create_engine, text
@@ -49,16 +51,20 @@ def postgres_url() -> Iterator[str]:
 
 
 # Benchmarks measure speed at scale, not the per-project limits: every quota off.
-UNLIMITED = [arg for resource in ("network", "subnet", "port", "router", "security_group", "security_group_rule",
-                                  "floatingip", "forward") for arg in ("--quota", f"{resource}=-1")]  # fmt: skip
+LIMITED = ("network", "subnet", "port", "router", "security_group", "security_group_rule", "floatingip", "forward",
+           "rbac_policy")  # fmt: skip
+UNLIMITED = [arg for resource in LIMITED for arg in ("--quota", f"{resource}=-1")]
 
 
 @contextmanager
 def cloudnet_server(db_url: str | None = None, server_cpu: int | None = 0, command: list[str] | None = None,
-                    extra: Sequence[str] = ()) -> Iterator[str]:  # fmt: skip
+                    extra: Sequence[str] = (), tokens: dict[str, Any] | None = None) -> Iterator[str]:  # fmt: skip
     """`cloudnet serve` in its own process (pinned to one core, like a real deployment's worker); `command`: what
-    runs instead of the `cloudnet` executable (a variant of it), `extra`: more options of serve."""
+    runs instead of the `cloudnet` executable (a variant of it), `extra`: more options of serve; `tokens`: its
+    tokens file's (without: every token is an admin's, on loopback)."""
     state = Path(tempfile.mkdtemp(prefix="cloudnet-bench-"))
+    if tokens is not None:
+        (state / "tokens.json").write_text(json.dumps({"tokens": tokens}))
     port = free_port()
     cmd = [*(command or [str(ROOT / ".venv/bin/cloudnet")]), "serve", "--state-dir", str(state), "--port", str(port),
            *UNLIMITED, *extra]  # fmt: skip
@@ -175,8 +181,6 @@ def alternated(on_url: str, off_url: str, n: int, batch: int = 20) -> tuple[list
     """Single port creates on two servers (a feature on, and off), `n` on each, in alternating batches so that the
     machine's drift hits both alike: each side's times, and each batch pair's p50 ratio (on / off: steadier than the
     ratio of the two p50s while other work comes and goes)."""
-    times: dict[str, list[float]] = {"on": [], "off": []}
-    ratios: list[float] = []
     with (httpx.Client(base_url=on_url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as on,
           httpx.Client(base_url=off_url + "/v2.0", headers={"X-Auth-Token": "bench"}, timeout=120) as off):  # fmt: skip
         sides = {"on": on, "off": off}
@@ -186,10 +190,19 @@ def alternated(on_url: str, off_url: str, n: int, batch: int = 20) -> tuple[list
             client.post("/subnets", json={"subnet": {"network_id": nets[side], "cidr": "10.128.0.0/14"}}
                         ).raise_for_status()  # fmt: skip
             timed_creates(client, nets[side], 100)  # warm-up: connections, caches, the default security group
-        for i in range(n // batch):
-            got = {}
-            for side in ("on", "off") if i % 2 else ("off", "on"):
-                got[side] = timed_creates(sides[side], nets[side], batch)
-                times[side] += got[side]
-            ratios.append(median(got["on"]) / median(got["off"]))
+        return alternate({side: (client, nets[side]) for side, client in sides.items()}, n, batch)
+
+
+def alternate(sides: dict[str, tuple[httpx.Client, str]], n: int, batch: int = 20
+              ) -> tuple[list[float], list[float], list[float]]:  # fmt: skip
+    """`alternated`'s rounds, on clients and networks made ready: `sides` names ("on", "off") each's (client,
+    network)."""
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    ratios: list[float] = []
+    for i in range(n // batch):
+        got = {}
+        for side in ("on", "off") if i % 2 else ("off", "on"):
+            got[side] = timed_creates(*sides[side], batch)
+            times[side] += got[side]
+        ratios.append(median(got["on"]) / median(got["off"]))
     return times["on"], times["off"], ratios

@@ -128,6 +128,16 @@ NOT_OWNED = "DeviceIDNotOwnedByTenant"
 ADD, REMOVE = "/routers/{b_router}/add_router_interface", "/routers/{b_router}/remove_router_interface"  # bob's
 
 
+def _rbac(object_id: str, target: str, object_type: str = "network", action: str = "access_as_shared") -> Json:
+    return {"rbac_policy": {"object_type": object_type, "object_id": object_id, "action": action,
+                            "target_tenant": target}}  # fmt: skip
+
+
+def _shared_with_bob(_w: World, answer: Json) -> None:
+    (item,) = answer.values()
+    assert item["shared"] is True and item["project_id"] == "alice", item
+
+
 def _instance(**body: Any) -> Json:
     return {"instance": {"name": "bob-vm", "host": HOST, **body}}
 
@@ -354,6 +364,67 @@ CASES: list[Case] = [
     Case("external network update", "PUT", "/networks/{public}", 403, "PolicyNotAuthorized",
          body={"network": {"name": "bob"}}),
     Case("external network delete", "DELETE", "/networks/{public}", 403, "PolicyNotAuthorized"),
+    # what alice grants bob by RBAC policy (a network and a group shared with him; the admin's network external to
+    # him) ...
+    Case("granted network show", "GET", "/networks/{a_granted}", 200, expect=_shared_with_bob),
+    Case("granted networks listed", "GET", "/networks", 200, params={"shared": "true"},
+         expect=_sees("a_granted", "a_shared")),
+    Case("granted subnet show", "GET", "/subnets/{a_granted_sub}", 200),
+    Case("port on the granted network", "POST", "/ports", 201, body={"port": {"network_id": "{a_granted}"}}),
+    Case("pool claim on the granted network", "POST", "/port-pools/claim", 201,
+         body={"claim": {"host": HOST, "network_id": "{a_granted}"}}),
+    Case("instance on the granted network", "POST", "/instances", 201,
+         body=_instance(nets=[{"network": "{a_granted}"}])),
+    Case("granted group show", "GET", "/security-groups/{a_granted_sg}", 200, expect=_shared_with_bob),
+    Case("port with the granted group", "POST", "/ports", 201,
+         body={"port": {**NET, "security_groups": ["{a_granted_sg}"]}}),
+    Case("router gateway on the network external to bob", "POST", "/routers", 201,
+         body={"router": {"external_gateway_info": {"network_id": "{ext_bob}"}}}),
+    # ... but neither her policies nor what they grant are his to change, nor to pass on
+    Case("alice's policy show", "GET", "/rbac-policies/{a_grant}", 404, "RbacPolicyNotFound"),
+    Case("alice's policy retarget", "PUT", "/rbac-policies/{a_grant}", 404, "RbacPolicyNotFound",
+         body={"rbac_policy": {"target_tenant": "bob"}}),
+    Case("alice's policy delete", "DELETE", "/rbac-policies/{a_grant}", 404, "RbacPolicyNotFound"),
+    Case("rbac-policies list", "GET", "/rbac-policies", 200),
+    Case("rbac-policies ?object_id", "GET", "/rbac-policies", 200, params={"object_id": "{a_granted}"}),
+    Case("rbac-policies ?target_tenant", "GET", "/rbac-policies", 200, params={"target_tenant": "bob"}),
+    Case("policy on alice's network", "POST", "/rbac-policies", 400, "InvalidInput", body=_rbac("{a_net}", "bob")),
+    Case("policy on the granted network", "POST", "/rbac-policies", 400, "InvalidInput",
+         body=_rbac("{a_granted}", "carol")),
+    Case("policy on alice's group", "POST", "/rbac-policies", 400, "InvalidInput",
+         body=_rbac("{a_sg}", "bob", "security_group")),
+    Case("policy on the granted group", "POST", "/rbac-policies", 400, "InvalidInput",
+         body=_rbac("{a_granted_sg}", "carol", "security_group")),
+    Case("wildcard policy on his own network", "POST", "/rbac-policies", 403, "PolicyNotAuthorized",
+         body=_rbac("{b_net}", "*")),
+    Case("policy in alice's name", "POST", "/rbac-policies", 403, "PolicyNotAuthorized",
+         body={"rbac_policy": {**_rbac("{b_net}", "carol")["rbac_policy"], "project_id": "alice"}}),
+    Case("granted network update", "PUT", "/networks/{a_granted}", 403, "PolicyNotAuthorized",
+         body={"network": {"name": "bob"}}),
+    Case("granted network delete", "DELETE", "/networks/{a_granted}", 403, "PolicyNotAuthorized"),
+    Case("subnet on the granted network", "POST", "/subnets", 403, "PolicyNotAuthorized",
+         body={"subnet": {"network_id": "{a_granted}", "cidr": "10.9.0.0/24"}}),
+    Case("port on the granted network, chosen address", "POST", "/ports", 403, "PolicyNotAuthorized",
+         body={"port": {"network_id": "{a_granted}", "fixed_ips": [{"ip_address": "10.5.0.77"}]}}),
+    Case("granted group update", "PUT", "/security-groups/{a_granted_sg}", 403, "PolicyNotAuthorized",
+         body={"security_group": {"name": "bob"}}),
+    Case("granted group delete", "DELETE", "/security-groups/{a_granted_sg}", 403, "PolicyNotAuthorized"),
+    Case("port on the network external to bob", "POST", "/ports", 404, "NetworkNotFound",
+         body={"port": {"network_id": "{ext_bob}"}}),
+    # ... and what was granted and taken back is as if it never was
+    Case("revoked network show", "GET", "/networks/{a_revoked}", 404, "NetworkNotFound"),
+    Case("revoked subnet show", "GET", "/subnets/{a_revoked_sub}", 404, "SubnetNotFound"),
+    Case("port on the revoked network", "POST", "/ports", 404, "NetworkNotFound",
+         body={"port": {"network_id": "{a_revoked}"}}),
+    Case("pool claim on the revoked network", "POST", "/port-pools/claim", 404, "NetworkNotFound",
+         body={"claim": {"host": HOST, "network_id": "{a_revoked}"}}),
+    Case("instance on the revoked network", "POST", "/instances", 404, "NetworkNotFound",
+         body=_instance(nets=[{"network": "{a_revoked}"}])),
+    Case("revoked group show", "GET", "/security-groups/{a_revoked_sg}", 404, "SecurityGroupNotFound"),
+    Case("port with the revoked group", "POST", "/ports", 404, "SecurityGroupNotFound",
+         body={"port": {**NET, "security_groups": ["{a_revoked_sg}"]}}),
+    Case("router gateway on the network no longer external to bob", "POST", "/routers", 404, "NetworkNotFound",
+         body={"router": {"external_gateway_info": {"network_id": "{ext_revoked}"}}}),
 ]  # fmt: skip
 
 
@@ -392,7 +463,8 @@ class World:
         """Everything alice sees of hers, with the status of each answer."""
         alice, ids = self.users["alice"], self.ids
         paths = [f"/{c}" for c in COLLECTIONS] + [
-            "/port-pools", f"/networks/{ids['a_net']}/forwards", f"/networks/{ids['a_shared']}/forwards",
+            "/port-pools", "/rbac-policies", f"/networks/{ids['a_net']}/forwards",
+            f"/networks/{ids['a_shared']}/forwards",
             f"/instances/{ids['a_vm']}/metadata", "/quotas/alice/details",
         ]  # fmt: skip
         view: Json = {p: _answer(alice.get(p)) for p in paths}
@@ -499,12 +571,59 @@ def _build(w: World, store: Store) -> None:
     _ok(alice.put(f"/instances/{vm['id']}/metadata/admin_pw", json={"value": SECRET_VALUE}))
     gateway = {"device_id": router["id"], "device_owner": "network:router_gateway"}
     ids["a_gw_port"] = _ok(admin.get("/ports", params=gateway))["ports"][0]["id"]
+    _grants(w)
 
     # What bob may never be told: every id of alice's (her shared network's aside), her namespace, tag and secrets.
     theirs = {p["id"] for p in _ok(admin.get("/ports", params={"project_id": "alice", "fields": "id"}))["ports"]}
-    seen = {"a_shared", "a_shared_sub", "a_gw_ip", "a_vm_shared_ip", "a_vm_shared_mac"}  # or mere addresses
+    seen = {
+        "a_shared",
+        "a_shared_sub",
+        "a_gw_ip",
+        "a_vm_shared_ip",
+        "a_vm_shared_mac",
+        "a_granted",
+        "a_granted_sub",
+        "a_granted_sg",
+    }  # (or mere addresses)
     mine = {v for k, v in ids.items() if k.startswith("a_") and k not in seen}
-    w.private = frozenset(mine | theirs | {TAG, SECRET_VALUE, "alice-user-data", "a-private"})
+    w.private = frozenset(mine | theirs | {TAG, SECRET_VALUE, "alice-user-data", "a-private", "a-revoked"})
+
+
+def _grants(w: World) -> None:
+    """alice's RBAC policies for bob (a network, a group), the admin's making a network external to him, and the
+    same three granted and taken back."""
+    admin, alice, ids = w.users["admin"], w.users["alice"], w.ids
+
+    def grant(
+        client: httpx.Client, object_id: str, object_type: str = "network", action: str = "access_as_shared"
+    ) -> str:
+        return str(
+            _ok(client.post("/rbac-policies", json=_rbac(object_id, "bob", object_type, action)), 201)["rbac_policy"][
+                "id"
+            ]
+        )
+
+    for prefix, owner, cidr in (
+        ("a_granted", alice, "10.5.0.0/24"),
+        ("a_revoked", alice, "10.6.0.0/24"),
+        ("ext_bob", admin, "198.51.100.0/26"),
+        ("ext_revoked", admin, "198.51.100.64/26"),
+    ):
+        ids[prefix] = create(owner, "networks", "network", name=prefix.replace("_", "-"))["id"]
+        ids[prefix + "_sub"] = create(owner, "subnets", "subnet", network_id=ids[prefix], cidr=cidr)["id"]
+    # (her network is on the host before bob's claims: its metadata port, hers, is made by her first claim)
+    _ok(alice.post("/port-pools/claim", json={"claim": {"host": HOST, "network_id": ids["a_granted"]}}), 201)
+    ids["a_granted_sg"] = create(alice, "security-groups", "security_group", name="a-granted-sg")["id"]
+    ids["a_revoked_sg"] = create(alice, "security-groups", "security_group", name="a-revoked-sg")["id"]
+    ids["a_grant"] = grant(alice, ids["a_granted"])
+    ids["a_sg_grant"] = grant(alice, ids["a_granted_sg"], "security_group")
+    grant(admin, ids["ext_bob"], action="access_as_external")
+    for client, policy in (
+        (alice, grant(alice, ids["a_revoked"])),
+        (alice, grant(alice, ids["a_revoked_sg"], "security_group")),
+        (admin, grant(admin, ids["ext_revoked"], action="access_as_external")),
+    ):
+        _ok(client.delete(f"/rbac-policies/{policy}"), 204)
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

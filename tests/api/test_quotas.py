@@ -18,7 +18,7 @@ from tests.support.server import RunningServer
 
 Json = dict[str, Any]
 DEFAULTS = {"network": 100, "subnet": 100, "port": 500, "router": 10, "security_group": 10,
-            "security_group_rule": 100, "floatingip": 50, "forward": 50}  # fmt: skip
+            "security_group_rule": 100, "floatingip": 50, "forward": 50, "rbac_policy": 100}  # fmt: skip
 
 
 def set_quota(admin: httpx.Client, project: str, **limits: int) -> Json:
@@ -89,7 +89,7 @@ def test_every_resource_stops_at_its_limit(users: dict[str, httpx.Client]) -> No
     ext = create(admin, "networks", "network", name="pub", **{"router:external": True})
     create(admin, "subnets", "subnet", network_id=ext["id"], cidr="192.0.2.0/24")
     set_quota(admin, "alice", network=1, subnet=1, port=2, router=1, security_group=2, security_group_rule=6,
-              forward=1)  # fmt: skip
+              forward=1, rbac_policy=1)  # fmt: skip
     net = create(alice, "networks", "network", name="n")
     check_error(alice.post("/networks", json={"network": {"name": "m"}}), 409, "OverQuota", "['network']")
     sub = create(alice, "subnets", "subnet", network_id=net["id"], cidr="10.0.0.0/24")
@@ -115,6 +115,10 @@ def test_every_resource_stops_at_its_limit(users: dict[str, httpx.Client]) -> No
     assert r.status_code == 201, r.text
     r = alice.post(f"/networks/{net['id']}/forwards", json={"listen_address": "192.0.2.51"})
     check_error(r, 409, "OverQuota", "['forward']")
+    for target, status in (("bob", 201), ("carol", 409)):
+        share = {"object_type": "network", "object_id": net["id"], "action": "access_as_shared",
+                 "target_tenant": target}  # fmt: skip
+        assert alice.post("/rbac-policies", json={"rbac_policy": share}).status_code == status
     details = alice.get("/quotas/alice/details").json()["quota"]
     assert {k: v["used"] for k, v in details.items()} == {
         "network": 1,
@@ -125,6 +129,7 @@ def test_every_resource_stops_at_its_limit(users: dict[str, httpx.Client]) -> No
         "security_group_rule": 6,
         "floatingip": 1,  # a forward is a floating IP (services/forwards/floating_common.py): both count it
         "forward": 1,
+        "rbac_policy": 1,
     }  # fmt: skip  (ports: two of alice's and the router's interface; the gateway port counts for nobody)
 
 

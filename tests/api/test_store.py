@@ -32,7 +32,8 @@ def network_row(i: int, now: datetime) -> dict[str, object]:
             "created_at": now, "updated_at": now, "revision_number": 0, "admin_state_up": True, "shared": i % 2 == 0,
             "mtu": 1500, "status": "ACTIVE", "router_external": False, "network_type": "local",
             "physical_network": None, "segmentation_id": None, "segment_key": None, "config": {"k": [i]},
-            "routes": [], "port_security_enabled": True, "availability_zone_hints": [], "qos_policy_id": None}  # fmt: skip
+            "routes": [], "port_security_enabled": True, "availability_zone_hints": [],
+            "qos_policy_id": None}  # fmt: skip
 
 
 def naive(value: datetime) -> datetime:

@@ -59,6 +59,12 @@ EXTENSIONS = [
     ("trunk-details", "Trunk port details", "Expose trunk port details"),
     ("tag-creation", "Tag support on create", "Enables to specify tags on create"),
     ("security-group", "security-group", "The security groups extension."),
+    (
+        "rbac-policies",
+        "RBAC Policies",
+        "Allows creation and modification of policies that control tenant access to resources.",
+    ),
+    ("rbac-security-groups", "Add security_group type to network RBAC", "Add security_group type to network RBAC"),
     ("port-security", "Port Security", "Provides port security"),
     ("allowed-address-pairs", "Allowed Address Pairs", "Provides allowed address pairs"),
     (
@@ -170,6 +176,8 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "availability_zone_filter": ("/v2.0/availability_zones",),
     "network_availability_zone": ("/v2.0/availability_zones",),
     "router_availability_zone": ("/v2.0/availability_zones", "/v2.0/routers"),
+    "rbac-policies": ("/v2.0/rbac-policies",),
+    "rbac-security-groups": ("/v2.0/rbac-policies",),
 }
 
 

@@ -33,6 +33,7 @@ from cloudnet.services.pools import pools
 from cloudnet.services.ports import port_specs, trunks
 from cloudnet.services.qos import policies as qos_policies
 from cloudnet.services.qos import rules as qos_rules
+from cloudnet.services.rbac import policies as rbac_policies
 from cloudnet.services.security import security_group_rules, security_groups
 
 PATHS = ("/openapi.json", "/v2.0/openapi.json")
@@ -67,6 +68,7 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel] | None]] = {
     "subnetpool": (subnetpools.PoolCreate, subnetpools.PoolUpdate),
     "address_scope": (address_scopes.ScopeCreate, address_scopes.ScopeUpdate),
     "policy": (qos_policies.PolicyCreate, qos_policies.PolicyUpdate),
+    "rbac_policy": (rbac_policies.PolicyCreate, rbac_policies.PolicyUpdate),
 }
 # Request models the table refers to besides MODELS (each becomes a component schema).
 OTHER_MODELS: tuple[type[BaseModel], ...] = (routers.InterfaceRequest, pools.PoolUpdate, pools.ClaimSpec,

@@ -18,6 +18,7 @@ from cloudnet.services import events, instances
 from cloudnet.services.forwards import floating_ips
 from cloudnet.services.networks import address_scopes, networks, routers, subnetpools, subnets
 from cloudnet.services.ports import ports, trunks
+from cloudnet.services.rbac import policies as rbac_policies
 from cloudnet.services.security import security_group_rules, security_groups
 
 MAX_MEMBER_WAIT = 30.0  # seconds a GET ?wait=S may hold its connection (any project's member may ask)
@@ -87,6 +88,8 @@ RESOURCES = [
               "update_pool", "delete_pool"),
     _resource("address-scopes", "address_scope", "address_scopes", address_scopes, "list_scopes", "get_scope",
               "create_scopes", "update_scope", "delete_scope"),
+    _resource("rbac-policies", "rbac_policy", "rbac_policies", rbac_policies, "list_policies", "get_policy",
+              "create_policies", "update_policy", "delete_policy"),
 ]  # fmt: skip
 
 

@@ -161,10 +161,12 @@ QOS_RULE_TYPE = obj({"type": STR, "drivers": array(obj({"name": STR, "supported_
                     ("type",))  # fmt: skip
 
 # The Neutron-style members, by body key.
+RBAC_POLICY = obj({"id": STR, "project_id": STR, "tenant_id": STR, "object_type": STR, "object_id": STR,
+                   "action": STR, "target_tenant": STR})  # fmt: skip
 MEMBERS: dict[str, Schema] = {
     "network": NETWORK, "subnet": SUBNET, "port": PORT, "router": ROUTER, "security_group": SECURITY_GROUP,
     "security_group_rule": RULE, "instance": INSTANCE, "floatingip": FLOATINGIP, "trunk": TRUNK,
-    "subnetpool": SUBNETPOOL, "address_scope": ADDRESS_SCOPE, "policy": QOS_POLICY,
+    "subnetpool": SUBNETPOOL, "address_scope": ADDRESS_SCOPE, "policy": QOS_POLICY, "rbac_policy": RBAC_POLICY,
 }  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from cloudnet.services.networks.ipam import SubnetInfo
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 from cloudnet.store.events import Event
+from cloudnet.store.tables_rbac import rbac_policies as RB
 
 N, S, SG, H = t.networks, t.subnets, t.security_groups, t.hosts
 
@@ -34,6 +35,8 @@ class Cache:
         self.subnets: dict[str, tuple[SubnetInfo, ...]] = {}
         self.default_groups: dict[str, str] = {}  # project -> its default security group
         self.hosts: set[str] = set()  # registered hosts
+        # (network, project) -> the RBAC actions granted (a policy's change is an update event of its network)
+        self.grants: dict[tuple[str, str], frozenset[str]] = {}
 
     def changed(self, events: Sequence[Event] | None, _tx: Tx | None) -> None:
         """Watcher of the revision log (store/changes.py)."""
@@ -44,12 +47,14 @@ class Cache:
                 self.subnets.clear()
                 self.default_groups.clear()
                 self.hosts.clear()
+                self.grants.clear()
                 return
             for e in events:
                 if e.resource == "network":
                     self.generation += 1
                     self.networks.pop(e.resource_id, None)
                     self.subnets.pop(e.resource_id, None)
+                    self.grants = {k: v for k, v in self.grants.items() if k[0] != e.resource_id}
                 elif e.resource == "subnet":  # its network is not in the event: drop every network's list
                     self.generation += 1
                     self.subnets.clear()
@@ -60,7 +65,7 @@ class Cache:
                     self.generation += 1
                     self.hosts.discard(e.resource_id)
 
-    def put(self, table: dict[str, Any], key: str, value: Any, generation: int) -> None:
+    def put(self, table: dict[Any, Any], key: Any, value: Any, generation: int) -> None:
         with self.lock:
             if self.generation == generation:
                 table[key] = value
@@ -87,6 +92,29 @@ def network(tx: Tx, network_id: str) -> Any:
         if cache and row is not None:
             cache.put(cache.networks, network_id, row, generation)
     return row
+
+
+MAX_GRANTS = 100_000  # (network, project) pairs kept; past it the table starts over
+
+
+def network_grants(tx: Tx, network_id: str, project_id: str) -> frozenset[str]:
+    """The RBAC actions policies grant `project_id` on the network (itself or through "*")."""
+    cache = _ready(tx)
+    key = (network_id, project_id)
+    found = cache.grants.get(key) if cache else None
+    if found is None:
+        generation = cache.generation if cache else 0
+        mine = RB.c.target_project.in_(("*", project_id))
+        rows = tx.conn.execute(
+            select(RB.c.action).where(RB.c.object_type == "network", RB.c.object_id == network_id, mine)
+        )
+        found = frozenset(r.action for r in rows)
+        if cache:
+            if len(cache.grants) >= MAX_GRANTS:
+                with cache.lock:
+                    cache.grants.clear()
+            cache.put(cache.grants, key, found, generation)
+    return found
 
 
 def subnets(tx: Tx, network_id: str) -> tuple[SubnetInfo, ...]:

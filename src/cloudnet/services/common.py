@@ -102,6 +102,14 @@ def only_visible(stmt: Select[Any], table: Table, ctx: Context) -> Select[Any]:
     return stmt if cond is None else stmt.where(cond)
 
 
+def only_owner(row: Any, ctx: Context, action: str) -> Any:
+    """`row`, which the caller sees, if they may change it: theirs (or they are an admin); 403 for one they only
+    see (shared with them), as Neutron's policy refuses it."""
+    if not (ctx.is_admin or row.project_id == ctx.project_id):
+        raise disallowed(action)
+    return row
+
+
 def get_row(conn: Connection, table: Table, kind: str, ident: str, ctx: Context) -> Row[Any]:
     if "\x00" in ident:  # no such id, and PostgreSQL refuses NUL characters in a query
         raise not_found(kind, ident)

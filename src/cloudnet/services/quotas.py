@@ -26,6 +26,7 @@ from cloudnet.errors import BadRequest, Conflict, disallowed
 from cloudnet.services.context import Context
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
+from cloudnet.store.tables_rbac import rbac_policies
 
 Q = t.quotas
 # Neutron's defaults are lower (network 10, port 50); these are the issue's, for a cloud of containers.
@@ -38,6 +39,7 @@ DEFAULTS: dict[str, int] = {
     "security_group_rule": 100,
     "floatingip": 50,
     "forward": 50,  # a network forward's listen address (an external address, like a floating IP)
+    "rbac_policy": 100,  # policies a project owns (Neutron: 10)
 }
 MAX_LIMIT = 2**31 - 1
 # Ports cloudnet makes for itself on a project's behalf count for nobody (Neutron's gateway ports have no project).
@@ -62,6 +64,7 @@ USAGE: dict[str, tuple[Any, tuple[ColumnElement[bool], ...]]] = {
     "security_group_rule": (t.security_group_rules, ()),
     "forward": (t.forwards, ()),
     "floatingip": (t.forwards, ()),
+    "rbac_policy": (rbac_policies, ()),
 }
 
 _defaults: weakref.WeakKeyDictionary[Store, dict[str, int]] = weakref.WeakKeyDictionary()

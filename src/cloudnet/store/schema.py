@@ -6,9 +6,9 @@ registers its tables when imported, and tables.py stays the core's.
 
 from __future__ import annotations
 
-from cloudnet.store import tables_qos, tables_subnetpools, tables_trunks
+from cloudnet.store import tables_qos, tables_rbac, tables_subnetpools, tables_trunks
 from cloudnet.store.tables import metadata
 
-AREAS = (tables_qos, tables_subnetpools, tables_trunks)
+AREAS = (tables_qos, tables_rbac, tables_subnetpools, tables_trunks)
 
 __all__ = ["AREAS", "metadata"]

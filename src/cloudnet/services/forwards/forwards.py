@@ -25,6 +25,7 @@ from cloudnet.services.context import Context
 from cloudnet.services.forwards import floating_common, forward_deps, forward_targets, uplinks
 from cloudnet.services.forwards.forward_rules import IP, canonical_ip, normalise, targets, validate
 from cloudnet.services.forwards.uplinks import parse_ip, quoted
+from cloudnet.services.rbac import grants
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
 
@@ -99,7 +100,9 @@ def resolve_network(conn: Connection, ctx: Context, ident: str, *, external: boo
     is, for the floating IPs on it the caller may see)."""
 
     def visible(r: Any) -> bool:
-        return bool(ctx.is_admin or r.project_id == ctx.project_id or (external and r.router_external))
+        if ctx.is_admin or r.project_id == ctx.project_id:
+            return True
+        return bool(external and r.router_external and grants.actions_for(conn, "network", r.id, ctx.project_id))
 
     row = conn.execute(select(N).where(N.c.id == ident)).first()
     if row is None:

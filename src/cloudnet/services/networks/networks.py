@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
-from sqlalchemy import Connection, delete, insert, or_, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import Conflict, InvalidInput, disallowed, not_found
@@ -17,6 +17,7 @@ from cloudnet.services.hosts import zones
 from cloudnet.services.networks import network_config, subnetpools
 from cloudnet.services.qos import policies as qos_policies
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
+from cloudnet.services.rbac import grants
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store import tables_subnetpools as tsp
@@ -109,39 +110,55 @@ def _segment_key(network_type: str, physnet: str | None, segid: int | None) -> s
     return None
 
 
+# What makes another project's network visible: a policy sharing it, or making it external, to the caller's project.
+SEEN_THROUGH = (grants.SHARED, grants.EXTERNAL)
+
+
 def visibility(ctx: Context) -> Any:
-    if ctx.is_admin:
-        return None
-    return or_(N.c.project_id == ctx.project_id, N.c.shared.is_(True), N.c.router_external.is_(True))
+    # (`shared` mirrors the "*" access_as_shared policy: the common case needs no subquery row)
+    return grants.visible(N, "network", ctx, SEEN_THROUGH, N.c.shared.is_(True))
 
 
 def get_visible(conn: Connection, ctx: Context, network_id: str) -> Any:
     # Ids are UUIDs: anything else cannot exist (and PostgreSQL refuses some strings, e.g. with NUL bytes).
     row = conn.execute(select(N).where(N.c.id == network_id)).first() if is_uuid(network_id) else None
-    return _check_visible(row, ctx, network_id)
-
-
-def visible_in_tx(tx: Tx, ctx: Context, network_id: str) -> Any:
-    """`get_visible` from this process's cache of networks (services/cache.py), for the hot write paths."""
-    return _check_visible(cache.network(tx, network_id) if is_uuid(network_id) else None, ctx, network_id)
-
-
-def _check_visible(row: Any, ctx: Context, network_id: str) -> Any:
-    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id or row.shared or row.router_external):
+    if row is None or not (_owned_or_shared(row, ctx) or grants.actions_for(conn, "network", row.id, ctx.project_id)):
         raise not_found("network", network_id)
     return row
 
 
-def get_owned(conn: Connection, ctx: Context, network_id: str, action: str) -> Any:
-    """A network the caller may change: 404 if they cannot see it, 403 if they only see it (shared, external)."""
-    row = get_visible(conn, ctx, network_id)
-    if not (ctx.is_admin or row.project_id == ctx.project_id):
-        raise disallowed(action)
+def visible_in_tx(tx: Tx, ctx: Context, network_id: str) -> Any:
+    """`get_visible` from this process's cache of networks (services/cache.py), for the hot write paths."""
+    row = cache.network(tx, network_id) if is_uuid(network_id) else None
+    if row is None or not (_owned_or_shared(row, ctx) or cache.network_grants(tx, row.id, ctx.project_id)):
+        raise not_found("network", network_id)
     return row
 
 
-def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
+def _owned_or_shared(row: Any, ctx: Context) -> bool:
+    return bool(ctx.is_admin or row.project_id == ctx.project_id or row.shared)
+
+
+def usable_in_tx(tx: Tx, network: Any, project_id: str) -> bool:
+    """Whether `project_id` may have ports on the network: its own, shared with everyone, or shared with it."""
+    return bool(network.project_id == project_id or network.shared
+                or grants.SHARED in cache.network_grants(tx, network.id, project_id))  # fmt: skip
+
+
+def shared_with_caller(conn: Connection, ctx: Context, network: Any) -> bool:
+    """Neutron's `shared` of one network as the caller sees it (shared with everyone or with their project)."""
+    return bool(network.shared or network.id in grants.shared_with(conn, "network", [network.id], ctx.project_id))
+
+
+def get_owned(conn: Connection, ctx: Context, network_id: str, action: str) -> Any:
+    """A network the caller may change: 404 if they cannot see it, 403 if they only see it (shared, external)."""
+    return common.only_owner(get_visible(conn, ctx, network_id), ctx, action)
+
+
+def to_dicts(conn: Connection, rows: list[Any], ctx: Context) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
+    # `shared`: shared with everyone or with the caller's project (Neutron's, which depends on who asks)
+    shared_here = grants.shared_with(conn, "network", [r.id for r in rows if not r.shared], ctx.project_id)
     subnet_ids: dict[str, list[str]] = defaultdict(list)
     scopes: dict[tuple[str, int], set[str | None]] = defaultdict(set)  # (network, IP version) -> its subnets' scopes
     S, SP = t.subnets, tsp.subnetpools
@@ -161,7 +178,7 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
         d.update(
             {
                 "admin_state_up": r.admin_state_up,
-                "shared": r.shared,
+                "shared": r.shared or r.id in shared_here,
                 "status": r.status,
                 "subnets": sorted(subnet_ids.get(r.id, [])),
                 "mtu": r.mtu,
@@ -196,13 +213,14 @@ def list_networks(store: Store, ctx: Context, q: ListQuery) -> Page:
         cond = visibility(ctx)
         if cond is not None:
             stmt = stmt.where(cond)
-        rows, more = fetch_page(conn, N, ATTRS, stmt, q, "network")
-        return Page(to_dicts(conn, rows), more)
+        attrs = {**ATTRS, "shared": Attr(filter=grants.shared_filter(N.c.id, "network", ctx), sortable=False)}
+        rows, more = fetch_page(conn, N, attrs, stmt, q, "network")
+        return Page(to_dicts(conn, rows, ctx), more)
 
 
 def get_network(store: Store, ctx: Context, network_id: str) -> dict[str, Any]:
     with store.read() as conn:
-        return to_dicts(conn, [get_visible(conn, ctx, network_id)])[0]
+        return to_dicts(conn, [get_visible(conn, ctx, network_id)], ctx)[0]
 
 
 def create_networks(store: Store, ctx: Context, bodies: list[dict[str, Any]], default_mtu: int,
@@ -215,7 +233,7 @@ def create_networks(store: Store, ctx: Context, bodies: list[dict[str, Any]], de
         ids = [_insert(tx, ctx, spec, default_mtu, overlay_overhead) for spec in specs]
         rows = tx.conn.execute(select(N).where(N.c.id.in_(ids))).all()
         by_id = {r.id: r for r in rows}
-        return to_dicts(tx.conn, [by_id[i] for i in ids])
+        return to_dicts(tx.conn, [by_id[i] for i in ids], ctx)
 
 
 def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay_overhead: int) -> str:
@@ -259,6 +277,10 @@ def _insert(tx: Tx, ctx: Context, spec: NetworkCreate, default_mtu: int, overlay
         raise _segment_in_use(spec) from None  # another server took the segment since the check above
     if spec.tags:
         common.set_tags(tx.conn, row["id"], spec.tags)
+    # As in Neutron: `shared` and `router:external` are the wildcard policies of their actions.
+    for flag, action in ((spec.shared, grants.SHARED), (spec.router_external, grants.EXTERNAL)):
+        if flag:
+            grants.insert(tx, "network", row["id"], row["project_id"], action, grants.WILDCARD)
     tx.record("network", row["id"], "create", row["project_id"])
     return str(row["id"])
 
@@ -304,10 +326,17 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
                 )
             ).first()
             if in_use:
-                raise Conflict(
-                    f"Network {network_id} cannot stop being external: a router uses it as gateway.",
-                    type="ExternalNetworkInUse",
-                )
+                raise external_in_use(network_id)
+        if changes.get("router_external") is not None and changes["router_external"] != row.router_external:
+            # (made external: open to everyone; no longer: every access_as_external policy goes, as in Neutron)
+            if changes["router_external"]:
+                grants.wildcard(tx, "network", network_id, row.project_id, grants.EXTERNAL, True)
+            else:
+                grants.remove_all(tx, "network", network_id, grants.EXTERNAL)
+        if changes.get("shared") is not None and changes["shared"] != row.shared:
+            if not changes["shared"]:
+                _keep_sharers(tx.conn, row)
+            grants.wildcard(tx, "network", network_id, row.project_id, grants.SHARED, changes["shared"])
         check_mtu(changes.get("mtu"), row.network_type, default_mtu, overlay_overhead)
         if changes.get("mtu") is not None and changes["mtu"] < 1280:
             has_v6 = tx.conn.execute(
@@ -333,7 +362,50 @@ def update_network(store: Store, ctx: Context, network_id: str, body: dict[str, 
         if changes.get("port_security_enabled", row.port_security_enabled) != row.port_security_enabled:
             _pool_ports_follow(tx, network_id, changes["port_security_enabled"])
         common.touch(tx, N, network_id, "network", row.project_id, changes, row=row)
-        return to_dicts(tx.conn, [tx.conn.execute(select(N).where(N.c.id == network_id)).one()])[0]
+        if changes.get("shared") is False and row.shared:
+            drop_unusable_ready_ports(tx, network_id)
+        return to_dicts(tx.conn, [tx.conn.execute(select(N).where(N.c.id == network_id)).one()], ctx)[0]
+
+
+def external_in_use(network_id: str) -> Conflict:
+    return Conflict(
+        f"Network {network_id} cannot stop being external: a router uses it as gateway.", type="ExternalNetworkInUse"
+    )
+
+
+def _keep_sharers(conn: Connection, network: Any) -> None:
+    """`shared` turned off: refused while projects other than the owner, and not given the network by a policy of
+    their own, have ports or subnets on it (Neutron's _validate_shared_update: InvalidSharedSetting)."""
+    P, S = t.ports, t.subnets
+    allowed = {network.project_id} | grants.targets(conn, "network", network.id, grants.SHARED)
+    users = select(P.c.project_id).where(
+        P.c.network_id == network.id, ~P.c.device_owner.startswith("network:"), P.c.device_owner != POOL_FREE_OWNER
+    )  # (ready pool ports: see below)
+    users = users.union(select(S.c.project_id).where(S.c.network_id == network.id))
+    if {r.project_id for r in conn.execute(users)} - allowed:
+        raise Conflict(
+            f"Unable to reconfigure sharing settings for network {network.name}. Multiple projects are using it.",
+            type="InvalidSharedSetting",
+        )
+
+
+def drop_unusable_ready_ports(tx: Tx, network_id: str) -> None:
+    """The network's sharing changed: ready pool ports (nobody's in use yet) of projects that may no longer use it
+    go, as they go with a deleted network, rather than keep the sharing alive (their pools stop refilling)."""
+    network = tx.conn.execute(select(N).where(N.c.id == network_id)).one()
+    P = t.ports
+    ready = tx.conn.execute(
+        select(P.c.id, P.c.project_id).where(P.c.network_id == network_id, P.c.device_owner == POOL_FREE_OWNER)
+    ).all()
+    lost: dict[str, bool] = {}
+    for port_id, project_id in ready:
+        if project_id not in lost:
+            lost[project_id] = not (network.project_id == project_id or network.shared or grants.SHARED in
+                                    grants.actions_for(tx.conn, "network", network_id, project_id))  # fmt: skip
+        if lost[project_id]:
+            tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == port_id))
+            tx.conn.execute(delete(P).where(P.c.id == port_id))
+            tx.record("port", port_id, "delete", project_id)
 
 
 def _pool_ports_follow(tx: Tx, network_id: str, enabled: bool) -> None:
@@ -400,6 +472,7 @@ def delete_network(store: Store, ctx: Context, network_id: str) -> None:
         tx.conn.execute(delete(ALLOC).where(ALLOC.c.subnet_id.in_([sid for sid, _p in subnet_rows])))
         tx.conn.execute(delete(t.subnets).where(t.subnets.c.network_id == network_id))
         forwards.delete_for_network(tx, network_id)
+        grants.remove_all(tx, "network", network_id)
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == network_id))
         tx.conn.execute(delete(N).where(N.c.id == network_id))
         tx.record("network", network_id, "delete", row.project_id)

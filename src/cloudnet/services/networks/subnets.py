@@ -79,10 +79,7 @@ def get_visible(conn: Connection, ctx: Context, subnet_id: str) -> Any:
 
 def _get_owned(conn: Connection, ctx: Context, subnet_id: str, action: str) -> Any:
     """A subnet the caller may change: 404 if they cannot see it, 403 if they only see it (shared network)."""
-    row = get_visible(conn, ctx, subnet_id)
-    if not (ctx.is_admin or row.project_id == ctx.project_id):
-        raise disallowed(action)
-    return row
+    return common.only_owner(get_visible(conn, ctx, subnet_id), ctx, action)
 
 
 def list_subnets(store: Store, ctx: Context, q: ListQuery) -> Page:
@@ -107,7 +104,7 @@ def create_subnets(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> 
 def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     network = networks.get_visible(tx.conn, ctx, spec.network_id)
     if network.project_id != ctx.project_id and not ctx.is_admin:
-        if not network.shared:
+        if not networks.shared_with_caller(tx.conn, ctx, network):
             # Neutron's _validate_network_project_ownership: 404 for a network seen only because it is external,
             # as for a port on it (port_create.py); a shared network is seen as such, and refused by policy (403).
             raise not_found("network", spec.network_id)

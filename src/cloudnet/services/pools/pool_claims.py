@@ -112,7 +112,7 @@ def claim_in_tx(
     assert tx.store is not None
     mgr = manager(tx.store)
     network = networks.visible_in_tx(tx, ctx, network_id)
-    if network.project_id != project_id and not (network.shared or ctx.is_admin):
+    if not (ctx.is_admin or networks.usable_in_tx(tx, network, project_id)):
         raise not_found("network", network_id)  # as for a port of its own (port_create.py), an external network too
     port_policy.check(tx.conn, ctx, device_owner, device_id, project_id, network)
     pool = find_pool(tx, mgr, host, project_id, network_id)

@@ -16,7 +16,9 @@ from sqlalchemy import insert, select, update
 
 from cloudnet import metrics
 from cloudnet.errors import CloudnetError
+from cloudnet.services import cache
 from cloudnet.services.context import Context
+from cloudnet.services.networks import networks
 from cloudnet.services.pools.pool_model import (
     FREE_OWNER,
     PP,
@@ -95,6 +97,9 @@ def _fill(
         n = min(n, limit)
     if n <= 0:
         return 0
+    network = cache.network(tx, pool.network_id)
+    if network is None or not networks.usable_in_tx(tx, network, pool.project_id):
+        return 0  # the project lost the network (unshared, its RBAC policy gone): nothing to refill it with
     groups = list(sgs if sgs is not None else pool.security_groups)
     spec = port_specs.PortCreate(
         network_id=pool.network_id, project_id=pool.project_id, device_owner=FREE_OWNER, host_id=pool.host,

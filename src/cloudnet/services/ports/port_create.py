@@ -83,7 +83,7 @@ class Creator:
     def plan(self, spec: PortCreate) -> Plan:
         network = self.network(spec.network_id)
         project = common.owner_project(self.ctx, spec.project_id or spec.tenant_id, "create_port")
-        if network.project_id != project and not (network.shared or self.ctx.is_admin):
+        if not (self.ctx.is_admin or networks.usable_in_tx(self.tx, network, project)):
             # Neutron's _validate_network_tenant_ownership: 404, an external network included (its addresses
             # go to routers and forwards, not to ports of other projects).
             raise not_found("network", spec.network_id)

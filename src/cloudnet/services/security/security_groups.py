@@ -15,6 +15,7 @@ from cloudnet.services import cache, common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.networks import networks
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
+from cloudnet.services.rbac import grants
 from cloudnet.services.security import security_group_rules as rules
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
@@ -48,8 +49,9 @@ class GroupUpdate(Body):
     stateful: bool | None = None
 
 
-def _sg_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
+def _sg_dicts(conn: Connection, rows: list[Any], ctx: Context) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
+    shared = grants.shared_with(conn, "security_group", ids, ctx.project_id)  # (rbac-security-groups)
     by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for chunk in common.chunks(ids, 5000):
         for rule in conn.execute(select(R).where(R.c.security_group_id.in_(chunk)).order_by(R.c.created_at, R.c.id)):
@@ -58,7 +60,7 @@ def _sg_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         d = common.standard_fields(r, tags.get(r.id))
-        d.update({"stateful": r.stateful, "shared": False, "security_group_rules": by_group.get(r.id, [])})
+        d.update({"stateful": r.stateful, "shared": r.id in shared, "security_group_rules": by_group.get(r.id, [])})
         out.append(d)
     return out
 
@@ -99,9 +101,11 @@ def check_usable(conn: Connection, ctx: Context, ids: list[str], port_project: s
     found = [i for i in unique if is_uuid(i)]  # (anything else cannot exist, and PostgreSQL refuses NUL bytes)
     stmt = select(SG.c.id, SG.c.project_id, SG.c.stateful).where(SG.c.id.in_(found))
     rows = {r.id: r for r in conn.execute(stmt)} if found else {}
+    others = [r.id for r in rows.values() if r.project_id != port_project]
+    shared = grants.shared_with(conn, "security_group", others, port_project) if others and not ctx.is_admin else set()
     for sg_id in unique:
         row = rows.get(sg_id)
-        if row is None or (row.project_id != port_project and not ctx.is_admin):
+        if row is None or (row.project_id != port_project and not ctx.is_admin and sg_id not in shared):
             raise not_found("security_group", sg_id)
     if len({r.stateful for r in rows.values()}) > 1:
         raise Conflict(
@@ -127,14 +131,25 @@ def _ensure_default_for(store: Store, ctx: Context) -> None:
 def list_groups(store: Store, ctx: Context, q: ListQuery) -> Page:
     _ensure_default_for(store, ctx)
     with store.read() as conn:
-        stmt = common.only_visible(select(SG), SG, ctx)
-        rows, more = fetch_page(conn, SG, ATTRS, stmt, q, "security_group")
-        return Page(_sg_dicts(conn, rows), more)
+        cond = grants.visible(SG, "security_group", ctx)
+        stmt = select(SG) if cond is None else select(SG).where(cond)
+        attrs = {**ATTRS, "shared": Attr(filter=grants.shared_filter(SG.c.id, "security_group", ctx), sortable=False)}
+        rows, more = fetch_page(conn, SG, attrs, stmt, q, "security_group")
+        return Page(_sg_dicts(conn, rows, ctx), more)
 
 
 def get_group(store: Store, ctx: Context, sg_id: str) -> dict[str, Any]:
     with store.read() as conn:
-        return _sg_dicts(conn, [common.get_row(conn, SG, "security_group", sg_id, ctx)])[0]
+        return _sg_dicts(conn, [get_visible(conn, ctx, sg_id)], ctx)[0]
+
+
+def get_visible(conn: Connection, ctx: Context, sg_id: str) -> Any:
+    """A group the caller owns or that is shared with their project (404 otherwise)."""
+    row = conn.execute(select(SG).where(SG.c.id == sg_id)).first() if is_uuid(sg_id) else None
+    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id
+                           or grants.shared_with(conn, "security_group", [row.id], ctx.project_id)):  # fmt: skip
+        raise not_found("security_group", sg_id)
+    return row
 
 
 def create_groups(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -158,26 +173,26 @@ def create_groups(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> l
             tx.record("security_group", row["id"], "create", row["project_id"])
             ids.append(row["id"])
         rows = {r.id: r for r in tx.conn.execute(select(SG).where(SG.c.id.in_(ids)))}
-        return _sg_dicts(tx.conn, [rows[i] for i in ids])
+        return _sg_dicts(tx.conn, [rows[i] for i in ids], ctx)
 
 
 def update_group(store: Store, ctx: Context, sg_id: str, body: dict[str, Any]) -> dict[str, Any]:
     spec = parse(GroupUpdate, body)
     changes = {k: v for k, v in spec.model_dump(exclude_unset=True).items() if v is not None}
     with store.write() as tx:
-        row = common.get_row(tx.conn, SG, "security_group", sg_id, ctx)
+        row = common.only_owner(get_visible(tx.conn, ctx, sg_id), ctx, "update_security_group")
         if row.default_for_project and changes.get("name", "default") != "default":
             raise Conflict("Updating default security group not allowed.", type="SecurityGroupCannotUpdateDefault")
         if changes.get("stateful", row.stateful) != row.stateful and _in_use(tx.conn, sg_id):
             # Neutron: the ports' filtering would change under them (their connections' state with it).
             raise Conflict(f"Security Group {sg_id} in use.", type="SecurityGroupInUse")
         common.touch(tx, SG, sg_id, "security_group", row.project_id, changes, row=row)
-        return _sg_dicts(tx.conn, [tx.conn.execute(select(SG).where(SG.c.id == sg_id)).one()])[0]
+        return _sg_dicts(tx.conn, [tx.conn.execute(select(SG).where(SG.c.id == sg_id)).one()], ctx)[0]
 
 
 def delete_group(store: Store, ctx: Context, sg_id: str) -> None:
     with store.write() as tx:
-        row = common.get_row(tx.conn, SG, "security_group", sg_id, ctx)
+        row = common.only_owner(get_visible(tx.conn, ctx, sg_id), ctx, "delete_security_group")
         if row.default_for_project and not ctx.is_admin:
             raise Conflict("Removing default security group not allowed.", type="SecurityGroupCannotRemoveDefault")
         _forget_in_pools(tx, sg_id)
@@ -192,6 +207,7 @@ def delete_group(store: Store, ctx: Context, sg_id: str) -> None:
         for rule_id in rule_ids:
             tx.record("security_group_rule", rule_id, "delete", row.project_id)
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == sg_id))
+        grants.remove_all(tx, "security_group", sg_id)
         tx.conn.execute(delete(SG).where(SG.c.id == sg_id))
         tx.record("security_group", sg_id, "delete", row.project_id)
 

@@ -3,7 +3,7 @@
 address_scopes, subnetpools, subnetpool_allocations (store/tables_subnetpools.py) and subnets.subnetpool_id.
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-29 07:20:00.000000
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
