@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 
 from cloudnet.config import ServerConfig
-from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.ovn import veth
 from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.northbound.sync import NorthboundSync
@@ -63,8 +62,7 @@ def test_scopes_decide_nat_and_reach_on_ovn(tmp_path: Path, sqlite_template: Pat
                 if dataplane is not None:
                     dataplane.close()
                 sync.stop()
-                for name in cloud.namespaces:
-                    netns.remove(name)
+                cloud.remove_namespaces()
                 for link in cloud.root_links:
                     subprocess.run(["ip", "link", "del", link], capture_output=True)
     finally:

@@ -66,8 +66,7 @@ def chassis(server: RunningServer, api: httpx.Client, ovn: OvnSandbox) -> Iterat
         metadata.stop()
         dataplane.close()
         running.sync.stop()  # (a test may have replaced it)
-        for name in cloud.namespaces:
-            netns.remove(name)
+        cloud.remove_namespaces()
         for name in ovn.nbctl("--bare", "--columns=name", "list", "Logical_Switch").split():
             ovn.nbctl("ls-del", name)
 

@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from cloudnet.config import ServerConfig
-from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.store.db import Store
@@ -79,8 +78,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iter
             finally:
                 dataplane.close()
                 sync.stop()
-                for name in cloud.namespaces:
-                    netns.remove(name)
+                cloud.remove_namespaces()
     finally:
         api.close()
         server.stop()

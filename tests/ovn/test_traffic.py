@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from cloudnet.config import ServerConfig
-from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.ovn import veth
 from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.northbound.sync import NorthboundSync
@@ -95,8 +94,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iter
             try:
                 yield from _topology(sandbox, chassis, cloud)
             finally:
-                for name in cloud.namespaces:
-                    netns.remove(name)
+                cloud.remove_namespaces()
                 for link in cloud.root_links:  # (moved into the chassis' namespace: gone with it, else here)
                     subprocess.run(["ip", "link", "del", link], capture_output=True)
     finally:

@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from cloudnet.config import ServerConfig
-from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.store.db import Store
@@ -53,8 +52,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> It
             finally:
                 dataplane.close()
                 sync.stop()
-                for name in cloud.namespaces:
-                    netns.remove(name)
+                cloud.remove_namespaces()
     finally:
         api.close()
         server.stop()

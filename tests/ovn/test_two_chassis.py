@@ -73,7 +73,7 @@ def rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         rig = Rig(ovn, [], [])
         for ch in chassis:
             cloud = Cloud(api=api, server=server, host=ch.name, suffix=uuid.uuid4().hex[:6])
-            stack.callback(lambda c=cloud: [netns.remove(n) for n in c.namespaces])
+            stack.callback(cloud.remove_namespaces)
             proxy = MetadataProxy(ch.name, metadata.url, SECRET, retry_interval=0.1, burst=200)
             stack.callback(proxy.close)
             dataplane = OvnDataplane(ch.name, ch.ovs_url, ovn.sb_url, host_ns=ch.netns)

@@ -14,8 +14,10 @@ import httpx
 
 from cloudnet.agent.agent import Agent
 from cloudnet.agent.client import ApiClient
+from cloudnet.dataplane.base import metadata_ns_prefix
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.linux.driver import LinuxDataplane
+from cloudnet.namespaces import managed_ns_prefix
 from tests.support.server import RunningServer
 
 
@@ -85,6 +87,15 @@ class Cloud:
         self.agent, self._running = None, None
 
     # -- topology --
+
+    def remove_namespaces(self) -> None:
+        """The test's namespaces, and those this host's agent made (metadata, managed instances): an agent stopped
+        with instances still there leaves its own behind (on OVN, nothing else removes them)."""
+        for name in self.namespaces:
+            netns.remove(name)
+        for prefix in (metadata_ns_prefix(self.host), managed_ns_prefix(self.host)):
+            for name in netns.names(prefix):
+                netns.remove(name)
 
     def namespace(self, label: str) -> str:
         name = f"cntest-{label}-{self.suffix}"
