@@ -18,7 +18,8 @@ pytestmark = pytest.mark.postgres
 
 
 def test_a_host_certificate_request_gets_503_while_the_database_is_down(tmp_path: Path) -> None:
-    pg = PostgresServer.start()
+    # (commits durable: an immediate stop must not lose the join's certificate record, as FAST's would under load)
+    pg = PostgresServer.start({"synchronous_commit": "on"})
     try:
         pg.psql("CREATE DATABASE cloudnet")
         store = Store(pg.url("cloudnet"))
@@ -27,15 +28,17 @@ def test_a_host_certificate_request_gets_503_while_the_database_is_down(tmp_path
         with tls_serve(tmp_path / "state", "--db", pg.url("cloudnet")) as server:
             cert = server.join("h1", tmp_path / "h1")
             with server.client(None, cert) as agent:  # (its certificate alone, as a joined agent sends)
-                assert agent.get("/hosts/h1/state").status_code == 200
+                first = agent.get("/hosts/h1/state")
+                assert first.status_code == 200, first.text
                 pg.pg_ctl("-m", "immediate", "stop")
                 try:
                     r = agent.get("/hosts/h1/state")
                 finally:
-                    pg.run_server(FAST)
+                    pg.run_server({**FAST, "synchronous_commit": "on"})
                 assert r.status_code == 503, r.text
                 assert r.json()["NeutronError"]["type"] == "DatabaseUnavailable" and r.headers["Retry-After"] == "5"
                 server.until_logged("database unavailable checking host h1's certificate")
-                assert agent.get("/hosts/h1/state").status_code == 200
+                again = agent.get("/hosts/h1/state")
+                assert again.status_code == 200, again.text
     finally:
         pg.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -85,7 +86,11 @@ class Cli:
         assert len(lines) == 1, result.stderr
         assert lines[0].startswith("Error: "), lines[0]
         assert result.output == result.stderr
-        return lines[0]
+        return REQUEST_ID.sub("", lines[0])
+
+
+# What the CLI adds to a server's refusal (its request id, as the `openstack` CLI prints it): tests compare the rest.
+REQUEST_ID = re.compile(r" \(Request-ID: [A-Za-z0-9._-]{1,64}\)$")
 
 
 def table_rows(text: str) -> list[list[str]]:

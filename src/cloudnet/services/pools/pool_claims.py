@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import String, bindparam, delete, insert, select, update
 
 from cloudnet import metrics
-from cloudnet.errors import CloudnetError, not_found
+from cloudnet.errors import CloudnetError, InvalidInput, not_found
 from cloudnet.services import cache, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.networks import networks, single_host
@@ -112,8 +112,13 @@ def claim_in_tx(
     assert tx.store is not None
     mgr = manager(tx.store)
     network = networks.visible_in_tx(tx, ctx, network_id)
-    if not (ctx.is_admin or networks.usable_in_tx(tx, network, project_id)):
-        raise not_found("network", network_id)  # as for a port of its own (port_create.py), an external network too
+    if not networks.usable_in_tx(tx, network, project_id):
+        if not ctx.is_admin:
+            raise not_found("network", network_id)  # as for a port of its own (port_create.py), an external one too
+        # (an admin may make one port for any project, but a pool's ports are refilled for its project, which this
+        # network is not shared with: refused here rather than a pool that could never fill)
+        raise InvalidInput(f"Network {network_id} is not shared with project {project_id}: a pool's ports are the "
+                           "project's own.")  # fmt: skip
     port_policy.check(tx.conn, ctx, device_owner, device_id, project_id, network)
     pool = find_pool(tx, mgr, host, project_id, network_id)
     if pool is None and not create:

@@ -67,8 +67,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in ("ports", "networks"):
         op.drop_index(op.f(f"ix_{table}_qos_policy_id"), table_name=table)
-        with op.batch_alter_table(table) as batch:
-            batch.drop_column("qos_policy_id")
+        # plain DROP COLUMN (its index gone first): a batch's copy of networks would drop the table under the rows
+        # that refer to it, which SQLite's foreign keys refuse
+        op.drop_column(table, "qos_policy_id")
     op.drop_index(op.f("ix_qos_rules_qos_policy_id"), table_name="qos_rules")
     op.drop_table("qos_rules")
     op.drop_index(op.f("ix_qos_policies_project_id"), table_name="qos_policies")
