@@ -5,13 +5,16 @@ A new type (address_scope, subnetpool, qos_policy, ...) is one `ObjectType` adde
 column, that column (kept equal to "a wildcard access_as_shared policy exists", as Neutron derives it). Its own
 service then, with rbac/grants.py:
 - makes the wildcard policy where it is created with `shared: true` (`grants.insert(..., grants.WILDCARD)`), and
-  moves it when `shared` changes (`grants.wildcard`; turning it off checked first with policies.check_unshare);
+  moves it when `shared` changes (`grants.wildcard`; turning it off checked first with policies.check_unshare, or
+  with grants.check_unshare and the type's dependents where importing policies.py would close a circle, as for QoS
+  policies: networks.py, which this module imports, imports qos/policies.py);
 - lists and shows what `grants.visible(table, type, ctx, (grants.SHARED,), table.c.shared.is_(True))` lets the
   caller see, `shared` as `row.shared or row.id in grants.shared_with(...)` (what Neutron shows: to whom asks);
 - lets a project use another's object (a pool for a subnet, a scope for a pool, a QoS policy on a port or network)
   when `grants.shared_with(conn, type, [id], project)` says so;
 - removes the object's policies with it (`grants.remove_all`);
-and api/extensions.py advertises its alias (rbac-address-scope, rbac-subnetpool) beside rbac-security-groups.
+and api/extensions.py advertises its alias (rbac-address-scope, rbac-subnetpool) beside rbac-security-groups
+(qos_policy is Neutron's base rbac-policies').
 """
 
 from __future__ import annotations
