@@ -149,3 +149,28 @@ def test_network_rbac(openstack: Any, api: httpx.Client) -> None:
     assert done.returncode == 0, done.stderr
     assert api.get("/rbac-policies").json()["rbac_policies"] == []
     assert api.get(f"/networks/{net['id']}").json()["network"]["shared"] is False
+
+
+def test_rbac_on_pools_scopes_and_qos_policies(openstack: Any, api: httpx.Client) -> None:
+    """`openstack network rbac create --type subnetpool|address_scope|qos_policy`, the object named as the CLI
+    finds it (by name), listed by type and removed; and the CLI shows the server's refusal of an action it lacks."""
+    made = {
+        "subnetpool": create(api, "subnetpools", "subnetpool", name="cli-pool", prefixes=["10.160.0.0/16"]),
+        "address_scope": create(api, "address-scopes", "address_scope", name="cli-scope", ip_version=4),
+        "qos_policy": api.post("/qos/policies", json={"policy": {"name": "cli-qos"}}).json()["policy"],
+    }
+    for object_type, obj in made.items():
+        done = openstack("network", "rbac", "create", "--type", object_type, "--action", "access_as_shared",
+                         "--target-project", "bob", obj["name"], "-f", "json")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        pol = json.loads(done.stdout)
+        assert (pol["object_type"], pol["object_id"], pol["target_project_id"]) == (object_type, obj["id"], "bob")
+        listed = openstack("network", "rbac", "list", "--type", object_type, "-f", "json")
+        assert listed.returncode == 0, listed.stderr
+        assert [p["ID"] for p in json.loads(listed.stdout)] == [pol["id"]]
+        bad = openstack("network", "rbac", "create", "--type", object_type, "--action", "access_as_external",
+                        "--target-project", "carol", obj["id"])  # fmt: skip
+        assert bad.returncode != 0 and "Invalid action" in bad.stderr + bad.stdout
+        done = openstack("network", "rbac", "delete", pol["id"])
+        assert done.returncode == 0, done.stderr
+    assert api.get("/rbac-policies").json()["rbac_policies"] == []

@@ -65,6 +65,8 @@ EXTENSIONS = [
         "Allows creation and modification of policies that control tenant access to resources.",
     ),
     ("rbac-security-groups", "Add security_group type to network RBAC", "Add security_group type to network RBAC"),
+    ("rbac-subnetpool", "Add subnetpool type to RBAC", "Add subnetpool type to RBAC"),
+    ("rbac-address-scope", "Add address_scope type to RBAC", "Add address_scope type to RBAC"),
     ("port-security", "Port Security", "Provides port security"),
     ("allowed-address-pairs", "Allowed Address Pairs", "Provides allowed address pairs"),
     (
@@ -178,6 +180,8 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "router_availability_zone": ("/v2.0/availability_zones", "/v2.0/routers"),
     "rbac-policies": ("/v2.0/rbac-policies",),
     "rbac-security-groups": ("/v2.0/rbac-policies",),
+    "rbac-subnetpool": ("/v2.0/rbac-policies", "/v2.0/subnetpools"),
+    "rbac-address-scope": ("/v2.0/rbac-policies", "/v2.0/address-scopes"),
 }
 
 

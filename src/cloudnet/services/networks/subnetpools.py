@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import Field
-from sqlalchemy import Connection, delete, insert, or_, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import common
@@ -15,12 +15,14 @@ from cloudnet.services.context import Context
 from cloudnet.services.networks import address_scopes, subnet_specs
 from cloudnet.services.networks import prefix_sets as ps
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
+from cloudnet.services.rbac import grants
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store import tables_subnetpools as tsp
 from cloudnet.store.db import Store, Tx
 
 SP, ALLOC = tsp.subnetpools, tsp.subnetpool_allocations
+RBAC = "subnetpool"  # its RBAC object type (rbac/object_types.py, rbac-subnetpool)
 MAX_PREFIXES = 1000  # per pool and per request (Neutron has no bound)
 Prefixes = Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=MAX_PREFIXES)]
 PrefixLen = Annotated[int, Field(ge=0, le=128)]
@@ -72,15 +74,18 @@ class PrefixOps(Body):
     prefixes: Prefixes
 
 
-def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
+def to_dicts(conn: Connection, rows: list[Any], ctx: Context) -> list[dict[str, Any]]:
     tags = common.load_tags(conn, [r.id for r in rows])
+    # `shared`: with everyone or with the caller's project (as Neutron shows it: to whom asks)
+    shared_here = grants.shared_with(conn, RBAC, [r.id for r in rows if not r.shared], ctx.project_id)
     out = []
     for r in rows:
         d = common.standard_fields(r, tags.get(r.id))
         d.update({
             "ip_version": r.ip_version, "prefixes": list(r.prefixes), "min_prefixlen": r.min_prefixlen,
             "max_prefixlen": r.max_prefixlen, "default_prefixlen": r.default_prefixlen,
-            "default_quota": r.default_quota, "address_scope_id": r.address_scope_id, "shared": r.shared,
+            "default_quota": r.default_quota, "address_scope_id": r.address_scope_id,
+            "shared": r.shared or r.id in shared_here,
             "is_default": r.is_default,
         })  # fmt: skip
         out.append(d)
@@ -88,10 +93,9 @@ def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
 
 
 def visible_stmt(ctx: Context) -> Any:
-    stmt = select(SP)
-    if not ctx.is_admin:
-        stmt = stmt.where(or_(SP.c.project_id == ctx.project_id, SP.c.shared))
-    return stmt
+    """The pools the caller sees, and so may take subnets from: theirs, shared with everyone or with their project."""
+    cond = grants.visible(SP, RBAC, ctx, (grants.SHARED,), SP.c.shared.is_(True))
+    return select(SP) if cond is None else select(SP).where(cond)
 
 
 def get_visible(conn: Connection, ctx: Context, pool_id: str) -> Any:
@@ -159,7 +163,7 @@ def _check_scope(conn: Connection, ctx: Context, scope_id: str | None, pool_id: 
     if scope_id is None:
         return
     scope = address_scopes.get_visible(conn, ctx, scope_id)
-    if not (ctx.is_admin or scope.project_id == ctx.project_id or scope.shared):
+    if not address_scopes.usable(conn, ctx, scope):
         raise BadRequest(f"Illegal subnetpool association: subnetpool {pool_id} cannot be associated with address "
                          f"scope {scope_id}.", type="IllegalSubnetPoolAssociationToAddressScope")  # fmt: skip
     if scope.ip_version != version:
@@ -212,24 +216,25 @@ def _check_default(conn: Connection, ctx: Context, version: int, action: str) ->
 
 def list_pools(store: Store, ctx: Context, q: ListQuery) -> Page:
     with store.read() as conn:
-        rows, more = fetch_page(conn, SP, ATTRS, visible_stmt(ctx), q, "subnet_pool")
-        return Page(to_dicts(conn, rows), more)
+        attrs = {**ATTRS, "shared": Attr(filter=grants.shared_filter(SP.c.id, RBAC, ctx), sortable=False)}
+        rows, more = fetch_page(conn, SP, attrs, visible_stmt(ctx), q, "subnet_pool")
+        return Page(to_dicts(conn, rows, ctx), more)
 
 
 def get_pool(store: Store, ctx: Context, pool_id: str) -> dict[str, Any]:
     with store.read() as conn:
-        return to_dicts(conn, [get_visible(conn, ctx, pool_id)])[0]
+        return to_dicts(conn, [get_visible(conn, ctx, pool_id)], ctx)[0]
 
 
-def _fetch(conn: Connection, pool_id: str) -> dict[str, Any]:
-    return to_dicts(conn, [conn.execute(select(SP).where(SP.c.id == pool_id)).one()])[0]
+def _fetch(conn: Connection, ctx: Context, pool_id: str) -> dict[str, Any]:
+    return to_dicts(conn, [conn.execute(select(SP).where(SP.c.id == pool_id)).one()], ctx)[0]
 
 
 def create_pools(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     specs = [parse(PoolCreate, b) for b in bodies]
     with store.write() as tx:
         ids = [_insert(tx, ctx, spec) for spec in specs]
-        return [_fetch(tx.conn, i) for i in ids]
+        return [_fetch(tx.conn, ctx, i) for i in ids]
 
 
 def _insert(tx: Tx, ctx: Context, spec: PoolCreate) -> str:
@@ -249,6 +254,8 @@ def _insert(tx: Tx, ctx: Context, spec: PoolCreate) -> str:
         hash=common.new_id(),
     )  # fmt: skip
     tx.conn.execute(insert(SP).values(**row))
+    if spec.shared:  # (`shared` is the wildcard policy, as in Neutron)
+        grants.insert(tx, RBAC, row["id"], row["project_id"], grants.SHARED, grants.WILDCARD)
     if spec.tags:
         common.set_tags(tx.conn, row["id"], spec.tags)
     tx.record("subnetpool", row["id"], "create", row["project_id"])
@@ -294,7 +301,7 @@ def update_pool(store: Store, ctx: Context, pool_id: str, body: dict[str, Any]) 
             changes.update(is_default=spec.is_default, default_for_version=row.ip_version if spec.is_default else None)
         if common.touch(tx, SP, pool_id, "subnetpool", row.project_id, changes, row=row):
             bump(tx.conn, pool_id)
-        return _fetch(tx.conn, pool_id)
+        return _fetch(tx.conn, ctx, pool_id)
 
 
 def change_prefixes(store: Store, ctx: Context, pool_id: str, body: dict[str, Any], add: bool) -> dict[str, Any]:
@@ -347,4 +354,5 @@ def delete_pool(store: Store, ctx: Context, pool_id: str) -> None:
                              type="SubnetPoolDeleteError")  # fmt: skip
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == pool_id))
         tx.conn.execute(delete(SP).where(SP.c.id == pool_id))
+        grants.remove_all(tx, RBAC, pool_id)
         tx.record("subnetpool", pool_id, "delete", row.project_id)

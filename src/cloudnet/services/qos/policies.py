@@ -7,19 +7,21 @@ from collections import defaultdict
 from typing import Any
 
 from pydantic import Field
-from sqlalchemy import Connection, delete, or_, select, update
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from cloudnet.errors import Conflict, NotFound, disallowed
 from cloudnet.services import common
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool
+from cloudnet.services.rbac import grants
 from cloudnet.services.validation import Body, Tags, is_uuid, parse
 from cloudnet.store import tables as t
 from cloudnet.store import tables_qos as tq
 from cloudnet.store.db import Store, Tx
 
 QP, QR = tq.qos_policies, tq.qos_rules
+RBAC = "qos_policy"  # its RBAC object type (rbac/object_types.py)
 ATTRS: dict[str, Attr] = {
     **common.standard_attrs(QP),
     "shared": Attr(QP.c.shared, to_bool),
@@ -57,15 +59,17 @@ def admin_only(ctx: Context, action: str) -> None:
 
 
 def _visible(ctx: Context) -> Any:
-    return None if ctx.is_admin else or_(QP.c.project_id == ctx.project_id, QP.c.shared.is_(True))
+    return grants.visible(QP, RBAC, ctx, (grants.SHARED,), QP.c.shared.is_(True))
 
 
 def get_visible(conn: Connection, ctx: Context, policy_id: str, *, lock: bool = False) -> Any:
-    """The policy if the caller may see it (its project's, or shared), else QosPolicyNotFound. `lock`: its row
-    is held until the transaction ends (a deletion and a new use of it take turns)."""
+    """The policy if the caller may see (and so use) it: its project's, shared with everyone or by an RBAC policy
+    with its project; else QosPolicyNotFound. `lock`: its row is held until the transaction ends (a deletion and a
+    new use of it take turns)."""
     stmt = select(QP).where(QP.c.id == policy_id)
     row = conn.execute(stmt.with_for_update() if lock else stmt).first() if is_uuid(policy_id) else None
-    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id or row.shared):
+    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id or row.shared
+                           or grants.shared_with(conn, RBAC, [row.id], ctx.project_id)):  # fmt: skip
         raise policy_not_found(policy_id)
     return row
 
@@ -90,13 +94,15 @@ def rule_body(r: Any) -> dict[str, Any]:
     return {"id": r.id, "min_kbps": r.min_kbps, "direction": r.direction}
 
 
-def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
+def to_dicts(conn: Connection, rows: list[Any], ctx: Context) -> list[dict[str, Any]]:
     ids = [r.id for r in rows]
     rules, tags = rule_dicts(conn, ids), common.load_tags(conn, ids)
+    # `shared`: with everyone or with the caller's project (as Neutron shows it: to whom asks)
+    shared_here = grants.shared_with(conn, RBAC, [r.id for r in rows if not r.shared], ctx.project_id)
     out = []
     for r in rows:
         d = common.standard_fields(r, tags.get(r.id))
-        d.update(shared=r.shared, is_default=r.is_default, rules=rules.get(r.id, []))
+        d.update(shared=r.shared or r.id in shared_here, is_default=r.is_default, rules=rules.get(r.id, []))
         out.append(d)
     return out
 
@@ -105,13 +111,14 @@ def list_policies(store: Store, ctx: Context, q: ListQuery) -> Page:
     with store.read() as conn:
         cond = _visible(ctx)
         stmt = select(QP) if cond is None else select(QP).where(cond)
-        rows, more = fetch_page(conn, QP, ATTRS, stmt, q, "policy")
-        return Page(to_dicts(conn, rows), more)
+        attrs = {**ATTRS, "shared": Attr(filter=grants.shared_filter(QP.c.id, RBAC, ctx), sortable=False)}
+        rows, more = fetch_page(conn, QP, attrs, stmt, q, "policy")
+        return Page(to_dicts(conn, rows, ctx), more)
 
 
 def get_policy(store: Store, ctx: Context, policy_id: str) -> dict[str, Any]:
     with store.read() as conn:
-        return to_dicts(conn, [get_visible(conn, ctx, policy_id)])[0]
+        return to_dicts(conn, [get_visible(conn, ctx, policy_id)], ctx)[0]
 
 
 def _default_exists(project_id: str) -> Conflict:
@@ -130,12 +137,14 @@ def create_policies(store: Store, ctx: Context, bodies: list[dict[str, Any]]) ->
             row.update(shared=spec.shared, is_default=spec.is_default,
                        default_for_project=project if spec.is_default else None)  # fmt: skip
             _insert_checked(tx, row, project)
+            if spec.shared:  # (`shared` is the wildcard policy, as in Neutron)
+                grants.insert(tx, RBAC, row["id"], project, grants.SHARED, grants.WILDCARD)
             if spec.tags:
                 common.set_tags(tx.conn, row["id"], spec.tags)
             tx.record("qos_policy", row["id"], "create", project)
             ids.append(row["id"])
         rows = {r.id: r for r in tx.conn.execute(select(QP).where(QP.c.id.in_(ids)))}
-        return to_dicts(tx.conn, [rows[i] for i in ids])
+        return to_dicts(tx.conn, [rows[i] for i in ids], ctx)
 
 
 def _insert_checked(tx: Tx, row: dict[str, Any], project: str) -> None:
@@ -164,8 +173,12 @@ def update_policy(store: Store, ctx: Context, policy_id: str, body: dict[str, An
             if changes["is_default"] and other not in (None, policy_id):
                 raise _default_exists(row.project_id)
             changes["default_for_project"] = row.project_id if changes["is_default"] else None
+        if "shared" in changes and changes["shared"] != row.shared:
+            if not changes["shared"]:
+                grants.check_unshare(tx.conn, RBAC, row, users(tx.conn, policy_id))
+            grants.wildcard(tx, RBAC, policy_id, row.project_id, grants.SHARED, changes["shared"])
         common.touch(tx, QP, policy_id, "qos_policy", row.project_id, changes, row=row)
-        return to_dicts(tx.conn, [tx.conn.execute(select(QP).where(QP.c.id == policy_id)).one()])[0]
+        return to_dicts(tx.conn, [tx.conn.execute(select(QP).where(QP.c.id == policy_id)).one()], ctx)[0]
 
 
 def delete_policy(store: Store, ctx: Context, policy_id: str) -> None:
@@ -179,6 +192,7 @@ def delete_policy(store: Store, ctx: Context, policy_id: str) -> None:
         tx.conn.execute(delete(QR).where(QR.c.qos_policy_id == policy_id))
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == policy_id))
         tx.conn.execute(delete(QP).where(QP.c.id == policy_id))
+        grants.remove_all(tx, RBAC, policy_id)
         tx.record("qos_policy", policy_id, "delete", row.project_id)
 
 
@@ -214,6 +228,13 @@ def used(conn: Connection, policy_id: str) -> bool:
         conn.execute(select(table.c.id).where(table.c.qos_policy_id == policy_id).limit(1)).first() is not None
         for table in (t.ports, t.networks)
     )
+
+
+def users(conn: Connection, policy_id: str) -> set[str]:
+    """The projects whose ports or networks carry the policy (who a policy's removal may not leave without it)."""
+    stmt = select(t.ports.c.project_id).where(t.ports.c.qos_policy_id == policy_id)
+    stmt = stmt.union(select(t.networks.c.project_id).where(t.networks.c.qos_policy_id == policy_id))
+    return {r.project_id for r in conn.execute(stmt)}
 
 
 def touch_policy(tx: Tx, row: Any) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, delete, or_, select
 from sqlalchemy.sql import ColumnElement
 
+from cloudnet.errors import Conflict
 from cloudnet.services import common
 from cloudnet.services.context import Context
 from cloudnet.services.query import to_bool
@@ -97,6 +98,22 @@ def targets(conn: Connection, object_type: str, object_id: str, action: str, but
     if but is not None:
         stmt = stmt.where(RB.c.id != but)
     return {r.target_project for r in conn.execute(stmt)}
+
+
+def in_use(object_id: str, details: str) -> Conflict:
+    """Neutron's RbacPolicyInUse: a policy's removal (or move) would take the object from a project using it."""
+    return Conflict(
+        f"RBAC policy on object {object_id} cannot be removed because other objects depend on it.\nDetails: {details}",
+        type="RbacPolicyInUse",
+    )
+
+
+def check_unshare(conn: Connection, object_type: str, obj: Any, users: set[str]) -> None:
+    """`shared` turned off on an object its `users` (projects) use: refused while one of them is neither its owner
+    nor named by another access_as_shared policy (for the services that cannot reach policies.check_unshare)."""
+    keeping = targets(conn, object_type, obj.id, SHARED) - {WILDCARD} | {obj.project_id}
+    if users - keeping:
+        raise in_use(obj.id, f"project_id={WILDCARD}")
 
 
 def _of(object_type: str, object_id: str, action: str | None = None) -> list[ColumnElement[bool]]:

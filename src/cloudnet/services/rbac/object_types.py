@@ -5,13 +5,16 @@ A new type (address_scope, subnetpool, qos_policy, ...) is one `ObjectType` adde
 column, that column (kept equal to "a wildcard access_as_shared policy exists", as Neutron derives it). Its own
 service then, with rbac/grants.py:
 - makes the wildcard policy where it is created with `shared: true` (`grants.insert(..., grants.WILDCARD)`), and
-  moves it when `shared` changes (`grants.wildcard`; turning it off checked first with policies.check_unshare);
+  moves it when `shared` changes (`grants.wildcard`; turning it off checked first with policies.check_unshare, or
+  with grants.check_unshare and the type's dependents where importing policies.py would close a circle, as for QoS
+  policies: networks.py, which this module imports, imports qos/policies.py);
 - lists and shows what `grants.visible(table, type, ctx, (grants.SHARED,), table.c.shared.is_(True))` lets the
   caller see, `shared` as `row.shared or row.id in grants.shared_with(...)` (what Neutron shows: to whom asks);
 - lets a project use another's object (a pool for a subnet, a scope for a pool, a QoS policy on a port or network)
   when `grants.shared_with(conn, type, [id], project)` says so;
 - removes the object's policies with it (`grants.remove_all`);
-and api/extensions.py advertises its alias (rbac-address-scope, rbac-subnetpool) beside rbac-security-groups.
+and api/extensions.py advertises its alias (rbac-address-scope, rbac-subnetpool) beside rbac-security-groups
+(qos_policy is Neutron's base rbac-policies').
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ from sqlalchemy import Column, Connection, Table, select
 
 from cloudnet.services import common
 from cloudnet.services.networks.networks import POOL_FREE_OWNER, drop_unusable_ready_ports, external_in_use
+from cloudnet.services.qos.policies import users as qos_users
 from cloudnet.services.rbac import grants
 from cloudnet.store import tables as t
+from cloudnet.store import tables_qos as tq
+from cloudnet.store import tables_subnetpools as tsp
 from cloudnet.store.db import Tx
 
 # (connection, object id) -> the projects that use the object (a policy's removal may not leave one without access)
@@ -90,6 +96,19 @@ def _group_users(conn: Connection, sg_id: str) -> set[str]:
     return {r.project_id for r in conn.execute(stmt.distinct())}
 
 
+def _pool_users(conn: Connection, pool_id: str) -> set[str]:
+    """The projects with subnets from the pool."""
+    S = t.subnets
+    return {r.project_id for r in conn.execute(select(S.c.project_id).where(S.c.subnetpool_id == pool_id).distinct())}
+
+
+def _scope_users(conn: Connection, scope_id: str) -> set[str]:
+    """The projects with pools in the scope."""
+    SP = tsp.subnetpools
+    stmt = select(SP.c.project_id).where(SP.c.address_scope_id == scope_id).distinct()
+    return {r.project_id for r in conn.execute(stmt)}
+
+
 def _sharing_in_use(object_id: str, _target: str) -> str:
     return f"Unable to reconfigure sharing settings for network {object_id}. Multiple projects are using it."
 
@@ -107,5 +126,18 @@ TYPES: dict[str, ObjectType] = {
     "security_group": ObjectType(
         "security_group", t.security_groups, "security_group", (grants.SHARED,), {grants.SHARED: _group_users},
         "rbac-security-groups",
+    ),
+    # (Neutron's object_type names; qos_policy came with the base extension, the other two with their own)
+    "subnetpool": ObjectType(
+        "subnetpool", tsp.subnetpools, "subnetpool", (grants.SHARED,), {grants.SHARED: _pool_users},
+        "rbac-subnetpool", shared_column=tsp.subnetpools.c.shared,
+    ),
+    "address_scope": ObjectType(
+        "address_scope", tsp.address_scopes, "address_scope", (grants.SHARED,), {grants.SHARED: _scope_users},
+        "rbac-address-scope", shared_column=tsp.address_scopes.c.shared,
+    ),
+    "qos_policy": ObjectType(
+        "qos_policy", tq.qos_policies, "qos_policy", (grants.SHARED,), {grants.SHARED: qos_users},
+        "rbac-policies", shared_column=tq.qos_policies.c.shared,
     ),
 }  # fmt: skip

@@ -171,7 +171,8 @@ def delete_policy(store: Store, ctx: Context, policy_id: str) -> None:
 def _owned_object(conn: Connection, ctx: Context, otype: ObjectType, policy: Any) -> Any:
     obj = _locked(conn, otype, policy.object_id)
     if not (ctx.is_admin or obj.project_id == ctx.project_id):  # (Neutron: BEFORE_UPDATE's failure is InUse)
-        raise _in_use(policy.object_id, f"Only admins can manipulate policies on {otype.owned_words} they do not own")
+        words = f"Only admins can manipulate policies on {otype.owned_words} they do not own"
+        raise grants.in_use(policy.object_id, words)
     return obj
 
 
@@ -196,7 +197,7 @@ def _check_losing(conn: Connection, otype: ObjectType, obj: Any, policy: Any, ne
     users = dependents(conn, obj.id) if dependents else set()
     losing = users - keeping if target == grants.WILDCARD else users & {target}
     if losing:
-        raise _in_use(obj.id, otype.details(policy.action, obj.id, target))
+        raise grants.in_use(obj.id, otype.details(policy.action, obj.id, target))
 
 
 def check_unshare(conn: Connection, object_type: str, obj: Any) -> None:
@@ -212,13 +213,6 @@ def check_unshare(conn: Connection, object_type: str, obj: Any) -> None:
     ).first()
     if star is not None:
         _check_losing(conn, TYPES[object_type], obj, star, None)
-
-
-def _in_use(object_id: str, details: str) -> Conflict:
-    return Conflict(
-        f"RBAC policy on object {object_id} cannot be removed because other objects depend on it.\nDetails: {details}",
-        type="RbacPolicyInUse",
-    )
 
 
 def _row(conn: Connection, policy_id: str) -> Any:
