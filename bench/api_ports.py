@@ -9,21 +9,16 @@ Usage: .venv/bin/python bench/api_ports.py [--backend sqlite|postgresql|both] [-
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 
 import httpx
 from common import (
-    analyze,
-    cloudnet_server,
     http_floor,
-    machine_load,
     median,
     ms,
+    on_backends,
     percentile,
-    pin_client,
-    postgres_url,
     row,
     timed_creates,
 )
@@ -77,22 +72,7 @@ def run(url: str, singles: int, after_preload: Callable[[], None] | None = None)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
-    parser.add_argument("--singles", type=int, default=500)
-    args = parser.parse_args()
-    pin_client(1)
-    machine_load()
-    if args.backend in ("sqlite", "both"):
-        print("SQLite (WAL, synchronous=NORMAL):")
-        with cloudnet_server() as url:
-            run(url, args.singles)
-    if args.backend in ("postgresql", "both"):
-        print("PostgreSQL (throwaway server on a Unix socket, fsync off as in the tests):")
-        with postgres_url() as db, cloudnet_server(db) as url:
-            # Steady state at 10,000 ports includes planner statistics, which autovacuum gathers within
-            # a minute on a live server; the benchmark loads faster than that, so it asks for them.
-            run(url, args.singles, after_preload=lambda: analyze(db))
+    on_backends(__doc__, run, 500)
 
 
 if __name__ == "__main__":

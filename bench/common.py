@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,23 @@ def alternate(sides: dict[str, tuple[httpx.Client, str]], n: int, batch: int = 2
             times[side] += got[side]
         ratios.append(median(got["on"]) / median(got["off"]))
     return times["on"], times["off"], ratios
+
+
+def on_backends(doc: str, run: Callable[..., None], singles: int) -> None:
+    """A bench's main that times `run(url, singles, after_preload=...)` against a cloudnet on SQLite, PostgreSQL or
+    both (`--backend`); on PostgreSQL the preload is followed by ANALYZE (steady state at scale includes planner
+    statistics, which autovacuum gathers within a minute on a live server; a bench loads faster than that)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    parser.add_argument("--singles", type=int, default=singles)
+    args = parser.parse_args()
+    pin_client(1)
+    machine_load()
+    if args.backend in ("sqlite", "both"):
+        print("SQLite (WAL, synchronous=NORMAL):")
+        with cloudnet_server() as url:
+            run(url, args.singles)
+    if args.backend in ("postgresql", "both"):
+        print("PostgreSQL (throwaway server on a Unix socket, fsync off as in the tests):")
+        with postgres_url() as db, cloudnet_server(db) as url:
+            run(url, args.singles, after_preload=lambda: analyze(db))

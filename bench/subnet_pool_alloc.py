@@ -10,11 +10,10 @@ Usage: .venv/bin/python bench/subnet_pool_alloc.py [--backend sqlite|postgresql|
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import httpx
-from common import analyze, cloudnet_server, http_floor, machine_load, ms, percentile, pin_client, postgres_url, row
+from common import http_floor, ms, on_backends, percentile, row
 
 PRELOAD = 10_000
 PER_NETWORK = 100  # preloaded subnets per network (a network's own subnets are checked for overlap on each create)
@@ -79,20 +78,7 @@ def run(url: str, singles: int, after_preload: object = None) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
-    parser.add_argument("--singles", type=int, default=200)
-    args = parser.parse_args()
-    pin_client(1)
-    machine_load()
-    if args.backend in ("sqlite", "both"):
-        print("SQLite (WAL, synchronous=NORMAL):")
-        with cloudnet_server() as url:
-            run(url, args.singles)
-    if args.backend in ("postgresql", "both"):
-        print("PostgreSQL (throwaway server on a Unix socket, fsync off as in the tests):")
-        with postgres_url() as db, cloudnet_server(db) as url:
-            run(url, args.singles, after_preload=lambda: analyze(db))
+    on_backends(__doc__, run, 200)
 
 
 if __name__ == "__main__":

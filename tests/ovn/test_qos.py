@@ -5,23 +5,17 @@ chassis (userspace datapath) is limited and marked by them, and the rows go with
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from cloudnet.config import ServerConfig
-from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.northbound.sync import NorthboundSync
-from cloudnet.store.db import Store
-from tests.support.cloud import Cloud, running_agent
-from tests.support.ovn import OvnSandbox, ovn_sandbox
-from tests.support.server import RunningServer
+from tests.support.cloud import Cloud
+from tests.support.ovn import OvnSandbox
+from tests.support.ovn_site import ovn_site
 from tests.support.throughput import received_dscp, tcp_rate
 
 LIMIT_KBPS = 10000
@@ -54,35 +48,11 @@ def _ip(inst: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Rig]:
-    state = tmp_path_factory.mktemp("ovn-qos") / "state"
-    state.mkdir()
-    shutil.copyfile(sqlite_template, state / "cloudnet.db")
-    config = ServerConfig(state_dir=state)
-    config.dataplane = "ovn"
-    store = Store(f"sqlite:///{state / 'cloudnet.db'}")
-    server = RunningServer.start(config, store)
-    api = httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30)
-    try:
-        with ovn_sandbox() as sandbox:
-            chassis = sandbox.add_chassis()
-            cloud = Cloud(api=api, server=server, host=chassis.name, suffix=uuid.uuid4().hex[:6])
-            sync = NorthboundSync(store, sandbox.nb_url, [], interval=0.1)
-            sync.start()
-            dataplane = OvnDataplane(chassis.name, chassis.ovs_url, sandbox.sb_url, host_ns=chassis.netns)
-            try:
-                with running_agent(server.url, chassis.name, dataplane):
-                    net, _sub = cloud.network("qos", "10.93.0.0/24")
-                    a = cloud.instance("oqa", [{"network": net["id"]}])
-                    b = cloud.instance("oqb", [{"network": net["id"]}])
-                    yield Rig(sandbox, cloud, sync, a, b)
-            finally:
-                dataplane.close()
-                sync.stop()
-                cloud.remove_namespaces()
-    finally:
-        api.close()
-        server.stop()
-        store.dispose()
+    with ovn_site(tmp_path_factory.mktemp("ovn-qos") / "state", sqlite_template) as site, site.agent():
+        net, _sub = site.cloud.network("qos", "10.93.0.0/24")
+        a = site.cloud.instance("oqa", [{"network": net["id"]}])
+        b = site.cloud.instance("oqb", [{"network": net["id"]}])
+        yield Rig(site.sandbox, site.cloud, site.sync, a, b)
 
 
 def _within(measured: float) -> bool:

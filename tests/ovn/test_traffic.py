@@ -7,8 +7,6 @@ ones; the rig is one per module."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,17 +16,15 @@ from typing import Any
 import httpx
 import pytest
 
-from cloudnet.config import ServerConfig
 from cloudnet.dataplane.ovn import veth
 from cloudnet.dataplane.ovn.driver import OvnDataplane
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.ovn import daemons
-from cloudnet.store.db import Store
 from tests.support import frames
-from tests.support.cloud import Cloud, ns_run, ping, running_agent
+from tests.support.cloud import Cloud, ns_run, ping
 from tests.support.netserve import Responder, tcp_ask, udp_ask
-from tests.support.ovn import OvnSandbox, ovn_sandbox
-from tests.support.server import RunningServer
+from tests.support.ovn import OvnSandbox
+from tests.support.ovn_site import OvnSite, ovn_site
 
 BLOCKED = 0.5  # how long a connection that must not happen is given (one that must happen is polled for)
 OUT, OUT6 = "192.0.2.1", "2001:db8:1::1"
@@ -39,7 +35,6 @@ class Rig:
     ovn: OvnSandbox
     cloud: Cloud
     sync: NorthboundSync
-    dataplane: OvnDataplane
     outside: str
     uplink: str
     pub: dict[str, Any]
@@ -79,58 +74,32 @@ def port_of(inst: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Rig]:
-    state = tmp_path_factory.mktemp("ovn-traffic") / "state"
-    state.mkdir()
-    shutil.copyfile(sqlite_template, state / "cloudnet.db")
-    config = ServerConfig(state_dir=state)
-    config.dataplane = "ovn"
-    store = Store(f"sqlite:///{state / 'cloudnet.db'}")
-    server = RunningServer.start(config, store)
-    api = httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30)
-    try:
-        with ovn_sandbox() as sandbox:
-            chassis = sandbox.add_chassis()  # (no bridge mappings: the agent's --uplink makes them)
-            cloud = Cloud(api=api, server=server, host=chassis.name, suffix=uuid.uuid4().hex[:6])
-            try:
-                yield from _topology(sandbox, chassis, cloud)
-            finally:
-                cloud.remove_namespaces()
-                for link in cloud.root_links:  # (moved into the chassis' namespace: gone with it, else here)
-                    subprocess.run(["ip", "link", "del", link], capture_output=True)
-    finally:
-        api.close()
-        server.stop()
-        store.dispose()
+    with ovn_site(tmp_path_factory.mktemp("ovn-traffic") / "state", sqlite_template) as site:
+        yield from _topology(site)
 
 
-def _topology(sandbox: OvnSandbox, chassis: daemons.Chassis, cloud: Cloud) -> Iterator[Rig]:
+def _topology(site: OvnSite) -> Iterator[Rig]:
+    cloud = site.cloud
     outside = cloud.outside("physnet1", f"{OUT}/24")
     veth.tx_checksum_off(outside, "eth0")  # (the userspace datapath completes no partial checksums)
     ns_run(outside, "ip", "addr", "add", f"{OUT6}/64", "dev", "eth0", "nodad", check=True)
-    # No gateway chassis configured: the agent's heartbeat (its uplink on physnet1) makes it the gateway.
-    sync = NorthboundSync(cloud.server.store, sandbox.nb_url, [], interval=0.1)
-    sync.start()
-    dataplane = OvnDataplane(chassis.name, chassis.ovs_url, sandbox.sb_url, host_ns=chassis.netns,
-                             uplinks=dict(cloud.uplinks))  # fmt: skip
     responders: list[Responder] = []
     try:
-        with running_agent(cloud.server.url, chassis.name, dataplane, report={"uplinks": dict(cloud.uplinks)}):
+        with site.agent():  # (its uplink on physnet1 makes it the gateway)
             pub, net, router, gateway, (a, b, c) = _build(cloud, outside)
             responders += [Responder.start(a["netns"], "A", tcp=(80, 443, 2222, 7000, 8080), udp=(53,)),
                            Responder.start(a["netns"], "A6", tcp=(80,), v6=True),
                            Responder.start(b["netns"], "B", tcp=(80, 7000), udp=(53,)),
                            Responder.start(c["netns"], "C", tcp=(7000, 7001)),
                            Responder.start(outside, "OUT", tcp=(7000,), udp=(53,))]  # fmt: skip
-            sync.wait_synced()
+            site.sync.wait_synced()
             # (ovn-controller claims the gateway port once NB names this chassis: ready when the outside gets an echo)
             cloud.wait_for(lambda: ping(outside, gateway, wait=1), what="the router's gateway reached from outside")
-            yield Rig(sandbox, cloud, sync, dataplane, outside, cloud.uplinks["physnet1"], pub, net, router, gateway,
+            yield Rig(site.sandbox, cloud, site.sync, outside, cloud.uplinks["physnet1"], pub, net, router, gateway,
                       a, b, c)  # fmt: skip
     finally:
         for responder in responders:
             responder.stop()
-        dataplane.close()
-        sync.stop()
 
 
 def _build(cloud: Cloud, outside: str) -> tuple[Any, Any, Any, str, list[dict[str, Any]]]:

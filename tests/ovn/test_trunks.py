@@ -7,23 +7,17 @@ subport's network; the subport's VLAN reaches that network and nothing else; ano
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from cloudnet.config import ServerConfig
-from cloudnet.dataplane.ovn.driver import OvnDataplane
-from cloudnet.northbound.sync import NorthboundSync
-from cloudnet.store.db import Store
 from tests.support import frames
-from tests.support.cloud import Cloud, ns_run, ping, running_agent
-from tests.support.ovn import OvnSandbox, ovn_sandbox
-from tests.support.server import RunningServer
+from tests.support.cloud import Cloud, ns_run, ping
+from tests.support.ovn import OvnSandbox
+from tests.support.ovn_site import ovn_site
 from tests.support.vlan_guest import VlanIface
 
 VID, OTHER_VID = 101, 102
@@ -31,32 +25,8 @@ VID, OTHER_VID = 101, 102
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[tuple[OvnSandbox, Cloud]]:
-    state = tmp_path_factory.mktemp("ovn-trunks") / "state"
-    state.mkdir()
-    shutil.copyfile(sqlite_template, state / "cloudnet.db")
-    config = ServerConfig(state_dir=state)
-    config.dataplane = "ovn"
-    store = Store(f"sqlite:///{state / 'cloudnet.db'}")
-    server = RunningServer.start(config, store)
-    api = httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=30)
-    try:
-        with ovn_sandbox() as sandbox:
-            chassis = sandbox.add_chassis()
-            cloud = Cloud(api=api, server=server, host=chassis.name, suffix=uuid.uuid4().hex[:6])
-            sync = NorthboundSync(store, sandbox.nb_url, [], interval=0.1)
-            sync.start()
-            dataplane = OvnDataplane(chassis.name, chassis.ovs_url, sandbox.sb_url, host_ns=chassis.netns)
-            try:
-                with running_agent(server.url, chassis.name, dataplane):
-                    yield sandbox, cloud
-            finally:
-                dataplane.close()
-                sync.stop()
-                cloud.remove_namespaces()
-    finally:
-        api.close()
-        server.stop()
-        store.dispose()
+    with ovn_site(tmp_path_factory.mktemp("ovn-trunks") / "state", sqlite_template) as site, site.agent():
+        yield site.sandbox, site.cloud
 
 
 def address(port: dict[str, Any]) -> str:
