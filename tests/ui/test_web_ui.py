@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import httpx
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -182,6 +183,14 @@ def _ok_error(answer: httpx.Response) -> str:
     return str(answer.json()["NeutronError"]["message"])
 
 
+def _unless_redrawn(read: Any) -> bool:
+    """`read()`, or False when the element it read was replaced meanwhile (the next look finds the new one)."""
+    try:
+        return bool(read())
+    except StaleElementReferenceException:
+        return False
+
+
 def test_an_instance_made_by_the_cli_appears_on_the_map(ui: UiPage, cloud: Cloud) -> None:
     url, admin = cloud.url, cloud.admin
     net = _ok(admin.post("/networks", json={"network": {"name": "live-net"}}))["network"]
@@ -194,11 +203,14 @@ def test_an_instance_made_by_the_cli_appears_on_the_map(ui: UiPage, cloud: Cloud
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr
     instance = _one(admin, "instances", "live-vm")
-    node = wait_for(lambda: ui.all(f'svg.map g[data-id="{instance["id"]}"]'), why="the instance drawn, live")[0]
+    drawn = f'svg.map g[data-id="{instance["id"]}"]'
+    wait_for(lambda: ui.all(drawn), why="the instance drawn, live")
     address = instance["nets"][0]["fixed_ips"][0]["ip_address"]
-    assert "live-vm" in node.text and address in node.text
+    # (read afresh each time: a live update may redraw the node between finding it and reading it)
+    wait_for(lambda: _unless_redrawn(lambda: "live-vm" in ui.css(drawn).text and address in ui.css(drawn).text),
+             why="the instance's name and address on the map")  # fmt: skip
     # and turns ACTIVE once this host's agent has plugged it: its status redrawn live too
-    wait_for(lambda: "active" in (ui.css(f'svg.map g[data-id="{instance["id"]}"]').get_attribute("class") or ""),
+    wait_for(lambda: _unless_redrawn(lambda: "active" in (ui.css(drawn).get_attribute("class") or "")),
              timeout=60, why="the instance ACTIVE on the map")  # fmt: skip
     assert ui.driver.execute_script("return window.notReloaded") is True  # drawn by the live update, no reload
     ui.shoot("map-live")

@@ -108,8 +108,11 @@ class Programming:
 
     def pending(self, body: Any) -> dict[str, float]:
         """Commit times of the ports a report says are ACTIVE (read before the report commits changes of its own)."""
+        # (the body as sent, before the service validates it: anything but a list of objects counts nothing)
         items = body.get("ports") if isinstance(body, dict) else None
-        ids = [p.get("id") for p in items or () if isinstance(p, dict) and p.get("status") == "ACTIVE"]
+        if not isinstance(items, list):
+            return {}
+        ids = [p.get("id") for p in items if isinstance(p, dict) and p.get("status") == "ACTIVE"]
         with self._lock:
             return {i: at for i in ids if isinstance(i, str) and (at := self._at.get(i)) is not None}
 

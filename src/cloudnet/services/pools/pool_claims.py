@@ -115,8 +115,11 @@ def claim_in_tx(
     if not networks.usable_in_tx(tx, network, project_id):
         if not ctx.is_admin:
             raise not_found("network", network_id)  # as for a port of its own (port_create.py), an external one too
-        # (an admin may make one port for any project, but a pool's ports are refilled for its project, which this
-        # network is not shared with: refused here rather than a pool that could never fill)
+        # An admin may make a port for any project, but a pool's ports are refilled for its project, which this
+        # network is not shared with: the claim API refuses rather than make a pool that could never fill; an
+        # instance's port is made the ordinary way.
+        if not alone:
+            return None
         raise InvalidInput(f"Network {network_id} is not shared with project {project_id}: a pool's ports are the "
                            "project's own.")  # fmt: skip
     port_policy.check(tx.conn, ctx, device_owner, device_id, project_id, network)
