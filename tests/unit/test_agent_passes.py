@@ -63,8 +63,8 @@ class _Leftovers:
     def close(self) -> None: ...
 
 
-def test_left_over_work_is_done_in_passes_at_once_then_the_agent_waits() -> None:
-    api, dataplane = _Api(), _Leftovers()
+def _run_until_quiet(api: _Api, dataplane: Any) -> None:
+    """The real agent on its thread until it waits for events with nothing to do (`api.quiet`), then stopped."""
     agent = Agent(api, dataplane, heartbeat_interval=60, poll_timeout=30)  # type: ignore[arg-type]
     thread = threading.Thread(target=agent.run, daemon=True)
     thread.start()
@@ -73,6 +73,11 @@ def test_left_over_work_is_done_in_passes_at_once_then_the_agent_waits() -> None
     finally:
         agent.stop()
         thread.join(timeout=10)
+
+
+def test_left_over_work_is_done_in_passes_at_once_then_the_agent_waits() -> None:
+    api, dataplane = _Api(), _Leftovers()
+    _run_until_quiet(api, dataplane)
     assert dataplane.passes[:4] == [True, False, False, False]  # the first (full), then one per leftover
     assert api.waits[:3] == [0.0, 0.0, 0.0]  # new events are looked at between passes, never waited for
     assert api.waits[3] > 0
@@ -151,14 +156,7 @@ def test_a_failure_due_as_a_pass_ends_gets_one_pass_at_once_and_no_busy_loop() -
     """Its backoff may have ended while the last pass ran, after that pass looked at it: one more pass at once; still
     due after it, the object was not looked at, and the agent waits for events (no pass after pass)."""
     api, dataplane = _Api(), _Overdue()
-    agent = Agent(api, dataplane, heartbeat_interval=60, poll_timeout=30)  # type: ignore[arg-type]
-    thread = threading.Thread(target=agent.run, daemon=True)
-    thread.start()
-    try:
-        assert api.quiet.wait(10), api.waits
-    finally:
-        agent.stop()
-        thread.join(timeout=10)
+    _run_until_quiet(api, dataplane)
     assert dataplane.passes[:2] == [True, False]  # the first (full), then the one for the due object
     assert api.waits[0] == 0.0 and api.waits[1] > 0, api.waits
     assert len(dataplane.passes) == 2, dataplane.passes
