@@ -14,12 +14,9 @@ import socket
 import ssl
 import tempfile
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
 
 from cryptography import x509 as cx
 
@@ -27,6 +24,7 @@ from cloudnet.agent import join as joining
 from cloudnet.dataplane.kernel import netns
 from cloudnet.ovn import daemons
 from cloudnet.pki import tls, x509
+from tests.support.mdata_raw import wait_for
 from tests.support.process_netns import process_in_throwaway_netns
 from tests.support.tls import tls_serve
 
@@ -90,13 +88,6 @@ class TlsTap:
         self.drop()
 
 
-def _until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out: {what}"
-        time.sleep(0.05)
-
-
 def test_ovn_controller_presents_a_renewed_certificate_without_a_restart(tmp_path: Path) -> None:
     rundir = Path(tempfile.mkdtemp(prefix="cn-crt-", dir="/tmp"))  # (short: unix socket paths)
     host = f"ch-crt-{uuid.uuid4().hex[:6]}"
@@ -126,17 +117,16 @@ def test_ovn_controller_presents_a_renewed_certificate_without_a_restart(tmp_pat
             assert renewed.serial_number != first == tap.serials[-1]
             seen = len(tap.serials)
             tap.drop()
-            _until("ovn-controller reconnected with the renewed certificate",
-                   lambda: renewed.serial_number in tap.serials[seen:])  # fmt: skip
+            wait_for(lambda: renewed.serial_number in tap.serials[seen:], 30,
+                     "ovn-controller reconnected with the renewed certificate")  # fmt: skip
             assert first not in tap.serials[seen:]
             assert daemons.pids(chassis.rundir)["ovn-controller"] == controller  # the same process
             sbctl = ["ovn-sbctl", f"--db={central.sb_url}", "--timeout=5", "--bare", "--columns=name", "find",
                      "Chassis", f"name={host}"]  # fmt: skip
             assert daemons.run(rundir, sbctl, ns).strip() == host
             ctl = chassis.rundir / f"ovn-controller.{controller}.ctl"
-            _until("ovn-controller connected to SB",
-                   lambda: daemons.run(chassis.rundir, ["ovn-appctl", "-t", str(ctl), "connection-status"], ns).strip()
-                   == "connected")  # fmt: skip
+            wait_for(lambda: daemons.run(chassis.rundir, ["ovn-appctl", "-t", str(ctl), "connection-status"],
+                                         ns).strip() == "connected", 30, "ovn-controller connected to SB")  # fmt: skip
         finally:
             if tap is not None:
                 tap.close()
