@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from typing import Any
 
 import httpx
@@ -343,3 +344,20 @@ def test_two_instances_get_their_own_answers(api: httpx.Client, md: httpx.Client
         ip = Guest(md, SECRET, inst).get("/latest/meta-data/local-ipv4").text
         assert ip == inst["nets"][0]["fixed_ips"][0]["ip_address"]
     assert json.loads(Guest(md, SECRET, a).get("/openstack/latest/network_data.json").text)["networks"]
+
+
+def test_availability_zone_is_the_instance_hosts(
+    api: httpx.Client, md: httpx.Client, host: str, network: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """Nova answers the instance's zone: the one its host's agent reports; a host reporting none, the setting's."""
+    net, _sub = network
+    zone = f"az-md-{uuid.uuid4().hex[:6]}"
+    beat = api.put("/hosts/node-az", json={"host": {"agent_version": "test", "availability_zone": zone}})
+    assert beat.status_code == 200, beat.text
+    made = {name: create(api, "instances", "instance", name=name, hostname=name, netns=f"ns-{name}", host=host,
+                         nets=[{"network": net["id"]}])
+            for name, host in (("vm-az", "node-az"), ("vm-noaz", host))}  # fmt: skip
+    for name, expected in (("vm-az", zone), ("vm-noaz", "nova")):
+        guest = Guest(md, SECRET, made[name])
+        assert guest.get("/openstack/latest/meta_data.json").json()["availability_zone"] == expected
+        assert guest.get("/latest/meta-data/placement/availability-zone").text == expected

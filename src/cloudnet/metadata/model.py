@@ -55,6 +55,8 @@ class InstanceView:
     public_ipv4: str | None = None
     password: str | None = None
     metadata_tokens: str = OPTIONAL
+    # The zone its host's agent reports (Nova answers the instance's); None (no host, or the default): the setting's.
+    availability_zone: str | None = None
 
     @property
     def fixed_ipv4(self) -> str | None:

@@ -212,7 +212,7 @@ def meta_data(view: InstanceView, settings: Settings, version: str) -> dict[str,
     md["hostname"] = hostname(view, settings)
     md["name"] = view.name
     md["launch_index"] = 0
-    md["availability_zone"] = settings.availability_zone
+    md["availability_zone"] = view.availability_zone or settings.availability_zone
     if _since(GRIZZLY, version):
         md["random_seed"] = base64.b64encode(os.urandom(512)).decode()  # fresh each request, as nova does
     if _since(LIBERTY, version):
@@ -341,7 +341,7 @@ def ec2_meta_data(view: InstanceView, settings: Settings, version: str, remote_i
     if since("2007-12-15"):
         md["block-device-mapping"] = {"ami": "vda", "root": "/dev/vda"}
     if since("2008-02-01"):
-        md["placement"] = {"availability-zone": settings.availability_zone}
+        md["placement"] = {"availability-zone": view.availability_zone or settings.availability_zone}
     if since("2008-09-01"):
         md["instance-action"] = "none"
     return md

@@ -30,11 +30,12 @@ from cloudnet.services.ports import compute_ports
 from cloudnet.services.ports import metadata_ports as metadata_ports_service
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store
+from cloudnet.wire import zones
 
 log = logging.getLogger(__name__)
 
 I, IP, P, A, S, N = t.instances, t.instance_ports, t.ports, t.ip_allocations, t.subnets, t.networks  # noqa: E741
-SG, PSG, F = t.security_groups, t.port_security_groups, t.forwards
+SG, PSG, F, H = t.security_groups, t.port_security_groups, t.forwards, t.hosts
 # Resources whose changes can alter a view; events about anything else (hosts, routers, tags) are ignored.
 _DEPENDENT = ("port", "subnet", "network", "security_group")
 # Forward events name the forward, not an instance: rare enough that dropping every view is the simple answer.
@@ -63,14 +64,18 @@ def load_view(conn: Connection, instance_id: str) -> tuple[InstanceView, frozens
             return None
         project_id, port_ids = found
         row = SimpleNamespace(id=instance_id, name=instance_id, hostname=instance_id, project_id=project_id,
-                              user_data=None, meta={}, ssh_keys=(), password=None,
+                              user_data=None, meta={}, ssh_keys=(), password=None, host="",
                               metadata_tokens=OPTIONAL)  # fmt: skip
     port_rows = {
         r.id: r
         for r in conn.execute(
-            select(P.c.id, P.c.network_id, P.c.mac_address, P.c.vnic_type).where(P.c.id.in_(port_ids))
+            select(P.c.id, P.c.network_id, P.c.mac_address, P.c.vnic_type, P.c.host_id).where(P.c.id.in_(port_ids))
         )
     }
+    # The host it runs on: the instance's, else (a compute-plugged VM) its first port's binding.
+    host = row.host or next((port_rows[p].host_id for p in port_ids if p in port_rows), "")
+    zone = conn.execute(select(H.c.availability_zone).where(H.c.name == host)).scalar() if host else None
+    zone = None if zone == zones.DEFAULT else zone  # (a host that reports none: the service's setting)
     ips: dict[str, list[tuple[str, str]]] = {pid: [] for pid in port_ids}
     for pid, address, subnet_id in conn.execute(
         select(A.c.port_id, A.c.ip_address, A.c.subnet_id).where(A.c.port_id.in_(port_ids))
@@ -119,7 +124,7 @@ def load_view(conn: Connection, instance_id: str) -> tuple[InstanceView, frozens
         ssh_keys=tuple((k["name"], k["key"]) for k in row.ssh_keys or ()),
         ports=ports, subnets=subnets, security_groups=tuple(sorted({name for _id, name in groups})),
         public_ipv4=_public_ipv4(conn, network_ids, addresses), password=row.password,
-        metadata_tokens=row.metadata_tokens or OPTIONAL,
+        metadata_tokens=row.metadata_tokens or OPTIONAL, availability_zone=zone,
     )  # fmt: skip
     depends_on = frozenset(
         {instance_id, *port_ids, *network_ids, *subnet_ids, *metadata_ports, *(g for g, _n in groups)}
