@@ -192,7 +192,15 @@ def test_shared_security_group(users: dict[str, httpx.Client]) -> None:
     net = create(bob, "networks", "network", name="b-net")
     body = {"port": {"network_id": net["id"], "security_groups": [sg["id"]]}}
     check_error(bob.post("/ports", json=body), 404, "SecurityGroupNotFound")
+    # bob's own group's rule naming alice's group as its remote: only once it is shared with him (Neutron's)
+    own = create(bob, "security-groups", "security_group", name="b-app")
+    rule = {"security_group_rule": {"security_group_id": own["id"], "direction": "ingress",
+                                    "remote_group_id": sg["id"]}}  # fmt: skip
+    check_error(bob.post("/security-group-rules", json=rule), 404, "SecurityGroupNotFound")
     pol = _ok(_policy(alice, sg["id"], "bob", object_type="security_group"), 201)["rbac_policy"]
+    made = _ok(bob.post("/security-group-rules", json=rule), 201)["security_group_rule"]
+    assert made["remote_group_id"] == sg["id"] and made["project_id"] == "bob"
+    _ok(bob.delete(f"/security-group-rules/{made['id']}"), 204)
     shown = _ok(bob.get(f"/security-groups/{sg['id']}"))["security_group"]
     assert shown["shared"] is True and shown["project_id"] == "alice"
     assert sg["id"] in {g["id"] for g in _ok(bob.get("/security-groups"))["security_groups"]}
@@ -207,6 +215,7 @@ def test_shared_security_group(users: dict[str, httpx.Client]) -> None:
     _ok(alice.delete(f"/rbac-policies/{pol['id']}"), 204)
     check_error(bob.post("/ports", json=body), 404, "SecurityGroupNotFound")
     check_error(bob.get(f"/security-groups/{sg['id']}"), 404, "SecurityGroupNotFound")
+    check_error(bob.post("/security-group-rules", json=rule), 404, "SecurityGroupNotFound")
 
 
 def test_pool_claim_on_shared_network(users: dict[str, httpx.Client]) -> None:

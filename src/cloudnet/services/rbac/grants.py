@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import Connection, Select, delete, or_, select
 from sqlalchemy.sql import ColumnElement
 
-from cloudnet.errors import Conflict
+from cloudnet.errors import Conflict, not_found
 from cloudnet.services import common
 from cloudnet.services.context import Context
 from cloudnet.services.query import to_bool
+from cloudnet.services.validation import is_uuid
 from cloudnet.store.db import Tx
 from cloudnet.store.tables_rbac import rbac_policies as RB
 
@@ -57,6 +58,15 @@ def shared_with(conn: Connection, object_type: str, ids: Iterable[str], project_
         stmt = granted_ids(object_type, project_id).where(RB.c.object_id.in_(chunk))
         out.update(r.object_id for r in conn.execute(stmt))
     return out
+
+
+def get_visible(conn: Connection, table: Any, object_type: str, ident: str, ctx: Context) -> Any:
+    """`table`'s row `ident` when the caller owns it or it is shared with their project (404 otherwise)."""
+    row = conn.execute(select(table).where(table.c.id == ident)).first() if is_uuid(ident) else None
+    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id
+                           or shared_with(conn, object_type, [row.id], ctx.project_id)):  # fmt: skip
+        raise not_found(object_type, ident)
+    return row
 
 
 def shared_filter(id_column: Any, object_type: str, ctx: Context) -> Any:

@@ -13,6 +13,7 @@ from cloudnet.errors import Conflict
 from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_int, to_time
+from cloudnet.services.rbac import grants
 from cloudnet.services.validation import Body, parse
 from cloudnet.store import tables as t
 from cloudnet.store.db import Store, Tx
@@ -211,8 +212,8 @@ def create_rules(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> li
         ids = []
         for spec in specs:
             group = common.get_row(tx.conn, SG, "security_group", spec.security_group_id, ctx)
-            if spec.remote_group_id is not None:
-                common.get_row(tx.conn, SG, "security_group", spec.remote_group_id, ctx)
+            if spec.remote_group_id is not None:  # (a group shared with the project may be named, as in Neutron)
+                grants.get_visible(tx.conn, SG, "security_group", spec.remote_group_id, ctx)
             values = {
                 "security_group_id": group.id, "direction": spec.direction, "ethertype": spec.ethertype,
                 "protocol": spec.protocol, "port_range_min": spec.port_range_min,

@@ -145,11 +145,7 @@ def get_group(store: Store, ctx: Context, sg_id: str) -> dict[str, Any]:
 
 def get_visible(conn: Connection, ctx: Context, sg_id: str) -> Any:
     """A group the caller owns or that is shared with their project (404 otherwise)."""
-    row = conn.execute(select(SG).where(SG.c.id == sg_id)).first() if is_uuid(sg_id) else None
-    if row is None or not (ctx.is_admin or row.project_id == ctx.project_id
-                           or grants.shared_with(conn, "security_group", [row.id], ctx.project_id)):  # fmt: skip
-        raise not_found("security_group", sg_id)
-    return row
+    return grants.get_visible(conn, SG, "security_group", sg_id, ctx)
 
 
 def create_groups(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
