@@ -6,8 +6,15 @@ is the TLS front (ovn/front.py), which refuses a revoked host's certificate and 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import os
+import signal
 import ssl as stdlib_ssl
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +29,7 @@ from cloudnet.services.hosts import host_join
 from cloudnet.store.db import Store
 
 log = logging.getLogger("cloudnet.ovn")
+FRONT_DB_ENV = "CLOUDNET_OVN_FRONT_DB"  # (the store's URL for `cloudnet ovn front`: it may carry a password)
 
 
 @dataclass
@@ -33,16 +41,16 @@ class OvnStack:
     chassis: daemons.Chassis | None = None
     own_central: bool = False
     remote_sb: str | None = None  # the SB URL other hosts' chassis join (--ovn-listen; clustered: every member)
-    stops: list[Callable[[], None]] = field(default_factory=list)  # the TLS front's and its certificate list's
+    stops: list[Callable[[], None]] = field(default_factory=list)  # (the TLS front's: spawn_front)
 
     def stop(self) -> None:
         self.sync.stop()
-        for stop in self.stops:
-            stop()
         if self.chassis is not None:
             daemons.stop(self.chassis.rundir, self.chassis.netns, self.chassis.bridges)
         if self.own_central:
             daemons.stop(self.rundir)
+        for stop in self.stops:
+            stop()
 
 
 def _ssl(config: ServerConfig, store: Store) -> daemons.Ssl:
@@ -92,7 +100,7 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
         log.warning("OVN's databases listen on %s in plain TCP: whoever reaches it can rewrite the cloud's flows; "
                     "use --tls (SSL with the cloud's CA) or a trusted underlay", config.ovn_listen)  # fmt: skip
     # (first: a member's peers reach its databases through it while the cluster forms)
-    stops = [] if ssl is None or config.ovn_nb is not None else start_front(store, ssl, rundir, config.ovn_listen)
+    stops = [] if ssl is None or config.ovn_nb is not None else spawn_front(config, ssl, rundir)
     try:
         if config.ovn_nb is not None and config.ovn_sb is not None:
             nb_url, sb_url = config.ovn_nb, config.ovn_sb
@@ -122,9 +130,9 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
         elif central is not None and config.ovn_listen and ssl is not None:
             remote_sb = _front_answers(central, config.ovn_listen, ssl)
     except BaseException:
+        daemons.stop(rundir)
         for stop in stops:
             stop()
-        daemons.stop(rundir)
         raise
     gateways = [chassis.name] if chassis is not None else config.ovn_gateway_chassis
     look = None if central is None else Restarts.of_central(rundir).look  # (daemons started here only)
@@ -134,11 +142,23 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
     return OvnStack(rundir, nb_url, sb_url, sync, chassis, central is not None, remote_sb, stops)
 
 
+@dataclass
+class Fronted:
+    """A running TLS front: `revoked` checks its connections again at once, `stop` ends it."""
+
+    revoked: Callable[[], None]
+    stops: list[Callable[[], None]]
+
+    def stop(self) -> None:
+        for stop in self.stops:
+            stop()
+
+
 def start_front(store: Store, ssl: daemons.Ssl, rundir: Path, address: str,
-                ports: tuple[int, int] = (daemons.NB_PORT, daemons.SB_PORT)) -> list[Callable[[], None]]:  # fmt: skip
-    """The databases' TLS front on `address` (`ports`: NB's, SB's) to their sockets in `rundir`: the certificates
-    the store lists for hosts let in, revoked ones refused (and at once when revoked here), the databases'
-    certificate re-read when its files change; what stops it all."""
+                ports: tuple[int, int] = (daemons.NB_PORT, daemons.SB_PORT)) -> Fronted:  # fmt: skip
+    """The databases' TLS front on `address` (`ports`: NB's, SB's) to their sockets in `rundir`, in this process:
+    the certificates the store lists for hosts let in, revoked ones refused (and at once when revoked by this
+    process), the databases' certificate re-read when its files change."""
     certificates = HostCertificates(store)
     certificates.start()
     context = tls.server_context(tls.ServerFiles(ssl.cert, ssl.key, ssl.ca), stdlib_ssl.CERT_REQUIRED)
@@ -159,7 +179,46 @@ def start_front(store: Store, ssl: daemons.Ssl, rundir: Path, address: str,
     unhook = host_join.on_revoke(revoked)
     log.info("OVN's databases: TLS front on %s, ports %d (NB) and %d (SB): revoked host certificates refused",
              address, *ports)  # fmt: skip
-    return [unhook, fronting.stop, certificates.stop]
+    return Fronted(revoked, [unhook, fronting.stop, certificates.stop])
+
+
+def spawn_front(
+    config: ServerConfig, ssl: daemons.Ssl, rundir: Path, timeout: float = 20.0
+) -> list[Callable[[], None]]:
+    """The TLS front as a process of its own beside the databases (`cloudnet ovn front`, pidfile FRONT in `rundir`:
+    daemons.stop ends it with them): a killed server leaves its members serving clients, as ovsdb-server's own
+    `pssl:` did, or a member that leads its cluster would be out of every client's reach. Its log lines go where
+    this process's go; the store's URL reaches it in its environment (never on a command line). Returns once it
+    listens; what unhooks and reaps it (after daemons.stop)."""
+    assert config.ovn_listen is not None
+    argv = [sys.executable, "-c", "from cloudnet.cli.main import app; app()", "ovn", "front", "--rundir",
+            str(rundir), "--address", config.ovn_listen, "--cert", str(ssl.cert), "--key", str(ssl.key), "--ca",
+            str(ssl.ca)]  # fmt: skip
+    env = {**os.environ, FRONT_DB_ENV: config.database_url}
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while daemons.pids(rundir).get(daemons.FRONT) != proc.pid:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise daemons.OvnError(f"OVN's TLS front did not start (exit status {proc.returncode}; its reason is "
+                                   "logged above)")  # fmt: skip
+        time.sleep(0.02)
+    unhook = host_join.on_revoke(functools.partial(poke_front, rundir))
+
+    def reap() -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+    return [unhook, reap]
+
+
+def poke_front(rundir: Path) -> None:
+    """Have the front of `rundir` read the certificate list and check its connections now (SIGHUP)."""
+    pid = daemons.pids(rundir).get(daemons.FRONT)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGHUP)
 
 
 def _front_answers(central: daemons.Central, address: str, ssl: daemons.Ssl) -> str:

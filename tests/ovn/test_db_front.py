@@ -81,15 +81,15 @@ def site(tmp_path: Path, sqlite_template: Path) -> Iterator[Site]:
     ssl_files = daemons.Ssl(tmp_path / "ovsdb.key", tmp_path / "ovsdb.crt", tmp_path / "ca.crt")
     _databases_cert(ca, ssl_files, store)
     rundir = tmp_path / "ovn"
-    stops: list[Callable[[], None]] = []
+    fronted = None
     try:
         daemons.start_central(rundir)
         ports = (free_port(), free_port())
-        stops = ovn_stack.start_front(store, ssl_files, rundir, LOOPBACK, ports)
+        fronted = ovn_stack.start_front(store, ssl_files, rundir, LOOPBACK, ports)
         yield Site(tmp_path, store, ca, ssl_files, ports)
     finally:
-        for stop in stops:
-            stop()
+        if fronted is not None:
+            fronted.stop()
         daemons.stop(rundir)
         store.dispose()
 

@@ -42,7 +42,8 @@ OVN_SCHEMAS = Path("/usr/share/ovn")
 VSWITCH_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 DETACH = ["--detach", "--no-chdir", "-vconsole:off"]
 # Pidfiles of what a run directory may hold, in the order a stop ends them (the chassis first, its DB last).
-PIDFILES = ("ovn-controller", "ovs-vswitchd", "ovsdb-server", "ovn-northd", "ovnsb_db", "ovnnb_db")
+FRONT = "ovn-front"  # the databases' TLS front (front.py), a process of cloudnet's beside them
+PIDFILES = ("ovn-controller", "ovs-vswitchd", "ovsdb-server", "ovn-northd", FRONT, "ovnsb_db", "ovnnb_db")
 INTEGRATION_BRIDGE = "br-int"
 ENCAP_BRIDGE = "br-encap"
 NB_PORT, SB_PORT = 6641, 6642  # OVN's own
