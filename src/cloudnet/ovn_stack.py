@@ -100,7 +100,7 @@ def start(config: ServerConfig, store: Store, agent: AgentConfig | None) -> OvnS
         log.warning("OVN's databases listen on %s in plain TCP: whoever reaches it can rewrite the cloud's flows; "
                     "use --tls (SSL with the cloud's CA) or a trusted underlay", config.ovn_listen)  # fmt: skip
     # (first: a member's peers reach its databases through it while the cluster forms)
-    stops = [] if ssl is None or config.ovn_nb is not None else spawn_front(config, ssl, rundir)
+    stops = [] if ssl is None or config.ovn_nb is not None else spawn_front(config, store, ssl, rundir)
     try:
         if config.ovn_nb is not None and config.ovn_sb is not None:
             nb_url, sb_url = config.ovn_nb, config.ovn_sb
@@ -182,19 +182,18 @@ def start_front(store: Store, ssl: daemons.Ssl, rundir: Path, address: str,
     return Fronted(revoked, [unhook, fronting.stop, certificates.stop])
 
 
-def spawn_front(
-    config: ServerConfig, ssl: daemons.Ssl, rundir: Path, timeout: float = 20.0
-) -> list[Callable[[], None]]:
+def spawn_front(config: ServerConfig, store: Store, ssl: daemons.Ssl, rundir: Path,
+                timeout: float = 20.0) -> list[Callable[[], None]]:  # fmt: skip
     """The TLS front as a process of its own beside the databases (`cloudnet ovn front`, pidfile FRONT in `rundir`:
     daemons.stop ends it with them): a killed server leaves its members serving clients, as ovsdb-server's own
     `pssl:` did, or a member that leads its cluster would be out of every client's reach. Its log lines go where
-    this process's go; the store's URL reaches it in its environment (never on a command line). Returns once it
+    this process's go; `store`'s URL reaches it in its environment (never on a command line). Returns once it
     listens; what unhooks and reaps it (after daemons.stop)."""
     assert config.ovn_listen is not None
     argv = [sys.executable, "-c", "from cloudnet.cli.main import app; app()", "ovn", "front", "--rundir",
             str(rundir), "--address", config.ovn_listen, "--cert", str(ssl.cert), "--key", str(ssl.key), "--ca",
             str(ssl.ca)]  # fmt: skip
-    env = {**os.environ, FRONT_DB_ENV: config.database_url}
+    env = {**os.environ, FRONT_DB_ENV: store.url}
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout
     while daemons.pids(rundir).get(daemons.FRONT) != proc.pid:
