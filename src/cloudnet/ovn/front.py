@@ -102,6 +102,8 @@ class Front:
         self._thread = threading.Thread(target=self._run, args=(socks, ready), name="cloudnet-ovn-front", daemon=True)
         self._thread.start()
         ready.wait()
+        if not self._thread.is_alive():
+            raise OSError("the front's listeners did not start (see the log)")
 
     def stop(self) -> None:
         loop = self._loop
@@ -125,6 +127,7 @@ class Front:
         try:
             loop.run_until_complete(self._serve(socks, ready))
         finally:
+            ready.set()  # (also when it failed before serving: start() must not wait for ever)
             loop.close()
 
     async def _serve(self, socks: list[socket.socket], ready: threading.Event) -> None:
