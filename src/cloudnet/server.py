@@ -333,7 +333,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         if tls is not None:
             renewals.append(functools.partial(api_tls.renew_if_due, config, ca, tls))
             if ovn is not None and ovn.own_central:
-                renewals.append(functools.partial(ovn_stack.renew_ssl_if_due, config))
+                renewals.append(functools.partial(ovn_stack.renew_ssl_if_due, config, store))
         _run(server, sock, metadata, reloader, renewals)
     finally:
         for stop in stops:

@@ -121,16 +121,16 @@ def test_the_server_remakes_its_members_certificate_when_due_and_restarts_ovn_no
             cert_file, ca_file = config.pki_dir / "ovsdb.crt", config.pki_dir / "ca.crt"
             current = x509.load_cert(cert_file)
             assert _presented(ns, daemons.NB_PORT, client, ca_file) == current.serial_number
-            assert not ovn_stack.renew_ssl_if_due(config)  # young: nothing done
+            assert not ovn_stack.renew_ssl_if_due(config, store)  # young: nothing done
             assert x509.load_cert(cert_file).serial_number == current.serial_number
 
             rundir_ovn = config.state_dir / "ovn"
             before = daemons.pids(rundir_ovn)
             x509.write_private(cert_file, x509.cert_pem(aged(current, ca, days_gone=300, days_left=65)))
-            assert ovn_stack.renew_ssl_if_due(config)
+            assert ovn_stack.renew_ssl_if_due(config, store)
             renewed = x509.load_cert(cert_file)
             assert renewed.serial_number != current.serial_number and x509.names_address(renewed, "127.0.0.1")
-            assert not ovn_stack.renew_ssl_if_due(config)  # (young again)
+            assert not ovn_stack.renew_ssl_if_due(config, store)  # (young again)
             deadline = time.monotonic() + 30
             while (got := _presented(ns, daemons.NB_PORT, client, ca_file)) != renewed.serial_number:
                 assert time.monotonic() < deadline, f"NB still presents {got:x}, not {renewed.serial_number:x}"

@@ -15,7 +15,7 @@ import httpx
 from cloudnet.agent import join
 from cloudnet.dataplane.kernel import netns
 from cloudnet.dataplane.ovn import veth
-from cloudnet.pki import tls
+from cloudnet.pki import tls, x509
 from tests.ovn.test_join import (  # noqa: F401 (hosts: the fixture)
     AGENT_IP,
     API_PORT,
@@ -116,6 +116,8 @@ def test_a_host_joins_with_a_token_and_needs_nothing_else(hosts: Hosts) -> None:
                     f"ssl:{SERVER_IP}:6642"]):  # fmt: skip
         got = subprocess.run(["ip", "netns", "exec", h.agent_ns, *client], capture_output=True, text=True, timeout=30)
         assert got.returncode != 0 and "OVN_Southbound" not in got.stdout, (client, got.stdout, got.stderr)
+    h.until("A's TLS front logged the refusals", lambda: (h.root / "up.log").read_text().count(
+        f"front refused SB client {AGENT_IP}:") >= 2)  # fmt: skip
 
     net = h.create("networks", "network", {"name": "joined"})
     h.create("subnets", "subnet", {"network_id": net["id"], "cidr": "10.78.0.0/24"})
@@ -142,3 +144,31 @@ def test_a_host_joins_with_a_token_and_needs_nothing_else(hosts: Hosts) -> None:
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert again.returncode == 1 and "the token was used already" in again.stderr, again.stderr
     h.until("the refusal logged on A", lambda: "join refused" in (h.root / "up.log").read_text())
+    front_refuses_a_removed_host(h, state_a, state_b)
+
+
+def front_refuses_a_removed_host(h: Hosts, state_a: Path, state_b: Path) -> None:
+    """`cloudnet host remove B` on A: the TLS front of A's databases closes B's open SB connections (its
+    ovn-controller's, its agent's) and refuses new ones, a real `ovsdb-client` with B's certificate included; each
+    refusal logged with B's address, its certificate's subject and serial."""
+    _ca, cert, key, _secret = join.Joined.files(state_b)
+    serial = format(x509.load_cert(cert).serial_number, "x")
+    ssl_b = ["--timeout=5", f"--private-key={key}", f"--certificate={cert}", f"--ca-cert={_ca}"]
+    sb = f"ssl:{SERVER_IP}:6642"
+    before = subprocess.run(["ip", "netns", "exec", h.agent_ns, "ovsdb-client", *ssl_b, "list-dbs", sb],
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert "OVN_Southbound" in before.stdout.split(), before.stderr
+    removed = subprocess.run(["ip", "netns", "exec", h.server_ns, CLOUDNET, "--url", h.api_base, "--cacert",
+                              str(state_a / "pki" / "ca.crt"), "--token", h.token, "host", "remove", h.agent_host],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert removed.returncode == 0, removed.stderr
+    log = h.root / "up.log"
+    closed = f"refused SB client {AGENT_IP}:"
+    h.until("B's open SB connection closed by A's front", lambda: any(
+        closed in line and f"CN={h.agent_host}, serial {serial}" in line and "closed its open connection" in line
+        for line in log.read_text().splitlines()), timeout=10)  # fmt: skip
+    after = subprocess.run(["ip", "netns", "exec", h.agent_ns, "ovsdb-client", *ssl_b, "list-dbs", sb],
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert after.returncode != 0 and "OVN_Southbound" not in after.stdout, after.stdout
+    assert any(closed in line and "revoked" in line and "connection closed" in line
+               for line in log.read_text().splitlines()), log.read_text()[-3000:]  # fmt: skip

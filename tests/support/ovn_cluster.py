@@ -71,7 +71,10 @@ class ClusterRig:
         return daemons.Ssl(key, cert, ca)
 
     def members(self, index: int) -> cluster.Members:
-        return cluster.Members(self.addresses[index - 1], self.addresses, self.ssl(index))
+        """Host `index`'s view of the members; fronted when a server's TLS front serves its clients (`serve --tls`:
+        a member restarted there leaves the client port to it, as the server starts it)."""
+        fronted = daemons.FRONT in daemons.pids(self.rundir(index))
+        return cluster.Members(self.addresses[index - 1], self.addresses, self.ssl(index), fronted)
 
     @property
     def nb(self) -> str:

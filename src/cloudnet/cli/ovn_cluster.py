@@ -9,6 +9,7 @@ hosts and the certificate is recorded (revocable) like any host's; later starts 
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -17,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from cloudnet import ovn_stack
 from cloudnet.agent import join as joining
 from cloudnet.agent.run import renew_when_due
 from cloudnet.cli.agent_command import join_or_load
@@ -25,6 +27,8 @@ from cloudnet.cli.ovn_options import OvnCluster, OvnListen, cluster_members, lis
 from cloudnet.config import DEFAULT_STATE_DIR
 from cloudnet.ovn import cluster, daemons
 from cloudnet.pki import tls, x509
+from cloudnet.store.db import Store
+from cloudnet.wire import logs
 
 app = typer.Typer(help="OVN's clustered databases on this server host.", no_args_is_help=True)
 StateDir = Annotated[Path, typer.Option(help="Where state lives (the members' files under <state-dir>/ovn/).")]
@@ -121,3 +125,38 @@ def leave(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     except daemons.OvnError as exc:
         raise CliError(f"cannot leave: {exc}") from None
     typer.echo("left OVN's NB and SB clusters")
+
+
+@app.command("front", hidden=True)
+def front(rundir: Annotated[Path, typer.Option()], address: Annotated[str, typer.Option()],
+          cert: Annotated[Path, typer.Option()], key: Annotated[Path, typer.Option()],
+          ca: Annotated[Path, typer.Option()], nb_port: int = daemons.NB_PORT,
+          sb_port: int = daemons.SB_PORT) -> None:  # fmt: skip
+    """The TLS front of the databases in RUNDIR, as `serve|up --tls` runs it beside them (ovn_stack.spawn_front):
+    until SIGTERM/SIGINT; SIGHUP: the certificate list read and the open connections checked now."""
+    url = os.environ.get(ovn_stack.FRONT_DB_ENV)
+    if not url:
+        raise CliError(f"the front reads the store named by ${ovn_stack.FRONT_DB_ENV}")
+    logs.setup()
+    store = Store(url)
+    try:
+        fronted = ovn_stack.start_front(store, daemons.Ssl(key, cert, ca), rundir, address, (nb_port, sb_port))
+    except daemons.OvnError as exc:
+        store.dispose()
+        raise CliError(str(exc)) from None
+    stop, poke = threading.Event(), threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: (stop.set(), poke.set()))
+    signal.signal(signal.SIGHUP, lambda *_: poke.set())
+    pidfile = rundir / f"{daemons.FRONT}.pid"
+    x509.write_private(pidfile, f"{os.getpid()}\n".encode())  # (once it listens: the server waits for it)
+    try:
+        while not stop.is_set():
+            poke.wait()
+            poke.clear()
+            if not stop.is_set():
+                fronted.revoked()
+    finally:
+        fronted.stop()
+        store.dispose()
+        pidfile.unlink(missing_ok=True)

@@ -35,6 +35,10 @@ class HostCertificates:
     def stop(self) -> None:
         self._stop.set()
 
+    def refresh(self) -> None:
+        """Read the table now (a revocation committed here: see host_join.on_revoke)."""
+        self._load()
+
     def _load(self) -> None:
         try:
             self._table = host_join.certificate_table(self._store)

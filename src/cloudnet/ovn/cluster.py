@@ -21,7 +21,9 @@ here, chassis, cloudnet's IDLs) with a certificate of the CA. OVS's stream-ssl v
 CA (both ways: a member or client without a certificate of that CA gets no session) but not the host name or
 address the certificate names: any certificate the cloud's CA signed is let in, so the CA signs for hosts of the
 cloud only (join tokens), and member certificates name their address for the operator's sake, not OVS's.
-`connect`/`passive` are the one place these remotes are spelled.
+`connect`/`passive` are the one place these remotes are spelled. Under `cloudnet serve|up --tls` the members'
+client remotes are their unix sockets only and the server's TLS front (front.py) takes the clients' port: it
+refuses revoked certificates, which OVS's SSL cannot; Raft stays direct (see front.py for why).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Members:
     local: str
     addresses: tuple[str, ...]
     ssl: Ssl | None = None  # this member's key and certificate, the cloud's CA: Raft and clients over SSL
+    fronted: bool = False  # clients of other hosts through this server's TLS front (front.py), not on pssl: here
 
     @property
     def creates(self) -> bool:
@@ -97,8 +100,9 @@ def start_member(rundir: Path, kind: str, members: Members, netns: str | None = 
     else:  # (also the first member whose files were lost while the others kept the cluster: never a second one)
         others = [members.raft(kind, a) for a in members.addresses if a != members.local]
         run(rundir, ["ovsdb-tool", "join-cluster", str(path), DATABASE[kind], local, *others])
-    remotes = [f"punix:{rundir / _name(kind)}.sock", f"db:{DATABASE[kind]},{GLOBAL[kind]},connections",
-               passive(CLIENT_PORT[kind], members.local, members.ssl is not None)]  # fmt: skip
+    remotes = [f"punix:{rundir / _name(kind)}.sock", f"db:{DATABASE[kind]},{GLOBAL[kind]},connections"]
+    if not members.fronted:  # (fronted: other hosts' clients reach the socket through the TLS front, front.py)
+        remotes.append(passive(CLIENT_PORT[kind], members.local, members.ssl is not None))
     # (daemons' own: the same files and flags; its key, certificate and CA serve Raft and clients both)
     daemons._ovsdb_server(rundir, _name(kind), path, remotes, netns, members.ssl)
 

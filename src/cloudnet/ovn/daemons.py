@@ -42,7 +42,8 @@ OVN_SCHEMAS = Path("/usr/share/ovn")
 VSWITCH_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 DETACH = ["--detach", "--no-chdir", "-vconsole:off"]
 # Pidfiles of what a run directory may hold, in the order a stop ends them (the chassis first, its DB last).
-PIDFILES = ("ovn-controller", "ovs-vswitchd", "ovsdb-server", "ovn-northd", "ovnsb_db", "ovnnb_db")
+FRONT = "ovn-front"  # the databases' TLS front (front.py), a process of cloudnet's beside them
+PIDFILES = ("ovn-controller", "ovs-vswitchd", "ovsdb-server", "ovn-northd", FRONT, "ovnsb_db", "ovnnb_db")
 INTEGRATION_BRIDGE = "br-int"
 ENCAP_BRIDGE = "br-encap"
 NB_PORT, SB_PORT = 6641, 6642  # OVN's own
@@ -214,21 +215,29 @@ def listen(central: Central, address: str, netns: str | None = None, timeout: fl
                for name, port in (("ovnnb_db", NB_PORT), ("ovnsb_db", SB_PORT))]  # fmt: skip
     for ctl, passive, _active in remotes:
         run(central.rundir, ["ovs-appctl", "-t", str(ctl), "ovsdb-server/add-remote", passive], netns)
+    # (ovsdb-server retries a listen that failed, with a backoff)
+    if (silent := unanswered(central.rundir, [active for _c, _p, active in remotes], netns, timeout, ssl)) is not None:
+        for ctl, passive, _active in remotes:
+            run(central.rundir, ["ovs-appctl", "-t", str(ctl), "ovsdb-server/remove-remote", passive], netns)
+        raise OvnError(f"OVN's databases do not answer on {silent} (is {address} an address of this host?); see "
+                       f"{central.rundir}/ovn*_db.log")  # fmt: skip
+    return remotes[0][2], remotes[1][2]
+
+
+def unanswered(rundir: Path, actives: Sequence[str], netns: str | None, timeout: float,
+               ssl: Ssl | None) -> str | None:  # fmt: skip
+    """The first of `actives` (URLs a client dials) that did not answer `list-dbs` within `timeout`, or None."""
     deadline = time.monotonic() + timeout
-    for _ctl, _passive, active in remotes:  # (ovsdb-server retries a listen that failed, with a backoff)
+    for active in actives:
         while True:
             try:
-                run(central.rundir, ["ovsdb-client", *ssl_args(ssl), "list-dbs", active], netns, timeout=5)
+                run(rundir, ["ovsdb-client", *ssl_args(ssl), "list-dbs", active], netns, timeout=5)
                 break
             except OvnError:
                 if time.monotonic() > deadline:
-                    for ctl, passive, _active in remotes:
-                        run(central.rundir, ["ovs-appctl", "-t", str(ctl), "ovsdb-server/remove-remote", passive],
-                            netns)  # fmt: skip
-                    raise OvnError(f"OVN's databases do not answer on {active} (is {address} an address of this "
-                                   f"host?); see {central.rundir}/ovn*_db.log") from None  # fmt: skip
+                    return active
                 time.sleep(0.1)
-    return remotes[0][2], remotes[1][2]
+    return None
 
 
 GATEWAY_OPTION, ZONES_OPTION = "enable-chassis-as-gw", "availability-zones="

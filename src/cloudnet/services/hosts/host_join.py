@@ -9,9 +9,11 @@ certificate only while its row is here unrevoked.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509 import Certificate, CertificateSigningRequest
 from cryptography.x509.oid import NameOID
 from pydantic import Field
@@ -31,6 +33,7 @@ J = t.join_tokens
 C = t.host_certificates
 DEFAULT_TTL = 900
 MAX_TTL = 7 * 86400
+_revocation_listeners: list[Callable[[], None]] = []  # (on_revoke)
 
 
 class JoinRefused(Forbidden):
@@ -143,10 +146,23 @@ def _sign(tx: Tx, ca: x509.Authority, host: str, csr: CertificateSigningRequest,
         cert = ca.host_cert(host, csr) if member is None else ca.member_cert(host, member, csr)
     except x509.PkiError as exc:
         raise BadRequest(str(exc)) from None
+    _record(tx, host, cert)
+    return cert
+
+
+def _record(tx: Tx, host: str, cert: Certificate) -> None:
     tx.conn.execute(C.insert().values(serial=serial_key(cert.serial_number), host=host, issued_at=tx.now,
                                       not_after=cert.not_valid_after_utc.replace(tzinfo=None),
                                       revoked_at=None))  # fmt: skip
-    return cert
+
+
+def record_own(store: Store, cert: Certificate) -> None:
+    """Record a certificate this server made for itself (OVN's databases': other servers' NB writers and
+    ovn-northd connect to a cluster member's TLS front with it, which lets in recorded certificates only), under the
+    name it carries (revocable as that host's)."""
+    host, _serial = x509.peer_of(cert.public_bytes(Encoding.DER))
+    with store.write() as tx:
+        _record(tx, host, cert)
 
 
 class RenewRequest(Body):
@@ -197,7 +213,16 @@ def revoke_host(store: Store, ctx: Context, host: str) -> int:
         ).rowcount
         tx.conn.execute(update(J).where(J.c.host == host, J.c.used_at.is_(None)).values(used_at=tx.now))
     log.warning("host %s removed: %d certificate(s) revoked", host, revoked)
+    for listener in list(_revocation_listeners):
+        listener()
     return int(revoked)
+
+
+def on_revoke(listener: Callable[[], None]) -> Callable[[], None]:
+    """Call `listener` after every revocation this process commits (what holds connections over host certificates
+    closes the revoked host's at once, not at its next refresh); returns what unregisters it."""
+    _revocation_listeners.append(listener)
+    return lambda: _revocation_listeners.remove(listener)
 
 
 def peer_refusal(store: Store, serial: int, host: str, instance_id: str | None) -> str | None:
