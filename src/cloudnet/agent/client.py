@@ -17,6 +17,7 @@ from cloudnet import __version__
 
 log = logging.getLogger("cloudnet.agent")
 REVISION_HEADER = "X-Cloudnet-Revision"
+MAX_PART_PORTS = 100  # ports a part of the desired state may name (the server's services/hosts/host_qos.MAX_PORTS)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,11 @@ class ApiClient:
 
     def desired_state(self) -> dict[str, Any]:
         return self._check(self._http.get(f"/hosts/{self.host}/state"))  # type: ignore[no-any-return]
+
+    def desired_part(self, part: str, ports: list[str]) -> dict[str, Any]:
+        """A part of the desired state (services/hosts/host_qos.py): "qos" with the views of `ports`."""
+        r = self._http.get(f"/hosts/{self.host}/state", params={"part": part, "port": ports})
+        return self._check(r)  # type: ignore[no-any-return]
 
     def events(self, since: int, timeout: float) -> tuple[list[dict[str, Any]], int]:
         r = self._http.get("/events", params={"since": since, "timeout": timeout}, timeout=timeout + 30)

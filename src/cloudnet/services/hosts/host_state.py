@@ -34,33 +34,17 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
     admin_only(ctx)
     with store.read(snapshot=True) as conn:
         revision = conn.execute(select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)).scalar() or 0
-        I, IP = t.instances, t.instance_ports  # noqa: E741
+        I = t.instances  # noqa: E741
         # (the columns it needs: SQLite's timestamps cost a parse each)
         inst_rows = conn.execute(
             select(*[I.c[k] for k in INSTANCE_COLUMNS]).where(I.c.host == host).order_by(I.c.created_at, I.c.id)
         ).all()
-        links = conn.execute(
-            select(IP.c.instance_id, IP.c.port_id, IP.c.position, IP.c.ifname)
-            .join(I, I.c.id == IP.c.instance_id)
-            .where(I.c.host == host)
-            .order_by(IP.c.instance_id, IP.c.position)
-        ).all()
+        links, instance_ports, plugged_by_compute = host_ports(conn, host)
         by_instance: dict[str, list[str]] = defaultdict(list)
         ifnames: dict[str, list[str]] = defaultdict(list)  # each port's device name inside, in the same order
         for iid, pid, pos, ifname in links:
             by_instance[iid].append(pid)
             ifnames[iid].append(guest_net.ifname_at(ifname, pos))
-        # (a port whose binding the server refused is no host's to plug: services/networks/single_host.py)
-        # (only the server's refusals: a port that failed on the agent stays, to be retried there)
-        failed = {pid for pid, details in conn.execute(
-            select(P.c.id, P.c.vif_details).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
-            .where(I.c.host == host, P.c.vif_type == "binding_failed")) if single_host.refused(details)}  # fmt: skip
-        instance_ports = [pid for _iid, pid, _pos, _name in links if pid not in failed]
-        # VMs a compute service plugs with plain ports (Nova's way): instances of their own here.
-        plugged_by_compute = compute_ports.instances_on(conn, host)
-        instance_ports += [pid for i in plugged_by_compute for pid in i["ports"]]
-        # Trunk subports ride on their parent's device (a VLAN each): ports of this host, in no instance's list.
-        instance_ports += trunks.subports_of(conn, instance_ports)
         network_ids = set(conn.execute(select(P.c.network_id).distinct().where(P.c.id.in_(instance_ports))).scalars())
         # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,
         # router, metadata namespace and proxy), and the agent may park a device for each of them.
@@ -117,9 +101,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         for s in subs
     }  # fmt: skip
     prefixlen = {s["id"]: ipaddress.ip_network(s["cidr"]).prefixlen for s in subnets.values()}
-    for fixed_ips in [p["fixed_ips"] for p in port_dicts.values()] + list(pool_ips.values()):
-        for f in fixed_ips:
-            f["prefixlen"] = prefixlen[f["subnet_id"]]
+    with_prefixlen([p["fixed_ips"] for p in port_dicts.values()] + list(pool_ips.values()), prefixlen)
     for r in routers:
         r["ports"] = {pid: port_dicts[pid] for pid in _router_port_ids(r) if pid in port_dicts}
     return {
@@ -156,6 +138,37 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         # port id -> what the host enforces of its QoS policy (services/qos/qos_state.py)
         "qos": qos,
     }  # fmt: skip
+
+
+def host_ports(conn: Connection, host: str) -> tuple[list[Any], list[str], list[dict[str, Any]]]:
+    """The host's instance links (instance id, port id, position, ifname), the ports its agent plugs (of its
+    instances, of the VMs a compute service plugs, and their trunk subports), and those compute-plugged VMs."""
+    I, IP = t.instances, t.instance_ports  # noqa: E741
+    links = conn.execute(
+        select(IP.c.instance_id, IP.c.port_id, IP.c.position, IP.c.ifname)
+        .join(I, I.c.id == IP.c.instance_id)
+        .where(I.c.host == host)
+        .order_by(IP.c.instance_id, IP.c.position)
+    ).all()
+    # (a port whose binding the server refused is no host's to plug: services/networks/single_host.py)
+    # (only the server's refusals: a port that failed on the agent stays, to be retried there)
+    failed = {pid for pid, details in conn.execute(
+        select(P.c.id, P.c.vif_details).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
+        .where(I.c.host == host, P.c.vif_type == "binding_failed")) if single_host.refused(details)}  # fmt: skip
+    instance_ports = [pid for _iid, pid, _pos, _name in links if pid not in failed]
+    # VMs a compute service plugs with plain ports (Nova's way): instances of their own here.
+    plugged_by_compute = compute_ports.instances_on(conn, host)
+    instance_ports += [pid for i in plugged_by_compute for pid in i["ports"]]
+    # Trunk subports ride on their parent's device (a VLAN each): ports of this host, in no instance's list.
+    instance_ports += trunks.subports_of(conn, instance_ports)
+    return list(links), instance_ports, plugged_by_compute
+
+
+def with_prefixlen(fixed_ip_lists: list[list[dict[str, Any]]], prefixlen: dict[str, int]) -> None:
+    """Each fixed IP with its subnet's prefix length (in place): the agent configures address/prefixlen."""
+    for fixed_ips in fixed_ip_lists:
+        for f in fixed_ips:
+            f["prefixlen"] = prefixlen[f["subnet_id"]]
 
 
 def _pool_ports(conn: Connection, rows: list[Any], ips: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
