@@ -1,6 +1,7 @@
 """The QoS part of a host's desired state (GET /v2.0/hosts/{name}/state?part=qos&port=ID...), what the agent's
 QoS-only pass fetches: every port's QoS and the named ports' views exactly as the whole state has them, nothing of
-another host's ports, and no more than it allows."""
+another host's ports, and no more than it allows. And the whole state's `requests` (`since=N`): the request that last
+changed each of the host's ports after N."""
 
 from __future__ import annotations
 
@@ -57,3 +58,21 @@ def test_the_part_names_nothing_of_another_hosts_ports_and_refuses_what_it_does_
     r = _part(users["alice"], "part-b", [mine])  # a member: no host's state
     assert r.status_code == 403, r.text
     assert _part(api, "no-such-host", [mine]).json()["ports"] == {}
+
+
+def test_since_names_each_ports_last_request_after_it_and_only_the_hosts(api: httpx.Client) -> None:
+    mine, _ = _limited_port(api, "part-d", "10.64.0.0/24")
+    theirs, _ = _limited_port(api, "part-e", "10.65.0.0/24")
+    before = api.get("/hosts/part-d/state").json()["revision"]
+    assert "requests" not in api.get("/hosts/part-d/state").json()  # (not asked for)
+    for port_id, rid in ((mine, "req-00000000-0000-4000-8000-000000000001"), (theirs, "req-other")):
+        api.put(f"/ports/{port_id}", headers={"X-OpenStack-Request-ID": rid}, json={"port": {"name": "renamed"}})
+    # an agent's report of the port is no request to name (it names the one it realised)
+    report = {"ports": [{"id": mine, "status": "ACTIVE", "binding:vif_type": "bridge", "binding:vif_details": {}}]}
+    assert api.put("/hosts/part-d/ports", headers={"X-OpenStack-Request-ID": "req-report"}, json=report).is_success
+    state = api.get("/hosts/part-d/state", params={"since": before}).json()
+    assert state["requests"] == {mine: "req-00000000-0000-4000-8000-000000000001"}
+    assert api.get("/hosts/part-d/state", params={"since": state["revision"]}).json()["requests"] == {}
+    for bad in ("-1", "1e3", "abc", "9" * 20, "", " "):
+        r = api.get("/hosts/part-d/state", params={"since": bad})
+        assert r.status_code == 400 and "since" in r.json()["NeutronError"]["message"], (bad, r.text)

@@ -331,7 +331,15 @@ class Agent:
         return True
 
     def _reconcile(self, full: bool, check: bool, reuse: bool) -> None:
-        state = self._state if reuse and self._state is not None else self.client.desired_state()
+        if reuse and self._state is not None:
+            state = self._state
+        else:
+            state = self.client.desired_state(max(self.revision, 0))
+            # The requests that changed its ports in events this pass skips (the state is newer than what was read):
+            # their reports name them all the same.
+            for port_id, rid in (state.get("requests") or {}).items():
+                if (rid := request_ids.well_formed(rid)) is not None:
+                    self._port_requests[str(port_id)] = rid
         self._state = None  # (until this pass has reported: a pass that fails fetches again)
         try:
             reports = self.dataplane.apply(state, full=full, check=check)

@@ -59,12 +59,13 @@ async def request_check(request: Request, name: str) -> Response:
 
 @router.get("/v2.0/hosts/{name}/state")
 async def desired_state(request: Request, name: str) -> Response:
-    """The host's whole desired state, or with `part=qos&port=ID...` the part its agent's QoS-only pass needs."""
+    """The host's whole desired state (`since=N`: with the requests that changed its ports after revision N), or with
+    `part=qos&port=ID...` the part its agent's QoS-only pass needs."""
     st, params = state(request), request.query_params
     which = params.get("part")
     if which is not None:
         return neutron.JSON(await call(host_qos.part, st.store, context(request), name, which, params.getlist("port")))
-    return neutron.JSON(await call(host_state.desired_state, st.store, context(request), name))
+    return neutron.JSON(await call(host_state.desired_state, st.store, context(request), name, params.get("since")))
 
 
 @router.put("/v2.0/hosts/{name}/ports")

@@ -8,8 +8,9 @@ import ipaddress
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, or_, select
 
+from cloudnet.errors import BadRequest
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_targets, uplinks
 from cloudnet.services.hosts.hosts import admin_only
@@ -25,13 +26,19 @@ from cloudnet.wire import guest_net
 
 P = t.ports
 A = t.ip_allocations
+MAX_REQUEST_SCAN = 10000
+# The types of agents' port status reports (services/hosts/hosts.py report_ports).
+REPORT_TYPES = ("port.active", "port.failed", "port.down")
 INSTANCE_COLUMNS = ("id", "name", "hostname", "project_id", "netns", "meta", "internal_meta", "ssh_keys", "user_data",
                     "metadata_tokens", "handoff", "kind")  # fmt: skip
 
 
-def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
-    """Everything the agent of `host` needs to converge its dataplane, from one consistent snapshot."""
+def desired_state(store: Store, ctx: Context, host: str, since: str | None = None) -> dict[str, Any]:
+    """Everything the agent of `host` needs to converge its dataplane, from one consistent snapshot. `since`: the
+    revision of the log its agent has read up to; the state then also names the request that last changed each of
+    its ports after that (`requests`): the agent's report of a port names it, though the agent skips those events."""
     admin_only(ctx)
+    after = _revision_arg(since)
     with store.read(snapshot=True) as conn:
         revision = conn.execute(select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)).scalar() or 0
         I = t.instances  # noqa: E741
@@ -84,6 +91,8 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         security_groups, remote_groups = groups_of(conn, filtered + list(pool_ports.values()))
         direct = sriov.desired(conn, host)
         qos = qos_state.for_ports(conn, instance_ports)
+        mine = {*instance_ports, *pool_ports}
+        requests = None if after is None else port_requests(conn, after, int(revision), mine)
         nets = conn.execute(select(t.networks).where(t.networks.c.id.in_(network_ids))).all()
         SP = tsp.subnetpools  # (a subnet's address scope is its pool's: routers keep scopes apart)
         subs = conn.execute(
@@ -137,7 +146,32 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "remote_groups": remote_groups,
         # port id -> what the host enforces of its QoS policy (services/qos/qos_state.py)
         "qos": qos,
+        # port id -> the request that last changed it after `since` (services/hosts/host_state.port_requests)
+        **({} if requests is None else {"requests": requests}),
     }  # fmt: skip
+
+
+def _revision_arg(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not text.isdigit() or len(text) > 19:  # (no sign, no exponent; the column's range)
+        raise BadRequest(f"Invalid input for since. Reason: '{raw[:40]}' is not a revision (an integer >= 0).")
+    return int(text)
+
+
+def port_requests(conn: Connection, after: int, upto: int, ports: set[str]) -> dict[str, str]:
+    """port id -> the id of the last request that changed it in revisions (after, upto], of `ports` (the agents'
+    own status reports left out: they realise a request, they are none). Only the last MAX_REQUEST_SCAN revisions
+    are read (through the log's primary key): an agent that far behind names no request, as before."""
+    E = t.events
+    stmt = (
+        select(E.c.resource_id, E.c.request_id)
+        .where(E.c.revision > max(after, upto - MAX_REQUEST_SCAN), E.c.revision <= upto, E.c.resource == "port")
+        .where(E.c.request_id.is_not(None), or_(E.c.type.is_(None), E.c.type.not_in(REPORT_TYPES)))
+        .order_by(E.c.revision)
+    )
+    return {pid: rid for pid, rid in conn.execute(stmt) if pid in ports}
 
 
 def host_ports(conn: Connection, host: str) -> tuple[list[Any], list[str], list[dict[str, Any]]]:
