@@ -47,7 +47,7 @@ class _Reached:
     def heartbeat(self, report: dict[str, Any]) -> dict[str, Any]:
         return {}
 
-    def desired_state(self) -> dict[str, Any]:
+    def desired_state(self, since: int | None = None) -> dict[str, Any]:
         raise httpx.ConnectError("connection reset")
 
 

@@ -22,7 +22,7 @@ class _Api:
     def heartbeat(self, report: dict[str, Any]) -> dict[str, Any]:
         return {}
 
-    def desired_state(self) -> dict[str, Any]:
+    def desired_state(self, since: int | None = None) -> dict[str, Any]:
         return {"revision": 1, "ports": {}, "networks": {}, "instances": []}
 
     def events(self, since: int, timeout: float) -> tuple[list[dict[str, Any]], int]:
@@ -92,7 +92,7 @@ class _Log(_Api):
         self.reported: list[dict[str, Any]] = []
         self.pending: list[dict[str, Any]] = []
 
-    def desired_state(self) -> dict[str, Any]:
+    def desired_state(self, since: int | None = None) -> dict[str, Any]:
         self.fetches += 1
         port = {"id": "p1", "network_id": None, "status": "DOWN", "binding:vif_type": "unbound",
                 "binding:vif_details": {}}  # fmt: skip

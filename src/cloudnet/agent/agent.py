@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import httpx
 
 from cloudnet import metrics
-from cloudnet.agent.client import ApiClient
+from cloudnet.agent.client import MAX_PART_PORTS, ApiClient
 from cloudnet.dataplane.base import Dataplane
 from cloudnet.dataplane.steps import StepTimedOut
 from cloudnet.wire import logs, request_ids
@@ -33,6 +33,8 @@ MAX_REPORTED = 100
 MAX_REQUESTS = 10000
 # Status reports of agents: their events name the request they realised, which is no new request to realise.
 REPORT_TYPES = frozenset({"port.active", "port.failed", "port.down"})
+# What a port's view may differ in from the one the agent holds when only its QoS changed (the QoS-only pass).
+QOS_ONLY_KEYS = frozenset({"qos_policy_id", "revision_number", "updated_at"})
 
 
 class StateObserver(Protocol):
@@ -147,6 +149,7 @@ class Agent:
                 timeout = 0.0
             waited_from = time.monotonic()
             events, latest = self._wait(timeout)
+            upto = max((int(e["revision"]) for e in events), default=self.revision)  # (what was read, all hosts')
             due = retry is not None and time.monotonic() >= waited_from + retry
             # Back off while a proxy stays unable to listen; start quick again once all is served.
             self._retry = min(self._retry * 2, HELD_BACK_MAX) if self.held_back else HELD_BACK_RETRY
@@ -161,6 +164,8 @@ class Agent:
                 # device deleted by hand, an instance namespace recreated), which incremental passes trust.
                 self.reconcile(full=True)
                 last_full = time.monotonic()
+            elif events and not (self.held_back or due or more) and (named := self._qos_only(events)) is not None:
+                self.reconcile(full=False, qos_change=(named, upto))
             elif events or self.held_back or due or more:
                 # Only what changed: the dataplane keeps what it applied. Woken by the dataplane's news alone (OVN: a
                 # port bound) with nothing new in the log, the last pass's state stands: not fetched again.
@@ -257,17 +262,41 @@ class Agent:
         checks = [o.serving for o in self.observers if hasattr(o, "serving")]
         return all(serving(network_id) for serving in checks)
 
-    def reconcile(self, full: bool = True, check: bool = False, reuse: bool = False) -> None:
+    def _qos_only(self, events: list[dict[str, Any]]) -> list[str] | None:
+        """The ports these events name when they can have changed no more than QoS: QoS policies' (their rules'), and
+        updates of ports this host plugs (the QoS-only pass checks that their views changed in QoS alone, else
+        passes as usual); None when they may have changed more."""
+        state = self._state
+        if state is None:
+            return None
+        ports = sorted({str(e.get("resource_id")) for e in events if e.get("resource") == "port"})
+        if len(ports) > MAX_PART_PORTS:
+            return None
+        for e in events:
+            mine = e.get("resource") == "port" and e.get("operation") == "update" and e["resource_id"] in state["ports"]
+            if not mine and e.get("resource") != "qos_policy":
+                return None
+        return ports
+
+    def reconcile(
+        self,
+        full: bool = True,
+        check: bool = False,
+        reuse: bool = False,
+        qos_change: tuple[list[str], int] | None = None,
+    ) -> None:
         """Fetch the desired state, converge the dataplane, report what changed. A full pass checks
         every device; otherwise the dataplane touches only what changed since its last pass. `check`: the
         dataplane also reads back what it otherwise trusts, and what differed goes into the host's report. Its log
         lines carry the ids of the requests it realises. `reuse`: the last pass's state (with the port states it
         reported) instead of a new fetch (the caller knows the log has nothing new: a fetch costs a request and the
-        host's whole state, ~20 ms in the OVN bench)."""
+        host's whole state, ~20 ms in the OVN bench). `qos_change`: the events read up to a revision changed at most
+        QoS and these ports (`_qos_only`): the QoS part alone is fetched and applied if so, else the pass goes on."""
         kind, started, result = "full" if full else "incremental", time.monotonic(), "failed"
         token = request_ids.current.set(request_ids.joined(list(self._pass_requests)))
         try:
-            self._reconcile(full, check, reuse)
+            if qos_change is None or not self._qos_pass(*qos_change):
+                self._reconcile(full, check, reuse)
             self._pass_requests.clear()  # (kept for the next try when the pass failed)
             result = "ok"
             metrics.LAST_PASS.set(time.time())
@@ -276,8 +305,41 @@ class Agent:
             metrics.PASS_DURATION.labels(kind).observe(time.monotonic() - started)
             metrics.PASSES.labels(kind, result).inc()
 
+    def _qos_pass(self, named: list[str], upto: int) -> bool:
+        """The QoS job alone, from the QoS part of the desired state and the views of the ports the events named:
+        False (nothing done) when a port's view changed in more than QoS or the dataplane cannot (its next pass is a
+        full one). The state it held, with the new part, is the state the next pass may reuse."""
+        state = self._state
+        assert state is not None  # (_qos_only)
+        part = self.client.desired_part("qos", named)
+        for pid in named:
+            new, held = part["ports"].get(pid), state["ports"].get(pid)
+            if new is None or held is None or _without(new, QOS_ONLY_KEYS) != _without(held, QOS_ONLY_KEYS):
+                return False
+        merged = {**state, "ports": {**state["ports"], **part["ports"]}, "qos": part["qos"]}
+        self._state = None  # (until it has applied: a pass that fails fetches again)
+        try:
+            if not self.dataplane.apply_qos(merged):
+                return False
+        finally:
+            self._report_failures()
+        self._state = merged
+        self.revision = max(self.revision, upto)
+        self.synced.set()
+        level = logging.INFO if self._pass_requests else logging.DEBUG
+        log.log(level, "reconciled revision %d: QoS of %d ports", self.revision, len(part["qos"]))
+        return True
+
     def _reconcile(self, full: bool, check: bool, reuse: bool) -> None:
-        state = self._state if reuse and self._state is not None else self.client.desired_state()
+        if reuse and self._state is not None:
+            state = self._state
+        else:
+            state = self.client.desired_state(max(self.revision, 0))
+            # The requests that changed its ports in events this pass skips (the state is newer than what was read):
+            # their reports name them all the same.
+            for port_id, rid in (state.get("requests") or {}).items():
+                if (rid := request_ids.well_formed(rid)) is not None:
+                    self._port_requests[str(port_id)] = rid
         self._state = None  # (until this pass has reported: a pass that fails fetches again)
         try:
             reports = self.dataplane.apply(state, full=full, check=check)
@@ -338,3 +400,7 @@ class Agent:
             log.info("port %s %s%s", port_id, status, f": {logs.printable(str(reason), 1000)}" if reason else "")
         finally:
             request_ids.current.reset(token)
+
+
+def _without(view: dict[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in view.items() if k not in keys}

@@ -17,6 +17,7 @@ from cloudnet import __version__
 
 log = logging.getLogger("cloudnet.agent")
 REVISION_HEADER = "X-Cloudnet-Revision"
+MAX_PART_PORTS = 100  # ports a part of the desired state may name (the server's services/hosts/host_qos.MAX_PORTS)
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,16 @@ class ApiClient:
             body["host"]["availability_zone"] = self.availability_zone
         return self._check(self._http.put(f"/hosts/{self.host}", json=body))["host"]
 
-    def desired_state(self) -> dict[str, Any]:
-        return self._check(self._http.get(f"/hosts/{self.host}/state"))  # type: ignore[no-any-return]
+    def desired_state(self, since: int | None = None) -> dict[str, Any]:
+        """The host's desired state; `since`: the revision read up to, for the requests that changed its ports
+        after it (`requests`)."""
+        params = {} if since is None else {"since": since}
+        return self._check(self._http.get(f"/hosts/{self.host}/state", params=params))  # type: ignore[no-any-return]
+
+    def desired_part(self, part: str, ports: list[str]) -> dict[str, Any]:
+        """A part of the desired state (services/hosts/host_qos.py): "qos" with the views of `ports`."""
+        r = self._http.get(f"/hosts/{self.host}/state", params={"part": part, "port": ports})
+        return self._check(r)  # type: ignore[no-any-return]
 
     def events(self, since: int, timeout: float) -> tuple[list[dict[str, Any]], int]:
         r = self._http.get("/events", params={"since": since, "timeout": timeout}, timeout=timeout + 30)

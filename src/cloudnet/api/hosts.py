@@ -14,7 +14,7 @@ from starlette.responses import Response
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
 from cloudnet.api.metrics import Programming
-from cloudnet.services.hosts import host_checks, host_state, hosts
+from cloudnet.services.hosts import host_checks, host_qos, host_state, hosts
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -59,7 +59,13 @@ async def request_check(request: Request, name: str) -> Response:
 
 @router.get("/v2.0/hosts/{name}/state")
 async def desired_state(request: Request, name: str) -> Response:
-    return neutron.JSON(await call(host_state.desired_state, state(request).store, context(request), name))
+    """The host's whole desired state (`since=N`: with the requests that changed its ports after revision N), or with
+    `part=qos&port=ID...` the part its agent's QoS-only pass needs."""
+    st, params = state(request), request.query_params
+    which = params.get("part")
+    if which is not None:
+        return neutron.JSON(await call(host_qos.part, st.store, context(request), name, which, params.getlist("port")))
+    return neutron.JSON(await call(host_state.desired_state, st.store, context(request), name, params.get("since")))
 
 
 @router.put("/v2.0/hosts/{name}/ports")

@@ -73,6 +73,12 @@ class Dataplane(Protocol):
         full pass that also reads back whatever the driver otherwise trusts to be as it left it."""
         ...
 
+    def apply_qos(self, state: DesiredState) -> bool:
+        """Converge only the QoS of the ports the last pass plugged (`state` differs from that pass's in QoS alone):
+        the agent's pass after a change of QoS. False: nothing done, a whole pass is needed (there was none to build
+        on). Failures and time limits as in `apply`."""
+        ...
+
     def differences(self) -> list[dict[str, str]]:
         """What the last check found different from the desired state, and repaired: {"object", "difference"}."""
         ...

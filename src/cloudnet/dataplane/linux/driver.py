@@ -108,6 +108,7 @@ class LinuxDataplane:
         self._plugged = plugged
         # The (devices, uplinks, namespaces) the last pass kept, for incremental passes (None: the next is full).
         self._kept: Kept | None = None
+        self._active: list[str] = []  # the ports the last pass plugged (those whose QoS it applied)
         # Differences between the kernel and the desired state found (and repaired) by the last check (a full pass
         # that also reads back what it otherwise trusts: the agent's first, and on demand).
         self.checked: list[dict[str, str]] = []
@@ -151,6 +152,17 @@ class LinuxDataplane:
             if check:
                 self.checked = found
 
+    def apply_qos(self, state: DesiredState) -> bool:
+        """The QoS job alone (dataplane.base), on the devices the last pass plugged: a changed limit is one tc message,
+        a port's first (or last) one its ifb device and redirect too."""
+        if self._kept is None:
+            return False  # (no pass to build on, or the last failed: the next reads everything)
+        with netns.iproute(self.host_ns) as host:
+            guard = ns_guard.InstanceNamespaces(self.host, [])  # (never used: QoS enters no instance's namespace)
+            run = Pass(state, False, False, host, Links(host, prefetch=False), guard, self.steps, [], self._kept)
+            self.qos.apply(run, self._active)
+        return True
+
     def differences(self) -> list[dict[str, str]]:
         """What the last check found different from the desired state (and repaired)."""
         return list(self.checked)
@@ -187,7 +199,8 @@ class LinuxDataplane:
             reports = self.ports.apply(run)
             reports += self.vm_ports.apply(run)
             reports += self.trunks.apply(run, self._is_plugged)
-            self.qos.apply(run, [r.port_id for r in reports if r.status == "ACTIVE" and r.vif_type != "binding_failed"])
+            self._active = [r.port_id for r in reports if r.status == "ACTIVE" and r.vif_type != "binding_failed"]
+            self.qos.apply(run, self._active)
             for binder in self.binders:
                 reports += binder.apply(state, self.steps, guard)
             reports += self.pool.apply(run)

@@ -69,6 +69,7 @@ class Links:
         self._ipr = ipr
         self._known: dict[str, Any] = {ifname(m): m for m in ipr.get_links()} if prefetch else {}
         self._complete = prefetch
+        self.made: set[str] = set()  # the devices this pass created (nothing but what it put is on them)
 
     def get(self, name: str) -> Any | None:
         msg = self._known.get(name)
@@ -138,6 +139,7 @@ def create_veth(
     finally:
         os.close(fd)
     links.refresh(name)
+    links.made.add(name)
     return int(links[name].get_attr("IFLA_LINK"))  # a veth's link is its peer
 
 

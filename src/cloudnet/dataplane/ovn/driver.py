@@ -67,6 +67,9 @@ class OvnDataplane:
         self.vswitch.close()
         self.sb.close()
 
+    def apply_qos(self, state: DesiredState) -> bool:
+        return True  # (OVN's QoS rows are the server's to write, in the northbound database: nothing here)
+
     def differences(self) -> list[dict[str, str]]:
         return []
 

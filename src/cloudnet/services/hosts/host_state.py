@@ -8,8 +8,9 @@ import ipaddress
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, or_, select
 
+from cloudnet.errors import BadRequest
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_targets, uplinks
 from cloudnet.services.hosts.hosts import admin_only
@@ -25,42 +26,32 @@ from cloudnet.wire import guest_net
 
 P = t.ports
 A = t.ip_allocations
+MAX_REQUEST_SCAN = 10000
+# The types of agents' port status reports (services/hosts/hosts.py report_ports).
+REPORT_TYPES = ("port.active", "port.failed", "port.down")
 INSTANCE_COLUMNS = ("id", "name", "hostname", "project_id", "netns", "meta", "internal_meta", "ssh_keys", "user_data",
                     "metadata_tokens", "handoff", "kind")  # fmt: skip
 
 
-def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
-    """Everything the agent of `host` needs to converge its dataplane, from one consistent snapshot."""
+def desired_state(store: Store, ctx: Context, host: str, since: str | None = None) -> dict[str, Any]:
+    """Everything the agent of `host` needs to converge its dataplane, from one consistent snapshot. `since`: the
+    revision of the log its agent has read up to; the state then also names the request that last changed each of
+    its ports after that (`requests`): the agent's report of a port names it, though the agent skips those events."""
     admin_only(ctx)
+    after = _revision_arg(since)
     with store.read(snapshot=True) as conn:
         revision = conn.execute(select(t.revision_counter.c.value).where(t.revision_counter.c.id == 1)).scalar() or 0
-        I, IP = t.instances, t.instance_ports  # noqa: E741
+        I = t.instances  # noqa: E741
         # (the columns it needs: SQLite's timestamps cost a parse each)
         inst_rows = conn.execute(
             select(*[I.c[k] for k in INSTANCE_COLUMNS]).where(I.c.host == host).order_by(I.c.created_at, I.c.id)
         ).all()
-        links = conn.execute(
-            select(IP.c.instance_id, IP.c.port_id, IP.c.position, IP.c.ifname)
-            .join(I, I.c.id == IP.c.instance_id)
-            .where(I.c.host == host)
-            .order_by(IP.c.instance_id, IP.c.position)
-        ).all()
+        links, instance_ports, plugged_by_compute = host_ports(conn, host)
         by_instance: dict[str, list[str]] = defaultdict(list)
         ifnames: dict[str, list[str]] = defaultdict(list)  # each port's device name inside, in the same order
         for iid, pid, pos, ifname in links:
             by_instance[iid].append(pid)
             ifnames[iid].append(guest_net.ifname_at(ifname, pos))
-        # (a port whose binding the server refused is no host's to plug: services/networks/single_host.py)
-        # (only the server's refusals: a port that failed on the agent stays, to be retried there)
-        failed = {pid for pid, details in conn.execute(
-            select(P.c.id, P.c.vif_details).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
-            .where(I.c.host == host, P.c.vif_type == "binding_failed")) if single_host.refused(details)}  # fmt: skip
-        instance_ports = [pid for _iid, pid, _pos, _name in links if pid not in failed]
-        # VMs a compute service plugs with plain ports (Nova's way): instances of their own here.
-        plugged_by_compute = compute_ports.instances_on(conn, host)
-        instance_ports += [pid for i in plugged_by_compute for pid in i["ports"]]
-        # Trunk subports ride on their parent's device (a VLAN each): ports of this host, in no instance's list.
-        instance_ports += trunks.subports_of(conn, instance_ports)
         network_ids = set(conn.execute(select(P.c.network_id).distinct().where(P.c.id.in_(instance_ports))).scalars())
         # Ready pool ports bound here: their networks are plumbed ahead of the first instance (bridge,
         # router, metadata namespace and proxy), and the agent may park a device for each of them.
@@ -100,6 +91,8 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         security_groups, remote_groups = groups_of(conn, filtered + list(pool_ports.values()))
         direct = sriov.desired(conn, host)
         qos = qos_state.for_ports(conn, instance_ports)
+        mine = {*instance_ports, *pool_ports}
+        requests = None if after is None else port_requests(conn, after, int(revision), mine)
         nets = conn.execute(select(t.networks).where(t.networks.c.id.in_(network_ids))).all()
         SP = tsp.subnetpools  # (a subnet's address scope is its pool's: routers keep scopes apart)
         subs = conn.execute(
@@ -117,9 +110,7 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         for s in subs
     }  # fmt: skip
     prefixlen = {s["id"]: ipaddress.ip_network(s["cidr"]).prefixlen for s in subnets.values()}
-    for fixed_ips in [p["fixed_ips"] for p in port_dicts.values()] + list(pool_ips.values()):
-        for f in fixed_ips:
-            f["prefixlen"] = prefixlen[f["subnet_id"]]
+    with_prefixlen([p["fixed_ips"] for p in port_dicts.values()] + list(pool_ips.values()), prefixlen)
     for r in routers:
         r["ports"] = {pid: port_dicts[pid] for pid in _router_port_ids(r) if pid in port_dicts}
     return {
@@ -155,7 +146,63 @@ def desired_state(store: Store, ctx: Context, host: str) -> dict[str, Any]:
         "remote_groups": remote_groups,
         # port id -> what the host enforces of its QoS policy (services/qos/qos_state.py)
         "qos": qos,
+        # port id -> the request that last changed it after `since` (services/hosts/host_state.port_requests)
+        **({} if requests is None else {"requests": requests}),
     }  # fmt: skip
+
+
+def _revision_arg(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not text.isdigit() or len(text) > 19:  # (no sign, no exponent; the column's range)
+        raise BadRequest(f"Invalid input for since. Reason: '{raw[:40]}' is not a revision (an integer >= 0).")
+    return int(text)
+
+
+def port_requests(conn: Connection, after: int, upto: int, ports: set[str]) -> dict[str, str]:
+    """port id -> the id of the last request that changed it in revisions (after, upto], of `ports` (the agents'
+    own status reports left out: they realise a request, they are none). Only the last MAX_REQUEST_SCAN revisions
+    are read (through the log's primary key): an agent that far behind names no request, as before."""
+    E = t.events
+    stmt = (
+        select(E.c.resource_id, E.c.request_id)
+        .where(E.c.revision > max(after, upto - MAX_REQUEST_SCAN), E.c.revision <= upto, E.c.resource == "port")
+        .where(E.c.request_id.is_not(None), or_(E.c.type.is_(None), E.c.type.not_in(REPORT_TYPES)))
+        .order_by(E.c.revision)
+    )
+    return {pid: rid for pid, rid in conn.execute(stmt) if pid in ports}
+
+
+def host_ports(conn: Connection, host: str) -> tuple[list[Any], list[str], list[dict[str, Any]]]:
+    """The host's instance links (instance id, port id, position, ifname), the ports its agent plugs (of its
+    instances, of the VMs a compute service plugs, and their trunk subports), and those compute-plugged VMs."""
+    I, IP = t.instances, t.instance_ports  # noqa: E741
+    links = conn.execute(
+        select(IP.c.instance_id, IP.c.port_id, IP.c.position, IP.c.ifname)
+        .join(I, I.c.id == IP.c.instance_id)
+        .where(I.c.host == host)
+        .order_by(IP.c.instance_id, IP.c.position)
+    ).all()
+    # (a port whose binding the server refused is no host's to plug: services/networks/single_host.py)
+    # (only the server's refusals: a port that failed on the agent stays, to be retried there)
+    failed = {pid for pid, details in conn.execute(
+        select(P.c.id, P.c.vif_details).join(IP, IP.c.port_id == P.c.id).join(I, I.c.id == IP.c.instance_id)
+        .where(I.c.host == host, P.c.vif_type == "binding_failed")) if single_host.refused(details)}  # fmt: skip
+    instance_ports = [pid for _iid, pid, _pos, _name in links if pid not in failed]
+    # VMs a compute service plugs with plain ports (Nova's way): instances of their own here.
+    plugged_by_compute = compute_ports.instances_on(conn, host)
+    instance_ports += [pid for i in plugged_by_compute for pid in i["ports"]]
+    # Trunk subports ride on their parent's device (a VLAN each): ports of this host, in no instance's list.
+    instance_ports += trunks.subports_of(conn, instance_ports)
+    return list(links), instance_ports, plugged_by_compute
+
+
+def with_prefixlen(fixed_ip_lists: list[list[dict[str, Any]]], prefixlen: dict[str, int]) -> None:
+    """Each fixed IP with its subnet's prefix length (in place): the agent configures address/prefixlen."""
+    for fixed_ips in fixed_ip_lists:
+        for f in fixed_ips:
+            f["prefixlen"] = prefixlen[f["subnet_id"]]
 
 
 def _pool_ports(conn: Connection, rows: list[Any], ips: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
