@@ -63,10 +63,11 @@ run: deps
 	@# UP_ARGS=--docker-driver also serves dockerd as network + IPAM driver (/run/docker/plugins/cloudnet.sock).
 	@$(BIN)/cloudnet up --state-dir $(STATE_DIR) $(UP_ARGS)
 
-# Lint first: ruff's checks and its formatting are part of the suite. The tests run on every core, up to 4 (each
-# module on one worker, so that its fixtures are shared as written; the slowest modules first: tests/conftest.py);
-# TEST_WORKERS=0 runs them in this process.
-TEST_WORKERS ?= $(shell n=$$(nproc); [ $$n -gt 4 ] && n=4; echo $$n)
+# Lint first: ruff's checks and its formatting are part of the suite. The tests run two workers per core, up to 4
+# (much of a test's time is waiting on daemons, guests and the kernel: with one per core the cores sat a third idle),
+# each module on one worker, so that its fixtures are shared as written; the slowest modules first:
+# tests/conftest.py. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 2 )); [ $$n -gt 4 ] && n=4; echo $$n)
 test: lint
 	@./scripts/platform.sh
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
