@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +19,9 @@ from cryptography import x509 as cx
 
 from cloudnet.agent import join as joining
 from cloudnet.dataplane.kernel import netns
-from cloudnet.ovn import cluster, daemons
+from cloudnet.ovn import cluster, daemons, front
 from cloudnet.ovn.cluster import servers
-from cloudnet.pki import rotation, tls, x509
+from cloudnet.pki import crl, rotation, tls, x509
 from tests.ovn.test_cluster import (  # (the same tests, run on this module's rig: over SSL)
     test_a_chassis_keeps_and_makes_bindings_when_the_sb_leader_is_killed,
     test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates,
@@ -162,6 +163,63 @@ def test_a_member_renews_its_certificate_when_due_and_serves_the_new_one(rig: Cl
     x509.write_private(cert_file, cert_file.read_bytes())
     rig.until("host 3's ovn-northd restarted", lambda: daemons.pids(rig.rundir(3)).get("ovn-northd") not in
               (None, northd))  # fmt: skip
+
+
+def _joined_ssl(state: Path) -> daemons.Ssl:
+    """OVS's SSL files of a host that joined with a token into `state`."""
+    ca, cert, key, _secret = joining.Joined.files(state)
+    return daemons.Ssl(key, cert, ca)
+
+
+def _monitor(rig: ClusterRig, remote: str, ssl: daemons.Ssl) -> subprocess.Popen[str]:
+    """An open connection to `remote` from the chassis' namespace: `ovsdb-client monitor` of SB_Global, once it
+    printed the table (connected, served)."""
+    argv = ["ip", "netns", "exec", rig.chassis_ns, "ovsdb-client", *daemons.ssl_args(ssl), "monitor", remote,
+            "OVN_Southbound", "SB_Global", "nb_cfg"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # (its table's heading: blocks until served, or "" when it failed)
+    assert "row" in first or "nb_cfg" in first, (first, proc.stderr.read() if proc.poll() is not None else "")
+    return proc
+
+
+def test_a_join_members_front_refuses_a_revoked_hosts_certificate(rig: ClusterRig, tmp_path: Path) -> None:
+    """Host 2 runs `cloudnet ovn join` (no API, no store): its SB's client port is a TLS front that reads the CA's
+    CRL from host 1's API. A host's certificate is served there; once the host is removed (on host 1's API), the
+    member closes the host's open connection within the CRL's refresh period and refuses a new one, each logged with
+    the peer's address, subject and serial; the chassis' certificate is still served."""
+    name = f"gone-{rig.suffix}"
+    token = rig.join_token(name)
+    with netns.entered(rig.ns(1)):
+        joining.join(f"https://127.0.0.1:{API_PORT}", token, name, tmp_path)
+    gone, chassis = _joined_ssl(tmp_path), _joined_ssl(rig.root / "c")
+    cert = gone.cert
+    serial = format(x509.load_cert(cert).serial_number, "x")
+    sb = cluster.connect(6642, rig.addresses[1], ssl=True)
+    assert "OVN_Southbound" in _client(rig, sb, gone).stdout
+    monitor = _monitor(rig, sb, gone)
+    try:
+        with rig.api() as api:
+            assert api.post(f"/hosts/{name}/remove", json={}).status_code == 200
+        removed = time.monotonic()
+        monitor.wait(timeout=crl.REFRESH + front.SWEEP + 10)  # (the CRL's refresh, the sweep, a fetch's time)
+        took = time.monotonic() - removed
+    finally:
+        monitor.kill()
+        monitor.wait()
+    log = rig.root / "join2.log"
+    peer = f"front refused SB client {UNDERLAY[CHASSIS]}:"
+    assert any(peer in line and f"CN={name}, serial {serial}" in line and "closed its open connection" in line
+               for line in log.read_text().splitlines()), (took, log.read_text()[-3000:])  # fmt: skip
+    after = _client(rig, sb, gone)
+    assert after.returncode != 0 and "OVN_Southbound" not in after.stdout, after.stdout
+    assert any(peer in line and "revoked" in line and "(the CA's CRL)" in line and "connection closed" in line
+               for line in log.read_text().splitlines()), log.read_text()[-3000:]  # fmt: skip
+    good = _client(rig, sb, chassis)
+    assert good.returncode == 0 and "OVN_Southbound" in good.stdout, good.stderr
+    # No pssl: of ovsdb-server's own there: the member's client ports are the front's.
+    assert "pssl:" not in daemons.run(rig.rundir(2), ["ovs-appctl", "-t", str(rig.rundir(2) / "ovnsb_db.ctl"),
+                                                      "ovsdb-server/list-remotes"])  # fmt: skip
 
 
 def test_a_host_certificate_of_an_agents_join_is_refused_as_a_members(tmp_path: Path) -> None:
