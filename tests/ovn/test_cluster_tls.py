@@ -8,6 +8,8 @@ SSL."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509 as cx
 
+from cloudnet import ovn_stack
 from cloudnet.agent import join as joining
 from cloudnet.dataplane.kernel import netns
 from cloudnet.ovn import cluster, daemons, front
@@ -220,6 +223,18 @@ def test_a_join_members_front_refuses_a_revoked_hosts_certificate(rig: ClusterRi
     # No pssl: of ovsdb-server's own there: the member's client ports are the front's.
     assert "pssl:" not in daemons.run(rig.rundir(2), ["ovs-appctl", "-t", str(rig.rundir(2) / "ovnsb_db.ctl"),
                                                       "ovsdb-server/list-remotes"])  # fmt: skip
+
+
+def test_a_join_members_front_killed_is_started_again(rig: ClusterRig) -> None:
+    """Its `cloudnet ovn join` starts the member's TLS front again when it dies (without it no other host's client
+    reaches the member's databases), with the CRL it kept."""
+    pid = daemons.pids(rig.rundir(3))[daemons.FRONT]
+    os.kill(pid, signal.SIGKILL)
+    rig.until("host 3's front started again", lambda: daemons.pids(rig.rundir(3)).get(daemons.FRONT) not in
+              (None, pid))  # fmt: skip
+    assert (rig.rundir(3) / ovn_stack.CRL_FILE).exists()
+    got = _client(rig, cluster.connect(6642, rig.addresses[2], ssl=True), _joined_ssl(rig.root / "c"))
+    assert got.returncode == 0 and "OVN_Southbound" in got.stdout, got.stderr
 
 
 def test_a_host_certificate_of_an_agents_join_is_refused_as_a_members(tmp_path: Path) -> None:

@@ -85,6 +85,9 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
             if not {"ovnnb_db", "ovnsb_db"} & set(daemons.pids(rundir)):
                 typer.echo("this host's members are gone (left their clusters?): stopping")
                 break
+            if members.ssl is not None and daemons.FRONT not in daemons.pids(rundir):
+                typer.echo("the databases' TLS front is gone (killed?): starting it again", err=True)
+                reap += _front_again(rundir, local, members.ssl, servers)
             if _stamp(members.ssl) != certificate:  # (renewed: see cluster.restart_northd)
                 try:
                     cluster.restart_northd(central)
@@ -97,6 +100,15 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
         daemons.stop(rundir)
         for done in reap:
             done()
+
+
+def _front_again(rundir: Path, local: str, ssl: daemons.Ssl, servers: list[str]) -> list[Callable[[], None]]:
+    """The member's TLS front started again (without it no client of another host reaches these databases)."""
+    try:
+        return ovn_stack.spawn_member_front(rundir, local, ssl, servers)
+    except daemons.OvnError as exc:  # (tried again at the next look)
+        typer.echo(f"the TLS front did not start again: {exc}", err=True)
+        return []
 
 
 def _servers(state_dir: Path, given: str | None) -> list[str]:
