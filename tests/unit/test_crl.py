@@ -6,8 +6,12 @@ from the kept file), and refuses every client while it has none."""
 from __future__ import annotations
 
 import datetime
+import logging
 import socket
+import ssl
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -105,3 +109,51 @@ def test_with_no_server_answering_the_last_good_crl_is_kept_and_with_none_every_
         assert reader.held is None and reader(good) is not None
     finally:
         reader.stop()
+
+
+@pytest.fixture
+def impostor(tmp_path: Path) -> Iterator[tuple[x509.Authority, Path, str]]:
+    """An HTTPS server on loopback with a certificate the cloud's CA signed (a member's, say), serving a CRL under
+    the CA's name signed by a key of its own that lists nothing: (the CA, its certificate's file, the URL)."""
+    ca, key = x509.new_authority(), x509.new_key()
+    files = tls.ServerFiles(tmp_path / "srv.crt", tmp_path / "srv.key", tmp_path / "ca.crt")
+    x509.write_private(files.ca, ca.pem)
+    x509.write_private(files.cert, x509.cert_pem(ca.server_cert(["127.0.0.1"], key)))
+    x509.write_private(files.key, x509.key_pem(key))
+    forged = crl.build(x509.Authority(ca.cert, x509.new_key()), [], NOW)
+
+    class Forger(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # (http.server calls it by that name)
+            self.send_response(200)
+            self.send_header("Content-Type", crl.MEDIA_TYPE)
+            self.send_header("Content-Length", str(len(forged)))
+            self.end_headers()
+            self.wfile.write(forged)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Forger)
+    httpd.socket = tls.server_context(files, ssl.CERT_NONE).wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield ca, files.ca, f"https://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+def test_a_crl_another_key_signed_is_not_taken_from_a_server_the_ca_certified(
+    tmp_path: Path, impostor: tuple[x509.Authority, Path, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    ca, ca_file, url = impostor
+    bad, bad_serial = _host_der(ca, "bad")
+    (tmp_path / "kept.crl").write_bytes(crl.build(ca, [(bad_serial, NOW)], NOW))
+    reader = crl.RevocationList([url], tls.client_context(ca_file), ca_file, tmp_path / "kept.crl", timeout=5)
+    with caplog.at_level(logging.WARNING, logger="cloudnet.pki.crl"):
+        reader.start()
+        try:
+            assert not reader.fetch()
+            assert "was revoked" in (reader(bad) or "")  # (the good list kept: the forged one would let it in)
+        finally:
+            reader.stop()
+    assert f"the revocation list {url} served is not taken: its signature is not the cloud's CA's" in caplog.text

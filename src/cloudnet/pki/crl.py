@@ -124,6 +124,7 @@ class RevocationList:
         self.refresh_every, self.timeout = refresh, timeout
         self.held: Held | None = None
         self._warned = 0.0
+        self._fetching = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cloudnet-crl", daemon=True)
 
@@ -148,21 +149,27 @@ class RevocationList:
             self.fetch()
 
     def fetch(self) -> bool:
-        """Ask the servers in turn for the CRL and take the first good one; whether one was taken."""
-        failures = []
-        for server in list(self.servers):
-            try:
-                r = httpx.get(server + join_token.CRL_PATH, verify=self.context, timeout=self.timeout)
-                if r.status_code != 200:
-                    raise CrlError(f"answered {r.status_code}: {r.text[:200]}")
-                taken = Held.of(r.content, verify(r.content, x509.load_cert(self.ca)))
-            except (httpx.HTTPError, CrlError, x509.PkiError, OSError) as exc:
-                failures.append(f"{server}: {exc}")
-                continue
-            self._take(taken, server)
-            return True
-        self._stale(failures)
-        return False
+        """Ask the servers in turn for the CRL and take the first good one; whether one was taken. (One fetch at a
+        time: SIGHUP asks for one beside the thread's.)"""
+        with self._fetching:
+            failures = []
+            for server in list(self.servers):
+                try:
+                    r = httpx.get(server + join_token.CRL_PATH, verify=self.context, timeout=self.timeout)
+                    if r.status_code != 200:
+                        raise OSError(f"answered {r.status_code}: {r.text[:200]}")
+                    taken = Held.of(r.content, verify(r.content, x509.load_cert(self.ca)))
+                except CrlError as exc:  # (a server that answers with a list the CA did not sign: say so now)
+                    log.warning("the revocation list %s served is not taken: %s", server, exc)
+                    failures.append(f"{server}: {exc}")
+                    continue
+                except (httpx.HTTPError, x509.PkiError, OSError) as exc:
+                    failures.append(f"{server}: {exc}")
+                    continue
+                self._take(taken, server)
+                return True
+            self._stale(failures)
+            return False
 
     def _take(self, taken: Held, server: str) -> None:
         before = self.held
