@@ -5,7 +5,9 @@ the API).
 Over SSL (the cloud's `serve --tls`), the member's certificate comes from a join token, as an agent's does
 (`--join URL TOKEN`, agent/join.py): its key is made here and never leaves, the server signs it (checked against
 the token's CA fingerprint) for this host's name and its --ovn-listen address, so no secret file is copied between
-hosts and the certificate is recorded (revocable) like any host's; later starts run from <state>/join/."""
+hosts and the certificate is recorded (revocable) like any host's; later starts run from <state>/join/. Other hosts'
+clients then reach the member's databases through its TLS front (`cloudnet ovn front --crl-from`, a process of its
+own, started again if it dies), which refuses what the CA's revocation list of the API servers lists (pki/crl.py)."""
 
 from __future__ import annotations
 
