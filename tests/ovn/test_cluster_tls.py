@@ -30,7 +30,7 @@ from tests.ovn.test_cluster import (  # (the same tests, run on this module's ri
     test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates,
 )
 from tests.support.ovn import UNDERLAY
-from tests.support.ovn_cluster import API_PORT, CHASSIS, SERVERS, ClusterRig, cluster_rig
+from tests.support.ovn_cluster import API_PORT, CHASSIS, SERVERS, ClusterRig, cluster_rig, joined_ssl
 from tests.support.process import CLOUDNET
 from tests.support.tls import aged
 
@@ -168,39 +168,17 @@ def test_a_member_renews_its_certificate_when_due_and_serves_the_new_one(rig: Cl
               (None, northd))  # fmt: skip
 
 
-def _joined_ssl(state: Path) -> daemons.Ssl:
-    """OVS's SSL files of a host that joined with a token into `state`."""
-    ca, cert, key, _secret = joining.Joined.files(state)
-    return daemons.Ssl(key, cert, ca)
-
-
-def _monitor(rig: ClusterRig, remote: str, ssl: daemons.Ssl) -> subprocess.Popen[str]:
-    """An open connection to `remote` from the chassis' namespace: `ovsdb-client monitor` of SB_Global, once it
-    printed the table (connected, served)."""
-    argv = ["ip", "netns", "exec", rig.chassis_ns, "ovsdb-client", *daemons.ssl_args(ssl), "monitor", remote,
-            "OVN_Southbound", "SB_Global", "nb_cfg"]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    first = proc.stdout.readline()  # (its table's heading: blocks until served, or "" when it failed)
-    assert "row" in first or "nb_cfg" in first, (first, proc.stderr.read() if proc.poll() is not None else "")
-    return proc
-
-
 def test_a_join_members_front_refuses_a_revoked_hosts_certificate(rig: ClusterRig, tmp_path: Path) -> None:
     """Host 2 runs `cloudnet ovn join` (no API, no store): its SB's client port is a TLS front that reads the CA's
     CRL from host 1's API. A host's certificate is served there; once the host is removed (on host 1's API), the
     member closes the host's open connection within the CRL's refresh period and refuses a new one, each logged with
     the peer's address, subject and serial; the chassis' certificate is still served."""
     name = f"gone-{rig.suffix}"
-    token = rig.join_token(name)
-    with netns.entered(rig.ns(1)):
-        joining.join(f"https://127.0.0.1:{API_PORT}", token, name, tmp_path)
-    gone, chassis = _joined_ssl(tmp_path), _joined_ssl(rig.root / "c")
-    cert = gone.cert
-    serial = format(x509.load_cert(cert).serial_number, "x")
+    gone, chassis = rig.join_host(name, tmp_path), joined_ssl(rig.root / "c")
+    serial = format(x509.load_cert(gone.cert).serial_number, "x")
     sb = cluster.connect(6642, rig.addresses[1], ssl=True)
     assert "OVN_Southbound" in _client(rig, sb, gone).stdout
-    monitor = _monitor(rig, sb, gone)
+    monitor = rig.monitor(sb, gone)
     try:
         with rig.api() as api:
             assert api.post(f"/hosts/{name}/remove", json={}).status_code == 200
@@ -233,7 +211,7 @@ def test_a_join_members_front_killed_is_started_again(rig: ClusterRig) -> None:
     rig.until("host 3's front started again", lambda: daemons.pids(rig.rundir(3)).get(daemons.FRONT) not in
               (None, pid))  # fmt: skip
     assert (rig.rundir(3) / ovn_stack.CRL_FILE).exists()
-    got = _client(rig, cluster.connect(6642, rig.addresses[2], ssl=True), _joined_ssl(rig.root / "c"))
+    got = _client(rig, cluster.connect(6642, rig.addresses[2], ssl=True), joined_ssl(rig.root / "c"))
     assert got.returncode == 0 and "OVN_Southbound" in got.stdout, got.stderr
 
 
