@@ -15,7 +15,7 @@ import ssl as stdlib_ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +24,13 @@ from cloudnet.metadata.peers import HostCertificates
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.ovn import cluster, daemons, front, idl
 from cloudnet.ovn.restarts import Restarts
-from cloudnet.pki import cloud, rotation, tls, x509
+from cloudnet.pki import cloud, crl, rotation, tls, x509
 from cloudnet.services.hosts import host_join
 from cloudnet.store.db import Store
 
 log = logging.getLogger("cloudnet.ovn")
 FRONT_DB_ENV = "CLOUDNET_OVN_FRONT_DB"  # (the store's URL for `cloudnet ovn front`: it may carry a password)
+CRL_FILE = "ovn-front.crl"  # (in the run directory: the last CA's revocation list a member's front took)
 
 
 @dataclass
@@ -154,32 +155,44 @@ class Fronted:
             stop()
 
 
-def start_front(store: Store, ssl: daemons.Ssl, rundir: Path, address: str,
-                ports: tuple[int, int] = (daemons.NB_PORT, daemons.SB_PORT)) -> Fronted:  # fmt: skip
+def start_front(store: Store | None, ssl: daemons.Ssl, rundir: Path, address: str,
+                ports: tuple[int, int] = (daemons.NB_PORT, daemons.SB_PORT),
+                crl_from: Sequence[str] = ()) -> Fronted:  # fmt: skip
     """The databases' TLS front on `address` (`ports`: NB's, SB's) to their sockets in `rundir`, in this process:
     the certificates the store lists for hosts let in, revoked ones refused (and at once when revoked by this
-    process), the databases' certificate re-read when its files change."""
-    certificates = HostCertificates(store)
-    certificates.start()
+    process); without a store (a `cloudnet ovn join` member's), every certificate of the CA let in but those the
+    CA's revocation list lists, fetched from the API servers `crl_from` with the databases' certificate (kept in
+    CRL_FILE in `rundir`: pki/crl.py). The databases' certificate is re-read when its files change."""
     context = tls.server_context(tls.ServerFiles(ssl.cert, ssl.key, ssl.ca), stdlib_ssl.CERT_REQUIRED)
     reloader = rotation.Reloader(ssl.cert, ssl.key, [context])
+    refusal: HostCertificates | crl.RevocationList
+    refresh: Callable[[], object]
+    if store is not None:
+        refusal = HostCertificates(store)
+        refresh = refusal.refresh
+    else:
+        fetching = tls.client_context(ssl.ca, ssl.cert, ssl.key)  # (renewed in place with the server's: reloader)
+        reloader.contexts.append(fetching)
+        refusal = crl.RevocationList(crl_from, fetching, ssl.ca, rundir / CRL_FILE)
+        refresh = refusal.fetch
+    refusal.start()
     routes = [front.Route(kind.upper(), address, port, rundir / f"ovn{kind}_db.sock")
               for kind, port in zip(("nb", "sb"), ports, strict=True)]  # fmt: skip
-    fronting = front.Front(context, routes, certificates, tick=reloader.check)
+    fronting = front.Front(context, routes, refusal, tick=reloader.check)
     try:
         fronting.start()
     except OSError as exc:
-        certificates.stop()
+        refusal.stop()
         raise daemons.OvnError(f"OVN's TLS front cannot listen on {address}: {exc.strerror or exc}") from None
 
     def revoked() -> None:
-        certificates.refresh()
+        refresh()
         fronting.sweep_now()
 
     unhook = host_join.on_revoke(revoked)
-    log.info("OVN's databases: TLS front on %s, ports %d (NB) and %d (SB): revoked host certificates refused",
-             address, *ports)  # fmt: skip
-    return Fronted(revoked, [unhook, fronting.stop, certificates.stop])
+    log.info("OVN's databases: TLS front on %s, ports %d (NB) and %d (SB): revoked host certificates refused (%s)",
+             address, *ports, "the store's list" if store is not None else "the CA's CRL")  # fmt: skip
+    return Fronted(revoked, [unhook, fronting.stop, refusal.stop])
 
 
 def spawn_front(config: ServerConfig, store: Store, ssl: daemons.Ssl, rundir: Path,
@@ -190,11 +203,22 @@ def spawn_front(config: ServerConfig, store: Store, ssl: daemons.Ssl, rundir: Pa
     this process's go; `store`'s URL reaches it in its environment (never on a command line). Returns once it
     listens; what unhooks and reaps it (after daemons.stop)."""
     assert config.ovn_listen is not None
+    return _spawn(rundir, config.ovn_listen, ssl, [], {FRONT_DB_ENV: store.url}, timeout)
+
+
+def spawn_member_front(rundir: Path, address: str, ssl: daemons.Ssl, servers: Sequence[str],
+                       timeout: float = 20.0) -> list[Callable[[], None]]:  # fmt: skip
+    """A `cloudnet ovn join` member's TLS front, as `spawn_front` (for the same reason a process of its own), with
+    the CA's revocation list of the API servers `servers` instead of a store."""
+    return _spawn(rundir, address, ssl, ["--crl-from", ",".join(servers)], {}, timeout)
+
+
+def _spawn(rundir: Path, address: str, ssl: daemons.Ssl, extra: list[str], env: dict[str, str],
+           timeout: float) -> list[Callable[[], None]]:  # fmt: skip
     argv = [sys.executable, "-c", "from cloudnet.cli.main import app; app()", "ovn", "front", "--rundir",
-            str(rundir), "--address", config.ovn_listen, "--cert", str(ssl.cert), "--key", str(ssl.key), "--ca",
-            str(ssl.ca)]  # fmt: skip
-    env = {**os.environ, FRONT_DB_ENV: store.url}
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+            str(rundir), "--address", address, "--cert", str(ssl.cert), "--key", str(ssl.key), "--ca",
+            str(ssl.ca), *extra]  # fmt: skip
+    proc = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout
     while daemons.pids(rundir).get(daemons.FRONT) != proc.pid:
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -8,25 +8,29 @@ SSL."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cryptography import x509 as cx
 
+from cloudnet import ovn_stack
 from cloudnet.agent import join as joining
 from cloudnet.dataplane.kernel import netns
-from cloudnet.ovn import cluster, daemons
+from cloudnet.ovn import cluster, daemons, front
 from cloudnet.ovn.cluster import servers
-from cloudnet.pki import rotation, tls, x509
+from cloudnet.pki import crl, rotation, tls, x509
 from tests.ovn.test_cluster import (  # (the same tests, run on this module's rig: over SSL)
     test_a_chassis_keeps_and_makes_bindings_when_the_sb_leader_is_killed,
     test_the_nb_writer_follows_a_new_leader_when_the_nb_leader_is_killed_during_creates,
 )
 from tests.support.ovn import UNDERLAY
-from tests.support.ovn_cluster import API_PORT, CHASSIS, SERVERS, ClusterRig, cluster_rig
+from tests.support.ovn_cluster import API_PORT, CHASSIS, SERVERS, ClusterRig, cluster_rig, joined_ssl
 from tests.support.process import CLOUDNET
 from tests.support.tls import aged
 
@@ -162,6 +166,53 @@ def test_a_member_renews_its_certificate_when_due_and_serves_the_new_one(rig: Cl
     x509.write_private(cert_file, cert_file.read_bytes())
     rig.until("host 3's ovn-northd restarted", lambda: daemons.pids(rig.rundir(3)).get("ovn-northd") not in
               (None, northd))  # fmt: skip
+
+
+def test_a_join_members_front_refuses_a_revoked_hosts_certificate(rig: ClusterRig, tmp_path: Path) -> None:
+    """Host 2 runs `cloudnet ovn join` (no API, no store): its SB's client port is a TLS front that reads the CA's
+    CRL from host 1's API. A host's certificate is served there; once the host is removed (on host 1's API), the
+    member closes the host's open connection within the CRL's refresh period and refuses a new one, each logged with
+    the peer's address, subject and serial; the chassis' certificate is still served."""
+    name = f"gone-{rig.suffix}"
+    gone, chassis = rig.join_host(name, tmp_path), joined_ssl(rig.root / "c")
+    serial = format(x509.load_cert(gone.cert).serial_number, "x")
+    sb = cluster.connect(6642, rig.addresses[1], ssl=True)
+    assert "OVN_Southbound" in _client(rig, sb, gone).stdout
+    monitor = rig.monitor(sb, gone)
+    try:
+        with rig.api() as api:
+            assert api.post(f"/hosts/{name}/remove", json={}).status_code == 200
+        removed = time.monotonic()
+        monitor.wait(timeout=crl.REFRESH + front.SWEEP + 10)  # (the CRL's refresh, the sweep, a fetch's time)
+        took = time.monotonic() - removed
+    finally:
+        monitor.kill()
+        monitor.wait()
+    log = rig.root / "join2.log"
+    peer = f"front refused SB client {UNDERLAY[CHASSIS]}:"
+    assert any(peer in line and f"CN={name}, serial {serial}" in line and "closed its open connection" in line
+               for line in log.read_text().splitlines()), (took, log.read_text()[-3000:])  # fmt: skip
+    after = _client(rig, sb, gone)
+    assert after.returncode != 0 and "OVN_Southbound" not in after.stdout, after.stdout
+    assert any(peer in line and "revoked" in line and "(the CA's CRL)" in line and "connection closed" in line
+               for line in log.read_text().splitlines()), log.read_text()[-3000:]  # fmt: skip
+    good = _client(rig, sb, chassis)
+    assert good.returncode == 0 and "OVN_Southbound" in good.stdout, good.stderr
+    # No pssl: of ovsdb-server's own there: the member's client ports are the front's.
+    assert "pssl:" not in daemons.run(rig.rundir(2), ["ovs-appctl", "-t", str(rig.rundir(2) / "ovnsb_db.ctl"),
+                                                      "ovsdb-server/list-remotes"])  # fmt: skip
+
+
+def test_a_join_members_front_killed_is_started_again(rig: ClusterRig) -> None:
+    """Its `cloudnet ovn join` starts the member's TLS front again when it dies (without it no other host's client
+    reaches the member's databases), with the CRL it kept."""
+    pid = daemons.pids(rig.rundir(3))[daemons.FRONT]
+    os.kill(pid, signal.SIGKILL)
+    rig.until("host 3's front started again", lambda: daemons.pids(rig.rundir(3)).get(daemons.FRONT) not in
+              (None, pid))  # fmt: skip
+    assert (rig.rundir(3) / ovn_stack.CRL_FILE).exists()
+    got = _client(rig, cluster.connect(6642, rig.addresses[2], ssl=True), joined_ssl(rig.root / "c"))
+    assert got.returncode == 0 and "OVN_Southbound" in got.stdout, got.stderr
 
 
 def test_a_host_certificate_of_an_agents_join_is_refused_as_a_members(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from cloudnet.agent.join import Joined
+from cloudnet.agent.join import Joined, join
 from cloudnet.dataplane.base import metadata_ns_prefix
 from cloudnet.dataplane.kernel import netns
 from cloudnet.namespaces import managed_ns_prefix
@@ -224,6 +224,27 @@ class ClusterRig:
         """(namespace, chassis directory, host name) of each chassis host, for the stop."""
         return [(self.chassis_ns, self.root / "c" / "ovn-chassis", self.host)]
 
+    def monitor(self, remote: str, ssl: daemons.Ssl) -> subprocess.Popen[str]:
+        """An open connection to `remote` from the chassis host's namespace: `ovsdb-client monitor` of SB_Global,
+        returned once it printed the table's heading (connected and served; it fails the assertion otherwise)."""
+        argv = ["ip", "netns", "exec", self.chassis_ns, "ovsdb-client", *daemons.ssl_args(ssl), "monitor", remote,
+                "OVN_Southbound", "SB_Global", "nb_cfg"]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()  # (blocks until served, or "" when it failed)
+        if "nb_cfg" not in first and "row" not in first:
+            proc.kill()
+            raise AssertionError(f"ovsdb-client monitor {remote} was not served: {first!r} {proc.stderr.read()}")
+        return proc
+
+    def join_host(self, name: str, state: Path) -> daemons.Ssl:
+        """Host `name` joined with a token of host 1's API (as `cloudnet agent --join` does) into `state`: its SSL
+        files."""
+        token = self.join_token(name)
+        with netns.entered(self.ns(1)):
+            join(f"https://127.0.0.1:{API_PORT}", token, name, state)
+        return joined_ssl(state)
+
     def alive(self, host: str) -> bool:
         try:
             with self.api() as api:
@@ -231,6 +252,12 @@ class ClusterRig:
         except httpx.TransportError:
             return False
         return r.status_code == 200 and bool(r.json()["host"]["alive"])
+
+
+def joined_ssl(state: Path) -> daemons.Ssl:
+    """OVS's SSL files of a host that joined with a token into `state`."""
+    ca, cert, key, _secret = Joined.files(state)
+    return daemons.Ssl(key, cert, ca)
 
 
 def field(status: str, name: str) -> str:

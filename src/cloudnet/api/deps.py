@@ -7,7 +7,7 @@ import contextvars
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import OperationalError
@@ -19,6 +19,7 @@ from cloudnet.config import ServerConfig
 from cloudnet.metadata.model import Settings
 from cloudnet.pki.x509 import Authority
 from cloudnet.services.context import Context
+from cloudnet.services.hosts.crl import CrlCache
 from cloudnet.store.db import Store
 
 T = TypeVar("T")
@@ -34,6 +35,7 @@ class AppState:
     metadata: Settings
     # The cloud's CA (None: this app signs nothing, as in tests that build it without one): joins need it.
     authority: Authority | None = None
+    crl: CrlCache = field(default_factory=CrlCache)  # the CA's revocation list, signed again only when due
 
 
 def state(request: Request) -> AppState:

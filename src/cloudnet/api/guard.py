@@ -16,7 +16,7 @@ from typing import Any
 from cloudnet.api.auth import Authenticator
 from cloudnet.api.neutron import error_response
 from cloudnet.errors import CloudnetError, Forbidden
-from cloudnet.pki.join_token import CA_PATH, JOIN_PATH
+from cloudnet.pki.join_token import CA_PATH, CRL_PATH, JOIN_PATH
 from cloudnet.pki.tls import PEER_KEY, Peer
 from cloudnet.services.context import Context
 
@@ -50,6 +50,7 @@ AGENT_CALLS = [
     ({"PUT"}, re.compile(r"^/v2\.0/hosts/[^/]+/ports$")),
     ({"GET"}, re.compile(r"^/v2\.0/events$")),
     ({"POST"}, re.compile(r"^/v2\.0/hosts/[^/]+/certificates$")),  # renewal
+    ({"GET"}, re.compile(f"^{re.escape(CRL_PATH)}$")),  # the CA's revocation list (a cluster member's front)
     ({"GET", "PUT", "DELETE"}, re.compile(r"^/v2\.0/instances/[^/]+/metadata(?:/.+)?$")),
 ]
 # Why a request over this client certificate is refused (revoked, unknown, an instance of another host), or None.

@@ -13,8 +13,8 @@ from starlette.responses import Response
 from cloudnet.api import neutron
 from cloudnet.api.deps import AppState, call, context, state
 from cloudnet.errors import Forbidden, NotFound, ServiceUnavailable
-from cloudnet.pki import cloud
-from cloudnet.pki.join_token import CA_PATH, JOIN_PATH, RENEW_PATH
+from cloudnet.pki import cloud, crl
+from cloudnet.pki.join_token import CA_PATH, CRL_PATH, JOIN_PATH, RENEW_PATH
 from cloudnet.pki.tls import PEER_KEY, Peer
 from cloudnet.pki.x509 import Authority, PkiError
 from cloudnet.services.hosts import host_join, hosts
@@ -48,6 +48,17 @@ def _authority(st: AppState) -> Authority:
 @router.get(CA_PATH)
 async def ca_certificate(request: Request) -> Response:
     return Response(_authority(state(request)).pem, media_type=PEM_TYPE)
+
+
+@router.get(CRL_PATH)
+async def revocation_list(request: Request) -> Response:
+    """The CA's CRL (DER), for hosts that cannot read the store (`cloudnet ovn join` members' TLS fronts): read over
+    a host certificate the guard has checked (this cloud's, not revoked), never in clear nor with a token alone."""
+    st = state(request)
+    if request.scope.get(PEER_KEY) is None:
+        raise CertificateRequired("The revocation list is read over a host certificate (TLS client certificate)")
+    der = await call(st.crl.der, st.store, _authority(st))
+    return Response(der, media_type=crl.MEDIA_TYPE, headers={"Cache-Control": "no-store"})
 
 
 @router.post("/v2.0/hosts/{name}/join-tokens")

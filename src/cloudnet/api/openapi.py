@@ -25,6 +25,7 @@ from cloudnet.api.guard import PUBLIC_PATHS
 from cloudnet.api.instance_metadata import CONFIG_DRIVE, ISO_TYPE
 from cloudnet.api.neutron import JSON
 from cloudnet.api.schemas import BOOL, INT, OBJ, STR, STRS, Schema, array, envelope, listing, obj
+from cloudnet.pki.crl import MEDIA_TYPE as CRL_TYPE
 from cloudnet.services import instance_metadata, instances, tags
 from cloudnet.services.forwards import floating_ips, port_forwardings
 from cloudnet.services.hosts import host_join, hosts
@@ -207,6 +208,7 @@ def _table() -> dict[tuple[str, str], Op]:
                                                          _wrapped("certificate", host_join.RenewRequest)),
         ("POST", "/v2.0/hosts/{name}/remove"): Op(200, envelope("host", REMOVED)),
         ("GET", "/v2.0/host-join/ca"): Op(200, STR, media="application/x-pem-file"),
+        ("GET", "/v2.0/host-join/crl"): Op(200, {"type": "string", "contentMediaType": CRL_TYPE}, media=CRL_TYPE),
         ("GET", "/metrics"): Op(200, STR, media="text/plain; version=0.0.4"),  # (api/metrics.py: admin only)
         ("POST", "/v2.0/host-join"): Op(201, envelope("join", JOINED), _wrapped("join", host_join.JoinRequest)),
         ("GET", fwd_base): Op(200, listing("forwards", schemas.FORWARD, False)),

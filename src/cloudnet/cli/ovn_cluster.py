@@ -5,7 +5,9 @@ the API).
 Over SSL (the cloud's `serve --tls`), the member's certificate comes from a join token, as an agent's does
 (`--join URL TOKEN`, agent/join.py): its key is made here and never leaves, the server signs it (checked against
 the token's CA fingerprint) for this host's name and its --ovn-listen address, so no secret file is copied between
-hosts and the certificate is recorded (revocable) like any host's; later starts run from <state>/join/."""
+hosts and the certificate is recorded (revocable) like any host's; later starts run from <state>/join/. Other hosts'
+clients then reach the member's databases through its TLS front (`cloudnet ovn front --crl-from`, a process of its
+own, started again if it dies), which refuses what the CA's revocation list of the API servers lists (pki/crl.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +23,7 @@ import typer
 
 from cloudnet import ovn_stack
 from cloudnet.agent import join as joining
+from cloudnet.agent.client import servers_of
 from cloudnet.agent.run import renew_when_due
 from cloudnet.cli.agent_command import join_or_load
 from cloudnet.cli.errors import CliError
@@ -37,21 +41,27 @@ Join = Annotated[
     typer.Option(metavar="URL TOKEN", help="Get this member's certificate from the cloud at URL (https) with a token "
                  "of `cloudnet host join-token NAME`: the clusters then run over SSL; later starts need neither."),
 ]  # fmt: skip
+Servers = Annotated[str | None, typer.Option("--server", help="The API servers (URL,URL) the member's TLS front "
+                                            "fetches the CA's revocation list from, and renewals go to (default: "
+                                            "the one it joined)")]  # fmt: skip
 HostName = Annotated[str | None, typer.Option("--host", help="This host's name, as the token names it "
                                               "(default: hostname; later starts: the joined one).")]  # fmt: skip
 
 
 @app.command("join")
 def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir: StateDir = DEFAULT_STATE_DIR,
-         join: Join = None, host: HostName = None) -> None:  # fmt: skip
+         join: Join = None, host: HostName = None, server: Servers = None) -> None:  # fmt: skip
     """Run this host's NB and SB members (created by the first address of --ovn-cluster, joined by the others, or
     restarted on their files) and ovn-northd, until SIGTERM/SIGINT, which stops them (their files stay: a later
     join here rejoins); also ends when both members are gone (`cloudnet ovn leave`). Over SSL once this host has
-    joined with a token (--join, now or earlier)."""
+    joined with a token (--join, now or earlier): then other hosts' clients reach the databases through a TLS front
+    (ovn/front.py) that refuses the certificates the CA's revocation list (of the API servers) lists."""
     if ovn_cluster is None:
         raise CliError("cloudnet ovn join needs --ovn-cluster ADDR,ADDR,ADDR and --ovn-listen ADDR")
     local = str(listen_address(ovn_listen, "ovn", False))
-    members = cluster.Members(local, cluster_members(ovn_cluster, ovn_listen), _ssl(state_dir, local, join, host))
+    ssl = _ssl(state_dir, local, join, host)
+    members = cluster.Members(local, cluster_members(ovn_cluster, ovn_listen), ssl, fronted=ssl is not None)
+    servers = _servers(state_dir, server) if ssl is not None else []
     if members.ssl is None:
         typer.echo(f"warning: plain TCP between the members and to their clients at {local}: whoever reaches it "
                    "can rewrite the cloud's flows (join with a token for SSL)", err=True)  # fmt: skip
@@ -62,10 +72,13 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
     daemons.stop(rundir)  # (what a killed earlier run left, by its pidfiles)
     if members.ssl is not None:  # (renewed in place: the member's ovsdb-servers re-read their files on a change)
         context = tls.client_context(members.ssl.ca, members.ssl.cert, members.ssl.key)
-        threading.Thread(target=renew_when_due, args=(state_dir, [], context, stop, local), daemon=True,
+        threading.Thread(target=renew_when_due, args=(state_dir, servers, context, stop, local), daemon=True,
                          name="cloudnet-renewal").start()  # fmt: skip
     certificate = _stamp(members.ssl)  # (before ovn-northd starts: a renewal from then on restarts it)
+    reap: list[Callable[[], None]] = []
     try:
+        if members.ssl is not None:  # (first: the other members reach this one's databases through it)
+            reap = ovn_stack.spawn_member_front(rundir, local, members.ssl, servers)
         central = cluster.start(rundir, members)
         cluster.wait_joined(central)
         typer.echo(f"OVN cluster member at {members.local}: NB {central.nb_clients}, SB {central.sb_clients}\n"
@@ -74,6 +87,9 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
             if not {"ovnnb_db", "ovnsb_db"} & set(daemons.pids(rundir)):
                 typer.echo("this host's members are gone (left their clusters?): stopping")
                 break
+            if members.ssl is not None and daemons.FRONT not in daemons.pids(rundir):
+                typer.echo("the databases' TLS front is gone (killed?): starting it again", err=True)
+                reap += _front_again(rundir, local, members.ssl, servers)
             if _stamp(members.ssl) != certificate:  # (renewed: see cluster.restart_northd)
                 try:
                     cluster.restart_northd(central)
@@ -84,6 +100,26 @@ def join(ovn_cluster: OvnCluster = None, ovn_listen: OvnListen = None, state_dir
         raise CliError(f"cannot run this host's cluster members: {exc}") from None
     finally:
         daemons.stop(rundir)
+        for done in reap:
+            done()
+
+
+def _front_again(rundir: Path, local: str, ssl: daemons.Ssl, servers: list[str]) -> list[Callable[[], None]]:
+    """The member's TLS front started again (without it no client of another host reaches these databases)."""
+    try:
+        return ovn_stack.spawn_member_front(rundir, local, ssl, servers)
+    except daemons.OvnError as exc:  # (tried again at the next look)
+        typer.echo(f"the TLS front did not start again: {exc}", err=True)
+        return []
+
+
+def _servers(state_dir: Path, given: str | None) -> list[str]:
+    """The API servers of a member that joined: --server, else the one it joined."""
+    saved = joining.load(state_dir)
+    try:
+        return servers_of(given or (saved.server if saved is not None else ""))
+    except ValueError:
+        raise CliError("no API server to fetch the CA's revocation list from: give --server URL") from None
 
 
 def _ssl(state_dir: Path, local: str, join: tuple[str, str] | None, host: str | None) -> daemons.Ssl | None:
@@ -130,19 +166,24 @@ def leave(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
 @app.command("front", hidden=True)
 def front(rundir: Annotated[Path, typer.Option()], address: Annotated[str, typer.Option()],
           cert: Annotated[Path, typer.Option()], key: Annotated[Path, typer.Option()],
-          ca: Annotated[Path, typer.Option()], nb_port: int = daemons.NB_PORT,
-          sb_port: int = daemons.SB_PORT) -> None:  # fmt: skip
-    """The TLS front of the databases in RUNDIR, as `serve|up --tls` runs it beside them (ovn_stack.spawn_front):
-    until SIGTERM/SIGINT; SIGHUP: the certificate list read and the open connections checked now."""
+          ca: Annotated[Path, typer.Option()], nb_port: int = daemons.NB_PORT, sb_port: int = daemons.SB_PORT,
+          crl_from: Annotated[str | None, typer.Option(help="API servers (URL,URL) whose CRL is used instead of "
+                                                       "the store")] = None) -> None:  # fmt: skip
+    """The TLS front of the databases in RUNDIR, as `serve|up --tls` (the store's certificate list) and `ovn join`
+    (the CA's CRL from the API servers) run it beside them (ovn_stack.spawn_front): until SIGTERM/SIGINT; SIGHUP:
+    the certificate list read and the open connections checked now."""
     url = os.environ.get(ovn_stack.FRONT_DB_ENV)
-    if not url:
-        raise CliError(f"the front reads the store named by ${ovn_stack.FRONT_DB_ENV}")
+    if not url and not crl_from:
+        raise CliError(f"the front reads the store named by ${ovn_stack.FRONT_DB_ENV}, or the CRL of --crl-from")
     logs.setup()
-    store = Store(url)
+    store = Store(url) if url and not crl_from else None
+    servers = servers_of(crl_from) if crl_from else []
     try:
-        fronted = ovn_stack.start_front(store, daemons.Ssl(key, cert, ca), rundir, address, (nb_port, sb_port))
+        fronted = ovn_stack.start_front(store, daemons.Ssl(key, cert, ca), rundir, address, (nb_port, sb_port),
+                                        servers)  # fmt: skip
     except daemons.OvnError as exc:
-        store.dispose()
+        if store is not None:
+            store.dispose()
         raise CliError(str(exc)) from None
     stop, poke = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -158,5 +199,6 @@ def front(rundir: Annotated[Path, typer.Option()], address: Annotated[str, typer
                 fronted.revoked()
     finally:
         fronted.stop()
-        store.dispose()
+        if store is not None:
+            store.dispose()
         pidfile.unlink(missing_ok=True)

@@ -23,7 +23,8 @@ address the certificate names: any certificate the cloud's CA signed is let in, 
 cloud only (join tokens), and member certificates name their address for the operator's sake, not OVS's.
 `connect`/`passive` are the one place these remotes are spelled. Under `cloudnet serve|up --tls` the members'
 client remotes are their unix sockets only and the server's TLS front (front.py) takes the clients' port: it
-refuses revoked certificates, which OVS's SSL cannot; Raft stays direct (see front.py for why).
+refuses revoked certificates, which OVS's SSL cannot, and so under `cloudnet ovn join` over SSL (its front reads
+the CA's CRL of the API servers); Raft stays direct (see front.py for why).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ ovsdb-server's SSL has no revocation list: a removed host's certificate, still w
 answered on `pssl:` (and keep the connections it has). So with TLS the databases listen for clients only on their
 unix sockets in their run directory, and this front listens on the `pssl:` address and port instead: a TLS handshake
 with the stdlib's `ssl` (CERT_REQUIRED against the cloud's CA, the databases' own certificate presented), then the
-peer's certificate asked of `refusal` (the store's list of the certificates the CA signed for hosts, revoked or
-not), then bytes both ways between the peer and the database's socket. Clients see the same database, SSL and
+peer's certificate asked of `refusal` (on a server, the store's list of the certificates the CA signed for hosts,
+revoked or not; on a `cloudnet ovn join` member, which has no store, the CA's CRL from the API servers), then bytes
+both ways between the peer and the database's socket. Clients see the same database, SSL and
 certificate as before (ovn-controller, ovn-northd, ovsdb-client, ovsdbapp: nothing changes for them). Every open
 connection's certificate is asked again every `sweep` seconds (and at once on `sweep_now`, when this server revokes
 one): a refused one is closed. Every refusal is logged with the peer's address, the certificate's subject and serial

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 CA_PATH = "/v2.0/host-join/ca"
 JOIN_PATH = "/v2.0/host-join"
 RENEW_PATH = "/v2.0/hosts/{name}/certificates"  # a joined host's renewal, over its current certificate
+CRL_PATH = "/v2.0/host-join/crl"  # the CA's revocation list (pki/crl.py), for a host certificate only
 _TOKEN = re.compile(r"^([0-9a-f]{12})\.([A-Za-z0-9_-]{32,64})\.([0-9a-f]{64})$")
 
 
