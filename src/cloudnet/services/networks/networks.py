@@ -119,9 +119,12 @@ def visibility(ctx: Context) -> Any:
     return grants.visible(N, "network", ctx, SEEN_THROUGH, N.c.shared.is_(True))
 
 
-def get_visible(conn: Connection, ctx: Context, network_id: str) -> Any:
+def get_visible(conn: Connection, ctx: Context, network_id: str, lock: bool = False) -> Any:
+    """`lock`: the row locked FOR NO KEY UPDATE until commit, in the same round trip (writers that add to the
+    network take turns; port inserts' foreign-key locks still pass)."""
     # Ids are UUIDs: anything else cannot exist (and PostgreSQL refuses some strings, e.g. with NUL bytes).
-    row = conn.execute(select(N).where(N.c.id == network_id)).first() if is_uuid(network_id) else None
+    stmt = select(N).where(N.c.id == network_id)
+    row = conn.execute(stmt.with_for_update(key_share=True) if lock else stmt).first() if is_uuid(network_id) else None
     if row is None or not (_owned_or_shared(row, ctx) or grants.actions_for(conn, "network", row.id, ctx.project_id)):
         raise not_found("network", network_id)
     return row
