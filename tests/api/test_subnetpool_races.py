@@ -68,6 +68,20 @@ def test_two_servers_take_and_give_back_without_overlap_or_deadlock(api: httpx.C
     assert sorted(map(ipaddress.ip_network, again)) == list(ipaddress.ip_network("10.150.0.0/24").subnets(4))
 
 
+def test_a_refused_delete_gives_nothing_back(api: httpx.Client) -> None:
+    """A subnet delete refused (a port holds an address of it) leaves its prefix taken: the server's cached free
+    space of the pool is not given the prefix of a delete that did not happen."""
+    pool = create(api, "subnetpools", "subnetpool", prefixes=["10.152.0.0/27"], default_prefixlen=28)
+    net = create_network(api)["id"]
+    body = {"subnet": {"network_id": net, "subnetpool_id": pool["id"], "ip_version": 4}}
+    held = api.post("/subnets", json=body).json()["subnet"]
+    create(api, "ports", "port", network_id=net)
+    assert api.delete(f"/subnets/{held['id']}").status_code == 409
+    other = api.post("/subnets", json={"subnet": {**body["subnet"], "network_id": create_network(api)["id"]}})
+    assert other.status_code == 201 and other.json()["subnet"]["cidr"] == "10.152.0.16/28", other.text
+    assert api.post("/subnets", json=body).status_code == 409
+
+
 def _waiting(admin: psycopg.Connection[Any], statement: str) -> int:
     """Backends of the test database waiting for a row lock in a statement starting so."""
     row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock' "

@@ -141,6 +141,22 @@ def _remember(pool_id: str, token: str, free: list[ps.Range]) -> None:
             _FREE.popitem(last=False)
 
 
+def give_back(conn: Connection, pool_id: str, cidr: str) -> None:
+    """A subnet's prefix back to its pool (the subnet is being deleted, under the network's lock): the pool's new
+    hash, and when this process's cached free space was the pool's current one, the prefix added to it under the
+    new hash (in the same statement, which takes the pool's row lock), so that the next allocation reads no
+    allocation rows either."""
+    token = common.new_id()
+    with _FREE_LOCK:
+        cached = _FREE.get(pool_id)
+    if cached is not None:
+        stmt = update(SP).where(SP.c.id == pool_id, SP.c.hash == cached[0]).values(hash=token)
+        if conn.execute(stmt).rowcount:
+            _remember(pool_id, token, ps.merged([*cached[1], ps.cidr_range(cidr)[1]]))
+            return
+    subnetpools.bump(conn, pool_id)
+
+
 def _check_quota(conn: Connection, pool: Any, project_id: str, prefixlen: int) -> None:
     """default_quota: addresses (IPv4) or /64s (IPv6) one project may hold in the pool, as Neutron counts them.
     (Neutron counts the pool owner's subnets whoever asks; the project the subnet is for is counted here, as its

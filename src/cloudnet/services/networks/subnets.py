@@ -12,7 +12,7 @@ from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_
 from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps, uplinks
-from cloudnet.services.networks import networks, subnet_alloc, subnet_specs, subnetpools
+from cloudnet.services.networks import networks, subnet_alloc, subnet_specs
 from cloudnet.services.networks.subnet_specs import AUTO, Pool, SubnetCreate, SubnetUpdate
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import is_uuid, parse
@@ -209,11 +209,9 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
     with store.write() as tx:
         row = _get_owned(tx.conn, ctx, subnet_id, "delete_subnet")
         # The network first, as router interface changes and forward writers take it (forward_deps.subnet_kept
-        # checks under it) before they allocate from a subnet, and subnet creates before a pool's row: the same
-        # order, so none waits for the other.
+        # checks under it) before they allocate from a subnet, and subnet creates before a pool's row (given back
+        # below): the same order, so none waits for the other.
         uplinks.lock_networks(tx.conn, {row.network_id})
-        if row.subnetpool_id:  # its prefix goes back
-            subnetpools.bump(tx.conn, row.subnetpool_id)
         # Wait for transactions still allocating from it (their foreign-key locks conflict with this
         # one), so that the check below sees their addresses, and keep new ones out until the end.
         tx.conn.execute(select(S.c.id).where(S.c.id == subnet_id).with_for_update())
@@ -233,6 +231,8 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
             tx.conn.execute(delete(A).where(A.c.subnet_id == subnet_id, A.c.port_id == port_id))
             common.touch(tx, P, port_id, "port", project)
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == subnet_id))
+        if row.subnetpool_id:  # its prefix goes back (once nothing can refuse the delete: the cache is kept)
+            subnet_alloc.give_back(tx.conn, row.subnetpool_id, row.cidr)
         tx.conn.execute(delete(ALLOC).where(ALLOC.c.subnet_id == subnet_id))
         tx.conn.execute(delete(S).where(S.c.id == subnet_id))
         tx.record("subnet", subnet_id, "delete", row.project_id)
