@@ -17,6 +17,7 @@ from tests.conftest import TEST_DB
 from tests.support.api import create, create_network
 from tests.support.mdata_raw import wait_for
 from tests.support.postgres import PostgresServer
+from tests.support.server import RunningServer
 
 ROUNDS = 24
 
@@ -80,6 +81,25 @@ def test_a_refused_delete_gives_nothing_back(api: httpx.Client) -> None:
     other = api.post("/subnets", json={"subnet": {**body["subnet"], "network_id": create_network(api)["id"]}})
     assert other.status_code == 201 and other.json()["subnet"]["cidr"] == "10.152.0.16/28", other.text
     assert api.post("/subnets", json=body).status_code == 409
+
+
+def test_concurrent_creates_never_pass_the_subnet_quota(users: dict[str, httpx.Client], server: RunningServer) -> None:
+    """Subnets from a pool and plain ones, each on a network of its own (no network lock makes them take turns):
+    the project's subnet quota still counts them one after another."""
+    admin, alice = users["admin"], users["alice"]
+    assert admin.put("/quotas/alice", json={"quota": {"subnet": 5}}).status_code == 200
+    pool = create(alice, "subnetpools", "subnetpool", prefixes=["10.153.0.0/24"], default_prefixlen=28)
+    nets = [create_network(alice, name=f"q{i}")["id"] for i in range(16)]
+
+    def attempt(i: int) -> int:
+        body = {"subnetpool_id": pool["id"], "ip_version": 4} if i % 2 else {"cidr": f"10.154.{i}.0/24"}
+        with httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": "alice-token"}, timeout=60) as c:
+            return c.post("/subnets", json={"subnet": {"network_id": nets[i], **body}}).status_code
+
+    with ThreadPoolExecutor(16) as workers:
+        statuses = list(workers.map(attempt, range(16)))
+    assert sorted(statuses) == [201] * 5 + [409] * 11, statuses
+    assert len(alice.get("/subnets").json()["subnets"]) == 5
 
 
 def _waiting(admin: psycopg.Connection[Any], statement: str) -> int:

@@ -171,18 +171,9 @@ def _check_quota(conn: Connection, pool: Any, project_id: str, prefixlen: int) -
         raise Conflict("Per-tenant subnet pool prefix quota exceeded.", type="SubnetPoolQuotaExceeded")
 
 
-def network_subnets(conn: Connection, network_id: str) -> list[Any]:
-    """The network's subnets, with their CIDR, IP version and address scope (what a new one is checked against):
-    one read for both checks."""
-    S = t.subnets
-    stmt = (select(S.c.id, S.c.cidr, S.c.ip_version, SP.c.address_scope_id).select_from(S)
-            .outerjoin(SP, SP.c.id == S.c.subnetpool_id).where(S.c.network_id == network_id))  # fmt: skip
-    return list(conn.execute(stmt))
-
-
 def check_affinity(others: list[Any], version: int, scope_id: str | None) -> None:
     """Neutron: the subnets of one IP version on a network are all in one address scope (or all in none).
-    `others`: the network's subnets (network_subnets)."""
+    `others`: the network's subnets, with their IP version and address scope."""
     if any(o.address_scope_id != scope_id for o in others if o.ip_version == version):
         raise subnetpools.affinity_error()
 

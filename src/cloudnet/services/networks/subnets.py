@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, literal, select
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import common, quotas
@@ -117,7 +117,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> dict[str, Any]:
     if cidr.version == 4 and (spec.ipv6_ra_mode or spec.ipv6_address_mode):
         raise InvalidInput("ipv6_ra_mode and ipv6_address_mode are only valid for IPv6 subnets")
     subnet_specs.check_ipv6_modes(cidr, spec.ipv6_ra_mode, spec.ipv6_address_mode)
-    others = subnet_alloc.network_subnets(tx.conn, network.id)
+    others, quota = _network_subnets(tx.conn, network.id, project)
     subnet_alloc.check_affinity(others, cidr.version, allocation.scope_id if allocation else None)
     for other in others:
         if cidr.overlaps(ipaddress.ip_network(other.cidr)):
@@ -134,7 +134,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> dict[str, Any]:
     pools = subnet_specs.check_pools(cidr, spec.allocation_pools, gateway)
     subnet_specs.check_dns_versions(cidr, spec.dns_nameservers)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "subnet")
-    quotas.enforce(tx, row["project_id"], "subnet", 1)
+    quotas.enforce_read(tx, project, "subnet", 1, quota)
     row.update(
         network_id=network.id,
         ip_version=cidr.version,
@@ -153,6 +153,21 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> dict[str, Any]:
         common.set_tags(tx.conn, row["id"], spec.tags)
     tx.record("subnet", row["id"], "create", row["project_id"])
     return row
+
+
+def _network_subnets(conn: Connection, network_id: str, project_id: str) -> tuple[list[Any], int | None]:
+    """The network's subnets (CIDR, IP version, address scope: what a new one is checked against) and the
+    project's own subnet quota, in one statement: on PostgreSQL its upsert locks the quota's row (the network's
+    lock, already held, keeps the subnets as read while it waits)."""
+    cte, limit = quotas.stored_limit(conn, project_id, "subnet")
+    SP = tsp.subnetpools
+    one = select(literal(1).label("one")).subquery("one")  # (a row even for a network without subnets)
+    subnets = S.outerjoin(SP, SP.c.id == S.c.subnetpool_id)
+    stmt = select(limit.label("quota"), S.c.id, S.c.cidr, S.c.ip_version, SP.c.address_scope_id).select_from(
+        one.outerjoin(subnets, S.c.network_id == network_id)
+    )
+    rows = list(conn.execute(stmt if cte is None else stmt.add_cte(cte)))
+    return [r for r in rows if r.id is not None], rows[0].quota
 
 
 def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, Any]) -> dict[str, Any]:
