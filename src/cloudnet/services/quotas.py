@@ -98,7 +98,7 @@ def check_limits(values: Mapping[str, Any]) -> dict[str, int]:
 # -- enforcement ---------------------------------------------------------------------------------
 
 
-def _upsert(project_id: str, resource: str) -> Any:
+def _upsert(project_id: Any, resource: str) -> Any:
     """PostgreSQL: the (project, resource) row, made if missing, locked until commit; RETURNING its limit."""
     stmt = postgresql.insert(Q).values(project_id=project_id, resource=resource, limit=None)
     stmt = stmt.on_conflict_do_update(index_elements=[Q.c.project_id, Q.c.resource], set_={"limit": Q.c.limit})
@@ -112,11 +112,12 @@ def _stored(conn: Connection, project_id: str, resource: str) -> int | None:
     return conn.execute(select(Q.c.limit).where(Q.c.project_id == project_id, Q.c.resource == resource)).scalar()
 
 
-def stored_limit(conn: Connection, project_id: str, resource: str) -> tuple[CTE | None, ScalarSelect[Any]]:
+def stored_limit(dialect: str, project_id: Any, resource: str) -> tuple[CTE | None, ScalarSelect[Any]]:
     """What `_stored` reads, as a column for a statement of the caller's (a round trip saved; `enforce_read`
     then checks it): on PostgreSQL with the upsert that locks the row, a CTE to add to that statement. The
-    statement must lock nothing else (the order of two locks taken in one statement is the planner's)."""
-    if conn.dialect.name == "postgresql":
+    statement must lock nothing else (the order of two locks taken in one statement is the planner's).
+    `project_id`: a value, or a bindparam of a statement built once."""
+    if dialect == "postgresql":
         cte = _upsert(project_id, resource).cte("quota_row")
         return cte, select(cte.c.limit).scalar_subquery()
     return None, select(Q.c.limit).where(Q.c.project_id == project_id, Q.c.resource == resource).scalar_subquery()

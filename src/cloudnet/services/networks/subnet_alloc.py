@@ -9,13 +9,14 @@ the pool's new hash are written in one."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from cloudnet.errors import BadRequest, Conflict
 from cloudnet.services import common
@@ -181,18 +182,37 @@ def check_affinity(others: list[Any], version: int, scope_id: str | None) -> Non
 def insert_subnet(conn: Connection, row: dict[str, Any], allocation: Allocation | None) -> None:
     """The subnet's row, and with a pool its allocation and the pool's new hash: one statement on PostgreSQL
     (data-modifying CTEs: the allocation's foreign key is checked at the statement's end, after the subnet's)."""
-    S = t.subnets
     if allocation is None:
-        conn.execute(insert(S).values(**row))
+        conn.execute(insert(t.subnets), row)
         return
     net = allocation.cidr
-    bump = update(SP).where(SP.c.id == allocation.pool_id).values(hash=allocation.hash)
-    taken = insert(ALLOC).values(
-        subnet_id=row["id"], subnetpool_id=allocation.pool_id, project_id=row["project_id"],
-        first=ps.hexed(int(net.network_address)), last=ps.hexed(int(net.broadcast_address)),
-    )  # fmt: skip
+    values = {f"s_{k}": v for k, v in row.items()}
+    values.update(pool=allocation.pool_id, new_hash=allocation.hash, p_first=ps.hexed(int(net.network_address)),
+                  p_last=ps.hexed(int(net.broadcast_address)))  # fmt: skip
     if conn.dialect.name == "postgresql":
-        conn.execute(taken.add_cte(insert(S).values(**row).cte("new_subnet")).add_cte(bump.cte("bumped")))
+        conn.execute(_insert_all(tuple(row)), values)
         return
-    for stmt in (insert(S).values(**row), bump, taken):  # (SQLite: no data-modifying CTEs)
-        conn.execute(stmt)
+    for stmt in _insert_each(tuple(row)):  # (SQLite: no data-modifying CTEs)
+        conn.execute(stmt, values)
+
+
+@functools.cache
+def _insert_each(columns: tuple[str, ...]) -> tuple[Any, Any, Any]:
+    """The subnet's insert, the pool's new hash and the allocation's insert, with bound parameters (`s_` and the
+    subnet's column: its values), built once (building them costs more than running them)."""
+    S = t.subnets
+    subnet = insert(S).values({c: bindparam(f"s_{c}", type_=S.c[c].type) for c in columns})
+    bump = update(SP).where(SP.c.id == bindparam("pool", type_=SP.c.id.type)).values(
+        hash=bindparam("new_hash", type_=SP.c.hash.type))  # fmt: skip
+    taken = insert(ALLOC).values(
+        subnet_id=bindparam("s_id", type_=ALLOC.c.subnet_id.type), subnetpool_id=bindparam("pool", type_=SP.c.id.type),
+        project_id=bindparam("s_project_id", type_=ALLOC.c.project_id.type),
+        first=bindparam("p_first", type_=ALLOC.c.first.type), last=bindparam("p_last", type_=ALLOC.c.last.type),
+    )  # fmt: skip
+    return subnet, bump, taken
+
+
+@functools.cache
+def _insert_all(columns: tuple[str, ...]) -> Any:
+    subnet, bump, taken = _insert_each(columns)
+    return taken.add_cte(subnet.cte("new_subnet")).add_cte(bump.cte("bumped"))

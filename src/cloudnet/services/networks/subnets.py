@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, delete, literal, select
+from sqlalchemy import Connection, bindparam, delete, literal, select
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import common, quotas
@@ -159,15 +160,22 @@ def _network_subnets(conn: Connection, network_id: str, project_id: str) -> tupl
     """The network's subnets (CIDR, IP version, address scope: what a new one is checked against) and the
     project's own subnet quota, in one statement: on PostgreSQL its upsert locks the quota's row (the network's
     lock, already held, keeps the subnets as read while it waits)."""
-    cte, limit = quotas.stored_limit(conn, project_id, "subnet")
+    stmt = _subnets_and_quota(conn.dialect.name)
+    rows = list(conn.execute(stmt, {"network": network_id, "quota_project": project_id}))
+    return [r for r in rows if r.id is not None], rows[0].quota
+
+
+@functools.cache
+def _subnets_and_quota(dialect: str) -> Any:
+    """`_network_subnets`' statement, built once per dialect (building it costs more than running it)."""
+    cte, limit = quotas.stored_limit(dialect, bindparam("quota_project", type_=S.c.project_id.type), "subnet")
     SP = tsp.subnetpools
     one = select(literal(1).label("one")).subquery("one")  # (a row even for a network without subnets)
     subnets = S.outerjoin(SP, SP.c.id == S.c.subnetpool_id)
     stmt = select(limit.label("quota"), S.c.id, S.c.cidr, S.c.ip_version, SP.c.address_scope_id).select_from(
-        one.outerjoin(subnets, S.c.network_id == network_id)
+        one.outerjoin(subnets, S.c.network_id == bindparam("network", type_=S.c.network_id.type))
     )
-    rows = list(conn.execute(stmt if cte is None else stmt.add_cte(cte)))
-    return [r for r in rows if r.id is not None], rows[0].quota
+    return stmt if cte is None else stmt.add_cte(cte)
 
 
 def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, Any]) -> dict[str, Any]:
