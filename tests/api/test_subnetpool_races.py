@@ -1,6 +1,7 @@
 """Subnets taken from one pool and given back at once, through two server processes on one database (each with its
-own cache of the pool's free space), on both backends: no two subnets ever share a prefix, and creates, subnet
-deletes and network deletes, which lock the same network and pool rows, never deadlock (a 500)."""
+own cache of the pool's free space), on both backends: no two subnets ever share a prefix, creates, subnet deletes
+and network deletes, which lock the same network and pool rows, never deadlock (a 500; PostgreSQL: the lock order
+tested step by step), a refused delete gives nothing back, and concurrent creates never pass the subnet quota."""
 
 from __future__ import annotations
 
