@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.expression import CTE, ScalarSelect
 
 from cloudnet.errors import BadRequest, Conflict, disallowed
 from cloudnet.services.context import Context
@@ -97,19 +98,29 @@ def check_limits(values: Mapping[str, Any]) -> dict[str, int]:
 # -- enforcement ---------------------------------------------------------------------------------
 
 
-def _limit(tx: Tx, project_id: str, resource: str) -> int:
-    """The project's limit of `resource`, locking its (project, resource) row on PostgreSQL until commit."""
-    if tx.conn.dialect.name == "postgresql":
-        stmt = postgresql.insert(Q).values(project_id=project_id, resource=resource, limit=None)
-        stmt = stmt.on_conflict_do_update(index_elements=[Q.c.project_id, Q.c.resource], set_={"limit": Q.c.limit})
-        value = tx.conn.execute(stmt.returning(Q.c.limit)).scalar()
-    else:
-        row = select(Q.c.limit).where(Q.c.project_id == project_id, Q.c.resource == resource)
-        value = tx.conn.execute(row).scalar()
-    if value is None:
-        assert tx.store is not None
-        return defaults(tx.store)[resource]
-    return int(value)
+def _upsert(project_id: Any, resource: str) -> Any:
+    """PostgreSQL: the (project, resource) row, made if missing, locked until commit; RETURNING its limit."""
+    stmt = postgresql.insert(Q).values(project_id=project_id, resource=resource, limit=None)
+    stmt = stmt.on_conflict_do_update(index_elements=[Q.c.project_id, Q.c.resource], set_={"limit": Q.c.limit})
+    return stmt.returning(Q.c.limit)
+
+
+def _stored(conn: Connection, project_id: str, resource: str) -> int | None:
+    """The project's own limit of `resource` (None: the server's default), its row locked on PostgreSQL."""
+    if conn.dialect.name == "postgresql":
+        return conn.execute(_upsert(project_id, resource)).scalar()
+    return conn.execute(select(Q.c.limit).where(Q.c.project_id == project_id, Q.c.resource == resource)).scalar()
+
+
+def stored_limit(dialect: str, project_id: Any, resource: str) -> tuple[CTE | None, ScalarSelect[Any]]:
+    """What `_stored` reads, as a column for a statement of the caller's (a round trip saved; `enforce_read`
+    then checks it): on PostgreSQL with the upsert that locks the row, a CTE to add to that statement. The
+    statement must lock nothing else (the order of two locks taken in one statement is the planner's).
+    `project_id`: a value, or a bindparam of a statement built once."""
+    if dialect == "postgresql":
+        cte = _upsert(project_id, resource).cte("quota_row")
+        return cte, select(cte.c.limit).scalar_subquery()
+    return None, select(Q.c.limit).where(Q.c.project_id == project_id, Q.c.resource == resource).scalar_subquery()
 
 
 def _used(conn: Connection, project_id: str, resource: str, at_most: int | None = None) -> int:
@@ -124,11 +135,20 @@ def _used(conn: Connection, project_id: str, resource: str, at_most: int | None 
 
 def enforce(tx: Tx, project_id: str, resource: str, adding: int) -> None:
     """Refuse (409 OverQuota) a create of `adding` more `resource`s that would take the project past its limit."""
-    if adding <= 0:
+    if adding > 0:
+        enforce_read(tx, project_id, resource, adding, _stored(tx.conn, project_id, resource))
+
+
+def enforce_read(tx: Tx, project_id: str, resource: str, adding: int, stored: int | None) -> None:
+    """`enforce`, with the project's own limit already read (and locked) in this transaction (`stored_limit`)."""
+    if stored is None:
+        assert tx.store is not None
+        limit = defaults(tx.store)[resource]
+    else:
+        limit = int(stored)
+    if adding <= 0 or limit < 0:
         return
-    limit = _limit(tx, project_id, resource)
-    if limit < 0:
-        return
+    # (Counted in a statement of its own, after the row lock: it sees what the creates it waited for committed.)
     if adding > limit or _used(tx.conn, project_id, resource, limit - adding + 1) + adding > limit:
         raise OverQuota([resource])
 

@@ -119,9 +119,12 @@ def visibility(ctx: Context) -> Any:
     return grants.visible(N, "network", ctx, SEEN_THROUGH, N.c.shared.is_(True))
 
 
-def get_visible(conn: Connection, ctx: Context, network_id: str) -> Any:
+def get_visible(conn: Connection, ctx: Context, network_id: str, lock: bool = False) -> Any:
+    """`lock`: the row locked FOR NO KEY UPDATE until commit, in the same round trip (writers that add to the
+    network take turns; port inserts' foreign-key locks still pass)."""
     # Ids are UUIDs: anything else cannot exist (and PostgreSQL refuses some strings, e.g. with NUL bytes).
-    row = conn.execute(select(N).where(N.c.id == network_id)).first() if is_uuid(network_id) else None
+    stmt = select(N).where(N.c.id == network_id)
+    row = conn.execute(stmt.with_for_update(key_share=True) if lock else stmt).first() if is_uuid(network_id) else None
     if row is None or not (_owned_or_shared(row, ctx) or grants.actions_for(conn, "network", row.id, ctx.project_id)):
         raise not_found("network", network_id)
     return row
@@ -431,18 +434,17 @@ def _pool_ports_follow(tx: Tx, network_id: str, enabled: bool) -> None:
 def delete_network(store: Store, ctx: Context, network_id: str) -> None:
     with store.write() as tx:
         row = get_owned(tx.conn, ctx, network_id, "delete_network")
-        # Its subnets' prefixes go back to their pools: the pools' rows first, as allocations take them before the
-        # network (a pool of a subnet that came meanwhile is taken after: see below).
+        # Wait for transactions still adding ports or subnets to it (their foreign-key locks conflict
+        # with this one), so that the checks below see them, and keep new ones out until the end.
+        tx.conn.execute(select(N.c.id).where(N.c.id == network_id).with_for_update())
+        # Its subnets' prefixes go back to their pools: the pools' rows after the network's, as subnet creates
+        # take them (none can come meanwhile).
         S = t.subnets
         pools_of = (
             select(S.c.subnetpool_id).distinct().where(S.c.network_id == network_id, S.c.subnetpool_id.is_not(None))
         )
-        bumped = {p for (p,) in tx.conn.execute(pools_of)}
-        for pool_id in sorted(bumped):
+        for pool_id in sorted(p for (p,) in tx.conn.execute(pools_of)):
             subnetpools.bump(tx.conn, pool_id)
-        # Wait for transactions still adding ports or subnets to it (their foreign-key locks conflict
-        # with this one), so that the check below sees them, and keep new ones out until the end.
-        tx.conn.execute(select(N.c.id).where(N.c.id == network_id).with_for_update())
         P = t.ports
         blocking = tx.conn.execute(
             select(P.c.id)
@@ -465,9 +467,6 @@ def delete_network(store: Store, ctx: Context, network_id: str) -> None:
         for sid, sproject in subnet_rows:
             tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == sid))
             tx.record("subnet", sid, "delete", sproject)
-        for (pool_id,) in tx.conn.execute(pools_of):
-            if pool_id not in bumped:
-                subnetpools.bump(tx.conn, pool_id)
         ALLOC = tsp.subnetpool_allocations
         tx.conn.execute(delete(ALLOC).where(ALLOC.c.subnet_id.in_([sid for sid, _p in subnet_rows])))
         tx.conn.execute(delete(t.subnets).where(t.subnets.c.network_id == network_id))

@@ -1,20 +1,25 @@
 """A subnet's CIDR from a subnet pool, as Neutron's create_subnet and SubnetAllocator decide it: the pool named
 (`subnetpool_id`) or the default pool of the IP version (`use_default_subnetpool`); a /prefixlen (the pool's default
 when none) placed in the smallest free block that holds it, or the CIDR asked for if it is free; bounded by the pool's
-prefix lengths and its per-project quota. The pool's row is locked for the transaction, so allocations from one pool
-take turns; the allocations table's unique (pool, first address) stops any two that did not."""
+prefix lengths and its per-project quota. The pool's row is locked for the transaction (after the network's, as
+every writer that takes both takes them), so allocations from one pool take turns; the allocations table's unique
+(pool, first address) stops any two that did not. On PostgreSQL a subnet from a pool costs no round trip more than
+a plain one but the pool's read: the pool is read and locked in one statement, and the subnet, its allocation and
+the pool's new hash are written in one."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from cloudnet.errors import BadRequest, Conflict
+from cloudnet.services import common
 from cloudnet.services.context import Context
 from cloudnet.services.networks import prefix_sets as ps
 from cloudnet.services.networks import subnet_specs, subnetpools
@@ -30,6 +35,7 @@ class Allocation:
     pool_id: str
     cidr: Net
     scope_id: str | None  # the pool's address scope
+    hash: str  # the pool's new hash, written with the allocation
 
 
 def _bad(msg: str) -> BadRequest:
@@ -46,7 +52,7 @@ def _pool_of(conn: Connection, ctx: Context, spec: SubnetCreate) -> Any:
     if spec.cidr is not None and spec.prefixlen is not None:
         raise _bad("cidr and prefixlen must not be supplied together")
     if spec.subnetpool_id is not None:
-        return subnetpools.get_visible(conn, ctx, spec.subnetpool_id)
+        return subnetpools.get_visible(conn, ctx, spec.subnetpool_id, lock=True)
     if spec.cidr is not None:
         version: int | None = _parse(spec.cidr).version
     else:
@@ -54,7 +60,8 @@ def _pool_of(conn: Connection, ctx: Context, spec: SubnetCreate) -> Any:
         if version is None:
             raise _bad("ip_version must be specified in the absence of cidr and subnetpool_id")
     if spec.use_default_subnetpool:
-        row = conn.execute(subnetpools.visible_stmt(ctx).where(SP.c.default_for_version == version)).first()
+        stmt = subnetpools.visible_stmt(ctx).where(SP.c.default_for_version == version)
+        row = conn.execute(stmt.with_for_update(of=SP)).first()
         if row is None:
             raise _bad(f"No default subnetpool found for IPv{version}")
         return row
@@ -71,13 +78,13 @@ def _parse(text: str) -> Net:
 
 
 def allocate(conn: Connection, ctx: Context, spec: SubnetCreate, project_id: str) -> Allocation | None:
-    """The pool and CIDR for a new subnet (None: no pool, the request's CIDR as it is)."""
+    """The pool and CIDR for a new subnet (None: no pool, the request's CIDR as it is). The pool's row is locked
+    (read once locked: its hash is current) until commit."""
     pool = _pool_of(conn, ctx, spec)
     if pool is None:
         return None
     if spec.ip_version is not None and spec.ip_version != pool.ip_version:
         raise _bad(f"Cannot allocate IPv{spec.ip_version} subnet from IPv{pool.ip_version} subnet pool")
-    token = conn.execute(select(SP.c.hash).where(SP.c.id == pool.id).with_for_update()).scalar_one()
     bits = ps.BITS[pool.ip_version]
     if spec.cidr is not None:
         wanted: Net | None = _parse(spec.cidr)
@@ -96,7 +103,7 @@ def allocate(conn: Connection, ctx: Context, spec: SubnetCreate, project_id: str
         raise BadRequest(f"Unable to allocate subnet with prefix length {prefixlen}, minimum allowed prefix is "
                          f"{pool.min_prefixlen}.", type="MinPrefixSubnetAllocationError")  # fmt: skip
     _check_quota(conn, pool, project_id, prefixlen)
-    free = _free_space(conn, pool.id, pool.prefixes, token)
+    free = _free_space(conn, pool.id, pool.prefixes, pool.hash)
     if wanted is not None:
         if not ps.contains(free, (int(wanted.network_address), int(wanted.broadcast_address))):
             raise _failed("Cannot allocate requested subnet from the available set of prefixes")
@@ -106,11 +113,12 @@ def allocate(conn: Connection, ctx: Context, spec: SubnetCreate, project_id: str
         if first is None:
             raise _failed(f"Insufficient prefix space to allocate subnet size /{prefixlen}")
         cidr = ipaddress.ip_network((first, prefixlen))
-    # The pool's new hash, and its free space under it: the next allocation here reads no allocation rows.
-    # (A hash is random: one this transaction made and then rolled back is never the pool's.)
-    _remember(pool.id, subnetpools.bump(conn, pool.id),
-              ps.minus(free, [(int(cidr.network_address), int(cidr.broadcast_address))]))  # fmt: skip
-    return Allocation(pool.id, cidr, pool.address_scope_id)
+    # The pool's new hash (written by `insert_subnet`), and its free space under it: the next allocation here
+    # reads no allocation rows. (A hash is random: one this transaction made and then rolled back is never the
+    # pool's; a bulk create's next subnet finds this one's.)
+    token = common.new_id()
+    _remember(pool.id, token, ps.minus(free, [(int(cidr.network_address), int(cidr.broadcast_address))]))
+    return Allocation(pool.id, cidr, pool.address_scope_id, token)
 
 
 _FREE: OrderedDict[str, tuple[str, list[ps.Range]]] = OrderedDict()  # pool id -> (its hash, its free space)
@@ -134,6 +142,22 @@ def _remember(pool_id: str, token: str, free: list[ps.Range]) -> None:
             _FREE.popitem(last=False)
 
 
+def give_back(conn: Connection, pool_id: str, cidr: str) -> None:
+    """A subnet's prefix back to its pool (the subnet is being deleted, under the network's lock): the pool's new
+    hash, and when this process's cached free space was the pool's current one, the prefix added to it under the
+    new hash (in the same statement, which takes the pool's row lock), so that the next allocation reads no
+    allocation rows either."""
+    token = common.new_id()
+    with _FREE_LOCK:
+        cached = _FREE.get(pool_id)
+    if cached is not None:
+        stmt = update(SP).where(SP.c.id == pool_id, SP.c.hash == cached[0]).values(hash=token)
+        if conn.execute(stmt).rowcount:
+            _remember(pool_id, token, ps.merged([*cached[1], ps.cidr_range(cidr)[1]]))
+            return
+    subnetpools.bump(conn, pool_id)
+
+
 def _check_quota(conn: Connection, pool: Any, project_id: str, prefixlen: int) -> None:
     """default_quota: addresses (IPv4) or /64s (IPv6) one project may hold in the pool, as Neutron counts them.
     (Neutron counts the pool owner's subnets whoever asks; the project the subnet is for is counted here, as its
@@ -148,18 +172,47 @@ def _check_quota(conn: Connection, pool: Any, project_id: str, prefixlen: int) -
         raise Conflict("Per-tenant subnet pool prefix quota exceeded.", type="SubnetPoolQuotaExceeded")
 
 
-def check_affinity(conn: Connection, network_id: str, version: int, scope_id: str | None) -> None:
-    """Neutron: the subnets of one IP version on a network are all in one address scope (or all in none)."""
-    S = t.subnets
-    stmt = (select(SP.c.address_scope_id).select_from(S).outerjoin(SP, SP.c.id == S.c.subnetpool_id)
-            .where(S.c.network_id == network_id, S.c.ip_version == version))  # fmt: skip
-    if any(scope != scope_id for (scope,) in conn.execute(stmt)):
+def check_affinity(others: list[Any], version: int, scope_id: str | None) -> None:
+    """Neutron: the subnets of one IP version on a network are all in one address scope (or all in none).
+    `others`: the network's subnets, with their IP version and address scope."""
+    if any(o.address_scope_id != scope_id for o in others if o.ip_version == version):
         raise subnetpools.affinity_error()
 
 
-def record(conn: Connection, subnet_id: str, project_id: str, allocation: Allocation) -> None:
+def insert_subnet(conn: Connection, row: dict[str, Any], allocation: Allocation | None) -> None:
+    """The subnet's row, and with a pool its allocation and the pool's new hash: one statement on PostgreSQL
+    (data-modifying CTEs: the allocation's foreign key is checked at the statement's end, after the subnet's)."""
+    if allocation is None:
+        conn.execute(insert(t.subnets), row)
+        return
     net = allocation.cidr
-    conn.execute(insert(ALLOC).values(
-        subnet_id=subnet_id, subnetpool_id=allocation.pool_id, project_id=project_id,
-        first=ps.hexed(int(net.network_address)), last=ps.hexed(int(net.broadcast_address)),
-    ))  # fmt: skip
+    values = {f"s_{k}": v for k, v in row.items()}
+    values.update(pool=allocation.pool_id, new_hash=allocation.hash, p_first=ps.hexed(int(net.network_address)),
+                  p_last=ps.hexed(int(net.broadcast_address)))  # fmt: skip
+    if conn.dialect.name == "postgresql":
+        conn.execute(_insert_all(tuple(row)), values)
+        return
+    for stmt in _insert_each(tuple(row)):  # (SQLite: no data-modifying CTEs)
+        conn.execute(stmt, values)
+
+
+@functools.cache
+def _insert_each(columns: tuple[str, ...]) -> tuple[Any, Any, Any]:
+    """The subnet's insert, the pool's new hash and the allocation's insert, with bound parameters (`s_` and the
+    subnet's column: its values), built once (building them costs more than running them)."""
+    S = t.subnets
+    subnet = insert(S).values({c: bindparam(f"s_{c}", type_=S.c[c].type) for c in columns})
+    bump = update(SP).where(SP.c.id == bindparam("pool", type_=SP.c.id.type)).values(
+        hash=bindparam("new_hash", type_=SP.c.hash.type))  # fmt: skip
+    taken = insert(ALLOC).values(
+        subnet_id=bindparam("s_id", type_=ALLOC.c.subnet_id.type), subnetpool_id=bindparam("pool", type_=SP.c.id.type),
+        project_id=bindparam("s_project_id", type_=ALLOC.c.project_id.type),
+        first=bindparam("p_first", type_=ALLOC.c.first.type), last=bindparam("p_last", type_=ALLOC.c.last.type),
+    )  # fmt: skip
+    return subnet, bump, taken
+
+
+@functools.cache
+def _insert_all(columns: tuple[str, ...]) -> Any:
+    subnet, bump, taken = _insert_each(columns)
+    return taken.add_cte(subnet.cte("new_subnet")).add_cte(bump.cte("bumped"))

@@ -98,8 +98,10 @@ def visible_stmt(ctx: Context) -> Any:
     return select(SP) if cond is None else select(SP).where(cond)
 
 
-def get_visible(conn: Connection, ctx: Context, pool_id: str) -> Any:
-    row = conn.execute(visible_stmt(ctx).where(SP.c.id == pool_id)).first() if is_uuid(pool_id) else None
+def get_visible(conn: Connection, ctx: Context, pool_id: str, lock: bool = False) -> Any:
+    """`lock`: the row locked FOR UPDATE until commit, read as it is once locked (its hash current)."""
+    stmt = visible_stmt(ctx).where(SP.c.id == pool_id)
+    row = conn.execute(stmt.with_for_update(of=SP) if lock else stmt).first() if is_uuid(pool_id) else None
     if row is None:
         raise not_found("subnet_pool", pool_id)
     return row

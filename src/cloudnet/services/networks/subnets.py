@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, bindparam, delete, literal, select
 
 from cloudnet.errors import BadRequest, Conflict, InvalidInput, disallowed, not_found
 from cloudnet.services import common, quotas
 from cloudnet.services.context import Context
 from cloudnet.services.forwards import forward_deps, uplinks
-from cloudnet.services.networks import networks, subnet_alloc, subnet_specs, subnetpools
+from cloudnet.services.networks import networks, subnet_alloc, subnet_specs
 from cloudnet.services.networks.subnet_specs import AUTO, Pool, SubnetCreate, SubnetUpdate
 from cloudnet.services.query import Attr, ListQuery, Page, fetch_page, to_bool, to_int
 from cloudnet.services.validation import is_uuid, parse
@@ -38,27 +40,17 @@ ATTRS: dict[str, Attr] = {
 
 def to_dicts(conn: Connection, rows: list[Any]) -> list[dict[str, Any]]:
     tags = common.load_tags(conn, [r.id for r in rows])
-    out = []
-    for r in rows:
-        d = common.standard_fields(r, tags.get(r.id))
-        d.update(
-            {
-                "network_id": r.network_id,
-                "ip_version": r.ip_version,
-                "cidr": r.cidr,
-                "gateway_ip": r.gateway_ip,
-                "allocation_pools": r.allocation_pools,
-                "dns_nameservers": r.dns_nameservers,
-                "host_routes": r.host_routes,
-                "enable_dhcp": r.enable_dhcp,
-                "ipv6_ra_mode": r.ipv6_ra_mode,
-                "ipv6_address_mode": r.ipv6_address_mode,
-                "subnetpool_id": r.subnetpool_id,
-                "service_types": [],
-            }
-        )
-        out.append(d)
-    return out
+    return [_to_dict(r._mapping, tags.get(r.id)) for r in rows]
+
+
+def _to_dict(m: Mapping[str, Any], tags: list[str] | None) -> dict[str, Any]:
+    """One subnet's API form, from its row or from the column values just inserted."""
+    d = common.standard_fields(m, tags)
+    for key in ("network_id", "ip_version", "cidr", "gateway_ip", "allocation_pools", "dns_nameservers",
+                "host_routes", "enable_dhcp", "ipv6_ra_mode", "ipv6_address_mode", "subnetpool_id"):  # fmt: skip
+        d[key] = m[key]
+    d["service_types"] = []
+    return d
 
 
 def _visible_stmt(ctx: Context) -> Any:
@@ -96,13 +88,17 @@ def get_subnet(store: Store, ctx: Context, subnet_id: str) -> dict[str, Any]:
 def create_subnets(store: Store, ctx: Context, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     specs = [parse(SubnetCreate, b) for b in bodies]
     with store.write() as tx:
-        ids = [_insert(tx, ctx, spec) for spec in specs]
-        rows = {r.id: r for r in tx.conn.execute(select(S).where(S.c.id.in_(ids)))}
-        return to_dicts(tx.conn, [rows[i] for i in ids])
+        rows = [_insert(tx, ctx, spec) for spec in specs]
+        # Shown as written (no read back); tags read back only where given (their order is the database's).
+        tagged = common.load_tags(tx.conn, [r["id"] for r, spec in zip(rows, specs, strict=True) if spec.tags])
+        return [_to_dict(r, tagged.get(r["id"])) for r in rows]
 
 
-def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
-    network = networks.get_visible(tx.conn, ctx, spec.network_id)
+def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> dict[str, Any]:
+    # The network locked in the same read: creates on one network take turns, each seeing the subnets the others
+    # committed (FOR NO KEY UPDATE: port inserts' foreign-key locks still pass). Before the pool's lock, as in
+    # delete_subnet.
+    network = networks.get_visible(tx.conn, ctx, spec.network_id, lock=True)
     if network.project_id != ctx.project_id and not ctx.is_admin:
         if not networks.shared_with_caller(tx.conn, ctx, network):
             # Neutron's _validate_network_project_ownership: 404 for a network seen only because it is external,
@@ -122,12 +118,9 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     if cidr.version == 4 and (spec.ipv6_ra_mode or spec.ipv6_address_mode):
         raise InvalidInput("ipv6_ra_mode and ipv6_address_mode are only valid for IPv6 subnets")
     subnet_specs.check_ipv6_modes(cidr, spec.ipv6_ra_mode, spec.ipv6_address_mode)
-    # Lock the network row (FOR NO KEY UPDATE: port inserts' foreign-key locks still pass) so that
-    # concurrent creates on one network take turns and each sees the subnets the others committed.
-    N = t.networks
-    tx.conn.execute(select(N.c.id).where(N.c.id == network.id).with_for_update(key_share=True))
-    subnet_alloc.check_affinity(tx.conn, network.id, cidr.version, allocation.scope_id if allocation else None)
-    for other in tx.conn.execute(select(S.c.id, S.c.cidr).where(S.c.network_id == network.id)):
+    others, quota = _network_subnets(tx.conn, network.id, project)
+    subnet_alloc.check_affinity(others, cidr.version, allocation.scope_id if allocation else None)
+    for other in others:
         if cidr.overlaps(ipaddress.ip_network(other.cidr)):
             raise InvalidInput(
                 f"Requested subnet with cidr: {cidr} for network: {network.id} overlaps with another subnet."
@@ -142,7 +135,7 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
     pools = subnet_specs.check_pools(cidr, spec.allocation_pools, gateway)
     subnet_specs.check_dns_versions(cidr, spec.dns_nameservers)
     row = common.new_standard(ctx, spec.project_id or spec.tenant_id, tx.now, spec.name, spec.description, "subnet")
-    quotas.enforce(tx, row["project_id"], "subnet", 1)
+    quotas.enforce_read(tx, project, "subnet", 1, quota)
     row.update(
         network_id=network.id,
         ip_version=cidr.version,
@@ -156,13 +149,33 @@ def _insert(tx: Tx, ctx: Context, spec: SubnetCreate) -> str:
         ipv6_address_mode=spec.ipv6_address_mode,
         subnetpool_id=allocation.pool_id if allocation else None,
     )
-    tx.conn.execute(insert(S).values(**row))
-    if allocation:
-        subnet_alloc.record(tx.conn, row["id"], row["project_id"], allocation)
+    subnet_alloc.insert_subnet(tx.conn, row, allocation)
     if spec.tags:
         common.set_tags(tx.conn, row["id"], spec.tags)
     tx.record("subnet", row["id"], "create", row["project_id"])
-    return str(row["id"])
+    return row
+
+
+def _network_subnets(conn: Connection, network_id: str, project_id: str) -> tuple[list[Any], int | None]:
+    """The network's subnets (CIDR, IP version, address scope: what a new one is checked against) and the
+    project's own subnet quota, in one statement: on PostgreSQL its upsert locks the quota's row (the network's
+    lock, already held, keeps the subnets as read while it waits)."""
+    stmt = _subnets_and_quota(conn.dialect.name)
+    rows = list(conn.execute(stmt, {"network": network_id, "quota_project": project_id}))
+    return [r for r in rows if r.id is not None], rows[0].quota
+
+
+@functools.cache
+def _subnets_and_quota(dialect: str) -> Any:
+    """`_network_subnets`' statement, built once per dialect (building it costs more than running it)."""
+    cte, limit = quotas.stored_limit(dialect, bindparam("quota_project", type_=S.c.project_id.type), "subnet")
+    SP = tsp.subnetpools
+    one = select(literal(1).label("one")).subquery("one")  # (a row even for a network without subnets)
+    subnets = S.outerjoin(SP, SP.c.id == S.c.subnetpool_id)
+    stmt = select(limit.label("quota"), S.c.id, S.c.cidr, S.c.ip_version, SP.c.address_scope_id).select_from(
+        one.outerjoin(subnets, S.c.network_id == bindparam("network", type_=S.c.network_id.type))
+    )
+    return stmt if cte is None else stmt.add_cte(cte)
 
 
 def update_subnet(store: Store, ctx: Context, subnet_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -218,10 +231,9 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
     A, P = t.ip_allocations, t.ports
     with store.write() as tx:
         row = _get_owned(tx.conn, ctx, subnet_id, "delete_subnet")
-        if row.subnetpool_id:  # its prefix goes back: the pool's row first, as allocations take it before the network
-            subnetpools.bump(tx.conn, row.subnetpool_id)
         # The network first, as router interface changes and forward writers take it (forward_deps.subnet_kept
-        # checks under it) before they allocate from a subnet: the same order, so none waits for the other.
+        # checks under it) before they allocate from a subnet, and subnet creates before a pool's row (given back
+        # below): the same order, so none waits for the other.
         uplinks.lock_networks(tx.conn, {row.network_id})
         # Wait for transactions still allocating from it (their foreign-key locks conflict with this
         # one), so that the check below sees their addresses, and keep new ones out until the end.
@@ -242,6 +254,8 @@ def delete_subnet(store: Store, ctx: Context, subnet_id: str) -> None:
             tx.conn.execute(delete(A).where(A.c.subnet_id == subnet_id, A.c.port_id == port_id))
             common.touch(tx, P, port_id, "port", project)
         tx.conn.execute(delete(t.tags).where(t.tags.c.resource_id == subnet_id))
+        if row.subnetpool_id:  # its prefix goes back (once nothing can refuse the delete: the cache is kept)
+            subnet_alloc.give_back(tx.conn, row.subnetpool_id, row.cidr)
         tx.conn.execute(delete(ALLOC).where(ALLOC.c.subnet_id == subnet_id))
         tx.conn.execute(delete(S).where(S.c.id == subnet_id))
         tx.record("subnet", subnet_id, "delete", row.project_id)
