@@ -21,9 +21,9 @@ from tests.support.ovn import OvnSandbox, ovn_sandbox
 from tests.support.server import RunningServer
 
 from cloudnet.config import ServerConfig
+from cloudnet.heap import freeze_startup
 from cloudnet.northbound.sync import NorthboundSync
 from cloudnet.ovn import daemons
-from cloudnet.server import freeze_startup_heap
 from cloudnet.store.db import Store
 from cloudnet.store.migrate import upgrade
 
@@ -101,7 +101,7 @@ def ovn_cloud(chassis: int = 1, start_sync: bool = True) -> Iterator[OvnCloud]:
         sync = NorthboundSync(store, ovn.nb_url, gateways)
         if start_sync:
             sync.start()
-        freeze_startup_heap()  # (as `cloudnet serve` does once it started)
+        freeze_startup()  # (as `cloudnet serve` does once it started)
         api = httpx.Client(base_url=server.url + "/v2.0", headers={"X-Auth-Token": "admin"}, timeout=120)
         cloud = OvnCloud(ovn, server, api, sync, gateways)
         try:

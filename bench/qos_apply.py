@@ -5,7 +5,8 @@ integration tests run it), one network with `--ports` instances, each port with 
 one policy's bandwidth limit changed through the API (PUT .../bandwidth_limit_rules/{id}) and timed until the kernel
 holds it: the tbf of that port's ifb device shapes at the new rate (the kernel's own notification of it, netlink
 multicast in the host namespace: no polling). Also the first limit of a port (ifb device made, redirect, shaping)
-and its removal (the ifb device gone).
+and its removal: the port unshaped (the redirect to its ifb gone), then the ifb device deleted (housekeeping: the
+kernel waits out an RCU grace period, ~20 ms, and holds the next change meanwhile: printed, without a target).
 
 Target (issue 31): a QoS change applied on the host, p99 <= 50 ms.
 
@@ -240,7 +241,7 @@ def main() -> None:
                 watch = KernelWatch(names.host_ns(host))
                 with ipr, contextlib.closing(watch):
                     wait(lambda: all(ipr.link_lookup(ifname=names.tap(p)) for p in ports), timeout=120)
-                    first, changes, removals = [], [], []
+                    first, changes, unshaped, removals = [], [], [], []
                     for i, port in enumerate(ports):  # the first limit of each port
                         watch.drain()
                         trace.begin()
@@ -279,10 +280,17 @@ def main() -> None:
                     pass_times, qos_times = list(passes), list(qos_steps)
                     traced["change"], trace.done = trace.done, []
                     for port in ports[: min(len(ports), args.n)]:  # the policy taken off
+                        device = ipr.link_lookup(ifname=names.tap(port))[0]
                         watch.drain()
                         trace.begin()
+                        t0 = time.perf_counter()
                         api.put(f"/ports/{port}", json={"port": {"qos_policy_id": None}})
                         trace.mark("api")
+                        # The port is unshaped once the redirect to its ifb is gone from its device's ingress; the
+                        # ifb's deletion (the kernel waits out an RCU grace period: ~20 ms) is housekeeping after.
+                        watch.until(lambda m, device=device: m.get("event") == "RTM_DELTFILTER"
+                                    and m["index"] == device)  # fmt: skip
+                        unshaped.append(time.perf_counter() - t0)
                         ifb = names.ifb(port)
                         watch.until(lambda m, ifb=ifb: m.get("event") == "RTM_DELLINK"
                                     and m.get_attr("IFLA_IFNAME") == ifb)  # fmt: skip
@@ -299,8 +307,9 @@ def main() -> None:
     row("  the QoS job in that pass, p50", ms(percentile(qos_times, 50)), "")
     row("a port's first limit, p50", ms(percentile(first, 50)), "")
     row("a port's first limit, p99", ms(percentile(first, 99)), "<= 50 ms", percentile(first, 99) <= TARGET)
-    row("a policy taken off a port, p99", ms(percentile(removals, 99)), "<= 50 ms",
-        percentile(removals, 99) <= TARGET)  # fmt: skip
+    row("a policy taken off a port (unshaped), p99", ms(percentile(unshaped, 99)), "<= 50 ms",
+        percentile(unshaped, 99) <= TARGET)  # fmt: skip
+    row("  and its ifb device deleted, p99", ms(percentile(removals, 99)), "")
     if args.trace:
         for title, done in traced.items():
             trace.done = done

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import secrets
 import signal
@@ -19,7 +18,7 @@ from types import FrameType
 
 import uvicorn
 
-from cloudnet import api_socket, api_tls, metrics, ovn_stack
+from cloudnet import api_socket, api_tls, heap, metrics, ovn_stack
 from cloudnet.agent.run import start_in_thread
 from cloudnet.api.app import create_app
 from cloudnet.api.auth import Authenticator, TokenConfigError
@@ -48,14 +47,6 @@ RENEW_INTERVAL = 3600.0  # seconds between checks whether a certificate made her
 
 class StartupError(RuntimeError):
     pass
-
-
-def freeze_startup_heap() -> None:
-    """Leave what imports and start-up made (it lives as long as the process) out of every later full garbage
-    collection: ~150,000 such objects made each one take 0.07-0.12 s, a pause in whichever request or northbound
-    pass it fell in (a 10,000-VIP pass allocates enough to set one off)."""
-    gc.collect()
-    gc.freeze()
 
 
 class _Server(uvicorn.Server):
@@ -322,7 +313,7 @@ def serve(config: ServerConfig, agent: AgentConfig | None = None, companions: Se
         print(f"  TLS:  CA {tls.ca} (fingerprint sha256:{ca.fingerprint}); other hosts join with "
               "`cloudnet host join-token NAME`, then `cloudnet agent --join URL TOKEN`", flush=True)  # fmt: skip
     stops: list[Callable[[], None]] = []
-    freeze_startup_heap()
+    heap.freeze_startup()
     try:
         for companion in companions:  # (the API's socket listens already: their first calls wait for it)
             try:

@@ -16,7 +16,7 @@ MAX_LINES = 500
 # Lowest first. A module belongs to the longest prefix listed; it may import its own layer and the layers
 # below it on its own side, and the shared layer. The control plane and the host side never import each other.
 SHARED = ["cloudnet", "cloudnet.errors", "cloudnet.namespaces", "cloudnet.config", "cloudnet.metrics", "cloudnet.wire",
-          "cloudnet.ovn", "cloudnet.pki", "cloudnet.vlan_bpf"]  # fmt: skip
+          "cloudnet.heap", "cloudnet.ovn", "cloudnet.pki", "cloudnet.vlan_bpf"]  # fmt: skip
 CONTROL = ["cloudnet.store", "cloudnet.services", "cloudnet.northbound", "cloudnet.metadata", "cloudnet.api"]
 HOST = ["cloudnet.dataplane", "cloudnet.dataplane.drivers", "cloudnet.agent"]
 ENTRY = ["cloudnet.api_socket", "cloudnet.api_tls", "cloudnet.ovn_stack", "cloudnet.server", "cloudnet.docker",

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from cloudnet import metrics
+from cloudnet import heap, metrics
 from cloudnet.agent.client import MAX_PART_PORTS, ApiClient
 from cloudnet.dataplane.base import Dataplane
 from cloudnet.dataplane.steps import StepTimedOut
@@ -134,6 +134,7 @@ class Agent:
 
     def _follow(self) -> None:
         self.reconcile(full=True, check=True)  # at start: the kernel compared with the desired state, repaired
+        heap.freeze_startup()  # (after the first pass: what it made to stay stays)
         last_full = time.monotonic()
         while not self.stop_event.is_set():
             # While ports wait for their metadata proxy, look again soon even if nothing changes.
