@@ -21,7 +21,11 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from cloudnet.pki import crl, tls, x509
 
-NOW = datetime.datetime.now(datetime.UTC)
+
+@pytest.fixture
+def now() -> datetime.datetime:
+    """The test's own now (not the module's import: a worker may run it many minutes after collecting it)."""
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _host_der(ca: x509.Authority, host: str) -> tuple[bytes, int]:
@@ -30,40 +34,40 @@ def _host_der(ca: x509.Authority, host: str) -> tuple[bytes, int]:
     return cert.public_bytes(Encoding.DER), cert.serial_number
 
 
-def test_a_crl_of_the_ca_verifies_and_lists_the_revoked_serials() -> None:
+def test_a_crl_of_the_ca_verifies_and_lists_the_revoked_serials(now: datetime.datetime) -> None:
     ca = x509.new_authority()
-    revoked = [(0x1234, NOW - datetime.timedelta(minutes=3)), (0xABCDEF, NOW)]
-    got = crl.verify(crl.build(ca, revoked, NOW), ca.cert)
+    revoked = [(0x1234, now - datetime.timedelta(minutes=3)), (0xABCDEF, now)]
+    got = crl.verify(crl.build(ca, revoked, now), ca.cert)
     assert {e.serial_number for e in got} == {0x1234, 0xABCDEF}
     assert got.next_update_utc is not None and got.next_update_utc - got.last_update_utc == datetime.timedelta(
         seconds=crl.VALIDITY)  # fmt: skip
-    assert crl.verify(crl.build(ca, [], NOW), ca.cert).get_revoked_certificate_by_serial_number(0x1234) is None
+    assert crl.verify(crl.build(ca, [], now), ca.cert).get_revoked_certificate_by_serial_number(0x1234) is None
 
 
-def test_a_crl_signed_by_another_key_is_not_taken_even_under_the_cas_name() -> None:
+def test_a_crl_signed_by_another_key_is_not_taken_even_under_the_cas_name(now: datetime.datetime) -> None:
     ca, other = x509.new_authority(), x509.new_authority()
     with pytest.raises(crl.CrlError, match="not the cloud's CA"):
-        crl.verify(crl.build(other, [], NOW), ca.cert)
+        crl.verify(crl.build(other, [], now), ca.cert)
     # Another key that signs a list under the cloud's CA's own name: the signature check is what refuses it.
     impostor = x509.Authority(ca.cert, x509.new_key())
     with pytest.raises(crl.CrlError, match="signature is not the cloud's CA's"):
-        crl.verify(crl.build(impostor, [], NOW), ca.cert)
-    forged = (cx.CertificateRevocationListBuilder().issuer_name(ca.cert.subject).last_update(NOW)
-              .next_update(NOW + datetime.timedelta(minutes=1)).sign(other.key, hashes.SHA256()))  # fmt: skip
+        crl.verify(crl.build(impostor, [], now), ca.cert)
+    forged = (cx.CertificateRevocationListBuilder().issuer_name(ca.cert.subject).last_update(now)
+              .next_update(now + datetime.timedelta(minutes=1)).sign(other.key, hashes.SHA256()))  # fmt: skip
     with pytest.raises(crl.CrlError, match="signature"):
         crl.verify(forged.public_bytes(Encoding.DER), ca.cert)
     with pytest.raises(crl.CrlError, match="not a DER CRL"):
         crl.verify(b"\x30\x03garbage", ca.cert)
 
 
-def test_a_stale_crl_or_one_from_the_future_is_not_taken_as_current() -> None:
+def test_a_stale_crl_or_one_from_the_future_is_not_taken_as_current(now: datetime.datetime) -> None:
     ca = x509.new_authority()
-    old = crl.build(ca, [], NOW - datetime.timedelta(minutes=10))
+    old = crl.build(ca, [], now - datetime.timedelta(minutes=10))
     with pytest.raises(crl.CrlError, match="stale"):
         crl.verify(old, ca.cert)
     assert crl.verify(old, ca.cert, current=False) is not None  # (what a restart reads from its kept file)
     with pytest.raises(crl.CrlError, match="ahead of this host's clock"):
-        crl.verify(crl.build(ca, [], NOW + datetime.timedelta(minutes=10)), ca.cert)
+        crl.verify(crl.build(ca, [], now + datetime.timedelta(minutes=10)), ca.cert)
 
 
 @pytest.fixture
@@ -75,7 +79,7 @@ def nobody() -> Iterator[str]:
 
 
 def test_with_no_server_answering_the_last_good_crl_is_kept_and_with_none_every_client_is_refused(
-    tmp_path: Path, nobody: str
+    tmp_path: Path, nobody: str, now: datetime.datetime
 ) -> None:
     ca = x509.new_authority()
     ca_file = tmp_path / "ca.crt"
@@ -91,7 +95,7 @@ def test_with_no_server_answering_the_last_good_crl_is_kept_and_with_none_every_
     finally:
         reader.stop()
     # A restart finds the kept CRL, long past its nextUpdate, with no server up: it keeps enforcing it.
-    stale = crl.build(ca, [(bad_serial, NOW)], NOW - datetime.timedelta(hours=1))
+    stale = crl.build(ca, [(bad_serial, now)], now - datetime.timedelta(hours=1))
     (tmp_path / "kept.crl").write_bytes(stale)
     reader = crl.RevocationList([nobody], context, ca_file, tmp_path / "kept.crl", timeout=2)
     reader.start()
@@ -102,7 +106,7 @@ def test_with_no_server_answering_the_last_good_crl_is_kept_and_with_none_every_
     finally:
         reader.stop()
     # A kept file that another key signed is not taken.
-    (tmp_path / "kept.crl").write_bytes(crl.build(x509.Authority(ca.cert, x509.new_key()), [], NOW))
+    (tmp_path / "kept.crl").write_bytes(crl.build(x509.Authority(ca.cert, x509.new_key()), [], now))
     reader = crl.RevocationList([nobody], context, ca_file, tmp_path / "kept.crl", timeout=2)
     reader.start()
     try:
@@ -112,7 +116,7 @@ def test_with_no_server_answering_the_last_good_crl_is_kept_and_with_none_every_
 
 
 @pytest.fixture
-def impostor(tmp_path: Path) -> Iterator[tuple[x509.Authority, Path, str]]:
+def impostor(tmp_path: Path, now: datetime.datetime) -> Iterator[tuple[x509.Authority, Path, str]]:
     """An HTTPS server on loopback with a certificate the cloud's CA signed (a member's, say), serving a CRL under
     the CA's name signed by a key of its own that lists nothing: (the CA, its certificate's file, the URL)."""
     ca, key = x509.new_authority(), x509.new_key()
@@ -120,7 +124,7 @@ def impostor(tmp_path: Path) -> Iterator[tuple[x509.Authority, Path, str]]:
     x509.write_private(files.ca, ca.pem)
     x509.write_private(files.cert, x509.cert_pem(ca.server_cert(["127.0.0.1"], key)))
     x509.write_private(files.key, x509.key_pem(key))
-    forged = crl.build(x509.Authority(ca.cert, x509.new_key()), [], NOW)
+    forged = crl.build(x509.Authority(ca.cert, x509.new_key()), [], now)
 
     class Forger(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # (http.server calls it by that name)
@@ -143,11 +147,14 @@ def impostor(tmp_path: Path) -> Iterator[tuple[x509.Authority, Path, str]]:
 
 
 def test_a_crl_another_key_signed_is_not_taken_from_a_server_the_ca_certified(
-    tmp_path: Path, impostor: tuple[x509.Authority, Path, str], caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    impostor: tuple[x509.Authority, Path, str],
+    caplog: pytest.LogCaptureFixture,
+    now: datetime.datetime,
 ) -> None:
     ca, ca_file, url = impostor
     bad, bad_serial = _host_der(ca, "bad")
-    (tmp_path / "kept.crl").write_bytes(crl.build(ca, [(bad_serial, NOW)], NOW))
+    (tmp_path / "kept.crl").write_bytes(crl.build(ca, [(bad_serial, now)], now))
     reader = crl.RevocationList([url], tls.client_context(ca_file), ca_file, tmp_path / "kept.crl", timeout=5)
     with caplog.at_level(logging.WARNING, logger="cloudnet.pki.crl"):
         reader.start()
