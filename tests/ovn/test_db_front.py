@@ -14,8 +14,7 @@ import shutil
 import socket
 import ssl
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +22,12 @@ import pytest
 from cryptography import x509 as cx
 
 from cloudnet import ovn_stack
-from cloudnet.ovn import daemons
+from cloudnet.ovn import daemons, front
 from cloudnet.pki import x509
 from cloudnet.services.context import Context
 from cloudnet.services.hosts import host_join
 from cloudnet.store.db import Store
+from tests.support.mdata_raw import wait_for
 from tests.support.process import free_port
 from tests.support.tls import foreign_cert
 
@@ -94,13 +94,6 @@ def site(tmp_path: Path, sqlite_template: Path) -> Iterator[Site]:
         store.dispose()
 
 
-def _until(what: str, check: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.05)
-
-
 def _refusals(caplog: pytest.LogCaptureFixture) -> str:
     return "\n".join(r.getMessage() for r in caplog.records if r.name == "cloudnet.ovn.front")
 
@@ -124,7 +117,7 @@ def test_a_hosts_connection_is_closed_and_refused_once_the_host_is_removed(
         assert monitor.poll() is None
         assert host_join.revoke_host(site.store, Context.admin(), host) == 1
         # (within the sweep: the revocation here refreshes the list and wakes the front at once)
-        _until("the removed host's open connection closed", lambda: monitor.poll() is not None, timeout=5)
+        wait_for(lambda: monitor.poll() is not None, timeout=5, what="the removed host's open connection closed")
     finally:
         monitor.kill()
         monitor.wait()
@@ -152,6 +145,22 @@ def test_another_cas_an_unrecorded_no_certificate_and_plain_tcp_get_nothing(
     # No certificate: the handshake fails; plain TCP (a JSON-RPC list_dbs): no answer, the connection closed.
     assert b"OVN_Southbound" not in _list_dbs(site, ssl.create_default_context(cafile=site.ssl.ca))
     assert b"OVN_Southbound" not in _list_dbs(site, None)
+
+
+def test_connections_that_never_finish_a_handshake_are_bounded(site: Site, caplog: pytest.LogCaptureFixture) -> None:
+    """Hostile: a peer opening connections and never sending a hello holds at most MAX_PENDING of them (each until
+    the handshake times out); one more is closed at once and logged, and a host is served again once they go."""
+    caplog.set_level(logging.INFO, logger="cloudnet.ovn.front")
+    idle = [socket.create_connection((LOOPBACK, site.ports[1]), timeout=5) for _ in range(front.MAX_PENDING)]
+    try:
+        with socket.create_connection((LOOPBACK, site.ports[1]), timeout=5) as extra:
+            assert extra.recv(1) == b""  # (closed at once: not left waiting for its handshake)
+        assert "too many connections in their TLS handshake" in _refusals(caplog)
+    finally:
+        for sock in idle:
+            sock.close()
+    mine = site.host(f"h-{site.root.name[-20:]}")
+    wait_for(lambda: site.client(mine, "list-dbs", site.sb).returncode == 0, what="a host served again")
 
 
 def _list_dbs(site: Site, context: ssl.SSLContext | None) -> bytes:
@@ -190,7 +199,7 @@ def test_a_renewed_databases_certificate_is_presented_without_a_restart(site: Si
         before = _presented_serial(site)
         renewed = _databases_cert(site.ca, site.ssl, site.store)
         assert renewed != before
-        _until("the renewed certificate presented", lambda: _presented_serial(site) == renewed)
+        wait_for(lambda: _presented_serial(site) == renewed, what="the renewed certificate presented")
         assert monitor.poll() is None  # (the connection made before goes on)
     finally:
         monitor.kill()

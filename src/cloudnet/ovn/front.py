@@ -36,6 +36,9 @@ from cryptography import x509
 log = logging.getLogger("cloudnet.ovn.front")
 SWEEP = 1.0  # seconds between checks of the open connections' certificates (and of the certificate's files)
 HANDSHAKE_TIMEOUT = 10.0
+# Connections at once in their handshake (not yet known to be a host's): one more is closed at once, so a peer that
+# opens many and never says hello holds at most these file descriptors, each for HANDSHAKE_TIMEOUT.
+MAX_PENDING = 128
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # (Linux's <linux/in.h>; Python names it from 3.12 only)
 # Why a client certificate (DER) is refused now, or None (may read the store: called off the serving loop).
 Refusal = Callable[[bytes], str | None]
@@ -84,6 +87,7 @@ class Front:
             raise ValueError("the front's context must require a client certificate")
         self.context, self.routes, self.refusal, self.tick, self.sweep = context, routes, refusal, tick, sweep
         self._links: set[_Client] = set()
+        self._pending = 0  # connections in their handshake or check (MAX_PENDING)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._done = threading.Event()
@@ -230,7 +234,19 @@ class _Client(_Half):
         got = transport.get_extra_info("peername")
         if isinstance(got, tuple):
             self.peer = f"{self.route.name} client {got[0]}:{got[1]}"
-        self._task = asyncio.get_running_loop().create_task(self._admit(transport))
+        if self.front._pending >= MAX_PENDING:
+            log.warning("OVN's databases' TLS front refused %s: too many connections in their TLS handshake (%d)",
+                        self.peer, MAX_PENDING)  # fmt: skip
+            transport.abort()
+            return
+        self.front._pending += 1
+        self._task = asyncio.get_running_loop().create_task(self._admitted(transport))
+
+    async def _admitted(self, raw: asyncio.Transport) -> None:
+        try:
+            await self._admit(raw)
+        finally:
+            self.front._pending -= 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.front._links.discard(self)
